@@ -1,0 +1,1 @@
+"""The deployments domain: endpoints, revisions, events, metrics, usage, and how they run."""

@@ -1,0 +1,1 @@
+"""The REST management API (django-ninja), mounted at /api/v1/."""

@@ -1,0 +1,1 @@
+"""Deployments domain models (filled in by the deployments issue)."""

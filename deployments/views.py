@@ -1,0 +1,1 @@
+"""Console views of the deployments domain (filled in by the console issue)."""

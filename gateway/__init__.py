@@ -1,0 +1,1 @@
+"""The inference data plane: per-endpoint OpenAI-compatible URLs, as its own ASGI process."""

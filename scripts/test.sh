@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# `make test`: make sure PostgreSQL and Redis answer (starting Debian's servers when nothing
+# does), then run ruff, mypy, import-linter and pytest. Called by .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=.venv/bin
+RUN_DIR=${PLINTH_TEST_RUN_DIR:-$PWD/data/test-services}
+mkdir -p "$RUN_DIR"
+
+export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/plinth}
+export REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
+export PLINTH_ENV=test
+export HF_HUB_OFFLINE=1
+
+db_answers() { "$BIN/python" - "$1" <<'PY'
+import sys, psycopg
+from urllib.parse import urlparse, urlunparse
+u = urlparse(sys.argv[1])
+try:
+    psycopg.connect(urlunparse(u._replace(path="/postgres")), connect_timeout=3).close()
+except Exception:
+    sys.exit(1)
+PY
+}
+redis_answers() { "$BIN/python" -c "import redis,sys; redis.Redis.from_url(sys.argv[1], socket_timeout=2).ping()" "$1" 2>/dev/null; }
+
+if ! db_answers "$DATABASE_URL"; then
+  echo "[test] PostgreSQL does not answer at DATABASE_URL; starting Debian's PostgreSQL"
+  PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+  PGDIR="$RUN_DIR/pg"
+  if [ ! -f "$PGDIR/PG_VERSION" ]; then
+    mkdir -p "$PGDIR" && chown postgres "$PGDIR" "$RUN_DIR"
+    runuser -u postgres -- "$PGBIN/initdb" -D "$PGDIR" -A trust -U postgres --no-sync >/dev/null
+  fi
+  runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDIR" -l "$PGDIR/log" -w \
+    -o "-c listen_addresses=127.0.0.1 -p 55432 -k $PGDIR -c fsync=off" start >/dev/null || true
+  export DATABASE_URL=postgres://postgres@127.0.0.1:55432/plinth
+  db_answers "$DATABASE_URL" || { echo "[test] could not start PostgreSQL"; exit 1; }
+fi
+
+if ! redis_answers "$REDIS_URL"; then
+  echo "[test] Redis does not answer at REDIS_URL; starting redis-server"
+  if ! command -v redis-server >/dev/null; then
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+  fi
+  redis-server --port 56379 --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
+    --dir "$RUN_DIR" --logfile "$RUN_DIR/redis.log"
+  export REDIS_URL=redis://127.0.0.1:56379/0
+  for _ in $(seq 50); do redis_answers "$REDIS_URL" && break; sleep 0.1; done
+  redis_answers "$REDIS_URL" || { echo "[test] could not start Redis"; exit 1; }
+fi
+
+# The browser tests drive Debian's Chromium (Playwright cannot download one here).
+if [ -z "${PLINTH_SKIP_BROWSER_INSTALL:-}" ] && [ ! -x /usr/bin/chromium ]; then
+  echo "[test] installing Debian's chromium for the browser tests"
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null
+fi
+
+echo "[test] ruff";          "$BIN/ruff" check . && "$BIN/ruff" format --check .
+echo "[test] mypy";          "$BIN/mypy"
+echo "[test] import-linter"; "$BIN/lint-imports"
+echo "[test] pytest"
+"$BIN/pytest" "$@"

@@ -1,1 +1,256 @@
-"""Deployments domain models (filled in by the deployments issue)."""
+"""Deployments domain records: clusters, endpoints, immutable revisions, events, metrics, usage.
+
+Writers: ``deployments.services`` (what users ask for) and ``deployments.reconcile`` (what was
+observed). A deployment's status is never stored; ``deployments.status.derive_status`` computes
+it from the facts kept here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+from django.utils import timezone
+
+from controlplane.models import ApiKey, Organization, Secret
+
+if TYPE_CHECKING:
+    from deployments.status import Facts
+
+# DNS-safe: it becomes part of host names, Kubernetes object names and label values.
+SLUG_PATTERN = r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$"
+SLUG_MAX_LENGTH = 40
+slug_validator = RegexValidator(
+    SLUG_PATTERN,
+    "use 1-40 lowercase letters, digits and hyphens, starting with a letter and not ending "
+    "with a hyphen",
+)
+
+
+class ClusterKind(models.TextChoices):
+    LOCAL = "local", "This machine"
+    KUBERNETES = "kubernetes", "Kubernetes"
+
+
+class Cluster(models.Model):
+    """Where endpoints run. ``organization`` null means shared by the whole installation (the
+    built-in ``local`` cluster is)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    organization = models.ForeignKey(
+        Organization, null=True, blank=True, on_delete=models.CASCADE, related_name="clusters"
+    )
+    name = models.SlugField(max_length=50)
+    kind = models.CharField(max_length=16, choices=ClusterKind.choices)
+    namespace = models.CharField(max_length=63, default="plinth")
+    kubeconfig = models.ForeignKey(
+        Secret, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    # GPU inventory as last observed: {"H100-SXM": {"nodes": 2, "gpus": 16, "free": 8}, ...}
+    gpu_inventory = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["organization", "name"], name="unique_cluster_name")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class DesiredState(models.TextChoices):
+    RUNNING = "running", "Running"
+    STOPPED = "stopped", "Stopped"
+    DELETED = "deleted", "Deleted"
+
+
+class Deployment(models.Model):
+    """An endpoint: what should run (target revision, replicas, state) and what was observed."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="deployments"
+    )
+    slug = models.CharField(max_length=SLUG_MAX_LENGTH, unique=True, validators=[slug_validator])
+    name = models.CharField(max_length=100)
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="deployments")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    # --- desired (written by services) ---
+    desired_state = models.CharField(
+        max_length=16, choices=DesiredState.choices, default=DesiredState.RUNNING
+    )
+    target_revision = models.ForeignKey(
+        "Revision", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    desired_replicas = models.PositiveIntegerField(default=1)
+    # Bumped by every service change, so reconcile can tell stale work from new.
+    generation = models.PositiveIntegerField(default=1)
+
+    # --- observed (written by reconcile) ---
+    current_revision = models.ForeignKey(
+        "Revision", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    applied_revision = models.ForeignKey(
+        "Revision", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    observed_generation = models.PositiveIntegerField(default=0)
+    ready_replicas = models.PositiveIntegerField(default=0)
+    total_replicas = models.PositiveIntegerField(default=0)
+    replica_facts = models.JSONField(default=list, blank=True)
+    router_url = models.CharField(max_length=300, blank=True)
+    first_ready_at = models.DateTimeField(null=True, blank=True)
+    rollout_started_at = models.DateTimeField(null=True, blank=True)
+    rollout_deadline = models.DateTimeField(null=True, blank=True)
+    failure_reason = models.TextField(blank=True)
+    failed_at = models.DateTimeField(null=True, blank=True)
+    observed_at = models.DateTimeField(null=True, blank=True)
+    last_probe_at = models.DateTimeField(null=True, blank=True)
+    next_reconcile_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    # --- autoscaling facts ---
+    last_request_at = models.DateTimeField(null=True, blank=True)
+    last_scaled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["organization", "-created_at"])]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    def facts(self) -> Facts:
+        from deployments.status import Facts
+
+        return Facts.from_deployment(self)
+
+    @property
+    def status(self) -> str:
+        from deployments.status import derive_status
+
+        return derive_status(self.facts())
+
+
+class Revision(models.Model):
+    """An immutable snapshot of an endpoint's RuntimeSpec. Edits and rollbacks add new ones."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="revisions")
+    number = models.PositiveIntegerField()
+    spec = models.JSONField()
+    spec_hash = models.CharField(max_length=64)
+    # Validation warnings at creation: [{"field", "code", "message", "fix"}]
+    warnings = models.JSONField(default=list, blank=True)
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    author_label = models.CharField(max_length=150)
+    message = models.CharField(max_length=500, blank=True)
+    rollback_of = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-number"]
+        constraints = [
+            models.UniqueConstraint(fields=["deployment", "number"], name="unique_revision_number")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id} r{self.number}"
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        if not self._state.adding:
+            raise ValueError("revisions are immutable; create a new one")
+        super().save(*args, **kwargs)  # type: ignore[arg-type]
+
+
+class EventLevel(models.TextChoices):
+    INFO = "info", "Info"
+    WARNING = "warning", "Warning"
+    ERROR = "error", "Error"
+
+
+class DeploymentEvent(models.Model):
+    """One line of an endpoint's timeline: state changes, cluster events, scaling decisions."""
+
+    id = models.BigAutoField(primary_key=True)
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="events")
+    created_at = models.DateTimeField(default=timezone.now)
+    level = models.CharField(max_length=8, choices=EventLevel.choices, default=EventLevel.INFO)
+    reason = models.CharField(max_length=64)
+    message = models.TextField()
+    revision_number = models.PositiveIntegerField(null=True, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["deployment", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.message[:60]}"
+
+
+class MetricSample(models.Model):
+    """Engine and router figures for one deployment over one probe interval."""
+
+    id = models.BigAutoField(primary_key=True)
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="samples")
+    ts = models.DateTimeField(db_index=True)
+    interval_s = models.FloatField(default=0)
+    replicas_ready = models.PositiveIntegerField(default=0)
+    requests = models.FloatField(default=0)
+    prompt_tokens = models.FloatField(default=0)
+    generation_tokens = models.FloatField(default=0)
+    cached_tokens = models.FloatField(default=0)
+    requests_per_s = models.FloatField(default=0)
+    tokens_per_s = models.FloatField(default=0)
+    ttft_p50 = models.FloatField(null=True, blank=True)
+    ttft_p90 = models.FloatField(null=True, blank=True)
+    itl_p50 = models.FloatField(null=True, blank=True)
+    itl_p90 = models.FloatField(null=True, blank=True)
+    running = models.FloatField(default=0)
+    queued = models.FloatField(default=0)
+    kv_usage = models.FloatField(null=True, blank=True)
+    cache_hit_rate = models.FloatField(null=True, blank=True)
+    spec_accept_length = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-ts"]
+        indexes = [models.Index(fields=["deployment", "-ts"])]
+
+
+class UsageRecord(models.Model):
+    """Tokens used per inference key per endpoint per minute (flushed from Redis by beat).
+
+    The deployment is kept by id and slug rather than a foreign key so usage history
+    survives the endpoint's deletion.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    api_key = models.ForeignKey(ApiKey, on_delete=models.CASCADE, related_name="usage")
+    deployment_id = models.UUIDField()
+    deployment_slug = models.CharField(max_length=SLUG_MAX_LENGTH)
+    minute = models.DateTimeField()
+    requests = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    cached_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-minute"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["api_key", "deployment_id", "minute"], name="unique_usage_minute"
+            )
+        ]
+        indexes = [models.Index(fields=["organization", "-minute"])]

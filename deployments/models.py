@@ -227,6 +227,9 @@ class MetricSample(models.Model):
         ordering = ["-ts"]
         indexes = [models.Index(fields=["deployment", "-ts"])]
 
+    def __str__(self) -> str:
+        return f"{self.deployment_id} @ {self.ts:%Y-%m-%d %H:%M:%S}"
+
 
 class UsageRecord(models.Model):
     """Tokens used per inference key per endpoint per minute (flushed from Redis by beat).
@@ -254,3 +257,6 @@ class UsageRecord(models.Model):
             )
         ]
         indexes = [models.Index(fields=["organization", "-minute"])]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_slug} {self.minute:%Y-%m-%d %H:%M}"

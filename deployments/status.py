@@ -26,7 +26,15 @@ FAILED = "failed"
 DELETING = "deleting"
 
 ALL_STATUSES = (
-    PENDING, DEPLOYING, LOADING, ACTIVE, DEGRADED, SCALED_TO_ZERO, STOPPING, STOPPED, FAILED,
+    PENDING,
+    DEPLOYING,
+    LOADING,
+    ACTIVE,
+    DEGRADED,
+    SCALED_TO_ZERO,
+    STOPPING,
+    STOPPED,
+    FAILED,
     DELETING,
 )
 SETTLED = frozenset({ACTIVE, SCALED_TO_ZERO, STOPPED, FAILED})
@@ -54,7 +62,8 @@ class Facts:
 
         replicas = deployment.replica_facts or []
         starting = sum(
-            1 for r in replicas
+            1
+            for r in replicas
             if not r.get("ready") and r.get("phase") in {"starting", "loading", "running"}
         )
         return cls(

@@ -1,0 +1,9 @@
+"""Celery tasks of the deployments domain. Thin: each takes ids, reloads, calls one function.
+
+Split by concern so each module stays small; Celery discovers them through this package.
+"""
+
+from __future__ import annotations
+
+from deployments.tasks.engine import *  # noqa: F403
+from deployments.tasks.traffic import *  # noqa: F403

@@ -1,0 +1,384 @@
+"""RuntimeSpec -> LaunchPlan: for each role, the exact command, env, ports, resources and probes.
+
+Drivers place a LaunchPlan; they never build SGLang flags themselves. Only canonical long flags are
+emitted (`--tp-size`, never `--tp`), and every argv is checked against the flag catalogue of the
+pinned SGLang version (and of smg for the router) by `runtime.validate`.
+
+What the plan leaves to the driver: worker discovery flags of the router (`--worker-urls` locally,
+`--service-discovery --selector ...` on Kubernetes), and `--node-rank` / `--dist-init-addr` of
+multi-node groups. Both are set with `with_flag`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from runtime.catalog import SMG_VERSION
+from runtime.extra_flags import flag_argv
+from runtime.memory import GIB, weight_bytes_per_param
+from runtime.spec import RuntimeSpec
+from runtime.topology import EngineGroup, engine_groups
+
+ENGINE_PORT = 30000
+ROUTER_PORT = 8000
+ROUTER_METRICS_PORT = 29000
+DIST_INIT_PORT = 20000
+ENGINE_COMMAND = ("python3", "-m", "sglang.launch_server")
+ROUTER_COMMAND = ("smg", "launch")
+ROUTER_IMAGE = f"lightseekorg/smg:{SMG_VERSION}"
+ENGINE_DRAIN_SECONDS = 120  # in-flight generations get this long after SIGTERM
+ROUTER_DRAIN_SECONDS = 30
+ROUTER_HEALTH_CHECK_SECONDS = 10
+
+RoleName = Literal["engine", "prefill", "decode", "router"]
+# SGLang spells multi-token prediction NEXTN (an alias of EAGLE that loads the MTP layers).
+_ALGORITHM_FLAG = {
+    "EAGLE": "EAGLE",
+    "EAGLE3": "EAGLE3",
+    "MTP": "NEXTN",
+    "NGRAM": "NGRAM",
+    "STANDALONE": "STANDALONE",
+}
+
+
+class Probe(BaseModel):
+    """An HTTP GET probe, in Kubernetes' terms."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    port: int
+    initial_delay_s: int = 0
+    period_s: int = 10
+    timeout_s: int = 5
+    failure_threshold: int = 3
+
+
+class RolePlan(BaseModel):
+    """One role of an endpoint. For multi-node groups the probes are for rank 0 only: ranks >= 1
+    serve no HTTP (SGLANG.md section 6), so drivers give them no HTTP probe."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: RoleName
+    image: str
+    command: list[str]
+    args: list[str]
+    env: dict[str, str]
+    port: int
+    metrics_port: int | None
+    extra_ports: dict[str, int]
+    gpus_per_node: int
+    nodes_per_replica: int
+    replicas: int
+    shm_size_gib: int | None
+    startup_probe: Probe | None
+    readiness_probe: Probe | None
+    liveness_probe: Probe | None
+    drain_seconds: int
+    served_model_name: str
+
+    @property
+    def argv(self) -> list[str]:
+        return [*self.command, *self.args]
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nodes_per_replica > 1
+
+
+class LaunchPlan(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    roles: list[RolePlan]
+
+    def role(self, name: RoleName) -> RolePlan | None:
+        return next((r for r in self.roles if r.role == name), None)
+
+
+def with_flag(args: Sequence[str], flag: str, value: str | int | None = None) -> list[str]:
+    """`args` with `flag` set to `value` (replacing all its old values) or appended.
+
+    `value=None` sets a bare switch. Pure: `args` is not modified.
+    """
+    out: list[str] = []
+    skipping = False
+    replaced = False
+    new = [flag] if value is None else [flag, str(value)]
+    for token in args:
+        if skipping and not token.startswith("--"):
+            continue
+        skipping = False
+        if token == flag or token.startswith(flag + "="):
+            skipping = token == flag
+            if not replaced:
+                out.extend(new)
+                replaced = True
+            continue
+        out.append(token)
+    return out if replaced else [*out, *new]
+
+
+def _valued(pairs: Sequence[tuple[str, object]]) -> list[str]:
+    """`--flag value` for each pair whose value is set (None means: leave SGLang's default)."""
+    return [token for flag, value in pairs if value is not None for token in (flag, str(value))]
+
+
+def _model_args(spec: RuntimeSpec) -> list[str]:
+    model = spec.model
+    args = ["--model-path", model.source]
+    if model.revision:
+        args += ["--revision", model.revision]
+    if model.served_name:
+        args += ["--served-model-name", model.served_name]
+    if model.trust_remote_code:
+        args.append("--trust-remote-code")
+    if model.context_length:
+        args += ["--context-length", str(model.context_length)]
+    if model.dtype != "auto":
+        args += ["--dtype", model.dtype]
+    return args
+
+
+def _serving_args(labels: dict[str, str] | None) -> list[str]:
+    args = ["--host", "0.0.0.0", "--port", str(ENGINE_PORT)]  # noqa: S104 - pods serve on all IPs
+    args += ["--enable-metrics", "--enable-cache-report"]
+    if labels:
+        args += ["--extra-metric-labels", json.dumps(labels, sort_keys=True, separators=(",", ":"))]
+    return args
+
+
+def _parallel_args(group: EngineGroup) -> list[str]:
+    args = ["--tp-size", str(group.tp)]
+    for flag, size in (("--pp-size", group.pp), ("--attn-dp-size", group.attn_dp)):
+        if size > 1:
+            args += [flag, str(size)]
+    if group.ep > 1:
+        args += ["--ep-size", str(group.ep)]
+    if group.nodes > 1:
+        args += ["--nnodes", str(group.nodes)]
+    return args
+
+
+def _batching_args(spec: RuntimeSpec) -> list[str]:
+    batch = spec.batching
+    valued = (
+        ("--max-running-requests", batch.max_running_requests),
+        ("--max-prefill-tokens", batch.max_prefill_tokens),
+        ("--chunked-prefill-size", batch.chunked_prefill_size),
+        ("--schedule-policy", batch.schedule_policy),
+        ("--schedule-conservativeness", batch.schedule_conservativeness),
+        ("--mem-fraction-static", batch.mem_fraction_static),
+        ("--cuda-graph-max-bs-decode", batch.cuda_graph_max_bs_decode),
+        ("--page-size", batch.page_size),
+        ("--stream-interval", batch.stream_interval),
+    )
+    args = _valued(valued)
+    if not batch.radix_cache:
+        args.append("--disable-radix-cache")
+    if batch.mixed_chunk:
+        args.append("--enable-mixed-chunk")
+    return args
+
+
+def _quantization_args(spec: RuntimeSpec) -> list[str]:
+    quant = spec.quantization
+    args = []
+    if quant.method:
+        args += ["--quantization", quant.method]
+        if (
+            quant.method == "nvfp4_online"
+            and "--moe-runner-backend" not in spec.runtime.extra_flags
+        ):
+            # nvfp4_online only runs on the TRT-LLM MoE runner (SGLANG.md section 1.5).
+            args += ["--moe-runner-backend", "flashinfer_trtllm"]
+    if quant.kv_cache_dtype != "auto":
+        args += ["--kv-cache-dtype", quant.kv_cache_dtype]
+    return args
+
+
+def _speculator_args(spec: RuntimeSpec) -> list[str]:
+    speculator = spec.speculator
+    if not speculator.enabled:
+        return []
+    args = ["--speculative-algorithm", _ALGORITHM_FLAG[speculator.algorithm]]
+    if speculator.draft_model and speculator.algorithm in {"EAGLE", "EAGLE3", "STANDALONE"}:
+        args += ["--speculative-draft-model-path", speculator.draft_model]
+        if speculator.draft_model_revision:
+            args += ["--speculative-draft-model-revision", speculator.draft_model_revision]
+    uses_tree = speculator.algorithm != "NGRAM"
+    valued = (
+        ("--speculative-num-steps", speculator.num_steps if uses_tree else None),
+        ("--speculative-eagle-topk", speculator.eagle_topk if uses_tree else None),
+        ("--speculative-num-draft-tokens", speculator.num_draft_tokens),
+    )
+    args += _valued(valued)
+    if speculator.algorithm == "NGRAM":
+        args += _ngram_args(spec)
+    return args
+
+
+def _ngram_args(spec: RuntimeSpec) -> list[str]:
+    ngram = spec.speculator.ngram
+    valued = (
+        ("--speculative-ngram-min-bfs-breadth", ngram.min_bfs_breadth),
+        ("--speculative-ngram-max-bfs-breadth", ngram.max_bfs_breadth),
+        ("--speculative-ngram-match-type", ngram.match_type),
+        ("--speculative-ngram-max-trie-depth", ngram.max_trie_depth),
+        ("--speculative-ngram-capacity", ngram.capacity),
+    )
+    return _valued(valued)
+
+
+def _disaggregation_args(spec: RuntimeSpec, role: str) -> list[str]:
+    if role == "engine":
+        return []
+    pd = spec.disaggregation
+    args = ["--disaggregation-mode", role]
+    args += ["--disaggregation-transfer-backend", pd.transfer_backend]
+    # Both sides get the same bootstrap port: a decode server falls back to its own value when a
+    # request carries none.
+    args += ["--disaggregation-bootstrap-port", str(pd.bootstrap_port)]
+    if pd.ib_device:
+        args += ["--disaggregation-ib-device", pd.ib_device]
+    if role == "decode" and pd.decode_radix_cache:
+        args.append("--disaggregation-decode-enable-radix-cache")
+    return args
+
+
+def _extra_args(spec: RuntimeSpec, taken: set[str]) -> list[str]:
+    args: list[str] = []
+    for flag in sorted(spec.runtime.extra_flags):
+        if flag not in taken:
+            args += flag_argv(flag, spec.runtime.extra_flags[flag])
+    return args
+
+
+def engine_args(spec: RuntimeSpec, group: EngineGroup, labels: dict[str, str] | None) -> list[str]:
+    """The SGLang flags of one engine group (no entrypoint)."""
+    args = _model_args(spec) + _serving_args(labels) + _parallel_args(group)
+    args += _batching_args(spec) + _quantization_args(spec) + _speculator_args(spec)
+    args += _disaggregation_args(spec, group.role)
+    return args + _extra_args(spec, {a for a in args if a.startswith("--")})
+
+
+def startup_allowance_s(spec: RuntimeSpec) -> int:
+    """Seconds to allow for download, load and CUDA-graph capture: ~3 s per GiB, 10 to 60 min."""
+    arch = spec.model.arch()
+    if arch is None:
+        return 1800
+    weights_gib = arch.weight_bytes(weight_bytes_per_param(spec, arch)) / GIB
+    return int(min(3600, max(600, 600 + 3 * weights_gib)))
+
+
+def engine_probes(spec: RuntimeSpec) -> tuple[Probe, Probe, Probe]:
+    """Startup and readiness on /ready (503 until warm-up is done), liveness on /health.
+
+    /health runs a one-token generation that SGLang itself times out after 20 s, so liveness
+    waits longer than that before calling a busy engine dead.
+    """
+    period = 10
+    startup = Probe(
+        path="/ready",
+        port=ENGINE_PORT,
+        period_s=period,
+        timeout_s=5,
+        failure_threshold=math.ceil(startup_allowance_s(spec) / period),
+    )
+    readiness = Probe(path="/ready", port=ENGINE_PORT, period_s=10, timeout_s=5)
+    liveness = Probe(path="/health", port=ENGINE_PORT, period_s=30, timeout_s=30)
+    return startup, readiness, liveness
+
+
+def shm_size_gib(group: EngineGroup) -> int:
+    """Shared memory for NCCL and SGLang's IPC: 8 GiB plus 4 per local GPU, at most 64."""
+    return min(64, 8 + 4 * group.gpus_per_node)
+
+
+def engine_role(spec: RuntimeSpec, group: EngineGroup, labels: dict[str, str] | None) -> RolePlan:
+    startup, readiness, liveness = engine_probes(spec)
+    extra_ports = {"dist_init": DIST_INIT_PORT} if group.nodes > 1 else {}
+    if group.role == "prefill":
+        extra_ports["bootstrap"] = spec.disaggregation.bootstrap_port
+    return RolePlan(
+        role=group.role,
+        image=spec.runtime.engine_image,
+        command=list(ENGINE_COMMAND),
+        args=engine_args(spec, group, labels),
+        env=dict(sorted(spec.runtime.env.items())),
+        port=ENGINE_PORT,
+        metrics_port=ENGINE_PORT,  # --enable-metrics serves /metrics on the HTTP port
+        extra_ports=extra_ports,
+        gpus_per_node=group.gpus_per_node,
+        nodes_per_replica=group.nodes,
+        replicas=group.replicas_initial,
+        shm_size_gib=shm_size_gib(group),
+        startup_probe=startup,
+        readiness_probe=readiness,
+        liveness_probe=liveness,
+        drain_seconds=ENGINE_DRAIN_SECONDS,
+        served_model_name=spec.served_model_name,
+    )
+
+
+def router_args(spec: RuntimeSpec) -> list[str]:
+    """smg flags, without worker URLs or discovery (the driver adds those)."""
+    route = spec.routing
+    args = ["--host", "0.0.0.0", "--port", str(ROUTER_PORT)]  # noqa: S104
+    if spec.disaggregation.enabled:
+        args.append("--pd-disaggregation")
+    args += ["--policy", route.policy]
+    valued = (
+        ("--cache-threshold", route.cache_threshold),
+        ("--balance-abs-threshold", route.balance_abs_threshold),
+        ("--balance-rel-threshold", route.balance_rel_threshold),
+    )
+    if route.policy == "cache_aware":
+        args += _valued(valued)
+    args += ["--prometheus-host", "0.0.0.0", "--prometheus-port", str(ROUTER_METRICS_PORT)]  # noqa: S104
+    args += ["--health-check-interval-secs", str(ROUTER_HEALTH_CHECK_SECONDS)]
+    return args
+
+
+def _router_readiness_path(spec: RuntimeSpec) -> str:
+    # smg's /readiness fails while no worker is healthy. A scale-to-zero endpoint must keep its
+    # router reachable with no workers, or the gateway's wake-up request would never arrive.
+    return "/liveness" if spec.autoscaling.scale_to_zero else "/readiness"
+
+
+def router_role(spec: RuntimeSpec) -> RolePlan:
+    return RolePlan(
+        role="router",
+        image=spec.runtime.router_image or ROUTER_IMAGE,
+        command=list(ROUTER_COMMAND),
+        args=router_args(spec),
+        env={},
+        port=ROUTER_PORT,
+        metrics_port=ROUTER_METRICS_PORT,
+        extra_ports={},
+        gpus_per_node=0,
+        nodes_per_replica=1,
+        replicas=1,
+        shm_size_gib=None,
+        startup_probe=None,
+        readiness_probe=Probe(path=_router_readiness_path(spec), port=ROUTER_PORT, period_s=5),
+        liveness_probe=Probe(path="/liveness", port=ROUTER_PORT, period_s=10, timeout_s=5),
+        drain_seconds=ROUTER_DRAIN_SECONDS,
+        served_model_name=spec.served_model_name,
+    )
+
+
+def plan(spec: RuntimeSpec, *, deployment_labels: dict[str, str] | None = None) -> LaunchPlan:
+    """The LaunchPlan of `spec`: engine roles in launch order, then the router.
+
+    `deployment_labels` become `--extra-metric-labels` so every engine metric names its endpoint.
+    Call `runtime.validate.validate` first: a plan of an invalid spec is not meant to run.
+    """
+    groups = engine_groups(spec)
+    roles = [engine_role(spec, group, deployment_labels) for group in groups]
+    return LaunchPlan(roles=[*roles, router_role(spec)])

@@ -1,0 +1,191 @@
+"""Per-GPU memory arithmetic for one engine group, mirroring how SGLang 0.5.23 sizes its pools.
+
+SGLang reserves memory for activations and CUDA graphs, gives `mem_fraction_static` of the GPU to
+weights plus the KV pool, and fills the KV pool with as many tokens as fit (SGLANG.md section 1.3).
+The figures here are estimates made before any GPU is touched: good enough to refuse a spec that
+cannot start and to show a person the trade-offs, not a promise of the exact token count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runtime.catalog import GpuType, ModelArch, get_model
+from runtime.spec import RuntimeSpec
+from runtime.topology import EngineGroup
+
+GIB = 1024**3
+MIB = 1024**2
+
+# Average bytes per parameter once loaded, scales included. Embeddings and norms usually stay in
+# BF16; the figures lean a little high so the memory check errs towards refusing.
+WEIGHT_BYTES_PER_PARAM: dict[str, float] = {
+    "fp8": 1.05,
+    "mxfp8": 1.05,
+    "modelopt": 1.05,
+    "modelopt_fp8": 1.05,
+    "w8a8_fp8": 1.05,
+    "w8a8_int8": 1.05,
+    "compressed-tensors": 1.05,
+    "modelopt_fp4": 0.5625,
+    "modelopt_mixed": 0.8,
+    "nvfp4_online": 0.6,
+    "petit_nvfp4": 0.5625,
+    "mxfp4": 0.56,
+    "awq": 0.53,
+    "awq_marlin": 0.53,
+    "gptq": 0.53,
+    "gptq_marlin": 0.53,
+    "bitsandbytes": 0.53,
+    "gguf": 0.56,
+    "moe_wna16": 0.53,
+    "w4afp8": 0.56,
+    "auto-round": 0.53,
+}
+
+KV_DTYPE_BYTES: dict[str, float] = {
+    "auto": 2.0,  # SGLang keeps KV in the model dtype (BF16) unless asked, even for FP8 weights
+    "bf16": 2.0,
+    "fp8_e4m3": 1.0,
+    "fp8_e5m2": 1.0,
+    "mxfp8": 1.03,
+    "nvfp4": 0.5625,
+}
+
+EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "MTP"})
+
+
+def weight_bytes_per_param(spec: RuntimeSpec, arch: ModelArch) -> float:
+    method = spec.quantization.method
+    if method is None:
+        return arch.checkpoint_bytes_per_param
+    return WEIGHT_BYTES_PER_PARAM.get(method, 2.0)
+
+
+def default_chunked_prefill(memory_gib: float) -> int:
+    """SGLang's choice of `--chunked-prefill-size` by GPU memory (memory_hook.py)."""
+    for limit, size in ((20, 2048), (35, 4096), (60, 4096), (90, 8192), (160, 8192)):
+        if memory_gib < limit:
+            return size
+    return 16384
+
+
+def default_cuda_graph_bs(memory_gib: float, tp: int) -> int:
+    """SGLang's choice of `--cuda-graph-max-bs-decode` by GPU memory and TP width."""
+    table = ((20, 8, 8), (35, 48, 160), (60, 32, 160), (90, 256, 512), (160, 256, 512))
+    for limit, narrow, wide in table:
+        if memory_gib < limit:
+            return narrow if tp < 4 else wide
+    return 512
+
+
+def default_max_running(spec: RuntimeSpec) -> int | None:
+    """SGLang forces 48 running requests with EAGLE-family or NGRAM speculation when unset."""
+    if spec.batching.max_running_requests is not None:
+        return spec.batching.max_running_requests
+    return 48 if spec.speculator.enabled and spec.speculator.algorithm != "STANDALONE" else None
+
+
+def reserved_bytes(spec: RuntimeSpec, gpu: GpuType, group: EngineGroup) -> float:
+    """What SGLang keeps out of the static pool: activations, CUDA graphs, communication buffers."""
+    chunk = spec.batching.chunked_prefill_size or default_chunked_prefill(gpu.memory_gib)
+    graph_bs = spec.batching.cuda_graph_max_bs_decode or default_cuda_graph_bs(
+        gpu.memory_gib, group.tp
+    )
+    running = default_max_running(spec)
+    if running is not None and spec.batching.cuda_graph_max_bs_decode is None:
+        graph_bs = min(graph_bs, running)
+    reserved_mib = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + group.tp * group.pp / 8 * 1024
+    if gpu.memory_gib > 60:
+        reserved_mib = max(reserved_mib, 10 * 1024)
+    if spec.speculator.algorithm in EAGLE_FAMILY | {"STANDALONE"}:
+        # Draft CUDA graphs and draft activations; an approximation (SGLang sizes them at start-up).
+        reserved_mib += 1024
+    return reserved_mib * MIB
+
+
+def draft_arch(spec: RuntimeSpec) -> ModelArch | None:
+    if spec.speculator.draft_model is None:
+        return None
+    return get_model(spec.speculator.draft_model)
+
+
+def _draft_costs(
+    spec: RuntimeSpec, arch: ModelArch, kv_bytes: float, tp: int
+) -> tuple[float, float]:
+    """(draft weight bytes per GPU, draft KV bytes per token per GPU)."""
+    algorithm = spec.speculator.algorithm
+    if algorithm in {"none", "NGRAM"}:
+        return 0.0, 0.0
+    one_layer_kv = arch.kv_bytes_per_token(kv_bytes, tp) / arch.num_layers
+    draft = draft_arch(spec)
+    if algorithm == "MTP" or (draft is None and spec.speculator.draft_model is None):
+        # NextN: one extra decoder layer of the target, same dtype.
+        layer_weights = arch.weight_bytes(weight_bytes_per_param(spec, arch)) / arch.num_layers
+        return layer_weights / tp, one_layer_kv
+    if draft is None:
+        # An uncatalogued draft: assume an EAGLE-sized head (about 2% of the target).
+        return arch.weight_bytes(2.0) * 0.02 / tp, one_layer_kv
+    return draft.weight_bytes(2.0) / tp, draft.kv_bytes_per_token(kv_bytes, tp)
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    """Per-GPU memory of one engine replica; byte figures, see `gib` for display."""
+
+    capacity: float  # device memory
+    mem_fraction_static: float
+    weights: float  # target + draft
+    reserve: float  # activations, CUDA graphs, buffers (outside the static pool)
+    kv_cache: float  # the KV pool SGLang would allocate
+    kv_bytes_per_token: float
+    max_kv_tokens: int  # tokens one DP rank's pool holds
+    max_concurrent_tokens: int  # tokens the whole replica holds (all attention-DP ranks)
+    context_length: int
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.kv_cache + self.reserve
+
+    @property
+    def weights_fit(self) -> bool:
+        return self.weights + self.reserve < self.capacity and self.kv_cache > 0
+
+    @property
+    def fits(self) -> bool:
+        return self.weights_fit and self.max_kv_tokens >= self.context_length
+
+
+def context_length(spec: RuntimeSpec, arch: ModelArch) -> int:
+    return spec.model.context_length or arch.max_context
+
+
+def memory_fit(spec: RuntimeSpec, gpu: GpuType, arch: ModelArch, group: EngineGroup) -> MemoryFit:
+    """How one GPU of `group` would be filled."""
+    capacity = gpu.memory_bytes
+    fraction = spec.batching.mem_fraction_static
+    if fraction is None:
+        fraction = max(0.0, (capacity - reserved_bytes(spec, gpu, group)) / capacity)
+    kv_bytes = KV_DTYPE_BYTES[spec.quantization.kv_cache_dtype]
+    attn_tp = max(1, group.tp // group.attn_dp)
+    weights = arch.weight_bytes(weight_bytes_per_param(spec, arch)) / (group.tp * group.pp)
+    draft_weights, draft_kv = _draft_costs(spec, arch, kv_bytes, group.tp)
+    per_token = (arch.kv_bytes_per_token(kv_bytes, attn_tp) + draft_kv) / group.pp
+    pool = max(0.0, fraction * capacity - weights - draft_weights)
+    tokens = int(pool // per_token) if per_token > 0 else 0
+    return MemoryFit(
+        capacity=capacity,
+        mem_fraction_static=fraction,
+        weights=weights + draft_weights,
+        reserve=capacity * (1 - fraction),
+        kv_cache=pool,
+        kv_bytes_per_token=per_token,
+        max_kv_tokens=tokens,
+        max_concurrent_tokens=tokens * group.attn_dp,
+        context_length=context_length(spec, arch),
+    )
+
+
+def gib(value: float) -> float:
+    """Bytes to GiB, rounded for display."""
+    return round(value / GIB, 2)

@@ -1,0 +1,87 @@
+"""Memory fit: weights, reserve and one full-context request per GPU (DESIGN.md section 4)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+from runtime.catalog import ModelArch, list_gpus
+from runtime.issues import Issue, error, warning
+from runtime.memory import MemoryFit, gib, memory_fit
+from runtime.rules.context import RuleContext
+from runtime.rules.parallel import tp_works
+from runtime.topology import EngineGroup
+
+
+def _smallest_fitting_tp(ctx: RuleContext, arch: ModelArch, group: EngineGroup) -> int | None:
+    for tp in (2, 4, 8, 16, 32):
+        if tp <= group.tp or not tp_works(arch, tp):
+            continue
+        wider = replace(group, tp=tp, gpus=tp * group.pp)
+        if memory_fit(ctx.spec, ctx.gpu, arch, wider).fits:
+            return tp
+    return None
+
+
+def _cheaper_options(ctx: RuleContext, arch: ModelArch, group: EngineGroup) -> str:
+    options = []
+    tp = _smallest_fitting_tp(ctx, arch, group)
+    if tp is not None:
+        options.append(f"{group.tp_field} {tp}")
+    if ctx.spec.quantization.method is None and arch.checkpoint_quantization is None:
+        options.append("quantization.method fp8" if ctx.gpu.sm >= 89 else "an FP8/INT4 model")
+    if ctx.spec.quantization.kv_cache_dtype == "auto":
+        options.append("quantization.kv_cache_dtype fp8_e4m3")
+    larger = [g.id for g in list_gpus() if g.memory_gib > ctx.gpu.memory_gib][:3]
+    if larger:
+        options.append(f"a larger GPU ({', '.join(larger)})")
+    return "; ".join(options)
+
+
+def _weights_issue(ctx: RuleContext, arch: ModelArch, group: EngineGroup, fit: MemoryFit) -> Issue:
+    return error(
+        group.tp_field,
+        "memory_weights_exceed",
+        f"{group.role}: weights need {gib(fit.weights)} GiB per GPU plus {gib(fit.reserve)} GiB "
+        f"reserved for activations and CUDA graphs, but a {ctx.gpu.id} has "
+        f"{gib(fit.capacity)} GiB (mem_fraction_static {fit.mem_fraction_static:.3f})",
+        "use " + _cheaper_options(ctx, arch, group),
+    )
+
+
+def _context_issue(ctx: RuleContext, arch: ModelArch, group: EngineGroup, fit: MemoryFit) -> Issue:
+    field = "model.context_length"
+    return error(
+        field,
+        "memory_context_exceeds_kv",
+        f"{group.role}: the KV pool holds {fit.max_kv_tokens} tokens per GPU after "
+        f"{gib(fit.weights)} GiB of weights, less than one {fit.context_length}-token request",
+        f"set model.context_length to at most {fit.max_kv_tokens}, or use "
+        + _cheaper_options(ctx, arch, group),
+    )
+
+
+def _group_fit(ctx: RuleContext, arch: ModelArch, group: EngineGroup) -> Iterator[Issue]:
+    fit = memory_fit(ctx.spec, ctx.gpu, arch, group)
+    if not fit.weights_fit:
+        yield _weights_issue(ctx, arch, group, fit)
+    elif fit.max_kv_tokens < fit.context_length:
+        yield _context_issue(ctx, arch, group, fit)
+    elif fit.max_kv_tokens < 2 * fit.context_length:
+        yield warning(
+            "model.context_length",
+            "memory_low_concurrency",
+            f"{group.role}: the KV pool holds {fit.max_kv_tokens} tokens, fewer than two "
+            f"full {fit.context_length}-token requests; long requests will queue",
+            "lower model.context_length or use fp8 KV cache / more GPUs",
+        )
+
+
+def memory(ctx: RuleContext) -> Iterator[Issue]:
+    if ctx.arch is None:
+        return
+    for group in ctx.groups:
+        yield from _group_fit(ctx, ctx.arch, group)
+
+
+RULES = (memory,)

@@ -1,0 +1,336 @@
+"""RuntimeSpec: the typed settings of one endpoint (DESIGN.md section 4).
+
+Field names are part of Plinth's stored revisions and REST API: rename nothing. Parsing is strict
+(no silent string-to-number coercion, no unknown fields) and checks one field at a time; rules that
+relate several fields, the catalogues or the hardware live in `runtime.validate`.
+
+Errors raised here carry a stable error type (`unknown_gpu`, `unknown_quantization`, ...) that
+`runtime.validate.check` turns into an Issue code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
+
+from runtime.catalog import (
+    DEFAULT_SGLANG_VERSION,
+    SUPPORTED_SGLANG_VERSIONS,
+    ModelArch,
+    UnknownGpuError,
+    get_gpu,
+    get_model,
+    gpu_ids,
+)
+
+# The quantization methods Plinth offers, with SGLang 0.5.23's spelling (QUANTIZATION_CHOICES minus
+# ROCm/Ascend/Apple-only and internal names). Hardware minimums live in runtime.validate.
+QUANTIZATION_METHODS: tuple[str, ...] = (
+    "fp8",
+    "mxfp8",
+    "modelopt",
+    "modelopt_fp8",
+    "modelopt_fp4",
+    "modelopt_mixed",
+    "nvfp4_online",
+    "w8a8_fp8",
+    "w8a8_int8",
+    "awq",
+    "awq_marlin",
+    "gptq",
+    "gptq_marlin",
+    "bitsandbytes",
+    "gguf",
+    "moe_wna16",
+    "w4afp8",
+    "mxfp4",
+    "compressed-tensors",
+    "auto-round",
+    "petit_nvfp4",
+)
+
+KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "bf16", "fp8_e4m3", "fp8_e5m2", "mxfp8", "nvfp4")
+
+# Names people bring from older recipes, with the 0.5.23 spelling to suggest (SGLANG.md section 0).
+_QUANTIZATION_HINTS = {
+    "nvfp4": "use 'modelopt_fp4' for NVFP4 checkpoints, or 'nvfp4_online' to convert MoE weights",
+    "fp4": "use 'modelopt_fp4' for NVFP4 checkpoints",
+    "int4": "use 'awq' or 'gptq' (whichever the checkpoint was made with)",
+    "int8": "use 'w8a8_int8'",
+}
+_KV_HINTS = {"fp8": "use 'fp8_e4m3' (or 'fp8_e5m2')", "bfloat16": "use 'bf16'"}
+
+SpeculativeAlgorithm = Literal["none", "EAGLE", "EAGLE3", "MTP", "NGRAM", "STANDALONE"]
+RoutingPolicy = Literal["cache_aware", "round_robin", "power_of_two", "random"]
+SchedulePolicy = Literal[
+    "fcfs", "lpm", "random", "dfs-weight", "lof", "priority", "routing-key", "hrrn",
+    "shortest-prefill-first",
+]  # fmt: skip
+TransferBackend = Literal["mooncake", "mooncake_tcp", "nixl", "mori", "fake"]
+ExtraFlagValue = bool | int | float | str | list[str]
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PositiveInt = Annotated[int, Field(ge=1)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+class _Group(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Architecture(_Group):
+    """The numbers of a model that is not in the catalogue (from its config.json)."""
+
+    architecture: str = "LlamaForCausalLM"
+    num_layers: PositiveInt
+    hidden_size: PositiveInt
+    num_attention_heads: PositiveInt
+    num_kv_heads: PositiveInt
+    head_dim: PositiveInt
+    vocab_size: PositiveInt
+    params_b: float = Field(gt=0, description="total parameters, billions")
+    active_params_b: float | None = Field(default=None, gt=0, description="MoE: active per token")
+    max_context: PositiveInt
+    has_mtp: bool = False
+    num_experts: PositiveInt | None = None
+    sliding_window_layers: int = Field(default=0, ge=0)
+    kv_lora_rank: PositiveInt | None = None
+    qk_rope_head_dim: int | None = Field(default=None, ge=0)
+    checkpoint_bytes_per_param: float = Field(default=2.0, gt=0)
+
+
+class ModelSettings(_Group):
+    source: str = Field(min_length=1, description="Hugging Face repo id or a local path / URI")
+    revision: str | None = None
+    served_name: str | None = Field(default=None, min_length=1, max_length=256)
+    trust_remote_code: bool = False
+    context_length: PositiveInt | None = None
+    dtype: Literal["auto", "bfloat16", "float16"] = "auto"
+    hf_token_secret: str | None = Field(default=None, description="name of a Secret with HF_TOKEN")
+    architecture: Architecture | None = None
+
+    @field_validator("served_name")
+    @classmethod
+    def _no_colon(cls, value: str | None) -> str | None:
+        if value is not None and ":" in value:
+            raise PydanticCustomError(
+                "served_name_colon",
+                "served name '{value}' contains ':', which SGLang reserves for "
+                "'base:adapter' LoRA names",
+                {"value": value, "fix": f"use {value.replace(':', '-')!r}"},
+            )
+        return value
+
+    def arch(self) -> ModelArch | None:
+        """The architecture: the inline description if given, else the catalogue's entry."""
+        if self.architecture is None:
+            return get_model(self.source)
+        data = self.architecture.model_dump()
+        data["active_params_b"] = data["active_params_b"] or data["params_b"]
+        return ModelArch(id=self.source, hf_repo=self.source, **data)
+
+
+class HardwareSettings(_Group):
+    gpu: str = Field(description="GPU type id from the catalogue, e.g. H100-SXM")
+    gpus_per_replica: PositiveInt | None = Field(default=None, description="default tp x pp")
+    nodes_per_replica: PositiveInt | None = Field(default=None, description="default: fewest")
+    price_per_gpu_hour: float | None = Field(default=None, ge=0, description="USD, overrides")
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, value: str) -> str:
+        try:
+            return get_gpu(value).id
+        except UnknownGpuError as error:
+            raise PydanticCustomError(
+                "unknown_gpu",
+                "unknown GPU type '{value}'",
+                {"value": value, "fix": "use one of: " + ", ".join(gpu_ids())},
+            ) from error
+
+
+class ParallelismSettings(_Group):
+    """Inside one replica. Data parallelism is `autoscaling` replicas behind the router."""
+
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    attn_dp: PositiveInt = 1
+    ep: PositiveInt = 1
+
+
+class BatchingSettings(_Group):
+    """None means "let SGLang choose" (it sizes most of these from GPU memory)."""
+
+    max_running_requests: PositiveInt | None = None
+    max_prefill_tokens: PositiveInt | None = None
+    chunked_prefill_size: int | None = Field(default=None, ge=-1, description="-1 disables")
+    schedule_policy: SchedulePolicy | None = None
+    schedule_conservativeness: float | None = Field(default=None, ge=0)
+    mem_fraction_static: float | None = Field(default=None, gt=0, lt=1)
+    cuda_graph_max_bs_decode: PositiveInt | None = None
+    page_size: PositiveInt | None = None
+    radix_cache: bool = True
+    mixed_chunk: bool = False
+    stream_interval: PositiveInt | None = None
+
+    @field_validator("chunked_prefill_size")
+    @classmethod
+    def _no_zero_chunk(cls, value: int | None) -> int | None:
+        if value == 0:
+            raise PydanticCustomError(
+                "invalid_value", "0 is not a chunk size", {"fix": "use -1 to disable chunking"}
+            )
+        return value
+
+
+class QuantizationSettings(_Group):
+    method: str | None = Field(default=None, description="weights; None: as the checkpoint ships")
+    kv_cache_dtype: str = "auto"
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, value: str | None) -> str | None:
+        if value is None or value in QUANTIZATION_METHODS:
+            return value
+        hint = _QUANTIZATION_HINTS.get(value.lower(), "known: " + ", ".join(QUANTIZATION_METHODS))
+        raise PydanticCustomError(
+            "unknown_quantization",
+            "'{value}' is not a quantization method of SGLang 0.5.23",
+            {"value": value, "fix": hint},
+        )
+
+    @field_validator("kv_cache_dtype")
+    @classmethod
+    def _known_kv_dtype(cls, value: str) -> str:
+        if value in KV_CACHE_DTYPES:
+            return value
+        hint = _KV_HINTS.get(value.lower(), "known: " + ", ".join(KV_CACHE_DTYPES))
+        raise PydanticCustomError(
+            "unknown_kv_cache_dtype",
+            "'{value}' is not a KV-cache dtype of SGLang 0.5.23",
+            {"value": value, "fix": hint},
+        )
+
+
+class NgramSettings(_Group):
+    min_bfs_breadth: PositiveInt | None = None
+    max_bfs_breadth: PositiveInt | None = None
+    match_type: Literal["BFS", "PROB"] | None = None
+    max_trie_depth: PositiveInt | None = None
+    capacity: PositiveInt | None = None
+
+
+class SpeculatorSettings(_Group):
+    algorithm: SpeculativeAlgorithm = "none"
+    draft_model: str | None = Field(default=None, min_length=1)
+    draft_model_revision: str | None = None
+    num_steps: PositiveInt | None = None
+    eagle_topk: PositiveInt | None = None
+    num_draft_tokens: PositiveInt | None = None
+    ngram: NgramSettings = NgramSettings()
+
+    @property
+    def enabled(self) -> bool:
+        return self.algorithm != "none"
+
+
+class PoolSettings(_Group):
+    """One side of a prefill/decode split; `tp` None means parallelism.tp."""
+
+    replicas: PositiveInt = 1
+    tp: PositiveInt | None = None
+
+
+class DisaggregationSettings(_Group):
+    enabled: bool = False
+    prefill: PoolSettings = PoolSettings()
+    decode: PoolSettings = PoolSettings()
+    transfer_backend: TransferBackend = "mooncake"
+    bootstrap_port: Port = 8998
+    ib_device: str | None = None
+    decode_radix_cache: bool = False
+
+
+class RoutingSettings(_Group):
+    policy: RoutingPolicy = "cache_aware"
+    cache_threshold: float | None = Field(default=None, ge=0, le=1)
+    balance_abs_threshold: int | None = Field(default=None, ge=0)
+    balance_rel_threshold: float | None = Field(default=None, ge=1)
+
+
+class AutoscalingSettings(_Group):
+    min_replicas: int = Field(default=1, ge=0)
+    max_replicas: PositiveInt = 1
+    concurrency_target: PositiveInt = Field(default=32, description="in-flight requests/replica")
+    target_utilization: float = Field(default=0.7, gt=0, le=1)
+    window_seconds: PositiveInt = 60
+    scale_down_delay_seconds: int = Field(default=300, ge=0)
+    scale_to_zero: bool = False
+    scale_to_zero_after_seconds: PositiveInt = 900
+
+
+class RuntimeSettings(_Group):
+    sglang_version: str = DEFAULT_SGLANG_VERSION
+    image: str | None = Field(default=None, min_length=1, description="default: lmsysorg/sglang")
+    router_image: str | None = Field(default=None, min_length=1)
+    extra_flags: dict[str, ExtraFlagValue] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("sglang_version")
+    @classmethod
+    def _supported_version(cls, value: str) -> str:
+        if value not in SUPPORTED_SGLANG_VERSIONS:
+            raise PydanticCustomError(
+                "unsupported_version",
+                "SGLang {value} is not supported",
+                {"value": value, "fix": "use " + " or ".join(SUPPORTED_SGLANG_VERSIONS)},
+            )
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not _ENV_NAME.match(name):
+                raise PydanticCustomError(
+                    "invalid_env_name",
+                    "'{name}' is not a valid environment variable name",
+                    {"name": name, "fix": "use letters, digits and '_' only"},
+                )
+        return value
+
+    @property
+    def engine_image(self) -> str:
+        return self.image or f"lmsysorg/sglang:v{self.sglang_version}"
+
+
+class RuntimeSpec(_Group):
+    """All settings of one endpoint; only `model.source` and `hardware.gpu` are required."""
+
+    model: ModelSettings
+    hardware: HardwareSettings
+    parallelism: ParallelismSettings = ParallelismSettings()
+    batching: BatchingSettings = BatchingSettings()
+    quantization: QuantizationSettings = QuantizationSettings()
+    speculator: SpeculatorSettings = SpeculatorSettings()
+    disaggregation: DisaggregationSettings = DisaggregationSettings()
+    routing: RoutingSettings = RoutingSettings()
+    autoscaling: AutoscalingSettings = AutoscalingSettings()
+    runtime: RuntimeSettings = RuntimeSettings()
+
+    def canonical_json(self) -> str:
+        """Sorted, compact JSON of every field (defaults included): the revision's stored form."""
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+    def content_hash(self) -> str:
+        """sha256 of `canonical_json()`; equal settings give equal hashes."""
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+    @property
+    def served_model_name(self) -> str:
+        return self.model.served_name or self.model.source

@@ -1,0 +1,405 @@
+"""Command line of the simulated engine: the SGLang launch flags it models, plus ``--sim-*``.
+
+The parser keeps SGLang's flag names, types and choices (from the 0.5.23 server-args catalogue), so
+a malformed value is refused with argparse's usual message and exit status 2, as SGLang would.
+SGLang flags the simulator does not model are ignored with one warning line. Options that stand in
+for what SGLang learns from the GPU come from ``--sim-*`` flags or ``PLINTH_SIM_*`` environment
+variables, so a driver can set them without changing the engine's argv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
+QUANTIZATION_CHOICES = _words(
+    "awq fp8 mxfp8 gptq gptq_marlin awq_marlin bitsandbytes gguf modelopt modelopt_fp8 "
+    "modelopt_fp4 nvfp4_online modelopt_mixed petit_nvfp4 w8a8_int8 w8a8_fp8 moe_wna16 w4afp8 "
+    "mxfp4 auto-round auto-round-int8 compressed-tensors modelslim mxfp_w4a8 quark "
+    "quark_int4fp8_moe quark_mxfp4 mlx_q4 mlx_q8 unquant humming"
+)
+KV_CACHE_DTYPE_CHOICES = _words("auto fp8_e5m2 fp8_e4m3 mxfp8 bf16 bfloat16 nvfp4 fp4_mx_block16")
+DTYPE_CHOICES = _words("auto half float16 bfloat16 float float32")
+SCHEDULE_POLICY_CHOICES = _words(
+    "lpm random fcfs dfs-weight lof priority routing-key hrrn shortest-prefill-first"
+)
+SPECULATIVE_ALGORITHMS = (
+    "EAGLE",
+    "EAGLE3",
+    "NEXTN",
+    "STANDALONE",
+    "NGRAM",
+    "DFLASH",
+    "DSPARK",
+    "UNO",
+)
+
+_HUMAN_INT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]i?)?\s*$")
+_SI = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_IEC = {"ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def human_readable_int(value: str) -> int:
+    """SGLang's integer type for sizes: ``32k`` = 32000, ``32Ki`` = 32768, ``1M``, ``1Mi``."""
+    match = _HUMAN_INT.match(value)
+    if match is None:
+        raise ValueError(value)
+    number, suffix = match.groups()
+    scale = 1
+    if suffix:
+        lowered = suffix.lower()
+        scale = _IEC[lowered] if lowered.endswith("i") else _SI[lowered]
+    return int(float(number) * scale)
+
+
+def loads(value: str) -> Any:
+    """JSON flags (named like SGLang's parser type, so its error message reads the same)."""
+    return json.loads(value)
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """What a real engine would learn from its GPU and weights, plus test controls."""
+
+    gpu: str = "H100-SXM"
+    time_scale: float = 1.0
+    startup_delay: float = 0.0
+    output_len_mean: int = 200
+    spec_accept_rate: float = 0.7
+    crash_after_requests: int = 0
+    error_rate: float = 0.0
+    stall_after_tokens: int = 0
+    stall_seconds: float = 0.0
+    drain_timeout: float = 60.0
+
+
+@dataclass(frozen=True)
+class EngineArgs:
+    """The SGLang launch flags the simulator models, with SGLang's defaults."""
+
+    model_path: str
+    served_model_name: str
+    tokenizer_path: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 30000
+    tp_size: int = 1
+    pp_size: int = 1
+    dp_size: int = 1
+    attn_dp_size: int = 1
+    ep_size: int = 1
+    context_length: int | None = None
+    dtype: str = "auto"
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
+    mem_fraction_static: float | None = None
+    max_running_requests: int | None = None
+    max_queued_requests: int | None = None
+    max_total_tokens: int | None = None
+    max_prefill_tokens: int = 16384
+    chunked_prefill_size: int | None = None
+    page_size: int | None = None
+    schedule_policy: str = "fcfs"
+    schedule_conservativeness: float = 1.0
+    disable_radix_cache: bool = False
+    speculative_algorithm: str | None = None
+    speculative_draft_model_path: str | None = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    disaggregation_mode: str = "null"
+    disaggregation_bootstrap_port: int = 8998
+    api_key: str | None = None
+    admin_api_key: str | None = None
+    enable_metrics: bool = False
+    extra_metric_labels: dict[str, str] = field(default_factory=dict)
+    enable_cache_report: bool = False
+    stream_response_default_include_usage: bool = False
+    incremental_streaming_output: bool = False
+    stream_interval: int = 1
+    random_seed: int | None = None
+    log_level: str = "info"
+    skip_server_warmup: bool = False
+    sim: SimOptions = field(default_factory=SimOptions)
+    ignored_flags: tuple[str, ...] = ()
+    launch_command: str = ""
+
+
+# (flag names, dest, type, default, choices); store_true flags have type None.
+_Flag = tuple[tuple[str, ...], str, Callable[[str], Any] | None, Any, Sequence[str] | None]
+_SGLANG_FLAGS: tuple[_Flag, ...] = (
+    (("--model-path", "--model"), "model_path", str, None, None),
+    (("--tokenizer-path",), "tokenizer_path", str, None, None),
+    (("--served-model-name",), "served_model_name", str, None, None),
+    (("--host",), "host", str, "127.0.0.1", None),
+    (("--port",), "port", int, 30000, None),
+    (("--tp-size", "--tensor-parallel-size"), "tp_size", int, 1, None),
+    (("--pp-size", "--pipeline-parallel-size"), "pp_size", int, 1, None),
+    (("--dp-size", "--data-parallel-size"), "dp_size", int, 1, None),
+    (("--attn-dp-size", "--attention-data-parallel-size"), "attn_dp_size", int, 1, None),
+    (("--ep-size", "--expert-parallel-size", "--ep"), "ep_size", int, 1, None),
+    (("--context-length",), "context_length", human_readable_int, None, None),
+    (("--dtype",), "dtype", str, "auto", DTYPE_CHOICES),
+    (("--quantization",), "quantization", str, None, QUANTIZATION_CHOICES),
+    (("--kv-cache-dtype",), "kv_cache_dtype", str, "auto", KV_CACHE_DTYPE_CHOICES),
+    (("--mem-fraction-static",), "mem_fraction_static", float, None, None),
+    (("--max-running-requests",), "max_running_requests", int, None, None),
+    (("--max-queued-requests",), "max_queued_requests", int, None, None),
+    (("--max-total-tokens",), "max_total_tokens", human_readable_int, None, None),
+    (("--max-prefill-tokens",), "max_prefill_tokens", human_readable_int, 16384, None),
+    (("--chunked-prefill-size",), "chunked_prefill_size", int, None, None),
+    (("--page-size",), "page_size", int, None, None),
+    (("--schedule-policy",), "schedule_policy", str, "fcfs", SCHEDULE_POLICY_CHOICES),
+    (("--schedule-conservativeness",), "schedule_conservativeness", float, 1.0, None),
+    (("--disable-radix-cache",), "disable_radix_cache", None, False, None),
+    (("--speculative-algorithm",), "speculative_algorithm", str, None, None),
+    (
+        ("--speculative-draft-model-path", "--speculative-draft-model"),
+        "speculative_draft_model_path",
+        str,
+        None,
+        None,
+    ),
+    (("--speculative-num-steps",), "speculative_num_steps", int, None, None),
+    (("--speculative-eagle-topk",), "speculative_eagle_topk", int, None, None),
+    (("--speculative-num-draft-tokens",), "speculative_num_draft_tokens", int, None, None),
+    (("--disaggregation-mode",), "disaggregation_mode", str, "null", ("null", "prefill", "decode")),
+    (("--disaggregation-bootstrap-port",), "disaggregation_bootstrap_port", int, 8998, None),
+    (("--api-key",), "api_key", str, None, None),
+    (("--admin-api-key",), "admin_api_key", str, None, None),
+    (("--enable-metrics",), "enable_metrics", None, False, None),
+    (("--extra-metric-labels",), "extra_metric_labels", loads, None, None),
+    (("--enable-cache-report",), "enable_cache_report", None, False, None),
+    (
+        ("--stream-response-default-include-usage",),
+        "stream_response_default_include_usage",
+        None,
+        False,
+        None,
+    ),
+    (("--incremental-streaming-output",), "incremental_streaming_output", None, False, None),
+    (("--stream-interval",), "stream_interval", int, 1, None),
+    (("--random-seed",), "random_seed", int, None, None),
+    (("--log-level",), "log_level", str, "info", None),
+    (("--skip-server-warmup",), "skip_server_warmup", None, False, None),
+)
+
+
+def _non_negative_float(value: str) -> float:
+    number = float(value)
+    if number < 0:
+        raise ValueError(value)
+    return number
+
+
+def _positive_float(value: str) -> float:
+    number = float(value)
+    if number <= 0:
+        raise ValueError(value)
+    return number
+
+
+def _fraction(value: str) -> float:
+    number = float(value)
+    if not 0.0 <= number <= 1.0:
+        raise ValueError(value)
+    return number
+
+
+def _non_negative_int(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise ValueError(value)
+    return number
+
+
+# (flag names, dest, type, env var, help)
+_SimFlag = tuple[tuple[str, ...], str, Callable[[str], Any], str, str]
+_SIM_FLAGS: tuple[_SimFlag, ...] = (
+    (("--sim-gpu",), "gpu", str, "PLINTH_SIM_GPU", "GPU type from the catalogue (H100-SXM)"),
+    (
+        ("--time-scale", "--sim-time-scale"),
+        "time_scale",
+        _positive_float,
+        "PLINTH_SIM_TIME_SCALE",
+        "simulated seconds per real second (1)",
+    ),
+    (
+        ("--sim-startup-delay",),
+        "startup_delay",
+        _non_negative_float,
+        "PLINTH_SIM_STARTUP_DELAY",
+        "real seconds before the engine is ready (0)",
+    ),
+    (
+        ("--sim-output-len-mean",),
+        "output_len_mean",
+        int,
+        "PLINTH_SIM_OUTPUT_LEN_MEAN",
+        "mean natural answer length in tokens before EOS (200)",
+    ),
+    (
+        ("--sim-spec-accept-rate",),
+        "spec_accept_rate",
+        _fraction,
+        "PLINTH_SIM_SPEC_ACCEPT_RATE",
+        "probability that each draft token is accepted (0.7)",
+    ),
+    (
+        ("--sim-crash-after-requests",),
+        "crash_after_requests",
+        _non_negative_int,
+        "PLINTH_SIM_CRASH_AFTER_REQUESTS",
+        "exit(1) once this many generation requests have been served (0: never)",
+    ),
+    (
+        ("--sim-error-rate",),
+        "error_rate",
+        _fraction,
+        "PLINTH_SIM_ERROR_RATE",
+        "fraction of generation requests answered with HTTP 500 (0)",
+    ),
+    (
+        ("--sim-stall-after-tokens",),
+        "stall_after_tokens",
+        _non_negative_int,
+        "PLINTH_SIM_STALL_AFTER_TOKENS",
+        "stall each stream after this many tokens (0: never)",
+    ),
+    (
+        ("--sim-stall-seconds",),
+        "stall_seconds",
+        _non_negative_float,
+        "PLINTH_SIM_STALL_SECONDS",
+        "real seconds a stalled stream waits (0)",
+    ),
+    (
+        ("--sim-drain-timeout",),
+        "drain_timeout",
+        _non_negative_float,
+        "PLINTH_SIM_DRAIN_TIMEOUT",
+        "real seconds SIGTERM waits for in-flight requests (60)",
+    ),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m runtime.sim",
+        description="Simulated SGLang 0.5.23 engine (no GPU). Unmodelled SGLang flags are ignored.",
+    )
+    for names, dest, kind, default, choices in _SGLANG_FLAGS:
+        if kind is None:
+            parser.add_argument(*names, dest=dest, action="store_true", default=default)
+        else:
+            parser.add_argument(*names, dest=dest, type=kind, default=default, choices=choices)
+    sim = parser.add_argument_group("simulator")
+    for names, dest, kind, env, text in _SIM_FLAGS:
+        sim.add_argument(
+            *names, dest=f"sim_{dest}", type=kind, default=None, help=f"{text}; ${env}"
+        )
+    return parser
+
+
+def parse_engine_args(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> EngineArgs:
+    """Parse an SGLang argv (exits 2 on a malformed value, as argparse does)."""
+    env = os.environ if env is None else env
+    warn = warn or _print_warning
+    parser = build_parser()
+    namespace, unknown = parser.parse_known_args(list(argv))
+    ignored = tuple(a for a in unknown if a.startswith("-"))
+    if ignored:
+        warn(f"WARNING: runtime.sim ignores flags it does not model: {' '.join(ignored)}")
+    values = vars(namespace)
+    if values["model_path"] is None:
+        parser.error("the following arguments are required: --model-path/--model")
+    sim = _sim_options(parser, values, env)
+    return _engine_args(parser, values, sim, ignored, argv)
+
+
+def _sim_options(
+    parser: argparse.ArgumentParser, values: dict[str, Any], env: Mapping[str, str]
+) -> SimOptions:
+    chosen: dict[str, Any] = {}
+    for _names, dest, kind, env_name, _ in _SIM_FLAGS:
+        value = values.pop(f"sim_{dest}")
+        if value is None and env.get(env_name):
+            try:
+                value = kind(env[env_name])
+            except ValueError:
+                parser.error(f"environment {env_name}: invalid value: {env[env_name]!r}")
+        if value is not None:
+            chosen[dest] = value
+    return SimOptions(**chosen)
+
+
+def _engine_args(
+    parser: argparse.ArgumentParser,
+    values: dict[str, Any],
+    sim: SimOptions,
+    ignored: tuple[str, ...],
+    argv: Sequence[str],
+) -> EngineArgs:
+    labels = values.pop("extra_metric_labels") or {}
+    if not isinstance(labels, dict):
+        parser.error("argument --extra-metric-labels: must be a JSON object")
+    served = values.pop("served_model_name") or values["model_path"]
+    return EngineArgs(
+        served_model_name=served,
+        extra_metric_labels={str(k): str(v) for k, v in labels.items()},
+        sim=sim,
+        ignored_flags=ignored,
+        launch_command=" ".join(["python3 -m sglang.launch_server", *argv]),
+        **values,
+    )
+
+
+def _print_warning(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class StartupError(Exception):
+    """A flag combination SGLang accepts at parse time but refuses when the server starts."""
+
+
+def check_engine_args(args: EngineArgs) -> None:
+    """SGLang's start-up checks that the simulator models (raises StartupError)."""
+    if ":" in args.served_model_name:
+        raise StartupError("--served-model-name must not contain ':' (reserved for LoRA adapters)")
+    if args.tp_size < 1 or args.pp_size < 1 or args.dp_size < 1 or args.attn_dp_size < 1:
+        raise StartupError("parallel sizes must be >= 1")
+    if args.attn_dp_size > 1 and args.tp_size % args.attn_dp_size:
+        raise StartupError("tp_size must be divisible by attn_dp_size")
+    if args.mem_fraction_static is not None and not 0 < args.mem_fraction_static < 1:
+        raise StartupError("--mem-fraction-static must be in (0, 1)")
+    if args.schedule_conservativeness < 0:
+        raise StartupError("--schedule-conservativeness must be >= 0")
+    _check_speculative(args)
+
+
+def _check_speculative(args: EngineArgs) -> None:
+    algo = args.speculative_algorithm
+    if algo is None:
+        return
+    if algo.upper() not in SPECULATIVE_ALGORITHMS:
+        raise StartupError(f"Unknown speculative algorithm name: {algo}")
+    if args.speculative_num_steps is None and (
+        args.speculative_eagle_topk is not None or args.speculative_num_draft_tokens is not None
+    ):
+        raise StartupError(
+            "speculative_eagle_topk and speculative_num_draft_tokens require speculative_num_steps"
+        )

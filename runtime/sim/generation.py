@@ -1,0 +1,142 @@
+"""What the HTTP routes share: the serving context, and one request's run through the engine.
+
+A ``RequestRun`` submits a request, yields its updates (applying an injected stall), and on close
+aborts it if the caller went away, records its request-level metrics once, and counts it towards an
+injected crash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.sim.args import EngineArgs
+from runtime.sim.engine import Engine
+from runtime.sim.errors import RequestError
+from runtime.sim.faults import FaultInjector
+from runtime.sim.request import SimRequest, Update
+from runtime.sim.sampling import TokenSource
+
+
+@dataclass
+class ServingContext:
+    args: EngineArgs
+    engine: Engine
+    faults: FaultInjector
+    accepting: bool = False  # False while loading and while draining
+    active_runs: int = 0
+
+    def admit(self, native: bool) -> None:
+        """Gate a generation request: not while starting or draining, and maybe a fault."""
+        if not self.accepting:
+            raise RequestError(
+                "The server is not ready or is shutting down.",
+                status=503,
+                err_type="ServiceUnavailableError",
+                native=native,
+            )
+        limit = self.args.max_queued_requests
+        queued = len(self.engine.scheduler.waiting)
+        # SGLang ignores the queue limit under PD disaggregation.
+        if limit is not None and self.args.disaggregation_mode == "null" and queued >= limit:
+            raise RequestError(
+                "The request queue is full.",
+                status=503,
+                err_type="ServiceUnavailableError",
+                native=native,
+            )
+        if self.faults.on_arrival():
+            raise RequestError(
+                "Internal server error: simulated fault (--sim-error-rate)",
+                status=500,
+                err_type="InternalServerError",
+            )
+
+    @property
+    def context_length(self) -> int:
+        return self.engine.plan.context_length
+
+    def check_lengths(self, prompt_tokens: int, max_new_tokens: int | None, native: bool) -> int:
+        """Refuse prompts the engine cannot hold; return the effective ``max_new_tokens``."""
+        limit = self.context_length
+        if prompt_tokens >= limit:
+            raise RequestError(
+                f"The input ({prompt_tokens} tokens) is longer than the model's context length "
+                f"({limit} tokens).",
+                native=native,
+            )
+        if prompt_tokens >= self.engine.pool.capacity:
+            raise RequestError(
+                f"The input ({prompt_tokens} tokens) does not fit in the KV cache "
+                f"({self.engine.pool.capacity} tokens).",
+                native=native,
+            )
+        if max_new_tokens is None:
+            return limit - prompt_tokens
+        if prompt_tokens + max_new_tokens > limit:
+            raise RequestError(
+                f"Requested token count exceeds the model's maximum context length of {limit} "
+                f"tokens. You requested a total of {prompt_tokens + max_new_tokens} tokens: "
+                f"{prompt_tokens} tokens from the input messages and {max_new_tokens} tokens for "
+                "the completion. Please reduce the number of tokens in the input messages or the "
+                "completion to fit within the limit.",
+                native=native,
+            )
+        return max_new_tokens
+
+
+class RequestRun:
+    def __init__(self, ctx: ServingContext, req: SimRequest) -> None:
+        self.ctx = ctx
+        self.req = req
+        self.sent_tokens = 0
+        self._closed = False
+        ctx.active_runs += 1
+        ctx.engine.submit(req)
+
+    async def updates(self) -> AsyncIterator[Update]:
+        while True:
+            update = await self.req.updates.get()
+            before = self.sent_tokens
+            self.sent_tokens += len(update.token_ids)
+            await self.ctx.faults.maybe_stall(before, self.sent_tokens)
+            yield update
+            if update.finished is not None:
+                return
+
+    async def collect(self) -> None:
+        async for _ in self.updates():
+            pass
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.ctx.active_runs -= 1
+        if self.req.finished is None:
+            self.ctx.engine.abort(self.req)
+        self.ctx.engine.record_finished(self.req)
+        if self.req.finished is not None and self.req.finished.kind != "abort":
+            self.ctx.faults.on_finished()
+
+
+def logprob_entries(
+    source: TokenSource, start: int, token_ids: list[int], top: int
+) -> list[tuple[int, int, list[tuple[int, float]]]]:
+    """(position, token, [(id, logprob) for the top ``top``]) for each new token."""
+    rows = []
+    for offset, token in enumerate(token_ids):
+        position = start + offset
+        tops = source.top_logprobs(position, token, max(1, top))
+        rows.append((position, token, [(t.token_id, t.logprob) for t in tops]))
+    return rows
+
+
+def meta_spec(req: SimRequest) -> dict[str, Any]:
+    if not req.spec_verify_ct:
+        return {}
+    return {
+        "spec_verify_ct": req.spec_verify_ct,
+        "spec_accept_length": round(req.completion_tokens / req.spec_verify_ct, 4),
+    }

@@ -1,0 +1,369 @@
+"""Continuous batching: which requests run in the next forward pass, and what it produces.
+
+Modelled on SGLang's scheduler. Each step is either a prefill (extend) batch, when waiting requests
+can be admitted, or a decode batch of every running request. Admission stops at
+``--max-running-requests``, at the prefill token budget (``--max-prefill-tokens``), and when the
+KV pool cannot hold the request plus a reserve for the decoding ones; a prompt longer than
+``--chunked-prefill-size`` is prefilled in chunks over several steps. A decode step gives each
+running request one token, or an accept length's worth under speculation; when the pool runs dry
+the request with the least progress is retracted to the front of the queue and later recomputed.
+The scheduler is synchronous and clock-free: ``plan`` picks a step, the caller waits for its
+simulated duration, ``commit`` applies it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from runtime.sim.kvpool import KvPool
+from runtime.sim.request import FinishReason, SimRequest, Update
+from runtime.sim.roofline import StepWork
+from runtime.sim.tokenizer import EOS_ID, Tokenizer
+
+RESERVE_CAP = 4096  # per-request cap of the decode reserve, as SGLang clips it
+LPM_QUEUE_LIMIT = 128  # SGLang falls back to FCFS above this queue length
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_running_requests: int
+    max_prefill_tokens: int = 16384
+    chunked_prefill_size: int = 8192  # <= 0: no chunking
+    page_size: int = 1
+    schedule_policy: str = "fcfs"
+    conservativeness: float = 1.0
+    spec_steps: int = 0  # 0: no speculative decoding
+    spec_draft_tokens: int = 0
+    spec_accept_rate: float = 0.7
+    stream_interval: int = 1
+
+    @property
+    def init_new_token_ratio(self) -> float:
+        return min(1.0, 0.7 * self.conservativeness)
+
+
+@dataclass
+class SchedulerStats:
+    retracted_requests_total: int = 0
+    retracted_input_tokens_total: int = 0
+    retracted_output_tokens_total: int = 0
+    prefill_computed_tokens_total: int = 0
+    prefill_cached_tokens_total: int = 0
+    decode_tokens_total: int = 0
+    spec_verify_calls_total: int = 0
+    spec_accepted_tokens_total: int = 0
+    last_cache_hit_rate: float = 0.0
+
+
+@dataclass
+class Step:
+    prefill: list[tuple[SimRequest, int]] = field(default_factory=list)
+    decode: list[tuple[SimRequest, int]] = field(default_factory=list)
+    work: StepWork = field(default_factory=StepWork)
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, pool: KvPool, tokenizer: Tokenizer) -> None:
+        self.config = config
+        self.pool = pool
+        self.cache = pool.cache
+        self.tokenizer = tokenizer
+        self.waiting: deque[SimRequest] = deque()
+        self.prefilling: list[SimRequest] = []
+        self.running: list[SimRequest] = []
+        self.stats = SchedulerStats()
+        self.new_token_ratio = config.init_new_token_ratio
+        self._step_cached = 0
+
+    # ---- queue -------------------------------------------------------------------------------
+    def add(self, req: SimRequest) -> None:
+        self.waiting.append(req)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.prefilling or self.running)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running) + len(self.prefilling)
+
+    def abort(self, req: SimRequest, message: str = "aborted") -> None:
+        if req.finished is None:
+            self._finish(req, FinishReason("abort", message=message), cache=False)
+
+    def unstick(self) -> None:
+        """Nothing can run although requests wait: refuse the first (it can never fit)."""
+        stuck = self.prefilling[0] if self.prefilling else self.waiting[0]
+        self.abort(stuck, "the request does not fit in the KV cache")
+
+    def flush_cache(self) -> bool:
+        """Empty the prefix cache; refused (False) while requests are in flight, as in SGLang."""
+        if self.has_work():
+            return False
+        self.cache.reset()
+        return True
+
+    # ---- planning ----------------------------------------------------------------------------
+    def plan(self) -> Step:
+        step = Step()
+        self._step_cached = 0
+        step.prefill = self._admit()
+        if step.prefill:
+            self._account_prefill(step)
+            return step
+        step.decode = self._plan_decode()
+        self._account_decode(step)
+        return step
+
+    def _admit(self) -> list[tuple[SimRequest, int]]:
+        chunks: list[tuple[SimRequest, int]] = []
+        budget = _Budget(self.config)
+        for req in list(self.prefilling):
+            take = budget.take(req.fill_ids, req.prefilled, first=not chunks)
+            if take <= 0 or not self._alloc(req, take):
+                return chunks
+            chunks.append((req, take))
+            if req.prefilled + take < len(req.fill_ids):
+                return chunks  # still chunking: nothing else joins this step
+        for req in self._admission_order():
+            if self.num_running >= self.config.max_running_requests:
+                break
+            take = self._admit_one(req, budget, first=not chunks)
+            if take <= 0:
+                break
+            chunks.append((req, take))
+            if req.prefilled + take < len(req.fill_ids):
+                break
+        return chunks
+
+    def _admit_one(self, req: SimRequest, budget: _Budget, first: bool) -> int:
+        match = self.cache.match_prefix(req.fill_ids[:-1])
+        extend = len(req.fill_ids) - match.length
+        if not self._fits(extend + self._reserve(req)):
+            return 0
+        take = budget.take(req.fill_ids, match.length, first=first)
+        if take <= 0:
+            return 0
+        self.cache.lock(match.node)
+        req.node, req.locked_len, req.prefilled = match.node, match.length, match.length
+        if not self._alloc(req, take):
+            self.cache.unlock(match.node)
+            req.node, req.locked_len, req.prefilled = None, 0, 0
+            return 0
+        self.waiting.remove(req)
+        self.prefilling.append(req)
+        if req.cached_tokens is None:
+            req.cached_tokens = match.length
+        self.stats.prefill_cached_tokens_total += match.length
+        self._step_cached += match.length
+        return take
+
+    def _admission_order(self) -> list[SimRequest]:
+        queue = list(self.waiting)
+        if self.config.schedule_policy == "lpm" and len(queue) <= LPM_QUEUE_LIMIT:
+            queue.sort(key=lambda r: -self.cache.match_prefix(r.fill_ids[:-1]).length)
+        return queue
+
+    def _reserve(self, req: SimRequest) -> int:
+        return int(min(req.remaining_tokens, RESERVE_CAP) * self.new_token_ratio)
+
+    def _fits(self, tokens: int) -> bool:
+        """Would a new request leave room for the running ones to keep decoding?"""
+        if not self.running and not self.prefilling:
+            return True  # an idle engine always tries; allocation decides
+        reserved = sum(self._reserve(r) for r in self.running)
+        return tokens <= self.pool.available - reserved
+
+    def _alloc(self, req: SimRequest, tokens: int) -> bool:
+        if not self.pool.try_alloc(tokens):
+            return False
+        req.private_tokens += tokens
+        return True
+
+    def _plan_decode(self) -> list[tuple[SimRequest, int]]:
+        wanted = {req: self._tokens_this_step(req) for req in self.running}
+        while self.pool.available < sum(wanted.values()) and len(self.running) > 1:
+            victim = max(self.running, key=lambda r: (-len(r.output_ids), len(r.input_ids)))
+            wanted.pop(victim)
+            self._retract(victim)
+        batch = []
+        for req, tokens in wanted.items():
+            if self._alloc(req, tokens):
+                batch.append((req, tokens))
+            else:
+                self._finish(
+                    req, FinishReason("abort", message="out of KV cache memory"), cache=False
+                )
+        self.new_token_ratio = max(0.1, self.new_token_ratio - 0.001)
+        return batch
+
+    def _tokens_this_step(self, req: SimRequest) -> int:
+        if not self.config.spec_steps:
+            return 1
+        accepted = req.source.accept_length(self.config.spec_steps, self.config.spec_accept_rate)
+        return max(1, min(accepted, req.remaining_tokens))
+
+    def _retract(self, req: SimRequest) -> None:
+        self._release(req)
+        self.running.remove(req)
+        req.fill_ids = req.input_ids + req.output_ids
+        req.prefilled = 0
+        req.retractions += 1
+        self.waiting.appendleft(req)
+        self.stats.retracted_requests_total += 1
+        self.stats.retracted_input_tokens_total += len(req.input_ids)
+        self.stats.retracted_output_tokens_total += len(req.output_ids)
+        self.new_token_ratio = self.config.init_new_token_ratio
+
+    def _account_prefill(self, step: Step) -> None:
+        work = step.work
+        for req, take in step.prefill:
+            work.prefill_tokens += take
+            work.prefill_pairs += take * (req.prefilled + take / 2)
+        total = work.prefill_tokens + self._step_cached
+        self.stats.last_cache_hit_rate = self._step_cached / total if total else 0.0
+        self.stats.prefill_computed_tokens_total += work.prefill_tokens
+
+    def _account_decode(self, step: Step) -> None:
+        work = step.work
+        spec = self.config.spec_steps > 0
+        for req, _ in step.decode:
+            work.decode_seqs += 1
+            work.decode_tokens += self.config.spec_draft_tokens if spec else 1
+            work.decode_context += len(req.input_ids) + len(req.output_ids)
+        if spec and step.decode:
+            work.draft_passes = self.config.spec_steps
+
+    # ---- applying a step ---------------------------------------------------------------------
+    def commit(self, step: Step, now: float) -> None:
+        for req, take in step.prefill:
+            if req.finished is not None:
+                continue
+            req.prefilled += take
+            self._cache_prefix(req, req.fill_ids[: req.prefilled])
+            if req.admitted_at is None:
+                req.admitted_at = now
+            if req.prefilled == len(req.fill_ids):
+                self.prefilling.remove(req)
+                self.running.append(req)
+                self._alloc(req, 1)
+                self._generate(req, 1, now)
+        for req, tokens in step.decode:
+            if req.finished is None:
+                self._generate(req, tokens, now)
+                self._count_decode(tokens)
+
+    def _count_decode(self, tokens: int) -> None:
+        self.stats.decode_tokens_total += tokens
+        if self.config.spec_steps:
+            self.stats.spec_verify_calls_total += 1
+            self.stats.spec_accepted_tokens_total += tokens
+
+    def _generate(self, req: SimRequest, count: int, now: float) -> None:
+        new: list[int] = []
+        for _ in range(count):
+            token = self._next_token(req)
+            new.append(token)
+            if req.finished is not None:
+                break
+        if req.first_token_at is None:
+            req.first_token_at = now
+        req.last_token_at = now
+        self._emit(req, new)
+
+    def _next_token(self, req: SimRequest) -> int:
+        position = len(req.output_ids)
+        natural_end = not req.params.ignore_eos and position + 1 >= req.source.natural_len
+        token = req.source.token_at(position, finishing=natural_end)
+        req.output_ids.append(token)
+        before = len(req.text)
+        req.text += self.tokenizer.id_to_piece(token)
+        reason = self._stop_reason(req, token, before)
+        if reason is not None:
+            self._finish(req, reason, cache=True)
+        return token
+
+    def _stop_reason(self, req: SimRequest, token: int, before: int) -> FinishReason | None:
+        params = req.params
+        if token == EOS_ID and not params.ignore_eos:
+            return FinishReason("stop", matched=EOS_ID)
+        if token in params.stop_token_ids:
+            return FinishReason("stop", matched=token)
+        for stop in params.stop:
+            at = req.text.find(stop, max(0, before - len(stop) + 1))
+            if at >= 0:
+                req.text = req.text[:at]
+                return FinishReason("stop", matched=stop)
+        if len(req.output_ids) >= params.max_new_tokens:
+            return FinishReason("length", length=len(req.output_ids))
+        return None
+
+    def _emit(self, req: SimRequest, tokens: list[int]) -> None:
+        req.pending_stream_tokens.extend(tokens)
+        ready = len(req.pending_stream_tokens) >= self.config.stream_interval
+        # The first token always goes out at once, so --stream-interval does not delay TTFT.
+        first = len(req.output_ids) == len(req.pending_stream_tokens)
+        if ready or first or req.finished is not None:
+            req.updates.put_nowait(Update(req.pending_stream_tokens, req.finished))
+            req.pending_stream_tokens = []
+
+    # ---- KV bookkeeping ----------------------------------------------------------------------
+    def _finish(self, req: SimRequest, reason: FinishReason, cache: bool) -> None:
+        req.finished = reason
+        if cache and req.node is not None:
+            self._cache_prefix(req, req.input_ids + req.output_ids)
+        self._release(req)
+        for queue in (self.running, self.prefilling):
+            if req in queue:
+                queue.remove(req)
+        if req in self.waiting:
+            self.waiting.remove(req)
+        if reason.kind == "abort":
+            self._emit(req, [])
+
+    def _cache_prefix(self, req: SimRequest, ids: list[int]) -> None:
+        """Move computed tokens from the request's private slots into the radix cache."""
+        if self.cache.disabled or req.node is None:
+            return
+        aligned = len(ids) - len(ids) % self.cache.page_size
+        if aligned <= req.locked_len:
+            return
+        moved = min(req.private_tokens, aligned - req.locked_len)
+        self.pool.release(moved)
+        req.private_tokens -= moved
+        self.cache.insert(ids[:aligned])
+        if self.pool.free < 0:
+            self.cache.evict(-self.pool.free)
+        match = self.cache.match_prefix(ids[:aligned])
+        self.cache.lock(match.node)
+        self.cache.unlock(req.node)
+        req.node, req.locked_len = match.node, match.length
+
+    def _release(self, req: SimRequest) -> None:
+        self.pool.release(req.private_tokens)
+        req.private_tokens = 0
+        if req.node is not None:
+            self.cache.unlock(req.node)
+        req.node, req.locked_len = None, 0
+
+
+class _Budget:
+    """The token budget of one prefill step."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.page = config.page_size
+        self.chunking = config.chunked_prefill_size > 0
+        self.remaining = config.max_prefill_tokens
+        if self.chunking:
+            self.remaining = min(self.remaining, config.chunked_prefill_size)
+
+    def take(self, fill_ids: list[int], done: int, first: bool) -> int:
+        extend = len(fill_ids) - done
+        if extend <= self.remaining:
+            granted = extend
+        elif self.chunking:
+            granted = self.remaining - self.remaining % self.page
+        else:
+            granted = extend if first else 0
+        self.remaining -= granted
+        return granted

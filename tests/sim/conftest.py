@@ -1,0 +1,58 @@
+"""Fixtures for the simulated engine: real engine and router processes on loopback.
+
+Every process is started through ``runtime.sim.launcher`` and stopped in teardown, including when a
+test fails. Engines run at a large time scale so simulated minutes pass in real seconds; no test
+asserts on timings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from runtime.sim.launcher import ManagedProcess, SimCluster, start_engine
+
+EngineFactory = Callable[..., ManagedProcess]
+TIME_SCALE = 100.0
+
+
+@pytest.fixture
+def start_sim_engine(tmp_path: Path) -> Iterator[EngineFactory]:
+    """Start engines with ``start_sim_engine(args=[...], **launcher_kwargs)``; all stopped after."""
+    started: list[ManagedProcess] = []
+
+    def start(args: Sequence[str] = (), **kwargs: object) -> ManagedProcess:
+        kwargs.setdefault("time_scale", TIME_SCALE)
+        kwargs.setdefault("log_dir", tmp_path)
+        proc = start_engine(args=args, **kwargs)  # type: ignore[arg-type]
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def sim_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagedProcess]:
+    """One engine shared by a module's tests (each test uses its own prompts)."""
+    proc = start_engine(time_scale=TIME_SCALE, log_dir=tmp_path_factory.mktemp("engine"))
+    yield proc
+    proc.stop(timeout=5)
+
+
+def _cluster(policy: str, tmp: Path) -> Iterator[SimCluster]:
+    with SimCluster(engines=2, policy=policy, time_scale=TIME_SCALE, log_dir=tmp) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def cache_aware_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
+    yield from _cluster("cache_aware", tmp_path_factory.mktemp("cache_aware"))
+
+
+@pytest.fixture(scope="module")
+def round_robin_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
+    yield from _cluster("round_robin", tmp_path_factory.mktemp("round_robin"))

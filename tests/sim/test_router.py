@@ -1,0 +1,121 @@
+"""The simulated engines behind the real smg router, called with the official openai client."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable
+
+import openai
+from openai.types.chat import ChatCompletionMessageParam
+
+from runtime.sim.launcher import SimCluster
+from tests.sim.scrape import metric_sum
+
+REQUESTS = "sglang:num_requests_total"
+
+
+def client(cluster: SimCluster) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{cluster.url}/v1", api_key="unused", max_retries=0)
+
+
+def served_by(cluster: SimCluster, ask: Callable[[], None]) -> int:
+    """Run ``ask()`` and return the index of the engine whose request count went up."""
+    before = [metric_sum(url, REQUESTS) for url in cluster.engine_urls]
+    ask()
+    after = [metric_sum(url, REQUESTS) for url in cluster.engine_urls]
+    grew = [i for i, (a, b) in enumerate(zip(after, before, strict=True)) if a > b]
+    assert len(grew) == 1, (before, after)
+    return grew[0]
+
+
+def test_openai_client_streams_and_non_streams_through_smg(
+    cache_aware_cluster: SimCluster,
+) -> None:
+    api = client(cache_aware_cluster)
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "Write a haiku about routers."}
+    ]
+    full = api.chat.completions.create(
+        model=cache_aware_cluster.model,
+        messages=messages,
+        max_tokens=12,
+        seed=5,
+    )
+    stream = api.chat.completions.create(
+        model=cache_aware_cluster.model,
+        messages=messages,
+        max_tokens=12,
+        seed=5,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert full.choices[0].message.content == text != ""
+    usage = chunks[-1].usage
+    assert usage is not None and full.usage is not None
+    assert usage.prompt_tokens == full.usage.prompt_tokens
+    assert usage.completion_tokens == full.usage.completion_tokens
+    completion = api.completions.create(
+        model=cache_aware_cluster.model, prompt="Once upon a time", max_tokens=5
+    )
+    assert completion.choices[0].text and completion.usage is not None
+
+
+def test_identical_long_prefixes_land_on_one_engine_under_cache_aware(
+    cache_aware_cluster: SimCluster,
+) -> None:
+    api = client(cache_aware_cluster)
+    system = "You are the assistant of the Example Observatory's visitor desk. " * 40
+
+    def ask(i: int) -> None:
+        api.chat.completions.create(
+            model=cache_aware_cluster.model,
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": f"Q{i}?"}],
+            max_tokens=3,
+        )
+
+    engines = {served_by(cache_aware_cluster, functools.partial(ask, i)) for i in range(6)}
+    assert len(engines) == 1
+
+
+def test_requests_alternate_between_engines_under_round_robin(
+    round_robin_cluster: SimCluster,
+) -> None:
+    api = client(round_robin_cluster)
+    system = "You are the assistant of the Example Observatory's visitor desk. " * 40
+
+    def ask(i: int) -> None:
+        api.chat.completions.create(
+            model=round_robin_cluster.model,
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": f"Q{i}?"}],
+            max_tokens=3,
+        )
+
+    order = [served_by(round_robin_cluster, functools.partial(ask, i)) for i in range(6)]
+    assert all(a != b for a, b in itertools.pairwise(order))
+
+
+def test_engine_counters_add_up_to_the_usage_seen_through_the_router(
+    round_robin_cluster: SimCluster,
+) -> None:
+    api = client(round_robin_cluster)
+    names = ("sglang:prompt_tokens_total", "sglang:generation_tokens_total")
+
+    def totals() -> list[float]:
+        urls = round_robin_cluster.engine_urls
+        return [sum(metric_sum(url, name) for url in urls) for name in names]
+
+    before = totals()
+    seen = [0, 0]
+    for i in range(4):
+        response = api.chat.completions.create(
+            model=round_robin_cluster.model,
+            messages=[{"role": "user", "content": f"count me {i}"}],
+            max_tokens=7,
+        )
+        assert response.usage is not None
+        seen[0] += response.usage.prompt_tokens
+        seen[1] += response.usage.completion_tokens
+    assert [a - b for a, b in zip(totals(), before, strict=True)] == seen

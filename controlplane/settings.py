@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "template_partials",
+    "ninja",  # serves the API docs' Swagger UI from its own static files (no CDN)
     "controlplane",
     "deployments",
 ]
@@ -159,6 +160,8 @@ WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 1024 * 1024)
+# Requests per minute each management key (or console user) may make to /api/v1 (issue 5).
+PLINTH_API_RATE_LIMIT = env_int("PLINTH_API_RATE_LIMIT", 1200)
 
 LOGGING = {
     "version": 1,
@@ -166,10 +169,47 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
 }
 
 # Where local-cluster endpoints keep pid files and logs.
 PLINTH_LOCAL_RUN_DIR = Path(env_str("PLINTH_LOCAL_RUN_DIR", str(DATA_DIR / "local")))
+# The deployment engine (deployments/reconcile.py, tasks/engine.py). The local cluster's engine
+# is the simulator ("sim") or the plan's own SGLang command ("sglang"); simulator options such as
+# PLINTH_SIM_TIME_SCALE pass to engines through the environment.
+PLINTH_LOCAL_ENGINE = env_str("PLINTH_LOCAL_ENGINE", "sim")
+PLINTH_LOCAL_STOP_GRACE_S = env_int("PLINTH_LOCAL_STOP_GRACE_S", 10)
+PLINTH_LOCAL_ROUTER_HEALTH_CHECK_S = env_int("PLINTH_LOCAL_ROUTER_HEALTH_CHECK_S", 2)
+PLINTH_STARTUP_WINDOW_S = env_int("PLINTH_STARTUP_WINDOW_S", 0)  # 0: from the startup probe
+PLINTH_RECONCILE_INTERVAL_S = env_int("PLINTH_RECONCILE_INTERVAL_S", 2)  # while not settled
+PLINTH_SETTLED_RECONCILE_S = env_int("PLINTH_SETTLED_RECONCILE_S", 10)
+PLINTH_RECONCILE_LOCK_S = env_int("PLINTH_RECONCILE_LOCK_S", 60)
+PLINTH_SWEEP_INTERVAL_S = env_int("PLINTH_SWEEP_INTERVAL_S", 2)
+PLINTH_SWEEP_LEASE_S = env_int("PLINTH_SWEEP_LEASE_S", 30)
+PLINTH_PROBE_INTERVAL_S = env_int("PLINTH_PROBE_INTERVAL_S", 15)
+PLINTH_METRICS_RETENTION_HOURS = env_int("PLINTH_METRICS_RETENTION_HOURS", 24 * 7)
+# The autoscaler (deployments/autoscale.py): how often beat runs a pass over running endpoints.
+PLINTH_AUTOSCALE_INTERVAL_S = env_int("PLINTH_AUTOSCALE_INTERVAL_S", 15)
+if PLINTH_AUTOSCALE_INTERVAL_S < 1:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured("PLINTH_AUTOSCALE_INTERVAL_S must be at least 1 (seconds)")
+# Task modules merge their own entries into this (deployments/tasks/engine.py, traffic.py).
+CELERY_BEAT_SCHEDULE = {
+    "deployments.autoscale": {
+        "task": "deployments.autoscale",
+        "schedule": float(PLINTH_AUTOSCALE_INTERVAL_S),
+        # A pass still queued when the next is due has nothing to add: drop it.
+        "options": {"expires": float(PLINTH_AUTOSCALE_INTERVAL_S)},
+    },
+}
+
+# Where the console playground sends chat calls: "gateway" (metered like any call) or
+# "router" (the endpoint's router directly, for installations without a gateway process).
+PLINTH_PLAYGROUND_UPSTREAM = env_str("PLINTH_PLAYGROUND_UPSTREAM", "gateway")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+if PLINTH_ENV == "test":
+    # Test users are created by the hundred; a deliberately slow hasher only slows the suite.
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

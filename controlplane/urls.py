@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import URLPattern, URLResolver, path
+from django.urls import URLPattern, URLResolver, include, path
 
-from controlplane import views
+from controlplane import console, views
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", views.home, name="home"),
@@ -15,4 +15,14 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("org/switch/", views.switch_organization, name="switch-organization"),
     path("admin/", admin.site.urls),
+    path("api/v1/", include("deployments.api.urls")),  # REST management API (issue 5)
+    # Console pages (issue 8): the deployments domain, then platform-wide pages.
+    path("", include("deployments.urls")),
+    path("keys/", console.key_list, name="key-list"),
+    path("keys/<uuid:key_id>/revoke/", console.key_revoke, name="key-revoke"),
+    path("members/", console.member_list, name="member-list"),
+    path("members/<int:membership_id>/", console.member_change, name="member-change"),
+    path("secrets/", console.secret_list, name="secret-list"),
+    path("secrets/<uuid:secret_id>/delete/", console.secret_delete, name="secret-delete"),
+    path("audit/", console.audit_log, name="audit-log"),
 ]

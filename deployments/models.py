@@ -260,3 +260,30 @@ class UsageRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.deployment_slug} {self.minute:%Y-%m-%d %H:%M}"
+
+
+class IdempotencyRecord(models.Model):
+    """The first response to a POST sent with an ``Idempotency-Key``, replayed on retries.
+
+    ``status_code`` is null while the first request is still running. Rows expire after a day.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    method = models.CharField(max_length=8)
+    path = models.CharField(max_length=500)
+    body_hash = models.CharField(max_length=64)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_body = models.BinaryField(default=bytes)
+    content_type = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["organization", "key"], name="unique_idempotency_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path} ({self.key[:20]})"

@@ -80,7 +80,8 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 
 
 class _Group(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # NaN and infinities are not settings anyone means, and PostgreSQL JSON refuses them.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class Architecture(_Group):

@@ -21,7 +21,8 @@ def tp_works(arch: ModelArch, tp: int) -> bool:
 
 def suggest_tp(arch: ModelArch, tp: int, max_gpus: int) -> list[int]:
     """Up to three working TP widths nearest the requested one (excluding 1 unless nothing else)."""
-    limit = max(max_gpus, 8)
+    # A width above the head count never divides it: stop there (a huge tp must not hang).
+    limit = min(max(max_gpus, 8), arch.num_attention_heads)
     candidates = [t for t in range(2, limit + 1) if tp_works(arch, t)] or [1]
     return sorted(sorted(candidates, key=lambda t: (abs(t - tp), t))[:3])
 

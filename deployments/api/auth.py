@@ -1,0 +1,60 @@
+"""Who calls the API: a management key (``Authorization: Bearer plm_...``) or a console session.
+
+A key acts in its own organization with its own role. A session acts in the organization chosen
+in the console (``request.actor``, set by ``CurrentOrganizationMiddleware``) and must pass the
+CSRF check on methods that change state, because a browser sends its cookie to any site's form.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from django.middleware.csrf import CsrfViewMiddleware
+from ninja.security import HttpBearer
+
+from controlplane import services
+from controlplane.access import Actor
+from controlplane.models import ApiKeyKind
+from deployments.api.errors import CsrfFailed
+
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+_RESOLVED = "_plinth_api_actor"
+
+
+def _csrf_ok(request: HttpRequest) -> bool:
+    # Ninja views are csrf_exempt at the middleware level; the session path checks here instead.
+    middleware = CsrfViewMiddleware(lambda req: None)  # type: ignore[arg-type,return-value]
+    return middleware.process_view(request, lambda req: None, (), {}) is None
+
+
+def resolve_actor(request: HttpRequest) -> Actor | None:
+    """The caller's Actor, or None when unauthenticated. Cached on the request.
+
+    Raises CsrfFailed for a session request that changes state without a valid token.
+    """
+    if hasattr(request, _RESOLVED):
+        return getattr(request, _RESOLVED)  # type: ignore[no-any-return]
+    actor: Actor | None = None
+    header = request.headers.get("Authorization", "")
+    if header:
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            key = services.authenticate_key(token.strip(), kind=ApiKeyKind.MANAGEMENT)
+            actor = services.actor_for_key(key) if key is not None else None
+    else:
+        actor = getattr(request, "actor", None)
+        if actor is not None and request.method not in _SAFE_METHODS and not _csrf_ok(request):
+            raise CsrfFailed
+    setattr(request, _RESOLVED, actor)
+    return actor
+
+
+class KeyOrSession(HttpBearer):
+    """Documented in OpenAPI as bearer auth; also accepts the console's session cookie."""
+
+    def __call__(self, request: HttpRequest) -> Any:
+        return resolve_actor(request)
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        return resolve_actor(request)  # pragma: no cover - __call__ handles every request

@@ -1,0 +1,195 @@
+"""Endpoints: list (filters, pagination), create, get, edit settings, delete, scale, stop, start."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest
+from ninja import Query, Router, Schema, Status
+from pydantic import Field, StrictInt, StrictStr
+
+from controlplane.services import ServiceError
+from deployments import services
+from deployments.api.schemas import PageQuery, StrictIn, page_body, page_schema
+from deployments.fields import MAX_REPLICAS
+from deployments.models import SLUG_MAX_LENGTH, SLUG_PATTERN, Deployment
+from deployments.status import ALL_STATUSES, is_settled
+from runtime.spec import RuntimeSpec
+
+router = Router(tags=["deployments"])
+
+SLUG_DOC = {"pattern": SLUG_PATTERN, "maxLength": SLUG_MAX_LENGTH, "example": "llama-chat"}
+
+
+class ClusterRef(Schema):
+    id: uuid.UUID
+    name: str
+    kind: str
+
+
+class DeploymentOut(Schema):
+    id: uuid.UUID
+    slug: str
+    name: str
+    status: str = Field(description="derived: " + ", ".join(ALL_STATUSES))
+    settled: bool = Field(description="true when nothing is expected to change by itself")
+    desired_state: str
+    desired_replicas: int
+    ready_replicas: int
+    target_revision: int | None
+    current_revision: int | None
+    generation: int
+    failure_reason: str
+    cluster: ClusterRef
+    url: str = Field(description="the endpoint's OpenAI-compatible base URL")
+    created_at: datetime
+    updated_at: datetime
+
+
+class DeploymentDetailOut(DeploymentOut):
+    spec: dict[str, Any] = Field(description="the target revision's RuntimeSpec")
+    warnings: list[dict[str, Any]]
+
+
+DeploymentPage = page_schema(DeploymentOut, "DeploymentPage")
+
+
+class DeploymentCreateIn(StrictIn):
+    slug: StrictStr = Field(description="DNS-safe, unique", json_schema_extra=SLUG_DOC)
+    name: StrictStr = Field("", description="display name (defaults to the slug)")
+    spec: RuntimeSpec
+    cluster_id: uuid.UUID | None = Field(None, description="default: the built-in local cluster")
+    replicas: StrictInt | None = Field(None, description="default: autoscaling.min_replicas")
+    message: StrictStr = Field("", description="why; shown in the revision list")
+
+
+class SettingsPatchIn(StrictIn):
+    spec: RuntimeSpec
+    base_revision: StrictInt = Field(description="the revision number these settings edit")
+    message: StrictStr = ""
+    name: StrictStr | None = None
+
+
+class ScaleIn(StrictIn):
+    replicas: StrictInt = Field(ge=0, le=MAX_REPLICAS)
+
+
+class DeploymentFilters(PageQuery):
+    status: str | None = Field(None, description="one of: " + ", ".join(ALL_STATUSES))
+    search: str | None = Field(None, max_length=100, description="in name or slug")
+    cluster: str | None = Field(None, max_length=100, description="cluster id or name")
+
+
+def deployment_out(deployment: Deployment, *, detail: bool = False) -> dict[str, Any]:
+    status = deployment.status
+    target, current = deployment.target_revision, deployment.current_revision
+    body: dict[str, Any] = {
+        **{f: getattr(deployment, f) for f in ("id", "slug", "name", "desired_state")},
+        "status": status,
+        "settled": is_settled(status),
+        "desired_replicas": deployment.desired_replicas,
+        "ready_replicas": deployment.ready_replicas,
+        "target_revision": target.number if target else None,
+        "current_revision": current.number if current else None,
+        "generation": deployment.generation,
+        "failure_reason": deployment.failure_reason,
+        "cluster": deployment.cluster,
+        "url": f"{settings.GATEWAY_PUBLIC_URL.rstrip('/')}/endpoints/{deployment.slug}/v1",
+        "created_at": deployment.created_at,
+        "updated_at": deployment.updated_at,
+    }
+    if detail:
+        body["spec"] = target.spec if target else {}
+        body["warnings"] = target.warnings if target else []
+    return body
+
+
+def detail_body(request: HttpRequest, deployment_id: str) -> dict[str, Any]:
+    deployment = services.get_deployment(request.auth, deployment_id)
+    deployment.target_revision = (
+        deployment.revisions.get(pk=deployment.target_revision_id)
+        if deployment.target_revision_id
+        else None
+    )
+    return deployment_out(deployment, detail=True)
+
+
+@router.get("/deployments", response=DeploymentPage, summary="List endpoints")
+def list_deployments(request: HttpRequest, filters: Query[DeploymentFilters]) -> dict:
+    if filters.status and filters.status not in ALL_STATUSES:
+        raise ServiceError(f"unknown status; use one of {', '.join(ALL_STATUSES)}", field="status")
+    page = services.list_deployments(
+        request.auth,
+        status=filters.status,
+        search=filters.search,
+        cluster=filters.cluster,
+        limit=filters.limit,
+        offset=filters.offset,
+    )
+    items = [deployment_out(d) for d in page.items]
+    return page_body(request, items, page.count, filters)
+
+
+@router.post("/deployments", response={201: DeploymentDetailOut}, summary="Create an endpoint")
+def create_deployment(request: HttpRequest, payload: DeploymentCreateIn) -> Status[dict]:
+    deployment = services.create_deployment(
+        request.auth,
+        slug=payload.slug,
+        name=payload.name,
+        spec=payload.spec,
+        cluster_id=payload.cluster_id,
+        replicas=payload.replicas,
+        message=payload.message,
+    )
+    return Status(201, detail_body(request, str(deployment.pk)))
+
+
+@router.get("/deployments/{deployment_id}", response=DeploymentDetailOut, summary="Get one")
+def get_deployment(request: HttpRequest, deployment_id: str) -> dict:
+    """``deployment_id`` is the endpoint's id or its slug."""
+    return detail_body(request, deployment_id)
+
+
+@router.patch("/deployments/{deployment_id}", response=DeploymentDetailOut, summary="Edit settings")
+def update_settings(request: HttpRequest, deployment_id: str, payload: SettingsPatchIn) -> dict:
+    """Creates a new revision and rolls it out. Send the revision number you edited as
+    ``base_revision``: if someone saved a newer one meanwhile, you get 409 and nothing changes.
+    Settings identical to the target revision's change nothing (same revision returned)."""
+    services.update_settings(
+        request.auth,
+        deployment_id,
+        spec=payload.spec,
+        base_revision=payload.base_revision,
+        message=payload.message,
+        name=payload.name,
+    )
+    return detail_body(request, deployment_id)
+
+
+@router.delete(
+    "/deployments/{deployment_id}", response={202: DeploymentOut}, summary="Delete an endpoint"
+)
+def delete_deployment(request: HttpRequest, deployment_id: str) -> Status[dict]:
+    """Tears the endpoint down; it shows status ``deleting`` until that is done."""
+    return Status(202, deployment_out(services.delete_deployment(request.auth, deployment_id)))
+
+
+@router.post("/deployments/{deployment_id}/scale", response=DeploymentOut, summary="Scale")
+def scale(request: HttpRequest, deployment_id: str, payload: ScaleIn) -> dict:
+    services.scale(request.auth, deployment_id, replicas=payload.replicas)
+    return deployment_out(services.get_deployment(request.auth, deployment_id))
+
+
+@router.post("/deployments/{deployment_id}/stop", response=DeploymentOut, summary="Stop")
+def stop(request: HttpRequest, deployment_id: str) -> dict:
+    services.stop(request.auth, deployment_id)
+    return deployment_out(services.get_deployment(request.auth, deployment_id))
+
+
+@router.post("/deployments/{deployment_id}/start", response=DeploymentOut, summary="Start")
+def start(request: HttpRequest, deployment_id: str) -> dict:
+    services.start(request.auth, deployment_id)
+    return deployment_out(services.get_deployment(request.auth, deployment_id))

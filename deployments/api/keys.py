@@ -1,0 +1,72 @@
+"""API keys: list, create (the plaintext is in the creation response only), revoke."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from django.http import HttpRequest, HttpResponse
+from ninja import Router, Schema, Status
+from pydantic import Field, StrictInt, StrictStr
+
+from controlplane import services
+from controlplane.models import ApiKey
+from deployments.api import idempotency
+from deployments.api.schemas import StrictIn, UtcDatetime
+
+router = Router(tags=["api-keys"])
+
+
+class ApiKeyOut(Schema):
+    id: uuid.UUID
+    name: str
+    kind: str = Field(description="management (this API) or inference (endpoints)")
+    role: str
+    prefix: str = Field(description="the public start of the key, to recognise it")
+    allowed_deployment_ids: list[uuid.UUID]
+    requests_per_minute: int | None
+    tokens_per_minute: int | None
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+    active: bool
+
+
+class ApiKeyCreatedOut(ApiKeyOut):
+    key: str = Field(description="the whole key: shown this once, never again")
+
+
+class ApiKeyIn(StrictIn):
+    name: StrictStr = Field(min_length=1, max_length=100)
+    kind: StrictStr = Field(description="management or inference")
+    role: StrictStr = Field("developer", description="management keys: admin/developer/viewer")
+    allowed_deployment_ids: list[uuid.UUID] = Field([], max_length=1000)
+    expires_at: UtcDatetime | None = None
+    requests_per_minute: StrictInt | None = Field(None, ge=1, le=1_000_000_000)
+    tokens_per_minute: StrictInt | None = Field(None, ge=1, le=1_000_000_000)
+
+
+def key_out(key: ApiKey) -> dict:
+    fields = ApiKeyOut.model_fields.keys() - {"active"}
+    return {**{name: getattr(key, name) for name in fields}, "active": key.is_active}
+
+
+@router.get("/api-keys", response=list[ApiKeyOut], summary="List keys")
+def list_keys(request: HttpRequest) -> list[dict]:
+    rows = ApiKey.objects.filter(organization=request.auth.organization, is_temporary=False)
+    return [key_out(key) for key in rows.order_by("-created_at")]
+
+
+@router.post("/api-keys", response={201: ApiKeyCreatedOut}, summary="Create a key")
+def create_key(request: HttpRequest, response: HttpResponse, payload: ApiKeyIn) -> Status[dict]:
+    """Developers create inference keys; admins create management keys (up to their role).
+    The key's value is in this response only; an Idempotency-Key replay answers 409."""
+    created = services.create_api_key(request.auth, **payload.model_dump())
+    idempotency.mark_secret(response, f"API key {created.api_key.pk}")
+    return Status(201, {**key_out(created.api_key), "key": created.plaintext})
+
+
+@router.delete("/api-keys/{key_id}", response=ApiKeyOut, summary="Revoke a key")
+def revoke_key(request: HttpRequest, key_id: uuid.UUID) -> dict:
+    return key_out(services.revoke_api_key(request.auth, key_id=key_id))

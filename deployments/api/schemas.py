@@ -1,0 +1,78 @@
+"""Schemas shared by every route group: the error shape, pagination, strict input models."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from django.http import HttpRequest
+from ninja import Schema
+from pydantic import AfterValidator, ConfigDict, Field, create_model
+
+
+def _to_utc(value: datetime) -> datetime:
+    # PostgreSQL refuses offsets beyond ±15:59 that ISO 8601 allows; UTC is always storable.
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError as exc:
+        raise ValueError("date out of range") from exc
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(_to_utc)]
+
+
+class StrictIn(Schema):
+    """Request bodies: unknown fields are refused (422 naming them).
+
+    Numbers and strings use pydantic's Strict types field by field ("3" is not 3); the model is
+    not strict as a whole because JSON has no datetime or UUID type to be strict about.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class FieldErrorOut(Schema):
+    field: str = Field(description="dotted path of the input at fault, e.g. spec.parallelism.tp")
+    code: str
+    message: str
+    fix: str | None = None
+
+
+class ErrorDetailOut(Schema):
+    code: str = Field(description="stable, machine-readable")
+    message: str
+    fields: list[FieldErrorOut] = []
+
+
+class ErrorOut(Schema):
+    error: ErrorDetailOut
+
+
+class PageQuery(Schema):
+    limit: int = Field(50, ge=1, le=200, description="items per page")
+    offset: int = Field(0, ge=0, le=1_000_000, description="items to skip")
+
+
+def page_schema(item: type[Schema], name: str) -> type[Schema]:
+    """``{"items": [...], "count": N, "next": url|null}`` for one item type, named for OpenAPI."""
+    return create_model(  # type: ignore[call-overload,no-any-return]
+        name,
+        __base__=Schema,
+        items=(list[item], ...),  # type: ignore[valid-type]
+        count=(int, Field(description="items matching the filters, all pages")),
+        next=(str | None, Field(None, description="URL of the next page, null on the last")),
+    )
+
+
+def page_body(request: HttpRequest, items: list[Any], count: int, page: PageQuery) -> dict:
+    """The page response with the ``next`` link (same filters, next offset)."""
+    following = page.offset + page.limit
+    next_url = None
+    if following < count:
+        query = request.GET.copy()
+        query["offset"] = str(following)
+        query["limit"] = str(page.limit)
+        next_url = request.build_absolute_uri(f"{request.path}?{query.urlencode()}")
+    return {"items": items, "count": count, "next": next_url}

@@ -1,0 +1,52 @@
+"""Secrets (Hugging Face tokens, kubeconfigs): write-only. Values never come back out."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from django.http import HttpRequest
+from ninja import Router, Schema, Status
+from pydantic import Field, StrictStr
+
+from controlplane import services
+from controlplane.access import require_role
+from controlplane.models import Role, Secret
+from deployments.api.schemas import StrictIn
+
+router = Router(tags=["secrets"])
+
+
+class SecretOut(Schema):
+    id: uuid.UUID
+    name: str
+    description: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class SecretIn(StrictIn):
+    name: StrictStr = Field(min_length=1, max_length=64, description="lowercase, digits, hyphens")
+    value: StrictStr = Field(min_length=1, max_length=256 * 1024, description="write-only")
+    description: StrictStr = Field("", max_length=200)
+
+
+@router.get("/secrets", response=list[SecretOut], summary="List secrets (names only)")
+def list_secrets(request: HttpRequest) -> list[Secret]:
+    # Developers reference secrets by name in settings (model.hf_token_secret).
+    require_role(request.auth, Role.DEVELOPER)
+    return list(Secret.objects.filter(organization=request.auth.organization).order_by("name"))
+
+
+@router.post("/secrets", response={201: SecretOut}, summary="Create or replace a secret")
+def set_secret(request: HttpRequest, payload: SecretIn) -> Status[Secret]:
+    secret = services.set_secret(
+        request.auth, name=payload.name, value=payload.value, description=payload.description
+    )
+    return Status(201, secret)
+
+
+@router.delete("/secrets/{secret_id}", response={204: None}, summary="Delete a secret")
+def delete_secret(request: HttpRequest, secret_id: uuid.UUID) -> Status[None]:
+    services.delete_secret(request.auth, secret_id=secret_id)
+    return Status(204, None)

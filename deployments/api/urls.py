@@ -1,0 +1,128 @@
+"""URL patterns of /api/v1: ninja's routes, each wrapped for what must happen around them.
+
+Around every route: bodies over the upload limit are refused (413) before anything reads them;
+NUL characters (which PostgreSQL cannot store) are refused (422); a POST with an
+``Idempotency-Key`` runs once; ninja's bare 405 gets the error shape. Unknown paths under
+/api/v1 answer 404 in the error shape too.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import unquote
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404, HttpRequest, HttpResponse
+from django.urls import URLPattern, URLResolver, path
+
+from deployments.api import idempotency
+from deployments.api.app import api
+from deployments.api.auth import resolve_actor
+from deployments.api.errors import CsrfFailed, error_response
+
+View = Callable[..., HttpResponse]
+
+
+def _content_length(request: HttpRequest) -> int:
+    try:
+        return int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return 0
+
+
+def _refusal(request: HttpRequest) -> HttpResponse | None:
+    """A response for requests refused before routing, or None."""
+    if _content_length(request) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+        limit_kib = settings.DATA_UPLOAD_MAX_MEMORY_SIZE // 1024
+        return error_response(413, f"the request body is larger than {limit_kib} KiB")
+    try:
+        body = request.body
+    except RequestDataTooBig:  # chunked uploads carry no Content-Length
+        return error_response(413, "the request body is larger than the limit")
+    raw = unquote(request.META.get("QUERY_STRING", "")) + request.path
+    if "\x00" in raw or b"\\u0000" in body or b"\x00" in body:
+        return error_response(422, "NUL characters are not allowed in requests")
+    return None
+
+
+def _idempotent(request: HttpRequest, run: Callable[[], HttpResponse]) -> HttpResponse | None:
+    key = request.headers.get(idempotency.HEADER)
+    if request.method != "POST" or key is None:
+        return None
+    try:
+        actor = resolve_actor(request)
+    except CsrfFailed:
+        return None  # the route's own auth answers 403
+    if actor is None:
+        return None  # the route's own auth answers 401
+    return idempotency.run_once(actor, request, key, run)
+
+
+def wrap(view: View) -> View:
+    @functools.wraps(view)  # keeps csrf_exempt: ninja checks CSRF itself for sessions
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        refused = _refusal(request)
+        if refused is not None:
+            return refused
+
+        def run() -> HttpResponse:
+            return view(request, *args, **kwargs)
+
+        try:
+            response = _idempotent(request, run)
+            if response is None:
+                response = run()
+        except Http404:  # ninja's bare API root raises instead of answering
+            return _unknown(request)
+        if response.status_code == 405 and "json" not in response.get("Content-Type", ""):
+            allowed = response.get("Allow", "")
+            response = error_response(405, f"{request.method} is not allowed here; use {allowed}")
+            response["Allow"] = allowed
+        return response
+
+    return wrapped
+
+
+_DOCUMENTS = frozenset({"openapi-json", "openapi-view"})
+
+
+def _read_only(view: View) -> View:
+    """The OpenAPI document and the docs page answer GET only (ninja serves any method)."""
+
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.method not in ("GET", "HEAD"):
+            response = error_response(405, f"{request.method} is not allowed here; use GET")
+            response["Allow"] = "GET, HEAD"
+            return response
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def _unknown(request: HttpRequest, rest: str = "") -> HttpResponse:
+    return error_response(404, f"no API route at {request.path}; see /api/v1/docs")
+
+
+_unknown.csrf_exempt = True  # type: ignore[attr-defined]
+
+
+def _wrapped_patterns() -> list[URLPattern | URLResolver]:
+    patterns, _app_name, _namespace = api.urls
+    out: list[URLPattern | URLResolver] = []
+    for pattern in patterns:
+        if isinstance(pattern, URLPattern):
+            callback = pattern.callback
+            if pattern.name in _DOCUMENTS:
+                callback = _read_only(callback)
+            pattern.callback = wrap(callback)  # type: ignore[misc]
+        out.append(pattern)
+    out.append(path("<path:rest>", _unknown))
+    return out
+
+
+app_name = "api-v1"
+urlpatterns = _wrapped_patterns()

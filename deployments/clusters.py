@@ -1,0 +1,116 @@
+"""Where endpoints run: the built-in local cluster and an organization's Kubernetes clusters.
+
+The only writers of clusters; admins only. A Kubernetes cluster is reached with a kubeconfig
+stored as a write-only Secret, named here by id or name.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from django.db import transaction
+from django.db.models import Q, QuerySet
+
+from controlplane import audit
+from controlplane.access import Actor, NotFound, require_role
+from controlplane.models import Role, Secret
+from controlplane.services import Conflict, ServiceError
+from deployments.models import Cluster, ClusterKind, Deployment, slug_validator
+from deployments.selectors import id_or_name
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def default_cluster() -> Cluster:
+    # The migration creates it; recreated here if a test flush or an operator removed it.
+    cluster = Cluster.objects.filter(organization=None, kind=ClusterKind.LOCAL).first()
+    if cluster is None:
+        cluster = Cluster.objects.create(name="local", kind=ClusterKind.LOCAL, namespace="local")
+    return cluster
+
+
+def _clusters(actor: Actor) -> QuerySet[Cluster]:
+    # The built-in local cluster (no organization) is shared by everyone.
+    return Cluster.objects.filter(Q(organization=actor.organization) | Q(organization=None))
+
+
+def list_clusters(actor: Actor) -> list[Cluster]:
+    return list(_clusters(actor).order_by("name", "created_at"))
+
+
+def get_cluster(actor: Actor, cluster_id: uuid.UUID | str) -> Cluster:
+    cluster = _clusters(actor).filter(id_or_name(str(cluster_id))).first()
+    if cluster is None:
+        raise NotFound("cluster not found")
+    return cluster
+
+
+def _kubeconfig_secret(actor: Actor, secret_id: uuid.UUID | str | None) -> Secret:
+    secret = None
+    if secret_id:
+        secret = Secret.objects.filter(
+            id_or_name(str(secret_id)), organization=actor.organization
+        ).first()
+    if secret is None:
+        raise ServiceError(
+            "name the secret that holds this cluster's kubeconfig (store it with POST "
+            "/api/v1/secrets first)",
+            field="kubeconfig_secret_id",
+            code="not_found" if secret_id else "required",
+        )
+    return secret
+
+
+@transaction.atomic
+def create_cluster(
+    actor: Actor,
+    *,
+    name: str,
+    kind: str = ClusterKind.KUBERNETES,
+    namespace: str = "plinth",
+    kubeconfig_secret_id: uuid.UUID | str | None = None,
+) -> Cluster:
+    """A Kubernetes cluster of the organization, reached with a kubeconfig stored as a Secret."""
+    require_role(actor, Role.ADMIN)
+    if kind != ClusterKind.KUBERNETES:
+        raise ServiceError(
+            "only kubernetes clusters can be added; the local cluster is built in", field="kind"
+        )
+    if not isinstance(name, str) or not slug_validator.regex.match(name):
+        raise ServiceError(f"cluster name: {slug_validator.message}", field="name")
+    if not _DNS_LABEL.match(namespace or ""):
+        raise ServiceError(
+            "namespace must be a DNS label: up to 63 lowercase letters, digits and hyphens",
+            field="namespace",
+        )
+    secret = _kubeconfig_secret(actor, kubeconfig_secret_id)
+    if _clusters(actor).filter(name=name).exists():
+        raise Conflict(f"a cluster named {name!r} exists", field="name")
+    cluster = Cluster.objects.create(
+        organization=actor.organization,
+        name=name,
+        kind=ClusterKind.KUBERNETES,
+        namespace=namespace,
+        kubeconfig=secret,
+    )
+    audit.record(
+        actor,
+        "cluster.create",
+        cluster,
+        after={"name": name, "namespace": namespace, "kubeconfig_secret": secret.name},
+    )
+    return cluster
+
+
+@transaction.atomic
+def delete_cluster(actor: Actor, cluster_id: uuid.UUID | str) -> None:
+    require_role(actor, Role.ADMIN)
+    cluster = get_cluster(actor, cluster_id)
+    if cluster.organization_id is None:
+        raise Conflict("the built-in local cluster cannot be deleted", code="built_in")
+    in_use = Deployment.objects.filter(cluster=cluster).count()
+    if in_use:
+        raise Conflict(f"{in_use} endpoint(s) still run on this cluster; delete them first")
+    audit.record(actor, "cluster.delete", cluster, before={"name": cluster.name})
+    cluster.delete()

@@ -1,0 +1,77 @@
+"""Checks of an endpoint's plain fields (slug, display name, message, replica counts), each
+refusing with a ServiceError that names the field, as the API and the console show it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controlplane.services import ServiceError
+from deployments.models import SLUG_MAX_LENGTH, slug_validator
+from runtime.spec import RuntimeSpec
+
+MAX_REPLICAS = 1000
+NAME_MAX_LENGTH = 100
+MESSAGE_MAX_LENGTH = 500
+
+
+# Console paths under /endpoints/ that an endpoint's slug must not shadow.
+RESERVED_SLUGS = frozenset({"new", "validate"})
+
+
+def clean_slug(slug: str) -> str:
+    if not isinstance(slug, str) or not slug:
+        raise ServiceError("slug is required", field="slug", code="required")
+    if slug in RESERVED_SLUGS:
+        raise ServiceError(
+            f"slug {slug!r} is reserved; choose another", field="slug", code="reserved_slug"
+        )
+    if len(slug) > SLUG_MAX_LENGTH or not slug_validator.regex.match(slug):
+        raise ServiceError(
+            f"slug {slug[:60]!r} is not DNS-safe: {slug_validator.message}",
+            field="slug",
+            code="invalid_slug",
+        )
+    return slug
+
+
+def clean_text(value: str, field: str, max_length: int, *, required: bool = False) -> str:
+    value = (value or "").strip()
+    if required and not value:
+        raise ServiceError(f"{field} must not be empty", field=field, code="required")
+    if len(value) > max_length:
+        raise ServiceError(
+            f"{field} is {len(value)} characters; the limit is {max_length}",
+            field=field,
+            code="too_long",
+        )
+    if any(ord(ch) < 32 and ch not in "\n\t" for ch in value):
+        raise ServiceError(f"{field} contains control characters", field=field, code="invalid")
+    return value
+
+
+def check_replicas(replicas: int, spec: dict[str, Any], field: str = "replicas") -> int:
+    maximum = min(spec["autoscaling"]["max_replicas"], MAX_REPLICAS)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or not 0 <= replicas <= maximum:
+        raise ServiceError(
+            f"replicas must be between 0 and {maximum} (the spec's autoscaling.max_replicas); "
+            "raise autoscaling.max_replicas first to go higher",
+            field=field,
+            code="out_of_range",
+        )
+    return replicas
+
+
+def check_limits(spec: RuntimeSpec) -> None:
+    if spec.autoscaling.max_replicas > MAX_REPLICAS:
+        raise ServiceError(
+            f"at most {MAX_REPLICAS} replicas per endpoint",
+            field="spec.autoscaling.max_replicas",
+            code="out_of_range",
+        )
+
+
+def initial_replicas(spec: RuntimeSpec) -> int:
+    autoscaling = spec.autoscaling
+    if autoscaling.scale_to_zero:
+        return autoscaling.min_replicas
+    return max(1, autoscaling.min_replicas)

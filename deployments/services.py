@@ -1,0 +1,490 @@
+"""The only writers of what users ask of endpoints: create, edit, roll back, scale, stop, start,
+delete; and the timeline/lifecycle helpers reconcile and the gateway call (``record_event``,
+``finalize_deletion``, ``wake``). Reads (``deployments.selectors``) and clusters
+(``deployments.clusters``) are re-exported here so callers need one module.
+
+Each writer runs in one transaction on a row lock, checks the actor's role, scopes every query to
+the actor's organization (objects of other organizations are :class:`NotFound`), records one
+AuditEvent, bumps ``Deployment.generation`` and queues ``reconcile_deployment`` once, after
+commit. Observed facts are reconcile's to write, never this module's.
+
+Editing to settings identical to the target revision's is a no-op that returns the target
+revision (no new revision, no rollout): applying the same configuration twice is safe, which
+is what automation expects. Rolling back to a revision whose settings are already the target
+is the same no-op.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from controlplane import audit, notify
+from controlplane.access import Actor, NotFound, require_role, system_actor
+from controlplane.models import Role
+from controlplane.services import Conflict, ServiceError
+from deployments import clusters, fields
+from deployments.clusters import create_cluster, delete_cluster, get_cluster, list_clusters
+from deployments.diff import FieldChange, diff_revisions
+from deployments.models import (
+    Cluster,
+    Deployment,
+    DeploymentEvent,
+    DesiredState,
+    EventLevel,
+    Revision,
+)
+from deployments.selectors import (
+    REVISION_FIELDS,
+    by_id_or_slug,
+    get_deployment,
+    get_revision,
+    list_deployments,
+    list_revisions,
+)
+from deployments.specs import SpecInvalid, checked_spec
+from runtime.spec import RuntimeSpec
+
+__all__ = [
+    "Conflict",
+    "FieldChange",
+    "NotFound",
+    "ServiceError",
+    "SpecInvalid",
+    "autoscale_to",
+    "create_cluster",
+    "create_deployment",
+    "delete_cluster",
+    "delete_deployment",
+    "diff_revisions",
+    "finalize_deletion",
+    "get_cluster",
+    "get_deployment",
+    "get_revision",
+    "list_clusters",
+    "list_deployments",
+    "list_revisions",
+    "record_event",
+    "rollback",
+    "scale",
+    "start",
+    "stop",
+    "update_settings",
+    "wake",
+]
+
+
+# --- shared steps of every change ------------------------------------------------------------
+
+
+def _locked(actor: Actor, id_or_slug: uuid.UUID | str) -> Deployment:
+    """The deployment, row-locked for this transaction (serialises concurrent edits)."""
+    deployment = (
+        Deployment.objects.select_for_update(of=("self",))
+        .select_related(*REVISION_FIELDS)
+        .filter(by_id_or_slug(id_or_slug), organization=actor.organization)
+        .first()
+    )
+    if deployment is None:
+        raise NotFound("endpoint not found")
+    return deployment
+
+
+def _ensure_not_deleting(deployment: Deployment) -> None:
+    if deployment.desired_state == DesiredState.DELETED:
+        raise Conflict(f"endpoint {deployment.slug} is being deleted", code="deleting")
+
+
+def _snapshot(deployment: Deployment) -> dict[str, Any]:
+    target = deployment.target_revision
+    return {
+        "desired_state": deployment.desired_state,
+        "desired_replicas": deployment.desired_replicas,
+        "target_revision": target.number if target is not None else None,
+    }
+
+
+def _queue_reconcile(deployment_id: uuid.UUID) -> None:
+    # Imported here: the engine tasks import reconcile, which imports this module.
+    from deployments.tasks.engine import reconcile_deployment
+
+    transaction.on_commit(lambda: reconcile_deployment.delay(str(deployment_id)))
+
+
+def _commit_change(
+    actor: Actor, deployment: Deployment, action: str, before: dict[str, Any] | None
+) -> None:
+    """Save the desired state, audit it, and wake the reconciler and the gateway after commit."""
+    now = timezone.now()
+    deployment.generation += 1
+    deployment.next_reconcile_at = now
+    deployment.updated_at = now
+    deployment.save(
+        update_fields=[
+            "name",
+            "desired_state",
+            "desired_replicas",
+            "target_revision",
+            "generation",
+            "next_reconcile_at",
+            "updated_at",
+            "last_scaled_at",
+        ]
+    )
+    audit.record(actor, action, deployment, before=before, after=_snapshot(deployment))
+    notify.publish_on_commit("deployment", str(deployment.pk))
+    _queue_reconcile(deployment.pk)
+
+
+def record_event(
+    deployment: Deployment,
+    level: str,
+    reason: str,
+    message: str,
+    revision_number: int | None = None,
+    data: dict[str, Any] | None = None,
+) -> DeploymentEvent:
+    """Add one line to the endpoint's timeline (used here, by reconcile and the autoscaler)."""
+    if level not in EventLevel.values:
+        raise ValueError(f"unknown event level {level!r}")
+    return DeploymentEvent.objects.create(
+        deployment=deployment,
+        level=level,
+        reason=reason[:64],
+        message=message,
+        revision_number=revision_number,
+        data=data or {},
+    )
+
+
+# --- creating --------------------------------------------------------------------------------
+
+
+def _cluster_for(actor: Actor, cluster_id: uuid.UUID | str | None) -> Cluster:
+    if cluster_id is None:
+        return clusters.default_cluster()
+    try:
+        return clusters.get_cluster(actor, cluster_id)
+    except NotFound as exc:
+        raise ServiceError("no such cluster", field="cluster_id", code="not_found") from exc
+
+
+def _new_revision(
+    actor: Actor,
+    deployment: Deployment,
+    spec: dict[str, Any],
+    spec_hash: str,
+    warnings: list[dict[str, Any]],
+    message: str,
+    rollback_of: int | None = None,
+) -> Revision:
+    latest = deployment.revisions.aggregate(n=Max("number"))["n"] or 0
+    return Revision.objects.create(
+        deployment=deployment,
+        number=latest + 1,
+        spec=spec,
+        spec_hash=spec_hash,
+        warnings=warnings,
+        author=actor.user if actor.user is not None else None,
+        author_label=actor.label,
+        message=message,
+        rollback_of=rollback_of,
+    )
+
+
+@transaction.atomic
+def create_deployment(
+    actor: Actor,
+    *,
+    slug: str,
+    name: str,
+    spec: dict[str, Any] | RuntimeSpec,
+    cluster_id: uuid.UUID | str | None = None,
+    replicas: int | None = None,
+    message: str = "",
+) -> Deployment:
+    """A new endpoint with revision 1. Invalid settings are refused before anything is saved."""
+    require_role(actor, Role.DEVELOPER)
+    slug = fields.clean_slug(slug)
+    name = fields.clean_text(name, "name", fields.NAME_MAX_LENGTH) or slug
+    message = fields.clean_text(message, "message", fields.MESSAGE_MAX_LENGTH)
+    parsed, warnings = checked_spec(spec)
+    fields.check_limits(parsed)
+    stored = parsed.model_dump(mode="json")
+    desired = (
+        fields.initial_replicas(parsed)
+        if replicas is None
+        else fields.check_replicas(replicas, stored)
+    )
+    cluster = _cluster_for(actor, cluster_id)
+    if Deployment.objects.filter(slug=slug).exists():
+        raise Conflict(f"the slug {slug!r} is taken; choose another", field="slug")
+    deployment = Deployment(
+        organization=actor.organization,
+        slug=slug,
+        name=name,
+        cluster=cluster,
+        created_by=actor.user if actor.user is not None else None,
+        desired_replicas=desired,
+    )
+    try:
+        with transaction.atomic():
+            deployment.save()
+    except IntegrityError as exc:
+        raise Conflict(f"the slug {slug!r} was just taken; choose another", field="slug") from exc
+    revision = _new_revision(actor, deployment, stored, parsed.content_hash(), warnings, message)
+    deployment.target_revision = revision
+    deployment.generation = 0  # _commit_change makes it 1
+    record_event(deployment, "info", "Created", f"created by {actor.label}", revision.number)
+    _commit_change(actor, deployment, "deployment.create", None)
+    return deployment
+
+
+# --- changing settings -------------------------------------------------------------------------
+
+
+@transaction.atomic
+def update_settings(
+    actor: Actor,
+    deployment_id: uuid.UUID | str,
+    *,
+    spec: dict[str, Any] | RuntimeSpec,
+    base_revision: int,
+    message: str = "",
+    name: str | None = None,
+) -> Revision:
+    """A new revision with ``spec``, made the target; Conflict when ``base_revision`` is stale.
+
+    ``base_revision`` is the revision the caller edited; if another revision was created since,
+    the caller's change is refused (409) rather than silently overwriting the other one.
+    """
+    require_role(actor, Role.DEVELOPER)
+    message = fields.clean_text(message, "message", fields.MESSAGE_MAX_LENGTH)
+    deployment = _locked(actor, deployment_id)
+    _ensure_not_deleting(deployment)
+    latest = deployment.revisions.aggregate(n=Max("number"))["n"] or 0
+    if base_revision != latest:
+        raise Conflict(
+            f"revision {latest} was created after revision {base_revision}, which you edited; "
+            "reload the settings and apply your change again",
+            field="base_revision",
+            code="revision_conflict",
+        )
+    parsed, warnings = checked_spec(spec)
+    fields.check_limits(parsed)
+    before = _snapshot(deployment)
+    renamed = name is not None and _rename(deployment, name)
+    target = deployment.target_revision
+    if target is not None and parsed.content_hash() == target.spec_hash:
+        if renamed:
+            _commit_change(actor, deployment, "deployment.rename", before)
+        return target
+    stored = parsed.model_dump(mode="json")
+    revision = _new_revision(actor, deployment, stored, parsed.content_hash(), warnings, message)
+    deployment.target_revision = revision
+    deployment.desired_replicas = _clamp_replicas(deployment.desired_replicas, parsed)
+    record_event(
+        deployment, "info", "SettingsChanged", f"revision {revision.number} by {actor.label}",
+        revision.number,
+    )  # fmt: skip
+    _commit_change(actor, deployment, "deployment.update", before)
+    return revision
+
+
+def _rename(deployment: Deployment, name: str) -> bool:
+    name = fields.clean_text(name, "name", fields.NAME_MAX_LENGTH, required=True)
+    changed = name != deployment.name
+    deployment.name = name
+    return changed
+
+
+def _clamp_replicas(replicas: int, spec: RuntimeSpec) -> int:
+    if replicas == 0:
+        return 0  # scaled to zero stays so; the gateway wakes it
+    return max(spec.autoscaling.min_replicas, min(replicas, spec.autoscaling.max_replicas))
+
+
+@transaction.atomic
+def rollback(
+    actor: Actor, deployment_id: uuid.UUID | str, *, to_revision: int, message: str = ""
+) -> Revision:
+    """A new revision whose settings equal revision ``to_revision``'s, made the target."""
+    require_role(actor, Role.DEVELOPER)
+    message = fields.clean_text(message, "message", fields.MESSAGE_MAX_LENGTH)
+    deployment = _locked(actor, deployment_id)
+    _ensure_not_deleting(deployment)
+    source = deployment.revisions.filter(number=to_revision).first()
+    if source is None:
+        raise ServiceError(
+            f"revision {to_revision} does not exist", field="to_revision", code="not_found"
+        )
+    target = deployment.target_revision
+    if target is not None and source.spec_hash == target.spec_hash:
+        return target
+    before = _snapshot(deployment)
+    revision = _new_revision(
+        actor,
+        deployment,
+        source.spec,
+        source.spec_hash,
+        source.warnings,
+        message or f"roll back to revision {to_revision}",
+        rollback_of=to_revision,
+    )
+    deployment.target_revision = revision
+    record_event(
+        deployment, "info", "RolledBack",
+        f"revision {revision.number} restores revision {to_revision} ({actor.label})",
+        revision.number,
+    )  # fmt: skip
+    _commit_change(actor, deployment, "deployment.rollback", before)
+    return revision
+
+
+# --- replicas and lifecycle ----------------------------------------------------------------------
+
+
+@transaction.atomic
+def scale(actor: Actor, deployment_id: uuid.UUID | str, *, replicas: int) -> Deployment:
+    require_role(actor, Role.DEVELOPER)
+    deployment = _locked(actor, deployment_id)
+    _ensure_not_deleting(deployment)
+    assert deployment.target_revision is not None
+    fields.check_replicas(replicas, deployment.target_revision.spec)
+    if replicas == deployment.desired_replicas:
+        return deployment
+    before = _snapshot(deployment)
+    deployment.desired_replicas = replicas
+    deployment.last_scaled_at = timezone.now()  # the autoscaler's cool-down starts again
+    record_event(deployment, "info", "Scaled", f"{before['desired_replicas']} -> {replicas} "
+                 f"replicas by {actor.label}", data={"replicas": replicas})  # fmt: skip
+    _commit_change(actor, deployment, "deployment.scale", before)
+    return deployment
+
+
+def _set_state(actor: Actor, deployment_id: uuid.UUID | str, state: str, reason: str) -> Deployment:
+    require_role(actor, Role.DEVELOPER)
+    deployment = _locked(actor, deployment_id)
+    _ensure_not_deleting(deployment)
+    if deployment.desired_state == state:
+        return deployment
+    before = _snapshot(deployment)
+    deployment.desired_state = state
+    if state == DesiredState.RUNNING and deployment.desired_replicas == 0:
+        assert deployment.target_revision is not None
+        spec = RuntimeSpec.model_validate(deployment.target_revision.spec)
+        deployment.desired_replicas = max(1, spec.autoscaling.min_replicas)
+    record_event(deployment, "info", reason, f"{reason.lower()} by {actor.label}")
+    action = "deployment.delete" if state == DesiredState.DELETED else f"deployment.{state}"
+    _commit_change(actor, deployment, action, before)
+    return deployment
+
+
+@transaction.atomic
+def stop(actor: Actor, deployment_id: uuid.UUID | str) -> Deployment:
+    return _set_state(actor, deployment_id, DesiredState.STOPPED, "Stopped")
+
+
+@transaction.atomic
+def start(actor: Actor, deployment_id: uuid.UUID | str) -> Deployment:
+    return _set_state(actor, deployment_id, DesiredState.RUNNING, "Started")
+
+
+@transaction.atomic
+def delete_deployment(actor: Actor, deployment_id: uuid.UUID | str) -> Deployment:
+    """Mark for deletion; reconcile tears the endpoint down, then calls finalize_deletion."""
+    require_role(actor, Role.DEVELOPER)
+    deployment = get_deployment(actor, deployment_id)
+    if deployment.desired_state == DesiredState.DELETED:
+        return deployment
+    return _set_state(actor, deployment_id, DesiredState.DELETED, "DeleteRequested")
+
+
+@transaction.atomic
+def finalize_deletion(deployment_id: uuid.UUID | str) -> bool:
+    """Remove the row of a torn-down endpoint (system; only once it is marked deleted)."""
+    deployment = (
+        Deployment.objects.select_for_update(of=("self",))
+        .select_related("organization", "target_revision")
+        .filter(pk=deployment_id, desired_state=DesiredState.DELETED)
+        .first()
+    )
+    if deployment is None:
+        return False
+    actor = system_actor(deployment.organization)
+    audit.record(actor, "deployment.finalize_deletion", deployment, before=_snapshot(deployment))
+    # The deployment points at its own revisions (PROTECT); unhook them before the cascade.
+    Deployment.objects.filter(pk=deployment.pk).update(
+        target_revision=None, current_revision=None, applied_revision=None
+    )
+    Deployment.objects.filter(pk=deployment.pk).delete()
+    notify.publish_on_commit("deployment", str(deployment_id))
+    return True
+
+
+@transaction.atomic
+def wake(deployment_id: uuid.UUID | str) -> bool:
+    """Scale a scaled-to-zero endpoint back up (system: the gateway saw a request). Idempotent.
+
+    True when this call woke it; False when it was already awake, stopped or deleted.
+    """
+    deployment = (
+        Deployment.objects.select_for_update(of=("self",))
+        .select_related("organization", *REVISION_FIELDS)
+        .filter(pk=deployment_id)
+        .first()
+    )
+    if deployment is None or deployment.desired_state != DesiredState.RUNNING:
+        return False
+    if deployment.desired_replicas > 0 or deployment.target_revision is None:
+        return False
+    spec = RuntimeSpec.model_validate(deployment.target_revision.spec)
+    before = _snapshot(deployment)
+    deployment.desired_replicas = max(1, spec.autoscaling.min_replicas)
+    deployment.last_scaled_at = timezone.now()
+    record_event(deployment, "info", "ScaleFromZero",
+                 f"a request arrived; scaling to {deployment.desired_replicas}",
+                 data={"replicas": deployment.desired_replicas})  # fmt: skip
+    _commit_change(system_actor(deployment.organization), deployment, "deployment.wake", before)
+    return True
+
+
+@transaction.atomic
+def autoscale_to(
+    deployment_id: uuid.UUID | str,
+    replicas: int,
+    reason: str,
+    inputs: dict[str, Any],
+    *,
+    expected: int | None = None,
+) -> bool:
+    """Set the replica count the autoscaler decided (system). True when it changed.
+
+    ``expected`` is the count the decision started from: if a person scaled meanwhile, theirs
+    wins and nothing changes. Stopped, deleted or rolling-out endpoints are left alone.
+    """
+    deployment = (
+        Deployment.objects.select_for_update(of=("self",))
+        .select_related("organization", *REVISION_FIELDS)
+        .filter(pk=deployment_id, desired_state=DesiredState.RUNNING, rollout_started_at=None)
+        .first()
+    )
+    if deployment is None or deployment.target_revision is None:
+        return False
+    if expected is not None and deployment.desired_replicas != expected:
+        return False
+    fields.check_replicas(replicas, deployment.target_revision.spec)
+    if replicas == deployment.desired_replicas:
+        return False
+    before = _snapshot(deployment)
+    deployment.desired_replicas = replicas
+    deployment.last_scaled_at = timezone.now()
+    data = {"replicas": replicas, "from": before["desired_replicas"], "inputs": inputs}
+    record_event(deployment, "info", "Autoscaled", reason, data=data)
+    actor = system_actor(deployment.organization)
+    _commit_change(actor, deployment, "deployment.autoscale", before)
+    return True

@@ -1,0 +1,64 @@
+"""/api/v1/api-keys: list, create (plaintext once), revoke; and `manage.py plinth_create_key`."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from controlplane import services as platform
+from controlplane.models import ApiKey
+from tests.api.conftest import Api, Clients, error_of, fields_of
+from tests.conftest import Cast
+
+
+def test_a_developer_creates_an_inference_key_shown_once(api: Clients) -> None:
+    response = api.dave.post("api-keys", {"name": "app", "kind": "inference"})
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["key"].startswith(body["prefix"]) and body["active"] is True
+    listed = api.carol.get("api-keys").json()
+    mine = next(k for k in listed if k["id"] == body["id"])
+    assert "key" not in mine and body["key"] not in str(listed)
+    assert platform.authenticate_key(body["key"], kind="inference") is not None
+
+
+def test_management_keys_need_an_admin_and_act_with_their_role(api: Clients) -> None:
+    assert api.dave.post("api-keys", {"name": "ci", "kind": "management"}).status_code == 403
+    created = api.alice.post("api-keys", {"name": "ci", "kind": "management", "role": "viewer"})
+    assert created.status_code == 201
+    viewer = Api(created.json()["key"])
+    assert viewer.get("deployments").status_code == 200
+    assert viewer.post("api-keys", {"name": "x", "kind": "inference"}).status_code == 403
+
+
+def test_bad_key_requests_name_the_field(api: Clients) -> None:
+    assert fields_of(api.alice.post("api-keys", {"name": "x", "kind": "root"})) == ["kind"]
+    assert fields_of(api.alice.post("api-keys", {"kind": "inference"})) == ["name"]
+    past = {"name": "x", "kind": "inference", "expires_at": "2001-01-01T00:00:00Z"}
+    assert fields_of(api.alice.post("api-keys", past)) == ["expires_at"]
+    rpm = {"name": "x", "kind": "inference", "requests_per_minute": 0}
+    assert fields_of(api.alice.post("api-keys", rpm)) == ["requests_per_minute"]
+
+
+def test_revoking_a_key_stops_it_working(api: Clients) -> None:
+    created = api.alice.post("api-keys", {"name": "ci", "kind": "management", "role": "admin"})
+    key_id, key = created.json()["id"], created.json()["key"]
+    assert api.bob.delete(f"api-keys/{key_id}").status_code == 404  # another org's key
+    assert api.carol.delete(f"api-keys/{key_id}").status_code == 403
+    revoked = api.alice.delete(f"api-keys/{key_id}")
+    assert revoked.status_code == 200 and revoked.json()["active"] is False
+    assert error_of(Api(key).get("deployments"))["code"] == "unauthenticated"
+    assert api.alice.delete("api-keys/not-a-uuid").status_code == 422
+
+
+def test_the_command_prints_a_working_key_once(cast: Cast) -> None:
+    out = StringIO()
+    call_command("plinth_create_key", "--org", "Acme", "--name", "cli", stdout=out)
+    plaintext = out.getvalue().strip()
+    key = ApiKey.objects.get(name="cli")
+    assert key.kind == "management" and key.role == "admin" and plaintext.startswith(key.prefix)
+    assert Api(plaintext).get("deployments").status_code == 200
+    with pytest.raises(CommandError, match="no organization"):
+        call_command("plinth_create_key", "--org", "Initech", stdout=StringIO())

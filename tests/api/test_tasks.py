@@ -1,0 +1,105 @@
+"""Reconcile work is queued on the real broker after commit, exactly once per change, and never
+for a refused or no-op request; the gateway is told after commit too."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings
+
+from controlplane.notify import CHANNEL
+from deployments.models import Deployment
+from deployments.tasks.engine import reconcile_deployment
+from tests.api.conftest import SPEC, Clients, spec_with
+
+
+@pytest.fixture
+def broker() -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client.delete(settings.CELERY_TASK_DEFAULT_QUEUE)
+    yield client
+    client.delete(settings.CELERY_TASK_DEFAULT_QUEUE)
+    client.close()
+
+
+def queued(broker: redis.Redis) -> list[tuple[str, list[Any]]]:
+    """(task name, args) of every message waiting in the queue, oldest first."""
+    out = []
+    for raw in reversed(broker.lrange(settings.CELERY_TASK_DEFAULT_QUEUE, 0, -1)):
+        message = json.loads(raw)
+        args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
+        out.append((message["headers"]["task"], args))
+    return out
+
+
+def test_creating_queues_one_reconcile_after_commit(
+    api: Clients, broker: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    changes = broker.pubsub(ignore_subscribe_messages=True)
+    changes.subscribe(CHANNEL)
+    with django_capture_on_commit_callbacks() as callbacks:
+        created = api.dave.post("deployments", {"slug": "chat", "spec": SPEC}).json()
+        assert queued(broker) == []  # not before the transaction commits
+    for callback in callbacks:
+        callback()
+    assert queued(broker) == [("deployments.reconcile_deployment", [created["id"]])]
+    ours: list[dict[str, str]] = []
+    deadline = time.monotonic() + 10  # a wait, not an assertion on time
+    while time.monotonic() < deadline:
+        note = changes.get_message(timeout=0.5)
+        if note is None and ours:
+            break  # quiet after our notification: no second one came
+        if note is not None and created["id"] in str(note["data"]):
+            ours.append(json.loads(note["data"]))
+    assert ours == [{"kind": "deployment", "id": created["id"]}]
+    changes.close()
+
+
+def test_every_change_queues_exactly_one_reconcile(
+    api: Clients, endpoint: Deployment, broker: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    calls = [
+        ("PATCH", "deployments/chat", {"spec": spec_with(parallelism={"tp": 2}),
+                                       "base_revision": 1}),
+        ("POST", "deployments/chat/rollback", {"to_revision": 1}),
+        ("POST", "deployments/chat/scale", {"replicas": 2}),
+        ("POST", "deployments/chat/stop", {}),
+        ("POST", "deployments/chat/start", {}),
+        ("DELETE", "deployments/chat", None),
+    ]  # fmt: skip
+    for method, path, body in calls:
+        broker.delete(settings.CELERY_TASK_DEFAULT_QUEUE)
+        with django_capture_on_commit_callbacks(execute=True):
+            assert api.dave.request(method, path, body).status_code < 300, path
+        assert queued(broker) == [("deployments.reconcile_deployment", [str(endpoint.pk)])], path
+
+
+def test_refused_and_no_op_requests_queue_nothing(
+    api: Clients, endpoint: Deployment, broker: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    calls = [
+        ("PATCH", "deployments/chat", {"spec": SPEC, "base_revision": 1}),  # identical settings
+        ("PATCH", "deployments/chat", {"spec": SPEC, "base_revision": 7}),  # stale
+        ("POST", "deployments/chat/rollback", {"to_revision": 1}),  # already the target
+        ("POST", "deployments/chat/scale", {"replicas": 1}),  # already so
+        ("POST", "deployments/chat/scale", {"replicas": 99}),  # refused
+        ("POST", "deployments/chat/start", {}),  # already running
+    ]
+    with django_capture_on_commit_callbacks(execute=True):
+        for method, path, body in calls:
+            api.dave.request(method, path, body)
+    assert queued(broker) == []
+
+
+def test_the_queued_name_is_a_registered_task() -> None:
+    from controlplane.celery import app
+
+    app.autodiscover_tasks(force=True)
+    assert reconcile_deployment.name == "deployments.reconcile_deployment"
+    assert reconcile_deployment.name in app.tasks

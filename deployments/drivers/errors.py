@@ -1,0 +1,29 @@
+"""What can go wrong when a driver talks to a cluster, split by what reconcile should do about it.
+
+``TemporaryDriverError``: try again later (rate limits, 5xx, timeouts, write conflicts, a process
+that could not bind yet). ``PermanentDriverError``: retrying will not help (forbidden, invalid
+object, an object Plinth does not own); the deployment is marked failed with the message.
+"""
+
+from __future__ import annotations
+
+
+class DriverError(Exception):
+    """Base of every driver error. ``message`` is safe to show to users (no secrets)."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class TemporaryDriverError(DriverError):
+    """The same call may succeed later: reconcile retries with backoff."""
+
+
+class PermanentDriverError(DriverError):
+    """The call will keep failing until a person changes something."""
+
+
+class ForeignObjectError(PermanentDriverError):
+    """An object with the name Plinth wants exists but is not Plinth's: never touched."""

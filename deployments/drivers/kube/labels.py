@@ -1,0 +1,48 @@
+"""Names and labels of everything Plinth puts on a cluster for one endpoint.
+
+Every object carries ``app.kubernetes.io/managed-by=plinth`` plus the endpoint id and the revision
+number, so Plinth can find its own objects and refuse to touch anyone else's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+PLINTH = "plinth"
+DEPLOYMENT = "plinth.dev/deployment"
+REVISION = "plinth.dev/revision"
+ROLE = "plinth.dev/role"
+CONFIG_HASH = "plinth.dev/config-hash"
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
+def owner_selector(deployment_id: str) -> dict[str, str]:
+    return {MANAGED_BY: PLINTH, DEPLOYMENT: deployment_id}
+
+
+def role_selector(deployment_id: str, role: str) -> dict[str, str]:
+    return {DEPLOYMENT: deployment_id, ROLE: role}
+
+
+def object_labels(slug: str, deployment_id: str, revision: int, role: str) -> dict[str, str]:
+    return {
+        MANAGED_BY: PLINTH,
+        "app.kubernetes.io/name": "smg" if role == "router" else "sglang",
+        "app.kubernetes.io/instance": slug,
+        "app.kubernetes.io/component": role,
+        DEPLOYMENT: deployment_id,
+        REVISION: str(revision),
+        ROLE: role,
+    }
+
+
+def is_ours(obj: Mapping[str, Any], deployment_id: str) -> bool:
+    """Plinth's and this endpoint's: the only objects apply and delete may change."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get(MANAGED_BY) == PLINTH and labels.get(DEPLOYMENT) == deployment_id
+
+
+def object_name(slug: str, role: str) -> str:
+    return f"{slug}-{role}"

@@ -1,0 +1,155 @@
+"""Pods and events -> facts: one ReplicaFacts per engine replica, the events worth a timeline line.
+
+Pure functions over plain dicts as the API returns them. Kubernetes' reasons map to what a person
+needs to act on: Unschedulable (with the scheduler's own message), ImagePullBackOff,
+CrashLoopBackOff, OOMKilled, failing probes and a startup that ran out of time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from deployments.drivers import base
+from deployments.drivers.kube import labels as L
+
+PULL_ERRORS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName"})
+CONFIG_ERRORS = frozenset({"CreateContainerConfigError", "CreateContainerError"})
+WARNING_REASONS = frozenset(
+    {"FailedScheduling", "BackOff", "Unhealthy", "Failed", "FailedMount", "Killing", "OOMKilling"}
+)
+
+
+def _container(pod: Mapping[str, Any], name: str) -> dict[str, Any]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return next((c for c in statuses if c.get("name") == name), statuses[0] if statuses else {})
+
+
+def _condition(pod: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == kind), {})
+
+
+def _revision(pod: Mapping[str, Any]) -> int | None:
+    value = (pod.get("metadata") or {}).get("labels", {}).get(L.REVISION)
+    return int(value) if value and value.isdigit() else None
+
+
+def replica_facts(
+    pod: Mapping[str, Any], probe_failures: Mapping[str, str] | None = None
+) -> base.ReplicaFacts:
+    """The facts of one pod (the leader's for a multi-node group)."""
+    meta = pod.get("metadata") or {}
+    role = meta.get("labels", {}).get(L.ROLE, "engine")
+    container = _container(pod, "router" if role == "router" else "engine")
+    common = {
+        "name": meta.get("name", ""),
+        "revision": _revision(pod),
+        "role": role,
+        "restarts": int(container.get("restartCount") or 0),
+        "url": _pod_url(pod),
+    }
+    phase, reason, message = _phase(pod, container)
+    probe = (probe_failures or {}).get(meta.get("name", ""))
+    if probe and phase in {base.LOADING, base.RUNNING} and not reason:
+        reason, message = "ProbeFailed", probe
+    ready = phase == base.READY
+    return base.ReplicaFacts(phase=phase, ready=ready, reason=reason, message=message, **common)
+
+
+def _phase(pod: Mapping[str, Any], container: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(phase, reason, message) of a pod, worst news first."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return base.TERMINATING, "", ""
+    status = pod.get("status") or {}
+    waiting = (container.get("state") or {}).get("waiting") or {}
+    last = (container.get("lastState") or {}).get("terminated") or {}
+    w_reason = waiting.get("reason", "")
+    if status.get("phase") in {"Failed", "Succeeded"}:
+        return base.FAILED, status.get("reason") or "PodFailed", status.get("message", "")
+    if w_reason == "CrashLoopBackOff":
+        reason = "OOMKilled" if last.get("reason") == "OOMKilled" else "CrashLoopBackOff"
+        exit_code = last.get("exitCode")
+        detail = f"last exit code {exit_code}" if exit_code is not None else ""
+        return base.FAILED, reason, waiting.get("message") or detail
+    if w_reason in PULL_ERRORS:
+        return base.FAILED, "ImagePullBackOff", waiting.get("message", "")
+    if w_reason in CONFIG_ERRORS:
+        return base.FAILED, w_reason, waiting.get("message", "")
+    scheduled = _condition(pod, "PodScheduled")
+    if scheduled.get("status") == "False":
+        return base.PENDING, scheduled.get("reason") or "Pending", scheduled.get("message", "")
+    if status.get("phase") == "Pending" or not container:
+        return base.STARTING, w_reason, waiting.get("message", "")
+    if container.get("ready"):
+        return base.READY, "", ""
+    if last.get("reason") == "OOMKilled":
+        return (
+            base.LOADING,
+            "OOMKilled",
+            f"restarted after running out of memory ({last.get('exitCode')})",
+        )
+    # Running, not ready: loading weights until the startup probe passes, then unready.
+    return (base.RUNNING if container.get("started") else base.LOADING), "", ""
+
+
+def _pod_url(pod: Mapping[str, Any]) -> str:
+    ip = (pod.get("status") or {}).get("podIP")
+    if not ip:
+        return ""
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    ports = containers[0].get("ports") or [{}]
+    return f"http://{ip}:{ports[0].get('containerPort', 30000)}"
+
+
+def is_replica(pod: Mapping[str, Any]) -> bool:
+    """Leaders of multi-node groups and every single-node pod; LWS workers fold into leaders."""
+    index = (pod.get("metadata") or {}).get("labels", {}).get(L.LWS_WORKER_INDEX)
+    return index in (None, "0")
+
+
+def probe_failures(events: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """The latest probe failure message per pod name."""
+    failures: dict[str, str] = {}
+    for event in events:
+        if event.get("reason") == "Unhealthy":
+            name = (event.get("involvedObject") or {}).get("name", "")
+            failures[name] = event.get("message", "")
+    return failures
+
+
+def timeline_events(
+    events: Iterable[Mapping[str, Any]], pod_names: set[str]
+) -> list[base.ObservedEvent]:
+    """Kubernetes events about this endpoint's pods, as timeline lines (deduped by uid)."""
+    lines: list[base.ObservedEvent] = []
+    for event in events:
+        involved = event.get("involvedObject") or {}
+        if involved.get("name") not in pod_names:
+            continue
+        reason = event.get("reason", "")
+        level = "warning" if event.get("type") == "Warning" or reason in WARNING_REASONS else "info"
+        meta = event.get("metadata") or {}
+        # One line per event object: a repeating warning (BackOff) is not repeated in the timeline.
+        key = f"k8s:{meta.get('uid') or meta.get('name')}"
+        message = f"{involved.get('name')}: {event.get('message', '')}"
+        lines.append(base.ObservedEvent(reason=reason[:64], message=message, level=level, key=key))
+    return lines
+
+
+def observation(
+    pods: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]], router_url: str
+) -> base.Observation:
+    pods = list(pods)
+    events = list(events)
+    failures = probe_failures(events)
+    facts = [replica_facts(p, failures) for p in pods if is_replica(p)]
+    engines = tuple(sorted((f for f in facts if f.role != "router"), key=lambda f: f.name))
+    routers = [f for f in facts if f.role == "router"]
+    names = {(p.get("metadata") or {}).get("name", "") for p in pods}
+    return base.Observation(
+        replicas=engines,
+        router_url=router_url if routers else "",
+        router_ready=any(r.ready for r in routers),
+        events=tuple(timeline_events(events, names)),
+    )

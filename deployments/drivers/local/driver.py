@@ -1,0 +1,342 @@
+"""The local driver: each engine replica a process (the SGLang simulator by default), smg in front.
+
+Processes are named ``r<revision>-<role>-<index>`` and ``router``; their records and logs live in
+``<run_dir>/<deployment id>/`` (see ``processes``). ``apply`` is one idempotent step: start the
+revision's missing or dead engines, stop other revisions' engines only as this revision's become
+ready (surge; applying the previous revision again is the rollback), scale down extra replicas,
+keep the router running and its worker list equal to the ready engines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deployments.drivers import base
+from deployments.drivers.errors import PermanentDriverError, TemporaryDriverError
+from deployments.drivers.local.processes import ProcessRecord, ProcessTable, free_port
+from runtime.client import EngineClient, RouterClient, RuntimeUnavailable
+from runtime.launch import RolePlan, with_flag
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+ROUTER = "router"
+
+
+@dataclass(frozen=True)
+class LocalOptions:
+    run_dir: Path
+    engine: str = "sim"  # "sim": python -m runtime.sim; "sglang": sglang.launch_server (GPU)
+    python: str = sys.executable
+    smg: str = ""
+    router_health_check_s: int = 2
+    stop_grace_s: float = 5.0
+    # Extra environment for engines, e.g. PLINTH_SIM_TIME_SCALE for fast simulated runs.
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _digest(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class LocalDriver:
+    def __init__(self, options: LocalOptions) -> None:
+        self.options = options
+
+    def close(self) -> None:
+        """Nothing to release: processes outlive the driver on purpose."""
+
+    def _table(self, ref: base.DeploymentRef) -> ProcessTable:
+        return ProcessTable(self.options.run_dir / ref.id)
+
+    # --- apply ---
+
+    def apply(self, ref: base.DeploymentRef, revision: base.RevisionPlan) -> None:
+        table = self._table(ref)
+        records = table.records()
+        self._finish_stops(table, records)
+        live = [r for r in records if r.stopping_since is None]
+        desired = self._ensure_engines(table, revision, live)
+        router = self._ensure_router(table, revision, live)
+        engines = {r.name: r for r in [*live, *desired] if r.role != ROUTER}
+        ready = {name for name, r in engines.items() if _ready(r)}
+        routed = self._sync_router(router, [engines[n] for n in sorted(ready)])
+        # Old engines retire only once new ones are routed, and leave the router before SIGTERM.
+        retiring = self._retiring(revision, list(engines.values()), desired, routed)
+        if retiring:
+            names = {r.name for r in retiring}
+            self._sync_router(router, [engines[n] for n in sorted(ready - names)])
+        for record in retiring:
+            table.terminate(record, self.options.stop_grace_s)
+
+    def _finish_stops(self, table: ProcessTable, records: list[ProcessRecord]) -> None:
+        for record in records:
+            if record.stopping_since is not None:
+                table.terminate(record, self.options.stop_grace_s)
+
+    def _engine_roles(self, revision: base.RevisionPlan) -> list[tuple[RolePlan, int]]:
+        roles = [r for r in revision.plan.roles if r.role != "router"]
+        return [(r, revision.replicas if r.role == "engine" else r.replicas) for r in roles]
+
+    def _ensure_engines(
+        self, table: ProcessTable, revision: base.RevisionPlan, live: list[ProcessRecord]
+    ) -> list[ProcessRecord]:
+        by_name = {r.name: r for r in live}
+        desired: list[ProcessRecord] = []
+        for role, replicas in self._engine_roles(revision):
+            for index in range(replicas):
+                name = f"r{revision.number}-{role.role}-{index}"
+                record = by_name.get(name)
+                if record is not None and record.alive():
+                    desired.append(record)
+                    continue
+                restarts = record.restarts + 1 if record is not None else 0
+                desired.append(self._start_engine(table, name, revision, role, restarts))
+        return desired
+
+    def _start_engine(
+        self,
+        table: ProcessTable,
+        name: str,
+        revision: base.RevisionPlan,
+        role: RolePlan,
+        restarts: int,
+    ) -> ProcessRecord:
+        port = free_port()
+        args = with_flag(with_flag(role.args, "--host", "127.0.0.1"), "--port", port)
+        argv = [*self._engine_command(), *args]
+        env = {**os.environ, **self.options.env, **role.env, **_identity(table, name)}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+        record = ProcessRecord(
+            name=name,
+            role=role.role,
+            revision=revision.number,
+            pid=0,
+            port=port,
+            start_ticks=0,
+            config=_digest(role.args, role.env),
+            started_at=0.0,
+            restarts=restarts,
+        )
+        return table.spawn(record, argv, env, table.root)
+
+    def _engine_command(self) -> list[str]:
+        if self.options.engine == "sim":
+            return [self.options.python, "-m", "runtime.sim"]
+        if self.options.engine == "sglang":
+            if importlib.util.find_spec("sglang") is None:
+                raise PermanentDriverError(
+                    "PLINTH_LOCAL_ENGINE=sglang, but SGLang is not installed for this Python"
+                )
+            return [self.options.python, "-m", "sglang.launch_server"]
+        raise PermanentDriverError(f"unknown local engine {self.options.engine!r}: sim or sglang")
+
+    def _retiring(
+        self,
+        revision: base.RevisionPlan,
+        engines: list[ProcessRecord],
+        desired: list[ProcessRecord],
+        routed: set[str],
+    ) -> list[ProcessRecord]:
+        """What the revision does not want: other revisions' engines beyond those still covering
+        for new ones not yet routed, extra replicas of this one, roles it no longer has."""
+        wanted = {r.name for r in desired}
+        plan_roles = self._engine_roles(revision)
+        retiring = [r for r in engines if r.role not in {role.role for role, _ in plan_roles}]
+        for role, replicas in plan_roles:
+            new_routed = sum(1 for r in desired if r.role == role.role and r.url in routed)
+            keep = max(0, replicas - new_routed)
+            others = [r for r in engines if r.role == role.role and r.name not in wanted]
+            # Routed old engines first: they are the ones worth keeping.
+            others.sort(key=lambda r: (r.revision == revision.number, r.url not in routed))
+            for index, record in enumerate(others):
+                if index >= keep or record.revision == revision.number or not record.alive():
+                    retiring.append(record)
+        return retiring
+
+    # --- router ---
+
+    def _router_args(self, revision: base.RevisionPlan) -> list[str]:
+        router = revision.plan.role("router")
+        args = list(router.args) if router else []
+        args = with_flag(args, "--host", "127.0.0.1")
+        args = with_flag(args, "--prometheus-host", "127.0.0.1")
+        args = with_flag(args, "--health-check-interval-secs", self.options.router_health_check_s)
+        # smg waits 180 s for in-flight requests by default; stop must not outlast its grace.
+        return with_flag(args, "--shutdown-grace-period-secs", int(self.options.stop_grace_s))
+
+    def _ensure_router(
+        self, table: ProcessTable, revision: base.RevisionPlan, live: list[ProcessRecord]
+    ) -> ProcessRecord:
+        args = self._router_args(revision)
+        config = _digest(args)
+        current = next((r for r in live if r.role == ROUTER), None)
+        if current is not None and current.alive() and current.config == config:
+            return current
+        restarts = 0
+        if current is not None:
+            restarts = current.restarts + (0 if current.config != config else 1)
+            table.terminate(current, self.options.stop_grace_s)
+        port, metrics_port = free_port(), free_port()
+        args = with_flag(with_flag(args, "--port", port), "--prometheus-port", metrics_port)
+        argv = [self.options.smg or _smg_binary(), "launch", *args]
+        record = ProcessRecord(
+            name=ROUTER,
+            role=ROUTER,
+            revision=revision.number,
+            pid=0,
+            port=port,
+            start_ticks=0,
+            config=config,
+            started_at=0.0,
+            extra_port=metrics_port,
+            restarts=restarts,
+        )
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", **_identity(table, ROUTER)}
+        return table.spawn(record, argv, env, table.root)
+
+    def _sync_router(self, router: ProcessRecord, engines: Iterable[ProcessRecord]) -> set[str]:
+        """Make smg's worker list the ready engines: add the new, remove the gone. Returns the
+        URLs it routed to (healthy) before this call's changes."""
+        with RouterClient(router.url, timeout=2.0) as client:
+            if not _wait(client.live, 10.0):
+                if not router.alive():
+                    raise TemporaryDriverError("the router exited right after starting")
+                raise TemporaryDriverError("the router is not answering yet")
+            try:
+                registered = {w.get("url"): w for w in client.workers()}
+                wanted = {e.url: e for e in engines}
+                for url, engine in wanted.items():
+                    if url not in registered:
+                        extra = {} if engine.role == "engine" else {"worker_type": engine.role}
+                        client.add_worker(url, **extra)
+                for url, worker in registered.items():
+                    if url not in wanted and worker.get("id"):
+                        client.remove_worker(str(worker["id"]))
+            except RuntimeUnavailable as exc:
+                raise TemporaryDriverError(f"router worker update failed: {exc}") from exc
+        return {str(u) for u, w in registered.items() if w.get("is_healthy", True)}
+
+    # --- observe ---
+
+    def observe(self, ref: base.DeploymentRef) -> base.Observation:
+        records = self._table(ref).records()
+        router = next((r for r in records if r.role == ROUTER and r.stopping_since is None), None)
+        router_url, router_ready, routed = _router_state(router)
+        facts: list[base.ReplicaFacts] = []
+        events: list[base.ObservedEvent] = []
+        for record in records:
+            if record.role == ROUTER:
+                continue
+            fact = _engine_facts(record, routed)
+            facts.append(fact)
+            if fact.reason == "Exited":
+                key = f"local:{record.name}:{record.pid}:exit"
+                events.append(base.ObservedEvent("EngineExited", fact.message, "warning", key))
+        return base.Observation(
+            replicas=tuple(facts),
+            router_url=router_url,
+            router_ready=router_ready,
+            events=tuple(events),
+        )
+
+    # --- stop / delete / logs ---
+
+    def stop(self, ref: base.DeploymentRef) -> bool:
+        table = self._table(ref)
+        done = [table.terminate(r, self.options.stop_grace_s) for r in table.records()]
+        return all(done)
+
+    def delete(self, ref: base.DeploymentRef) -> bool:
+        if not self.stop(ref):
+            return False
+        shutil.rmtree(self._table(ref).root, ignore_errors=True)
+        return True
+
+    def logs(
+        self, ref: base.DeploymentRef, replica: str | None = None, tail: int = 200
+    ) -> base.LogLines:
+        table = self._table(ref)
+        names = sorted(p.stem for p in table.root.glob("*.log")) if table.root.is_dir() else []
+        name = replica if replica in names else (names[0] if names else None)
+        if name is None:
+            return base.LogLines(replica=replica or "")
+        text = table.log_path(name).read_text(errors="replace")
+        return base.LogLines(replica=name, lines=text.splitlines()[-tail:])
+
+
+def _identity(table: ProcessTable, name: str) -> dict[str, str]:
+    """Marks every process with its endpoint, so an operator (or a test) can find them all."""
+    return {"PLINTH_DEPLOYMENT_ID": table.root.name, "PLINTH_REPLICA": name}
+
+
+def _ready(record: ProcessRecord) -> bool:
+    if not record.alive():
+        return False
+    with EngineClient(record.url, timeout=1.0) as client:
+        return client.ready()
+
+
+def _router_state(router: ProcessRecord | None) -> tuple[str, bool, set[str] | None]:
+    """(url, ready, URLs of the healthy workers it routes to); no URL when it is not up."""
+    if router is None or not router.alive():
+        return "", False, None
+    with RouterClient(router.url, timeout=1.0) as client:
+        if not client.live():
+            return "", False, None
+        try:
+            workers = client.workers()
+        except RuntimeUnavailable:
+            workers = []
+        routed = {str(w.get("url")) for w in workers if w.get("is_healthy", True)}
+        return router.url, client.ready(), routed
+
+
+def _engine_facts(record: ProcessRecord, routed: set[str] | None) -> base.ReplicaFacts:
+    """An engine is ready when it answers /ready and the router sends it traffic."""
+    common = {
+        "name": record.name,
+        "revision": record.revision,
+        "role": record.role,
+        "restarts": record.restarts,
+        "url": record.url,
+    }
+    if not record.alive():
+        code = f" with code {record.exit_code}" if record.exit_code is not None else ""
+        message = f"{record.name} exited{code}"
+        return base.ReplicaFacts(
+            phase=base.FAILED, ready=False, reason="Exited", message=message, **common
+        )
+    if record.stopping_since is not None:
+        return base.ReplicaFacts(phase=base.TERMINATING, ready=False, **common)
+    with EngineClient(record.url, timeout=1.0) as client:
+        state = client.ready_state()
+    if state == "ready" and routed is not None and record.url not in routed:
+        return base.ReplicaFacts(phase=base.RUNNING, ready=False, **common)  # not routed yet
+    phase = {"ready": base.READY, "unready": base.LOADING}.get(state, base.STARTING)
+    return base.ReplicaFacts(phase=phase, ready=state == "ready", **common)
+
+
+def _wait(check: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        if check():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+
+
+def _smg_binary() -> str:
+    beside = Path(sys.executable).with_name("smg")
+    found = str(beside) if beside.exists() else shutil.which("smg")
+    if not found:
+        raise TemporaryDriverError("the smg router binary is not installed")
+    return found

@@ -1,0 +1,158 @@
+"""Supervised processes of the local cluster, remembered in files so any worker can adopt them.
+
+Each process has ``<name>.json`` (pid, port, role, revision, argv hash, start time) and
+``<name>.log`` under the endpoint's run directory. A worker that restarts reads the records back
+and finds its processes still running (they live in their own session, so a worker's death does
+not take them down). A pid is trusted only while ``/proc/<pid>/stat`` shows the start time that was
+recorded, so a recycled pid is never mistaken for an engine, and never signalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# Popen objects of processes this worker started, so their exits are reaped (no zombies).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process' start time in clock ticks since boot; None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in {"Z", "X"}:  # exited, waiting to be reaped
+        return None
+    return int(fields[19])
+
+
+@dataclass
+class ProcessRecord:
+    name: str
+    role: str
+    revision: int
+    pid: int
+    port: int
+    start_ticks: int
+    config: str  # hash of argv + env: a changed config means restart
+    started_at: float
+    extra_port: int = 0  # the router's metrics port
+    restarts: int = 0
+    stopping_since: float | None = None
+    exit_code: int | None = None
+    argv: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def alive(self) -> bool:
+        child = _CHILDREN.get(self.pid)
+        if child is not None and child.poll() is not None:
+            self.exit_code = child.returncode
+            _CHILDREN.pop(self.pid, None)
+            return False
+        return _start_ticks(self.pid) == self.start_ticks
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+
+class ProcessTable:
+    """The records of one endpoint's run directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def records(self) -> list[ProcessRecord]:
+        if not self.root.is_dir():
+            return []
+        found = []
+        for path in sorted(self.root.glob("*.json")):
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                found.append(ProcessRecord(**json.loads(path.read_text())))
+        return found
+
+    def save(self, record: ProcessRecord) -> None:
+        path = self.root / f"{record.name}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(record)))
+        tmp.replace(path)  # atomic: a worker killed mid-write leaves the old record
+
+    def forget(self, record: ProcessRecord) -> None:
+        (self.root / f"{record.name}.json").unlink(missing_ok=True)
+
+    def log_path(self, name: str) -> Path:
+        return self.root / f"{name}.log"
+
+    def spawn(
+        self,
+        record: ProcessRecord,
+        argv: list[str],
+        env: Mapping[str, str],
+        cwd: Path,
+    ) -> ProcessRecord:
+        """Start ``argv`` for ``record`` (pid and start time filled in) and save the record.
+
+        ``cwd`` is the endpoint's run directory: a process' working directory says whose it is,
+        even for programs that rewrite their command line and environment (setproctitle).
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self.log_path(record.name).open("ab") as log:
+            log.write(f"--- starting {record.name}: {' '.join(argv)}\n".encode())
+            log.flush()
+            popen = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=dict(env),
+                cwd=cwd,
+                start_new_session=True,  # survives the worker; signalled by pid only
+            )
+        _CHILDREN[popen.pid] = popen
+        record.pid = popen.pid
+        record.start_ticks = _start_ticks(popen.pid) or 0
+        record.started_at = time.time()
+        record.argv = argv
+        self.save(record)
+        return record
+
+    def terminate(self, record: ProcessRecord, grace_s: float) -> bool:
+        """SIGTERM once, SIGKILL after ``grace_s``; True once the process is gone (record too)."""
+        if not record.alive():
+            self.forget(record)
+            return True
+        now = time.time()
+        if record.stopping_since is None:
+            record.signal(signal.SIGTERM)
+            record.stopping_since = now
+            self.save(record)
+        elif now - record.stopping_since >= grace_s:
+            record.signal(signal.SIGKILL)
+        # A well-behaved process exits quickly; wait briefly so most stops finish in one call.
+        deadline = time.monotonic() + min(grace_s, 2.0)
+        while time.monotonic() < deadline and record.alive():
+            time.sleep(0.05)
+        if record.alive():
+            return False
+        self.forget(record)
+        return True

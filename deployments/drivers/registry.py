@@ -1,0 +1,37 @@
+"""The driver of a cluster: the local driver for the built-in cluster, the kube driver otherwise.
+
+Options come from settings (``PLINTH_LOCAL_*``), so tests and ``make run`` can make simulated
+engines fast without touching endpoints' settings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+
+from controlplane.services import reveal_secret
+from deployments.drivers.base import Driver
+from deployments.drivers.errors import PermanentDriverError
+from deployments.drivers.kube.client import KubeClient
+from deployments.drivers.kube.driver import KubeDriver
+from deployments.drivers.local.driver import LocalDriver, LocalOptions
+from deployments.models import Cluster, ClusterKind
+
+
+def local_options() -> LocalOptions:
+    return LocalOptions(
+        run_dir=Path(settings.PLINTH_LOCAL_RUN_DIR),
+        engine=getattr(settings, "PLINTH_LOCAL_ENGINE", "sim"),
+        router_health_check_s=getattr(settings, "PLINTH_LOCAL_ROUTER_HEALTH_CHECK_S", 2),
+        stop_grace_s=getattr(settings, "PLINTH_LOCAL_STOP_GRACE_S", 5.0),
+    )
+
+
+def driver_for(cluster: Cluster) -> Driver:
+    if cluster.kind == ClusterKind.LOCAL:
+        return LocalDriver(local_options())
+    if cluster.kubeconfig is None:
+        raise PermanentDriverError(f"cluster {cluster.name} has no kubeconfig")
+    client = KubeClient.from_kubeconfig(reveal_secret(cluster.kubeconfig))
+    return KubeDriver(client)

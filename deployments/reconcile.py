@@ -1,0 +1,323 @@
+"""Reconcile one endpoint: desired state from the database, observed state from the driver.
+
+The only writer of observed facts (``services`` writes what users ask for). One pass: observe,
+decide which revision to place (``rollout.decide``), apply it, observe again, and store the facts
+and the timeline events they imply. A pass is idempotent and safe to repeat; ``tasks.engine``
+holds the per-endpoint lock and retries temporary driver errors. Facts are saved with a
+conditional UPDATE of observed fields only, so a user's change made meanwhile is never lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane import notify
+from controlplane.services import reveal_secret
+from deployments import services
+from deployments.drivers.base import DeploymentRef, Driver, Observation, RevisionPlan
+from deployments.drivers.errors import PermanentDriverError
+from deployments.drivers.registry import driver_for
+from deployments.models import Deployment, DesiredState, Revision
+from deployments.rollout import RolloutDecision, RolloutFacts, decide
+from runtime import launch
+from runtime.spec import RuntimeSpec
+
+log = logging.getLogger(__name__)
+
+ROLLOUT_FAILED = "RolloutFailed"
+
+
+@dataclass
+class Pass:
+    """What one reconcile pass learned and decided, saved at the end."""
+
+    deployment: Deployment
+    now: datetime
+    facts: dict[str, Any] = field(default_factory=dict)
+    events: list[tuple[str, str, str, int | None, dict[str, Any]]] = field(default_factory=list)
+
+    def event(
+        self, level: str, reason: str, message: str, revision: int | None = None, **data: Any
+    ) -> None:
+        self.events.append((level, reason, message, revision, data))
+
+
+def reconcile(deployment_id: str) -> bool:
+    """One pass for one endpoint. False when there is nothing (left) to reconcile."""
+    deployment = (
+        Deployment.objects.select_related(
+            "cluster",
+            "cluster__kubeconfig",
+            "target_revision",
+            "current_revision",
+            "applied_revision",
+            "organization",
+        )
+        .filter(pk=deployment_id)
+        .first()
+    )
+    if deployment is None:
+        return False
+    work = Pass(deployment=deployment, now=timezone.now())
+    try:
+        driver = driver_for(deployment.cluster)
+    except PermanentDriverError as exc:  # e.g. the cluster's kubeconfig is unusable
+        _fail(work, exc.message)
+        _save(work)
+        return True
+    try:
+        if deployment.desired_state == DesiredState.DELETED:
+            return _tear_down(work, driver)
+        if deployment.desired_state == DesiredState.STOPPED or deployment.desired_replicas == 0:
+            _stop(work, driver)
+        else:
+            _run(work, driver)
+    except PermanentDriverError as exc:
+        _fail(work, exc.message)
+    finally:
+        driver.close()
+    _save(work)
+    return True
+
+
+def ref_for(deployment: Deployment) -> DeploymentRef:
+    return DeploymentRef(
+        id=str(deployment.pk), slug=deployment.slug, namespace=deployment.cluster.namespace
+    )
+
+
+# --- desired: running ------------------------------------------------------------------------
+
+
+def _run(work: Pass, driver: Driver) -> None:
+    deployment = work.deployment
+    target = deployment.target_revision
+    assert target is not None, "services always set a target revision"
+    ref = ref_for(deployment)
+    before = driver.observe(ref)
+    decision = decide(_rollout_facts(work, target, before))
+    revision = target if decision.apply == target.number else deployment.current_revision
+    assert revision is not None
+    _start_or_abandon(work, decision, target, before)
+    driver.apply(ref, revision_plan(deployment, revision))
+    after = driver.observe(ref)
+    # Promotion is judged on what runs after this pass's apply, so a ready target is current
+    # in the same pass that saw it ready.
+    settled = decide(_rollout_facts(work, target, after))
+    if revision == target and settled.promote and deployment.current_revision != target:
+        _promote(work, target)
+    if settled.first_deploy_late and deployment.failed_at is None:
+        why = _not_ready_reason(after, target.number)
+        _fail(work, f"revision {target.number} was not ready within its startup window ({why})")
+    _record_observation(work, after, revision, before)
+
+
+def _rollout_facts(work: Pass, target: Revision, seen: Observation) -> RolloutFacts:
+    deployment = work.deployment
+    return RolloutFacts(
+        now=work.now,
+        target=target.number,
+        current=_number(deployment.current_revision),
+        target_abandoned=_abandoned(deployment, target),
+        deadline=work.facts.get("rollout_deadline", deployment.rollout_deadline),
+        target_ready=seen.ready_count(target.number),
+        desired_replicas=deployment.desired_replicas,
+    )
+
+
+def _start_or_abandon(
+    work: Pass, decision: RolloutDecision, target: Revision, seen: Observation
+) -> None:
+    deployment, facts = work.deployment, work.facts
+    if decision.start_clock:
+        window = startup_window_s(target)
+        facts["rollout_started_at"] = work.now
+        facts["rollout_deadline"] = work.now + timedelta(seconds=window)
+        verb = "Deploying" if deployment.current_revision is None else "RolloutStarted"
+        replicas = deployment.desired_replicas
+        message = (
+            f"revision {target.number}: starting {replicas} replica(s), ready within {window} s"
+        )
+        work.event("info", verb, message, target.number)
+    if decision.abandon:
+        facts.update(rollout_started_at=None, rollout_deadline=None)
+        why = _not_ready_reason(seen, target.number)
+        current = _number(deployment.current_revision)
+        message = (
+            f"revision {target.number} was not ready within its startup window ({why}); "
+            f"rolled back: revision {current} keeps serving"
+        )
+        work.event("warning", ROLLOUT_FAILED, message, target.number, why=why)
+
+
+def _promote(work: Pass, target: Revision) -> None:
+    previous = work.deployment.current_revision
+    work.facts.update(current_revision=target, rollout_started_at=None, rollout_deadline=None)
+    if previous is not None:
+        message = f"revision {target.number} is serving; revision {previous.number} is retired"
+        work.event("info", "RolloutComplete", message, target.number)
+
+
+def _not_ready_reason(observation: Observation, revision: int) -> str:
+    for replica in observation.engines(revision):
+        if replica.reason:
+            detail = f": {replica.message}" if replica.message else ""
+            return f"{replica.reason}{detail}"
+    phases = sorted({r.phase for r in observation.engines(revision)}) or ["no replica started"]
+    return ", ".join(phases)
+
+
+def _abandoned(deployment: Deployment, target: Revision) -> bool:
+    return deployment.events.filter(reason=ROLLOUT_FAILED, revision_number=target.number).exists()
+
+
+def _number(revision: Revision | None) -> int | None:
+    return revision.number if revision is not None else None
+
+
+def startup_window_s(revision: Revision) -> int:
+    """How long a revision may take to become ready: the setting, else its startup probe's."""
+    configured = int(getattr(settings, "PLINTH_STARTUP_WINDOW_S", 0) or 0)
+    if configured > 0:
+        return configured
+    spec = RuntimeSpec.model_validate(revision.spec)
+    return launch.startup_allowance_s(spec)
+
+
+def revision_plan(deployment: Deployment, revision: Revision) -> RevisionPlan:
+    spec = RuntimeSpec.model_validate(revision.spec)
+    plan = launch.plan(spec, deployment_labels={"deployment": deployment.slug})
+    return RevisionPlan(
+        number=revision.number,
+        plan=plan,
+        replicas=deployment.desired_replicas,
+        spec_hash=revision.spec_hash,
+        hf_token=_hf_token(deployment, spec),
+    )
+
+
+def _hf_token(deployment: Deployment, spec: RuntimeSpec) -> str | None:
+    name = spec.model.hf_token_secret
+    if not name:
+        return None
+    secret = deployment.organization.secrets.filter(name=name).first()
+    if secret is None:
+        raise PermanentDriverError(f"the secret {name!r} named by model.hf_token_secret is gone")
+    return reveal_secret(secret)
+
+
+# --- what was seen -----------------------------------------------------------------------------
+
+
+def _record_observation(
+    work: Pass, seen: Observation, serving: Revision, earlier: Observation
+) -> None:
+    deployment, facts = work.deployment, work.facts
+    ready = seen.ready_count()
+    engines = [r for r in seen.engines() if r.phase != "terminating"]
+    was_ready = deployment.ready_replicas
+    facts.update(
+        applied_revision=serving,
+        ready_replicas=ready,
+        total_replicas=len(engines),
+        replica_facts=[r.as_dict() for r in seen.replicas],
+        router_url=seen.router_url,
+    )
+    if ready and deployment.first_ready_at is None:
+        facts["first_ready_at"] = work.now
+    if ready and deployment.failed_at is not None:
+        facts.update(failed_at=None, failure_reason="")
+    desired = deployment.desired_replicas
+    if ready >= desired > was_ready:
+        started = deployment.rollout_started_at
+        took = (
+            f", {(work.now - started).total_seconds():.0f} s after the deploy began"
+            if started
+            else ""
+        )
+        work.event("info", "Ready", f"{ready}/{desired} replicas ready{took}", serving.number)
+    elif was_ready > 0 and ready < min(was_ready, desired):
+        why = _not_ready_reason(seen, serving.number)
+        work.event(
+            "warning", "Degraded", f"{ready}/{desired} replicas ready ({why})", serving.number
+        )
+    for event in (*earlier.events, *seen.events):
+        work.event(event.level, event.reason, event.message, None, key=event.key)
+
+
+def _stop(work: Pass, driver: Driver) -> None:
+    ref = ref_for(work.deployment)
+    done = driver.stop(ref)
+    seen = Observation() if done else driver.observe(ref)
+    work.facts.update(
+        ready_replicas=seen.ready_count(),
+        total_replicas=len(seen.engines()),
+        replica_facts=[r.as_dict() for r in seen.replicas],
+        router_url="" if done else seen.router_url,
+        rollout_started_at=None,
+        rollout_deadline=None,
+    )
+    if done:
+        # Nothing serves now: the next start is a fresh deploy with its own startup window.
+        work.facts["current_revision"] = None
+    if done and work.deployment.total_replicas:
+        work.event("info", "Stopped", "every replica and the router are stopped")
+
+
+def _tear_down(work: Pass, driver: Driver) -> bool:
+    if not driver.delete(ref_for(work.deployment)):
+        work.facts.update(replica_facts=[], router_url="")
+        _save(work)
+        return True
+    services.finalize_deletion(work.deployment.pk)
+    return False
+
+
+def _fail(work: Pass, reason: str) -> None:
+    log.warning("deployment %s failed: %s", work.deployment.slug, reason)
+    if work.deployment.failure_reason != reason:
+        work.event("error", "Failed", reason, _number(work.deployment.target_revision))
+    work.facts.update(failed_at=work.deployment.failed_at or work.now, failure_reason=reason)
+
+
+# --- saving ------------------------------------------------------------------------------------
+
+
+def _next_pass_in(work: Pass) -> float:
+    deployment = work.deployment
+    for name, value in work.facts.items():
+        setattr(deployment, name, value)
+    settled = deployment.status in {"active", "stopped", "scaled_to_zero", "failed"}
+    fast = float(getattr(settings, "PLINTH_RECONCILE_INTERVAL_S", 5))
+    slow = float(getattr(settings, "PLINTH_SETTLED_RECONCILE_S", 30))
+    return slow if settled and not deployment.rollout_deadline else fast
+
+
+@transaction.atomic
+def _save(work: Pass) -> None:
+    deployment = work.deployment
+    generation = deployment.generation
+    due = work.now + timedelta(seconds=_next_pass_in(work))
+    observed = {**work.facts, "observed_at": work.now, "observed_generation": generation}
+    rows = Deployment.objects.filter(pk=deployment.pk)
+    # A user's change since this pass read the row set next_reconcile_at to now: keep that.
+    if not rows.filter(generation=generation).update(**observed, next_reconcile_at=due):
+        rows.update(**observed)
+    for level, reason, message, revision, data in work.events:
+        key = data.get("key")
+        if key and deployment.events.filter(data__key=key).exists():
+            continue
+        services.record_event(deployment, level, reason, message, revision, data)
+    notify.publish_on_commit("deployment", str(deployment.pk))
+
+
+def record_probe(deployment: Deployment, at: datetime) -> None:
+    """The probe's one observed fact: when it last read the replicas."""
+    Deployment.objects.filter(pk=deployment.pk).update(last_probe_at=at)

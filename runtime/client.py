@@ -1,0 +1,139 @@
+"""HTTP clients of one SGLang engine and of the smg router. Framework-free (no Django).
+
+Used by the probe task (metrics, loads), the local driver (readiness, router worker list) and
+tests. Every call has a short timeout and raises ``RuntimeUnavailable`` on connection errors,
+timeouts and unexpected statuses, so callers handle one exception.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from runtime.metrics import MetricsSnapshot, parse_metrics
+
+DEFAULT_TIMEOUT_S = 5.0
+
+
+class RuntimeUnavailable(Exception):
+    """The engine or router did not answer as expected."""
+
+
+class _HttpClient:
+    def __init__(self, base_url: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, trust_env=False)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> _HttpClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _get(self, path: str, **params: str) -> httpx.Response:
+        try:
+            return self._http.get(path, params=params or None)
+        except httpx.HTTPError as exc:
+            raise RuntimeUnavailable(f"{self.base_url}{path}: {type(exc).__name__}") from exc
+
+    def _ok(self, path: str) -> bool:
+        try:
+            return self._get(path).status_code == 200
+        except RuntimeUnavailable:
+            return False
+
+    def _json(self, path: str, **params: str) -> Any:
+        response = self._get(path, **params)
+        if response.status_code != 200:
+            raise RuntimeUnavailable(f"{self.base_url}{path}: HTTP {response.status_code}")
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise RuntimeUnavailable(f"{self.base_url}{path}: not JSON") from exc
+
+    def _metrics(self, path: str = "/metrics") -> MetricsSnapshot:
+        response = self._get(path)
+        if response.status_code != 200:
+            raise RuntimeUnavailable(f"{self.base_url}{path}: HTTP {response.status_code}")
+        try:
+            return parse_metrics(response.text)
+        except ValueError as exc:
+            raise RuntimeUnavailable(f"{self.base_url}{path}: malformed metrics") from exc
+
+
+class EngineClient(_HttpClient):
+    """One SGLang engine (or the simulator): the routes a control plane needs (SGLANG.md 2.2)."""
+
+    def ready(self) -> bool:
+        """``/ready``: 200 once warm-up is done; the cheap readiness check."""
+        return self._ok("/ready")
+
+    def ready_state(self) -> str:
+        """``ready`` (200), ``unready`` (answers, not ready: loading) or ``down`` (no answer)."""
+        try:
+            return "ready" if self._get("/ready").status_code == 200 else "unready"
+        except RuntimeUnavailable:
+            return "down"
+
+    def health(self) -> bool:
+        """``/health``: may run a one-token generation on a real engine."""
+        return self._ok("/health")
+
+    def model_info(self) -> dict[str, Any]:
+        return dict(self._json("/model_info"))
+
+    def server_info(self) -> dict[str, Any]:
+        return dict(self._json("/server_info"))
+
+    def loads(self) -> dict[str, Any]:
+        return dict(self._json("/v1/loads", include="core"))
+
+    def metrics(self) -> MetricsSnapshot:
+        return self._metrics()
+
+
+class RouterClient(_HttpClient):
+    """The smg router: health, its worker list, and its metrics on a separate port."""
+
+    def __init__(
+        self, base_url: str, *, metrics_url: str | None = None, timeout: float = DEFAULT_TIMEOUT_S
+    ) -> None:
+        super().__init__(base_url, timeout=timeout)
+        self.metrics_url = metrics_url
+
+    def live(self) -> bool:
+        return self._ok("/liveness")
+
+    def ready(self) -> bool:
+        """``/readiness``: 503 until at least one worker is healthy."""
+        return self._ok("/readiness")
+
+    def workers(self) -> list[dict[str, Any]]:
+        return list(self._json("/workers").get("workers", []))
+
+    def add_worker(self, url: str, **fields: Any) -> None:
+        self._send("POST", "/workers", {"url": url, **fields})
+
+    def remove_worker(self, worker_id: str) -> None:
+        self._send("DELETE", f"/workers/{worker_id}", None)
+
+    def loads(self) -> dict[str, Any]:
+        return dict(self._json("/get_loads"))
+
+    def metrics(self) -> MetricsSnapshot:
+        if not self.metrics_url:
+            raise RuntimeUnavailable("router metrics address unknown")
+        with _HttpClient(self.metrics_url) as metrics:
+            return metrics._metrics()
+
+    def _send(self, method: str, path: str, body: dict[str, Any] | None) -> None:
+        try:
+            response = self._http.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            raise RuntimeUnavailable(f"{self.base_url}{path}: {type(exc).__name__}") from exc
+        if response.status_code >= 300 and response.status_code != 404:
+            raise RuntimeUnavailable(f"{method} {path}: HTTP {response.status_code}")

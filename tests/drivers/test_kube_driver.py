@@ -1,0 +1,271 @@
+"""The Kubernetes driver against an HTTP emulator of the API, through the official client."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from deployments.drivers import base
+from deployments.drivers.errors import ForeignObjectError
+from deployments.drivers.kube import labels as L
+from deployments.drivers.kube.client import (
+    KubeClient,
+    KubePermanentError,
+    KubeTemporaryError,
+    kind_of,
+)
+from deployments.drivers.kube.driver import KubeDriver
+from tests.drivers.kube_emulator import RunningEmulator, running_emulator
+from tests.drivers.reference_specs import REF, load_spec, revision_plan
+
+NS = REF.namespace
+
+
+@pytest.fixture
+def emulator() -> Iterator[RunningEmulator]:
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    with running_emulator() as running:
+        yield running
+
+
+@pytest.fixture
+def driver(emulator: RunningEmulator) -> Iterator[KubeDriver]:
+    client = KubeClient.for_host(emulator.url, timeout=1.0)
+    yield KubeDriver(client)
+    client.close()
+
+
+def plan(number: int = 1, name: str = "llama-3.1-8b-h100") -> base.RevisionPlan:
+    return revision_plan(load_spec(name), number=number)
+
+
+def test_create_applies_every_object_server_side_as_plinth(
+    driver: KubeDriver, emulator: RunningEmulator
+) -> None:
+    driver.apply(REF, plan())
+    writes = emulator.writes()
+    assert writes and all(method == "PATCH" for method, _ in writes)
+    requests = [r for r in emulator.emulator._requests if r.method.value == "PATCH"]
+    assert all(r.params.get("fieldManager") == "plinth" for r in requests)
+    assert all("force" not in r.params for r in requests)  # new objects: nothing to force
+    engine = emulator.get("apps/v1", "Deployment", NS, "chat-engine")
+    assert engine is not None
+    assert engine["metadata"]["labels"][L.MANAGED_BY] == "plinth"
+    assert emulator.get("v1", "Service", NS, "chat-router") is not None
+    assert emulator.get("rbac.authorization.k8s.io/v1", "Role", NS, "chat-router") is not None
+
+
+def test_reapplying_an_unchanged_revision_writes_nothing(
+    driver: KubeDriver, emulator: RunningEmulator
+) -> None:
+    driver.apply(REF, plan())
+    before = len(emulator.writes())
+    driver.apply(REF, plan())
+    assert len(emulator.writes()) == before
+
+
+def test_a_new_revision_updates_the_pod_template(
+    driver: KubeDriver, emulator: RunningEmulator
+) -> None:
+    driver.apply(REF, plan(1))
+    driver.apply(REF, plan(2, "llama-3.1-8b-ngram-h100"))
+    engine = emulator.get("apps/v1", "Deployment", NS, "chat-engine")
+    assert engine is not None
+    assert engine["spec"]["template"]["metadata"]["labels"][L.REVISION] == "2"
+    assert "NGRAM" in engine["spec"]["template"]["spec"]["containers"][0]["args"]
+    forced = [r for r in emulator.emulator._requests if r.params.get("force") == "true"]
+    assert forced  # our own objects: field conflicts are forced
+
+
+def test_delete_removes_everything_and_again_is_done(
+    driver: KubeDriver, emulator: RunningEmulator
+) -> None:
+    driver.apply(REF, plan())
+    assert driver.delete(REF) is True
+    assert emulator.get("apps/v1", "Deployment", NS, "chat-engine") is None
+    assert emulator.get("v1", "ServiceAccount", NS, "chat-router") is None
+    deletes = len(emulator.writes())
+    assert driver.delete(REF) is True
+    assert len(emulator.writes()) == deletes
+
+
+def test_deleting_a_missing_object_is_success(driver: KubeDriver) -> None:
+    assert driver.client.delete(kind_of("v1", "Service"), NS, "never-existed") is True
+
+
+def test_existing_objects_of_this_endpoint_are_adopted(
+    driver: KubeDriver, emulator: RunningEmulator
+) -> None:
+    # Left by an earlier worker that died before it finished (no config hash yet).
+    labels = L.object_labels(REF.slug, REF.id, 1, "engine")
+    meta = {"name": "chat-engine", "namespace": NS, "labels": labels}
+    emulator.put("v1", "Service", NS, {"metadata": meta, "spec": {"ports": []}})
+    driver.apply(REF, plan())
+    service = emulator.get("v1", "Service", NS, "chat-engine")
+    assert service is not None and service["spec"]["ports"][0]["port"] == 30000
+    patch = next(
+        r
+        for r in emulator.emulator._requests
+        if r.method.value == "PATCH" and r.url.path.endswith("services/chat-engine")
+    )
+    assert patch.params.get("force") == "true"
+
+
+def test_foreign_objects_are_refused_and_never_written(
+    driver: KubeDriver, emulator: RunningEmulator
+) -> None:
+    meta = {"name": "chat-engine", "namespace": NS, "labels": {"app": "someone-else"}}
+    emulator.put("v1", "Service", NS, {"metadata": meta, "spec": {"ports": []}})
+    emulator.put("apps/v1", "Deployment", NS, {"metadata": meta, "spec": {}})
+    with pytest.raises(ForeignObjectError, match="not managed by Plinth"):
+        driver.apply(REF, plan())
+    assert not any("chat-engine" in path for _, path in emulator.writes())
+    assert driver.delete(REF) is True
+    assert emulator.get("v1", "Service", NS, "chat-engine") is not None
+
+
+@pytest.mark.parametrize("status", [409, 429, 500, 503])
+def test_transient_api_errors_are_temporary(
+    driver: KubeDriver, emulator: RunningEmulator, status: int
+) -> None:
+    emulator.inject("PATCH", "deployments/chat-engine", status)
+    with pytest.raises(KubeTemporaryError) as raised:
+        driver.apply(REF, plan())
+    assert raised.value.status == status
+    driver.apply(REF, plan())  # the retry succeeds
+    assert emulator.get("apps/v1", "Deployment", NS, "chat-engine") is not None
+
+
+@pytest.mark.parametrize("status", [403, 422])
+def test_forbidden_and_invalid_are_permanent(
+    driver: KubeDriver, emulator: RunningEmulator, status: int
+) -> None:
+    emulator.inject("PATCH", "deployments/chat-engine", status)
+    with pytest.raises(KubePermanentError, match=f"Kubernetes API {status}"):
+        driver.apply(REF, plan())
+
+
+def test_a_stalled_api_is_a_temporary_timeout(
+    driver: KubeDriver, emulator: RunningEmulator
+) -> None:
+    emulator.inject("GET", "deployments/chat-engine", None)
+    with pytest.raises(KubeTemporaryError, match="did not answer"):
+        driver.apply(REF, plan())
+
+
+def pod(name: str, revision: int, status: dict[str, Any], role: str = "engine") -> dict[str, Any]:
+    labels = L.object_labels(REF.slug, REF.id, revision, role)
+    container = {"name": role, "image": "x", "ports": [{"containerPort": 30000}]}
+    return {
+        "metadata": {"name": name, "namespace": NS, "labels": labels},
+        "spec": {"containers": [container]},
+        "status": status,
+    }
+
+
+def running(ready: bool, **container: Any) -> dict[str, Any]:
+    state = {"running": {}} if ready else container.pop("state", {"running": {}})
+    status = {"name": "engine", "ready": ready, "restartCount": 0, "state": state, **container}
+    return {"phase": "Running", "podIP": "10.0.0.7", "containerStatuses": [status]}
+
+
+def test_observe_maps_pods_to_replica_facts(driver: KubeDriver, emulator: RunningEmulator) -> None:
+    driver.apply(REF, plan())
+    unschedulable = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+            }
+        ],
+    }
+    crash = running(
+        False,
+        restartCount=4,
+        state={"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+        lastState={"terminated": {"reason": "OOMKilled", "exitCode": 137}},
+    )
+    pull = running(False, state={"waiting": {"reason": "ImagePullBackOff", "message": "not found"}})
+    emulator.put("v1", "Pod", NS, pod("chat-engine-a", 1, running(True)))
+    emulator.put("v1", "Pod", NS, pod("chat-engine-b", 1, unschedulable))
+    emulator.put("v1", "Pod", NS, pod("chat-engine-c", 1, crash))
+    emulator.put("v1", "Pod", NS, pod("chat-engine-d", 2, pull))
+    emulator.put("v1", "Pod", NS, pod("chat-engine-e", 2, running(False, started=False)))
+    router = running(True)
+    router["containerStatuses"][0]["name"] = "router"
+    emulator.put("v1", "Pod", NS, pod("chat-router-x", 1, router, role="router"))
+    seen = {r.name: r for r in driver.observe(REF).replicas}
+    assert seen["chat-engine-a"].ready and seen["chat-engine-a"].url == "http://10.0.0.7:30000"
+    assert (seen["chat-engine-b"].phase, seen["chat-engine-b"].reason) == (
+        "pending",
+        "Unschedulable",
+    )
+    assert "Insufficient nvidia.com/gpu" in seen["chat-engine-b"].message
+    assert (seen["chat-engine-c"].reason, seen["chat-engine-c"].restarts) == ("OOMKilled", 4)
+    assert seen["chat-engine-d"].reason == "ImagePullBackOff"
+    assert seen["chat-engine-d"].revision == 2
+    assert seen["chat-engine-e"].phase == "loading"
+    observed = driver.observe(REF)
+    assert observed.ready_count() == 1 and observed.router_ready
+    assert observed.router_url == "http://chat-router.team-a.svc:8000"
+
+
+def test_observe_reports_probe_failures_and_events(
+    driver: KubeDriver, emulator: RunningEmulator
+) -> None:
+    emulator.put("v1", "Pod", NS, pod("chat-engine-a", 1, running(False, started=True)))
+    event = {
+        "metadata": {"name": "chat-engine-a.1", "namespace": NS, "uid": "e1"},
+        "involvedObject": {"kind": "Pod", "name": "chat-engine-a", "namespace": NS},
+        "reason": "Unhealthy",
+        "type": "Warning",
+        "message": "Readiness probe failed: HTTP probe failed with statuscode: 503",
+        "count": 3,
+    }
+    other = {**event, "metadata": {"name": "x.1", "namespace": NS, "uid": "e2"}}
+    other["involvedObject"] = {"kind": "Pod", "name": "someone-elses-pod", "namespace": NS}
+    emulator.put("v1", "Event", NS, event)
+    emulator.put("v1", "Event", NS, other)
+    observed = driver.observe(REF)
+    replica = observed.replicas[0]
+    assert (replica.phase, replica.reason) == ("running", "ProbeFailed")
+    assert "statuscode: 503" in replica.message
+    assert [e.reason for e in observed.events] == ["Unhealthy"]
+    assert observed.events[0].level == "warning"
+
+
+def test_logs_read_the_pod_log(driver: KubeDriver, emulator: RunningEmulator) -> None:
+    emulator.put("v1", "Pod", NS, pod("chat-engine-a", 1, running(True)))
+    emulator.emulator["get", "/api/v1/namespaces/team-a/pods/chat-engine-a/log"] << (
+        b"loading weights\nready\n"
+    )
+    lines = driver.logs(REF)
+    assert lines.replica == "chat-engine-a"
+    assert lines.lines == ["loading weights", "ready"]
+
+
+def test_without_the_lws_crd_multi_node_is_refused_and_the_rest_works(
+    driver: KubeDriver, emulator: RunningEmulator
+) -> None:
+    emulator.uninstall("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
+    with pytest.raises(KubePermanentError, match="needs LeaderWorkerSet"):
+        driver.apply(REF, plan(name="deepseek-v3-tp16-2x-h200"))
+    driver.apply(REF, plan())  # single-node endpoints do not need it
+    assert driver.delete(REF) is True
+
+
+def test_objects_a_new_revision_no_longer_renders_are_removed(
+    driver: KubeDriver, emulator: RunningEmulator
+) -> None:
+    driver.apply(REF, plan(1))
+    driver.apply(REF, plan(2, "deepseek-v3-tp16-2x-h200"))  # one replica now spans two nodes
+    assert emulator.get("apps/v1", "Deployment", NS, "chat-engine") is None
+    lws = emulator.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", NS, "chat-engine")
+    assert lws is not None and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    assert emulator.get("apps/v1", "Deployment", NS, "chat-router") is not None

@@ -1,0 +1,173 @@
+"""The local driver with real processes: simulated engines and the smg router on loopback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from deployments.drivers import base
+from deployments.drivers.local.driver import LocalDriver, LocalOptions
+from deployments.drivers.local.processes import ProcessTable
+from runtime import launch
+from runtime.client import RouterClient
+from runtime.spec import RuntimeSpec
+
+REF = base.DeploymentRef(id="5f0c8e0a-0000-4000-8000-000000000001", slug="local-chat")
+SIM_ENV = {"PLINTH_SIM_TIME_SCALE": "200", "PLINTH_SIM_DRAIN_TIMEOUT": "2"}
+
+
+def revision(number: int, replicas: int = 1, **env: str) -> base.RevisionPlan:
+    spec = RuntimeSpec.model_validate(
+        {
+            "model": {"source": "meta-llama/Llama-3.1-8B-Instruct", "served_name": "chat"},
+            "hardware": {"gpu": "H100-SXM"},
+            "runtime": {"env": env},
+        }
+    )
+    return base.RevisionPlan(number=number, plan=launch.plan(spec), replicas=replicas)
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never {what}")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def driver(tmp_path: Path) -> Iterator[LocalDriver]:
+    local = LocalDriver(LocalOptions(run_dir=tmp_path, env=SIM_ENV, stop_grace_s=3))
+    yield local
+    wait_for(lambda: local.delete(REF), "deleted in teardown", timeout=30)
+
+
+def settle(
+    driver: LocalDriver, rev: base.RevisionPlan, check: Callable[[base.Observation], bool]
+) -> base.Observation:
+    """Apply and observe until ``check`` holds, as reconcile would on each pass."""
+    seen: list[base.Observation] = []
+
+    def step() -> bool:
+        driver.apply(REF, rev)
+        seen.append(driver.observe(REF))
+        return check(seen[-1])
+
+    wait_for(step, "settled")
+    return seen[-1]
+
+
+def chat(url: str) -> httpx.Response:
+    body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30)
+
+
+def pids(driver: LocalDriver) -> dict[str, int]:
+    table = ProcessTable(driver.options.run_dir / REF.id)
+    return {r.name: r.pid for r in table.records()}
+
+
+def test_engines_come_up_behind_the_router_and_answer(driver: LocalDriver) -> None:
+    observed = settle(
+        driver, revision(1, replicas=2), lambda o: o.ready_count() == 2 and o.router_ready
+    )
+    assert {r.name for r in observed.replicas} == {"r1-engine-0", "r1-engine-1"}
+    assert chat(observed.router_url).status_code == 200
+    with RouterClient(observed.router_url) as router:
+        assert len(router.workers()) == 2
+    logs = driver.logs(REF, "r1-engine-0")
+    assert logs.lines and "r1-engine-0" in logs.lines[0]
+
+    # A worker restart: a new driver finds the same processes and starts nothing new.
+    before = pids(driver)
+    again = LocalDriver(driver.options)
+    again.apply(REF, revision(1, replicas=2))
+    assert pids(again) == before
+
+    # Scale down to one replica.
+    observed = settle(driver, revision(1, replicas=1), lambda o: len(o.replicas) == 1)
+    assert observed.replicas[0].name == "r1-engine-0"
+
+
+def test_a_killed_engine_is_reported_then_restarted(driver: LocalDriver) -> None:
+    observed = settle(driver, revision(1), lambda o: o.ready_count() == 1 and o.router_ready)
+    pid = pids(driver)["r1-engine-0"]
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: driver.observe(REF).replicas[0].phase == "failed", "seen as failed")
+    failed = driver.observe(REF)
+    assert failed.replicas[0].reason == "Exited"
+    assert failed.events and failed.events[0].reason == "EngineExited"
+    observed = settle(driver, revision(1), lambda o: o.ready_count() == 1)
+    assert observed.replicas[0].restarts == 1
+    assert pids(driver)["r1-engine-0"] != pid
+    wait_for(lambda: chat(observed.router_url).status_code == 200, "answering again")
+
+
+def test_surge_rollout_then_rollback_keeps_the_old_revision_serving(driver: LocalDriver) -> None:
+    observed = settle(driver, revision(1), lambda o: o.ready_count() == 1 and o.router_ready)
+    router_url = observed.router_url
+
+    # Revision 2 comes up next to revision 1, which is stopped only once 2 is ready.
+    observed = settle(driver, revision(2), lambda o: {r.revision for r in o.replicas} == {2})
+    assert observed.ready_count(2) == 1
+    assert chat(router_url).status_code == 200
+
+    # Revision 3 never becomes ready: revision 2 keeps serving next to it.
+    never = revision(3, PLINTH_SIM_STARTUP_DELAY="3600")
+    for _ in range(3):
+        driver.apply(REF, never)
+    observed = driver.observe(REF)
+    assert {(r.revision, r.ready) for r in observed.replicas} == {(2, True), (3, False)}
+    assert chat(router_url).status_code == 200
+
+    # Rolling back is applying revision 2 again: revision 3 goes away.
+    observed = settle(driver, revision(2), lambda o: {r.revision for r in o.replicas} == {2})
+    assert chat(router_url).status_code == 200
+
+
+def test_delete_stops_every_process(driver: LocalDriver) -> None:
+    settle(driver, revision(1), lambda o: o.ready_count() == 1 and o.router_ready)
+    started = list(pids(driver).values())
+    wait_for(lambda: driver.delete(REF), "deleted")
+    for pid in started:
+        assert (
+            not Path(f"/proc/{pid}").exists()
+            or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
+        )
+    assert driver.observe(REF).empty
+
+
+def test_sglang_engine_without_sglang_installed_is_a_permanent_error(tmp_path: Path) -> None:
+    import importlib.util
+
+    from deployments.drivers.errors import PermanentDriverError
+
+    if importlib.util.find_spec("sglang") is not None:
+        pytest.skip("SGLang is installed here: the refusal cannot be observed")
+    local = LocalDriver(LocalOptions(run_dir=tmp_path, engine="sglang"))
+    with pytest.raises(PermanentDriverError, match="SGLang is not installed"):
+        local.apply(REF, revision(1))
+    assert pids(local) == {}
+
+
+def test_prefill_and_decode_pools_come_up_behind_one_router(driver: LocalDriver) -> None:
+    from tests.drivers.reference_specs import load_spec
+
+    spec = load_spec("llama-3.1-70b-pd-h100")
+    pd = base.RevisionPlan(number=1, plan=launch.plan(spec), replicas=1)
+    observed = settle(
+        driver, pd, lambda o: len(o.replicas) == 3 and o.ready_count() == 3 and o.router_ready
+    )
+    assert sorted(r.role for r in observed.replicas) == ["decode", "decode", "prefill"]
+    with RouterClient(observed.router_url) as router:
+        types = sorted(w.get("worker_type") for w in router.workers())
+    assert types == ["decode", "decode", "prefill"]
+    body = {"model": spec.served_model_name, "messages": [{"role": "user", "content": "hi"}]}
+    answer = httpx.post(f"{observed.router_url}/v1/chat/completions", json=body, timeout=30)
+    assert answer.status_code == 200

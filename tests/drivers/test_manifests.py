@@ -1,0 +1,141 @@
+"""Every manifest the renderers produce for the reference specs is valid Kubernetes.
+
+Built-in kinds are checked strictly (unknown fields fail) against the schemas of Kubernetes 1.29
+to 1.34 with kubernetes-validate; an unknown apiVersion is a failure. LeaderWorkerSets are checked
+against the upstream LWS CRD schema read from the shared reference folder.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from deployments.drivers.kube import labels as L
+from deployments.drivers.kube.render import KubeOptions, render_revision
+from tests.drivers.reference_specs import REF, golden_names, load_spec, revision_plan
+
+K8S_VERSIONS = ["1.29.0", "1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0"]
+LWS_CRD = Path("/work/shared/reference/lws-crd.yaml")
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+@cache
+def lws_schema() -> dict[str, Any]:
+    crd = yaml.safe_load(LWS_CRD.read_text())
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    return version["schema"]["openAPIV3Schema"]
+
+
+def rendered(name: str, **options: Any) -> list[dict[str, Any]]:
+    plan = revision_plan(load_spec(name), hf_token="hf_secret_value")
+    return render_revision(REF, plan, KubeOptions(**options))
+
+
+@pytest.mark.parametrize("name", golden_names())
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_builtin_kinds_validate_strictly(name: str, version: str) -> None:
+    for obj in rendered(name):
+        if obj["kind"] == "LeaderWorkerSet":
+            continue
+        # Raises ValidationError (unknown field, wrong type) or SchemaNotFoundError (apiVersion).
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+@pytest.mark.parametrize("name", golden_names())
+def test_model_cache_claim_variant_validates(name: str) -> None:
+    for obj in rendered(name, model_cache_claim="models", image_pull_secret="regcred"):
+        if obj["kind"] != "LeaderWorkerSet":
+            kubernetes_validate.validate(obj, K8S_VERSIONS[-1], strict=True)
+
+
+def test_an_unknown_field_is_refused() -> None:
+    obj = next(o for o in rendered("llama-3.1-8b-h100") if o["kind"] == "Deployment")
+    obj["spec"]["replicaz"] = 2
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(obj, "1.29.0", strict=True)
+
+
+def test_multi_node_replica_is_a_leader_worker_set_valid_against_the_crd() -> None:
+    objs = rendered("deepseek-v3-tp16-2x-h200")
+    lws = [o for o in objs if o["kind"] == "LeaderWorkerSet"]
+    assert len(lws) == 1
+    jsonschema.validate(lws[0], lws_schema())
+    template = lws[0]["spec"]["leaderWorkerTemplate"]
+    assert template["size"] == 2
+    leader = template["leaderTemplate"]["spec"]["containers"][0]
+    worker = template["workerTemplate"]["spec"]["containers"][0]
+    assert "readinessProbe" in leader and "readinessProbe" not in worker
+    assert "$(LWS_LEADER_ADDRESS):20000" in leader["args"]
+    assert leader["args"][leader["args"].index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
+
+
+def test_lws_schema_catches_a_bad_object() -> None:
+    lws = next(o for o in rendered("deepseek-v3-tp16-2x-h200") if o["kind"] == "LeaderWorkerSet")
+    lws["spec"]["leaderWorkerTemplate"]["size"] = "two"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(lws, lws_schema())
+
+
+@pytest.mark.parametrize("name", golden_names())
+def test_labels_names_and_selectors_agree(name: str) -> None:
+    objs = rendered(name)
+    for obj in objs:
+        meta = obj["metadata"]
+        assert meta["namespace"] == REF.namespace
+        assert meta["labels"][L.MANAGED_BY] == "plinth"
+        assert meta["labels"][L.DEPLOYMENT] == REF.id
+        assert meta["labels"][L.REVISION] == "1"
+        assert L.CONFIG_HASH in meta["annotations"]
+        assert len(meta["name"]) <= 63
+        assert all(len(v) <= 63 for v in meta["labels"].values())
+        if obj["kind"] == "Deployment":
+            selector = obj["spec"]["selector"]["matchLabels"]
+            pod_labels = obj["spec"]["template"]["metadata"]["labels"]
+            assert selector.items() <= pod_labels.items()
+            assert L.REVISION not in selector  # selectors are immutable; revisions change
+
+
+def test_engine_deployment_has_surge_drain_gpu_shm_and_probes() -> None:
+    objs = rendered("llama-3.3-70b-tp4-fp8-eagle3-h100")
+    engine = next(
+        o for o in objs if o["metadata"]["name"] == "chat-engine" and o["kind"] == "Deployment"
+    )
+    spec = engine["spec"]
+    assert spec["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    pod = spec["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+    assert container["startupProbe"]["httpGet"]["path"] == "/ready"
+    assert container["livenessProbe"]["timeoutSeconds"] > 20
+    assert "preStop" in container["lifecycle"]
+    token = next(e for e in container["env"] if e["name"] == "HF_TOKEN")
+    assert token["valueFrom"]["secretKeyRef"]["name"] == "chat-hf-token"
+
+
+def test_router_discovers_this_endpoints_pods_with_least_privilege() -> None:
+    objs = rendered("llama-3.1-70b-pd-h100")
+    router = next(
+        o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "chat-router"
+    )
+    args = router["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--service-discovery" in args
+    assert f"{L.DEPLOYMENT}={REF.id}" in args
+    assert "--prefill-selector" in args and "--decode-selector" in args
+    role = next(o for o in objs if o["kind"] == "Role")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    ]
+    kinds = {o["kind"] for o in objs}
+    assert {"ServiceAccount", "RoleBinding", "PodDisruptionBudget", "Secret", "Service"} <= kinds
+
+
+def test_rendering_is_deterministic() -> None:
+    assert rendered("llama-3.1-8b-h100") == rendered("llama-3.1-8b-h100")

@@ -1,0 +1,147 @@
+"""Reconcile passes against the local cluster, run in the test's process (no Celery here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+
+from deployments import reconcile, services
+from deployments.models import Deployment
+from deployments.status import ACTIVE, DEGRADED
+from tests.conftest import Cast
+from tests.engine.conftest import refresh, small_spec, wait_for
+
+
+def converge(deployment: Deployment, status: str, timeout: float = 90.0) -> Deployment:
+    def step() -> bool:
+        reconcile.reconcile(str(deployment.pk))
+        return refresh(deployment).status == status
+
+    wait_for(step, f"{status}", timeout)
+    return refresh(deployment)
+
+
+def chat(url: str) -> int:
+    body = {"model": "chat", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
+    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30).status_code
+
+
+@pytest.mark.django_db
+def test_an_endpoint_becomes_active_and_its_rollback_keeps_serving(
+    cast: Cast, fast_local: Path, settings: object
+) -> None:
+    settings.PLINTH_STARTUP_WINDOW_S = 4  # type: ignore[attr-defined]
+    actor = cast.actor(cast.alice, cast.acme)
+    deployment = services.create_deployment(actor, slug="chat", name="Chat", spec=small_spec())
+    deployment = converge(deployment, ACTIVE)
+    assert deployment.current_revision.number == 1
+    assert deployment.router_url.startswith("http://127.0.0.1:")
+    assert chat(deployment.router_url) == 200
+    reasons = list(deployment.events.values_list("reason", flat=True))
+    assert "Deploying" in reasons and "Ready" in reasons
+
+    # Revision 2 never becomes ready: after its window, revision 1 keeps serving.
+    services.update_settings(
+        actor, deployment.pk, spec=small_spec(PLINTH_SIM_STARTUP_DELAY="3600"), base_revision=1
+    )
+
+    def rolled_back() -> bool:
+        reconcile.reconcile(str(deployment.pk))
+        assert chat(deployment.router_url) == 200  # never a gap while it tries
+        return refresh(deployment).events.filter(reason="RolloutFailed").exists()
+
+    wait_for(rolled_back, "rolled back", timeout=60)
+    deployment = converge(deployment, ACTIVE)
+    failed = deployment.events.get(reason="RolloutFailed")
+    assert "revision 2 was not ready within its startup window" in failed.message
+    assert "revision 1 keeps serving" in failed.message
+    assert deployment.current_revision.number == 1 and deployment.target_revision.number == 2
+
+    def only_revision_1_left() -> bool:
+        reconcile.reconcile(str(deployment.pk))
+        return {f["revision"] for f in refresh(deployment).replica_facts} == {1}
+
+    wait_for(only_revision_1_left, "revision 2 stopped")
+
+    # Another pass does not retry the abandoned revision.
+    reconcile.reconcile(str(deployment.pk))
+    assert {f["revision"] for f in refresh(deployment).replica_facts} == {1}
+
+
+@pytest.mark.django_db
+def test_delete_tears_down_and_removes_the_row(cast: Cast, fast_local: Path) -> None:
+    actor = cast.actor(cast.alice, cast.acme)
+    deployment = services.create_deployment(actor, slug="gone", name="Gone", spec=small_spec())
+    converge(deployment, ACTIVE)
+    services.delete_deployment(actor, deployment.pk)
+    wait_for(lambda: not reconcile.reconcile(str(deployment.pk)), "deleted")
+    assert not Deployment.objects.filter(pk=deployment.pk).exists()
+    assert not (fast_local / str(deployment.pk)).exists()
+
+
+@pytest.mark.django_db
+def test_a_replica_that_dies_makes_it_degraded_until_restarted(
+    cast: Cast, fast_local: Path
+) -> None:
+    actor = cast.actor(cast.alice, cast.acme)
+    deployment = services.create_deployment(actor, slug="dies", name="Dies", spec=small_spec())
+    deployment = converge(deployment, ACTIVE)
+    record = fast_local / str(deployment.pk) / "r1-engine-0.json"
+    pid = int(json.loads(record.read_text())["pid"])
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not Path(f"/proc/{pid}/cmdline").exists() or _zombie(pid), "dead")
+    reconcile.reconcile(str(deployment.pk))
+    assert refresh(deployment).status == DEGRADED
+    deployment = converge(deployment, ACTIVE)
+    assert deployment.replica_facts[0]["restarts"] == 1
+    assert deployment.events.filter(reason="EngineExited").exists()
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.django_db
+def test_the_probe_stores_a_sample_of_the_interval(cast: Cast, fast_local: Path) -> None:
+    from deployments import probe
+    from deployments.models import MetricSample
+
+    actor = cast.actor(cast.alice, cast.acme)
+    deployment = services.create_deployment(actor, slug="probed", name="P", spec=small_spec())
+    deployment = converge(deployment, ACTIVE)
+    probe.probe(str(deployment.pk))  # the first read only sets the baseline
+    for _ in range(3):
+        assert chat(deployment.router_url) == 200
+    sample = probe.probe(str(deployment.pk))
+    assert sample is not None and sample.replicas_ready == 1
+    assert sample.requests == 3
+    assert sample.generation_tokens > 0 and sample.prompt_tokens > 0
+    assert sample.ttft_p50 is not None and sample.interval_s > 0
+    assert refresh(deployment).last_probe_at == sample.ts
+    assert MetricSample.objects.filter(deployment=deployment).count() == 2
+    assert probe.purge_old_samples(now=sample.ts + timedelta(days=30)) == 2
+
+
+@pytest.mark.django_db
+def test_stop_then_start_comes_back_through_loading(cast: Cast, fast_local: Path) -> None:
+    from deployments.status import STOPPED
+
+    actor = cast.actor(cast.alice, cast.acme)
+    deployment = services.create_deployment(actor, slug="pause", name="P", spec=small_spec())
+    deployment = converge(deployment, ACTIVE)
+    services.stop(actor, deployment.pk)
+    deployment = converge(deployment, STOPPED)
+    assert not list((fast_local / str(deployment.pk)).glob("*.json"))
+    assert deployment.router_url == "" and deployment.current_revision is None
+    services.start(actor, deployment.pk)
+    deployment = converge(deployment, ACTIVE)
+    assert chat(deployment.router_url) == 200

@@ -1,4 +1,4 @@
-"""`python -m gateway`: serve the gateway with uvicorn."""
+"""`python -m gateway`: serve the gateway with uvicorn (uvloop and httptools when installed)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,24 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--metrics-port", type=int, default=9090)
+    parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "info").lower())
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
     os.environ["PLINTH_GATEWAY_METRICS_PORT"] = str(args.metrics_port)
-    uvicorn.run("gateway.app:app", host=args.host, port=args.port, log_level="info")
+    os.environ.setdefault("PLINTH_GATEWAY_METRICS_HOST", args.host)
+    uvicorn.run(
+        "gateway.app:app",
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        # The gateway writes its own structured access log (gateway.observability).
+        access_log=False,
+        lifespan="on",
+        loop="auto",
+        http="auto",
+        # Streams can be long; keep idle client connections for reuse like a proxy would.
+        timeout_keep_alive=75,
+    )
 
 
 if __name__ == "__main__":

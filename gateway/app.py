@@ -1,32 +1,401 @@
-"""Gateway ASGI application (placeholder until the gateway issue lands: answers health only)."""
+"""The gateway's ASGI application: authenticate, scope, limit, forward, stream, meter.
+
+Raw ASGI rather than a framework: the request path is a few dictionary lookups, a Redis call
+only when a rate-limited key's lease runs out (``gateway.limits``), and the relay
+(``gateway.upstream``), so that the gateway's own share of the latency stays well under a
+millisecond. State (the route table) is loaded in the background by ``gateway.refresher``;
+nothing here queries the database.
+
+``app`` is what uvicorn serves (``python -m gateway``): it builds a :class:`Gateway` from
+Django settings at lifespan start-up. Tests may build a :class:`Gateway` themselves.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
+import logging
+import time
+import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+
+import redis.asyncio as aioredis
+
+from gateway import observability as obs
+from gateway.config import GatewayConfig
+from gateway.errors import GatewayError, endpoint_not_found, rate_limited, unauthorized
+from gateway.holds import WAKE_TASK, Holds, not_ready
+from gateway.http1 import Response
+from gateway.inbound import (
+    ClientGone,
+    Prepared,
+    Route,
+    find_route,
+    prepare,
+    read_body,
+    resolve_target,
+)
+from gateway.limits import RateLimiter
+from gateway.metering import Meter
+from gateway.refresher import RouteRefresher
+from gateway.routes import Endpoint, InferenceKey, RouteTable
+from gateway.upstream import (
+    Relay,
+    UpstreamBroke,
+    new_pool,
+    open_upstream,
+    relay_body,
+    response_headers,
+)
+from gateway.usage_parsing import StreamFilter
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
+logger = logging.getLogger("plinth.gateway")
+# Readiness: 503 until the route table has loaded once. Liveness (/livez): the process answers.
+_HEALTH_PATHS = frozenset({"/health", "/healthz", "/readyz", "/livez"})
+_JSON = [(b"content-type", b"application/json")]
 
-async def app(scope: Scope, receive: Receive, send: Send) -> None:
-    if scope["type"] == "lifespan":
+
+async def send_wake_task(deployment_id: str) -> None:
+    """Ask the control plane to wake an endpoint (by task name: no import of the tasks)."""
+    from controlplane.celery import app as celery_app
+
+    await asyncio.to_thread(celery_app.send_task, WAKE_TASK, args=[deployment_id])
+
+
+class Gateway:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        load: Callable[[], RouteTable],
+        send_wake: Callable[[str], Awaitable[None]] = send_wake_task,
+        close: Callable[[], None] | None = None,
+    ) -> None:
+        self.config = config
+        self._load = load
+        self._close = close
+        self._send_wake = send_wake
+
+    async def startup(self) -> None:
+        config = self.config
+        self.redis = aioredis.Redis.from_url(config.redis_url, socket_timeout=5)
+        # Subscriptions block for as long as nothing changes: no socket timeout on those.
+        self._pubsub_redis = aioredis.Redis.from_url(config.redis_url, health_check_interval=30)
+        self.limiter = RateLimiter(self.redis)
+        self.meter = Meter(self.redis, self.limiter)
+        self.refresher = RouteRefresher(
+            self._load,
+            self._pubsub_redis,
+            refresh_seconds=config.refresh_seconds,
+            hold_refresh_seconds=config.hold_refresh_seconds,
+            close=self._close,
+        )
+        self.holds = Holds(
+            self.refresher,
+            self._send_wake,
+            hold_seconds=config.hold_seconds,
+            queue_size=config.hold_queue,
+        )
+        self.pool = new_pool(config.upstream_connect_timeout, config.upstream_read_timeout)
+        try:
+            await self.limiter.load()
+        except aioredis.RedisError:
+            logger.warning(
+                "Redis is unavailable at start-up; rate limits fail open until it is back"
+            )
+        await self.refresher.start()
+        self.meter.start()
+
+    async def shutdown(self) -> None:
+        await self.refresher.stop()
+        try:
+            await self.meter.stop()
+        except aioredis.RedisError:
+            logger.error("usage counted in the last moments could not be sent to Redis")
+        await self.pool.close()
+        await self.redis.aclose()
+        await self._pubsub_redis.aclose()
+
+    # ---- one request ----------------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = _headers(scope)
+        request_id = _request_id(headers)
+        record = obs.AccessRecord(request_id, scope["method"], scope["path"], time.perf_counter())
+        try:
+            await self._serve(scope, receive, send, headers, record)
+        except GatewayError as error:
+            record.status, record.error = error.status, error.code
+            await _send_error(send, error, request_id)
+        except ClientGone:
+            record.status, record.error = 499, "client_disconnected"
+        finally:
+            obs.requests_counter(record.endpoint or "-", record.status).inc()
+            obs.AccessRecord.emit(record)
+
+    async def _serve(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        headers: dict[bytes, bytes],
+        record: obs.AccessRecord,
+    ) -> None:
+        host = headers.get(b"host", b"").decode("latin-1")
+        target = resolve_target(scope["path"], host, self.config.inference_domain)
+        if target is None:
+            await self._answer_unaddressed(scope["path"], send, record)
+            return
+        slug, route_path = target
+        route = find_route(route_path, scope["method"])
+        key, endpoint = self._authorize(headers, slug, record)
+        prepared = None
+        if route.method == "POST":
+            body = await read_body(receive, _content_length(headers), self.config.max_body_bytes)
+            prepared = prepare(route, body)
+        await self._forward(route, prepared, key, endpoint, receive, send, record)
+
+    def _authorize(
+        self, headers: dict[bytes, bytes], slug: str, record: obs.AccessRecord
+    ) -> tuple[InferenceKey, Endpoint]:
+        table = self.refresher.table
+        scheme, _, presented = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+        key = table.authenticate(presented.strip()) if scheme.lower() == "bearer" else None
+        if key is None:
+            raise unauthorized()
+        record.key_prefix = key.prefix
+        endpoint = table.endpoints.get(slug)
+        # Another organization's endpoint looks exactly like a missing one.
+        if endpoint is None or endpoint.organization_id != key.organization_id:
+            raise endpoint_not_found(slug)
+        record.endpoint = endpoint.slug
+        if not key.allows(endpoint):
+            raise GatewayError(
+                403, f"this API key may not call endpoint {slug!r}", code="endpoint_not_allowed"
+            )
+        return key, endpoint
+
+    async def _admit(self, key: InferenceKey) -> None:
+        try:
+            verdict = await self.limiter.admit(key, time.time())
+        except aioredis.RedisError:
+            # Serving beats strict limits while Redis is away; the operator sees the warning.
+            logger.warning("rate limit check skipped: Redis unavailable")
+            return
+        if not verdict.allowed:
+            limit = (
+                key.requests_per_minute if verdict.limit == "requests" else key.tokens_per_minute
+            )
+            raise rate_limited(
+                f"rate limit reached for this key: {limit} {verdict.limit} per minute",
+                verdict.retry_after,
+            )
+
+    async def _answer_unaddressed(self, path: str, send: Send, record: obs.AccessRecord) -> None:
+        if path not in _HEALTH_PATHS:
+            raise GatewayError(
+                404, "unknown path: call /endpoints/<slug>/v1/...", code="unknown_route"
+            )
+        # Not ready until the route table has been loaded once: it would refuse every call.
+        table = self.refresher.table
+        record.status = 200 if table.loaded_at or path == "/livez" else 503
+        body = {"status": "ok" if table.loaded_at else "loading", "endpoints": len(table.endpoints)}
+        await send({"type": "http.response.start", "status": record.status, "headers": _JSON})
+        await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+
+    async def _forward(
+        self,
+        route: Route,
+        prepared: Prepared | None,
+        key: InferenceKey,
+        endpoint: Endpoint,
+        receive: Receive,
+        send: Send,
+        record: obs.AccessRecord,
+    ) -> None:
+        """Admit, wait for a replica if need be, relay; a client hang-up cancels any of it."""
+        relay = Relay()
+        handler = asyncio.current_task()
+        watcher = asyncio.create_task(_watch_disconnect(receive, relay, handler))
+        try:
+            await self._admit(key)
+            endpoint = await self._serving(endpoint)
+            await self._relay(route, prepared, endpoint, send, record, relay, watcher)
+        except asyncio.CancelledError:
+            if not relay.client_gone or handler is None:
+                raise
+            handler.uncancel()
+            # Clients may hang up as soon as they read [DONE]: that stream was answered whole.
+            if not (relay.stream_filter is not None and relay.stream_filter.done):
+                record.status, record.error = 499, "client_disconnected"
+        finally:
+            watcher.cancel()
+            relay.abort()
+        if route.metered and relay.status:
+            self._meter(key, endpoint, relay, record)
+
+    async def _serving(self, endpoint: Endpoint) -> Endpoint:
+        if endpoint.serving:
+            return endpoint
+        if not (endpoint.wakeable or self.holds.waking(endpoint)):
+            raise not_ready(endpoint)
+        return await self.holds.hold(endpoint)
+
+    async def _relay(
+        self,
+        route: Route,
+        prepared: Prepared | None,
+        endpoint: Endpoint,
+        send: Send,
+        record: obs.AccessRecord,
+        relay: Relay,
+        watcher: asyncio.Task[None],
+    ) -> None:
+        before = time.perf_counter()
+        response = await self._open(route, prepared, endpoint, record.request_id)
+        relay.response = response
+        answered = time.perf_counter()
+        relay.status = record.status = response.status
+        head = response_headers(response, record.request_id.encode())
+        await send({"type": "http.response.start", "status": response.status, "headers": head})
+        # The gateway's own share: everything before forwarding, plus relaying the head.
+        obs.latency_histogram(endpoint.slug).observe(
+            before - record.started + time.perf_counter() - answered
+        )
+        stream_filter = None
+        if response.status == 200 and prepared is not None and prepared.stream:
+            stream_filter = StreamFilter(
+                native=not route.openai, strip_usage_chunk=prepared.strip_usage_chunk
+            )
+        try:
+            await relay_body(response, send, relay, stream_filter, native=not route.openai)
+        except UpstreamBroke:
+            obs.UPSTREAM_ERRORS.labels(endpoint.slug, "upstream_broke").inc()
+            record.error = "upstream_broke"
+        watcher.cancel()  # the final send completes the response, which the watcher would see
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _open(
+        self, route: Route, prepared: Prepared | None, endpoint: Endpoint, request_id: str
+    ) -> Response:
+        body = prepared.body if prepared is not None else None
+        url = endpoint.router_url + route.path
+        try:
+            return await open_upstream(self.pool, route.method, url, body, request_id)
+        except GatewayError as error:
+            obs.UPSTREAM_ERRORS.labels(endpoint.slug, error.code).inc()
+            raise
+
+    def _meter(
+        self, key: InferenceKey, endpoint: Endpoint, relay: Relay, record: obs.AccessRecord
+    ) -> None:
+        usage = relay.final_usage()
+        if usage is not None:
+            record.prompt_tokens = usage.prompt_tokens
+            record.completion_tokens = usage.completion_tokens
+            record.cached_tokens = usage.cached_tokens
+            prompt, completion, cached = obs.token_counters(endpoint.slug)
+            prompt.inc(usage.prompt_tokens)
+            completion.inc(usage.completion_tokens)
+            cached.inc(usage.cached_tokens)
+        self.meter.add(key, endpoint, usage, time.time())
+
+
+async def _watch_disconnect(
+    receive: Receive, relay: Relay, handler: asyncio.Task[Any] | None
+) -> None:
+    """Cancel the handler (and so the upstream request) when the client hangs up."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            relay.client_gone = True
+            relay.abort()
+            if handler is not None:
+                handler.cancel()
+            return
+
+
+def _headers(scope: Scope) -> dict[bytes, bytes]:
+    # ASGI servers give lower-cased names; the few the gateway reads appear once.
+    return dict(scope["headers"])
+
+
+def _request_id(headers: dict[bytes, bytes]) -> str:
+    """The caller's id if it is a sane token (it is echoed, logged, sent on), else a new one."""
+    given = headers.get(b"x-request-id", b"")[:128].decode("latin-1")
+    return given if given.isascii() and given.isprintable() and given else uuid.uuid4().hex
+
+
+def _content_length(headers: dict[bytes, bytes]) -> int | None:
+    raw = headers.get(b"content-length")
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise GatewayError(400, "Content-Length is not a number", code="invalid_request") from exc
+
+
+async def _send_error(send: Send, error: GatewayError, request_id: str) -> None:
+    headers = [*error.headers(), (b"x-request-id", request_id.encode())]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": error.body()})
+
+
+class GatewayApp:
+    """What uvicorn serves: builds the :class:`Gateway` at lifespan start-up."""
+
+    def __init__(self) -> None:
+        self.gateway: Gateway | None = None
+        self._metrics_server: Any = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            assert self.gateway is not None, "the lifespan did not run"
+            await self.gateway(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                try:
+                    await self._start()
+                except Exception as exc:
+                    logger.exception("gateway start-up failed")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self.gateway is not None:
+                    await self.gateway.shutdown()
+                if self._metrics_server is not None:
+                    self._metrics_server.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
-    ok = scope["path"] in {"/health", "/healthz"}
-    body = json.dumps({"status": "ok"} if ok else {"error": {"message": "not found"}}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200 if ok else 404,
-            "headers": [(b"content-type", b"application/json")],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+
+    async def _start(self) -> None:
+        import os
+
+        import django
+
+        django.setup()
+        from gateway.loader import close_connections, load_route_table
+
+        config = GatewayConfig.from_environment()
+        obs.configure_access_log()
+        host = os.environ.get("PLINTH_GATEWAY_METRICS_HOST", "127.0.0.1")
+        self._metrics_server = obs.start_metrics_server(host, config.metrics_port)
+        self.gateway = Gateway(config, load_route_table, close=close_connections)
+        await self.gateway.startup()
+        # Django, the route table and the libraries are loaded for good: keep the collector
+        # from walking them again and again (shorter pauses on the request path).
+        gc.freeze()
+
+
+app = GatewayApp()

@@ -1,0 +1,59 @@
+"""The gateway's settings, read once at start-up from Django settings and the environment.
+
+Every knob is an environment variable so the same image runs in ``make run`` and in ``k8s/``;
+a malformed value stops start-up with a message naming the variable (``controlplane.env``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from controlplane.env import env_int, env_str
+
+MIB = 1024 * 1024
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = env_str(name, "")
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(f"{name} must be a number, not {raw!r}") from exc
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    redis_url: str
+    # Wildcard domain for <slug>.<domain> addressing; empty turns host addressing off.
+    inference_domain: str = ""
+    max_body_bytes: int = 10 * MIB
+    # Scale-from-zero: how long a request may wait for a replica, and how many may wait.
+    hold_seconds: float = 60.0
+    hold_queue: int = 64
+    # Full route-table reload interval; change notifications reload sooner.
+    refresh_seconds: float = 30.0
+    # While requests are held, the table is reloaded this often to notice the first replica.
+    hold_refresh_seconds: float = 0.5
+    upstream_connect_timeout: float = 10.0
+    # Generation can be long; this bounds a silent upstream, not a slow stream.
+    upstream_read_timeout: float = 600.0
+    metrics_port: int = 9090
+
+    @classmethod
+    def from_environment(cls) -> GatewayConfig:
+        from django.conf import settings
+
+        return cls(
+            redis_url=settings.REDIS_URL,
+            inference_domain=settings.INFERENCE_DOMAIN.strip(".").lower(),
+            max_body_bytes=env_int("GATEWAY_MAX_BODY_BYTES", 10 * MIB),
+            hold_seconds=_env_float("GATEWAY_HOLD_SECONDS", 60.0),
+            hold_queue=env_int("GATEWAY_HOLD_QUEUE", 64),
+            refresh_seconds=_env_float("GATEWAY_REFRESH_SECONDS", 30.0),
+            upstream_read_timeout=_env_float("GATEWAY_UPSTREAM_TIMEOUT_SECONDS", 600.0),
+            metrics_port=env_int("PLINTH_GATEWAY_METRICS_PORT", 9090),
+        )

@@ -1,0 +1,77 @@
+"""The in-memory route table: which endpoints exist and which inference keys may call them.
+
+Pure data, rebuilt whole by ``gateway.loader`` and swapped in by ``gateway.refresher``; a
+request only reads it, so there is no database query and no lock on the request path.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from dataclasses import dataclass, field
+
+from controlplane.keys import hash_key, split_prefix
+from deployments import status as statuses
+
+# Compared against when a prefix is unknown, so a miss costs the same hashing as a hit.
+_DUMMY_HASH = "0" * 64
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    id: str
+    slug: str
+    organization_id: str
+    status: str
+    desired_state: str
+    ready_replicas: int
+    router_url: str
+
+    @property
+    def serving(self) -> bool:
+        """A request can be forwarded now."""
+        return self.desired_state == "running" and self.ready_replicas > 0 and bool(self.router_url)
+
+    @property
+    def wakeable(self) -> bool:
+        """Idle at zero replicas: a request should wake it and wait."""
+        return self.status == statuses.SCALED_TO_ZERO
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceKey:
+    id: str
+    prefix: str
+    key_hash: str
+    organization_id: str
+    # Empty: every endpoint of the organization.
+    allowed_endpoint_ids: frozenset[str]
+    requests_per_minute: int | None
+    tokens_per_minute: int | None
+    expires_at: float | None  # epoch seconds
+
+    def allows(self, endpoint: Endpoint) -> bool:
+        return not self.allowed_endpoint_ids or endpoint.id in self.allowed_endpoint_ids
+
+    @property
+    def limited(self) -> bool:
+        return bool(self.requests_per_minute or self.tokens_per_minute)
+
+
+@dataclass(frozen=True)
+class RouteTable:
+    endpoints: dict[str, Endpoint] = field(default_factory=dict)  # by slug
+    keys: dict[str, InferenceKey] = field(default_factory=dict)  # by public prefix
+    loaded_at: float = 0.0
+
+    def authenticate(self, presented: str, now: float | None = None) -> InferenceKey | None:
+        """The active inference key matching ``presented``, compared in constant time."""
+        prefix = split_prefix(presented)
+        key = self.keys.get(prefix) if prefix is not None else None
+        digest = hash_key(presented)
+        matched = hmac.compare_digest(digest, key.key_hash if key is not None else _DUMMY_HASH)
+        if key is None or not matched:
+            return None
+        if key.expires_at is not None and key.expires_at <= (now or time.time()):
+            return None
+        return key

@@ -1,0 +1,124 @@
+"""Forwarding to an endpoint's router: pooled keep-alive connections, bytes relayed as they come.
+
+The response is passed on chunk by chunk (whatever the socket delivered), never collected
+first. Usage is read on the side: from the stream's events as they pass, or from a copy of a
+non-streamed body, which is small. Closing the upstream response (when the client hangs up)
+closes its connection, which is how the router and the engine learn to abort.
+
+The client is ``gateway.http1``. Measured on this hop (sequential requests to the router, CPU
+per request): httpx about 900 µs, aiohttp about 260 µs, ``gateway.http1`` about 100 µs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.errors import GatewayError
+from gateway.http1 import Pool, Response, UpstreamError
+from gateway.metering import Usage
+from gateway.usage_parsing import StreamFilter, usage_from_body
+
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+# Response headers worth passing on; the rest are hop-by-hop or the router's internals
+# (``x-smg-routed-worker-id`` would disclose replica addresses).
+_PASSED_HEADERS = frozenset({b"content-type", b"content-encoding", b"cache-control"})
+# Non-streamed bodies larger than this are relayed but not parsed for usage.
+_MAX_PARSED_BODY = 8 * 1024 * 1024
+_STATUS = {"unreachable": 502, "broken": 502, "timeout": 504}
+_MESSAGE = {
+    "unreachable": "the endpoint's router is unreachable",
+    "broken": "the endpoint's router closed the connection without answering",
+    "timeout": "the endpoint's router did not answer in time",
+}
+
+
+def new_pool(connect_timeout: float, read_timeout: float) -> Pool:
+    return Pool(connect_timeout, read_timeout)
+
+
+@dataclass(slots=True)
+class Relay:
+    """One forwarded exchange; ``response`` is set once the router answered, for cancellation."""
+
+    status: int = 0
+    usage: Usage | None = None
+    client_gone: bool = False
+    response: Response | None = None
+    stream_filter: StreamFilter | None = None
+
+    def final_usage(self) -> Usage | None:
+        """Usage, also when the client hung up after the engine had reported it (some clients
+        close the connection as soon as they read ``[DONE]``)."""
+        if self.usage is None and self.stream_filter is not None:
+            self.usage = self.stream_filter.settle()
+        return self.usage
+
+    def abort(self) -> None:
+        if self.response is not None:
+            self.response.close()
+
+
+async def open_upstream(
+    pool: Pool, method: str, url: str, body: bytes | None, request_id: str
+) -> Response:
+    headers = [(b"x-request-id", request_id.encode())]
+    if body is not None:
+        headers.append((b"content-type", b"application/json"))
+    try:
+        return await pool.request(method.encode(), url, headers, body)
+    except UpstreamError as exc:
+        raise GatewayError(
+            _STATUS[exc.reason],
+            _MESSAGE[exc.reason],
+            code=f"upstream_{exc.reason}",
+            type="upstream_error",
+        ) from exc
+
+
+def response_headers(response: Response, request_id: bytes) -> list[tuple[bytes, bytes]]:
+    headers = [(name, value) for name, value in response.raw_headers if name in _PASSED_HEADERS]
+    length = response.header(b"content-length")
+    if length is not None and b"text/event-stream" not in (response.header(b"content-type") or b""):
+        headers.append((b"content-length", length))
+    headers.append((b"x-request-id", request_id))
+    return headers
+
+
+async def relay_body(
+    response: Response,
+    send: Send,
+    relay: Relay,
+    stream_filter: StreamFilter | None,
+    native: bool,
+) -> None:
+    """Pass the body on as it arrives; usage is taken from the events or the body copy."""
+    relay.stream_filter = stream_filter
+    copy: list[bytes] | None = [] if stream_filter is None and response.status == 200 else None
+    copied = 0
+    try:
+        async for chunk in response.chunks():
+            out = stream_filter.feed(chunk) if stream_filter is not None else chunk
+            if copy is not None:
+                copied += len(chunk)
+                copy = copy if copied <= _MAX_PARSED_BODY else None
+                if copy is not None:
+                    copy.append(chunk)
+            if out:
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+    except UpstreamError as exc:
+        # Headers are gone already: all that is left is to end the stream early.
+        raise UpstreamBroke from exc
+    if stream_filter is not None:
+        rest = stream_filter.finish()
+        if rest:
+            await send({"type": "http.response.body", "body": rest, "more_body": True})
+        relay.usage = stream_filter.usage
+    elif copy is not None:
+        relay.usage = usage_from_body(b"".join(copy), native)
+
+
+class UpstreamBroke(Exception):
+    """The router's answer stopped midway (after headers were relayed)."""

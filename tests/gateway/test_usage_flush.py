@@ -1,0 +1,110 @@
+"""The usage flush: Redis counters into UsageRecord exactly once, even across failed flushes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+
+import pytest
+import redis.asyncio as aioredis
+from django.conf import settings
+
+from controlplane.models import ApiKey
+from deployments.models import Deployment, UsageRecord
+from deployments.usage import MINUTES_SET, PROCESSING_PREFIX, flush_usage
+from gateway.limits import RateLimiter
+from gateway.metering import Meter, Usage, minute_of, usage_hash
+from gateway.routes import Endpoint, InferenceKey
+from tests.gateway.conftest import create_endpoint, inference_key, redis_client
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def counted(cast):
+    """Count usage the way the gateway does (its Meter, real Redis) for one key and endpoint."""
+    client = redis_client()
+    for name in client.scan_iter(match="plinth:usage:*"):
+        client.delete(name)
+    endpoint_row = create_endpoint(cast, "billing")
+    plaintext = inference_key(cast)
+    key_row = ApiKey.objects.get(prefix="_".join(plaintext.split("_")[:2]))
+    key = InferenceKey(str(key_row.pk), key_row.prefix, "", "", frozenset(), None, None, None)
+    endpoint = Endpoint(str(endpoint_row.pk), "billing", "", "active", "running", 1, "http://x")
+
+    def count(usage: Usage | None, now: float) -> None:
+        async def record() -> None:
+            client = aioredis.Redis.from_url(settings.REDIS_URL)
+            meter = Meter(client, RateLimiter(client))
+            meter.add(key, endpoint, usage, now)
+            await meter.flush()
+            await client.aclose()
+
+        asyncio.run(record())
+
+    return count, endpoint_row
+
+
+def rows() -> list[tuple[int, int, int, int]]:
+    return [
+        (r.requests, r.prompt_tokens, r.cached_tokens, r.completion_tokens)
+        for r in UsageRecord.objects.order_by("minute")
+    ]
+
+
+def test_closed_minutes_are_flushed_once_and_the_current_one_waits(counted):
+    count, _ = counted
+    now = time.time()
+    count(Usage(10, 5, 2), now - 120)
+    count(Usage(1, 1, 0), now - 120)
+    count(Usage(7, 3, 0), now)
+
+    first = flush_usage()
+    again = flush_usage()
+
+    assert (first.minutes, first.requests) == (1, 2)
+    assert again.minutes == 0
+    assert rows() == [(2, 11, 2, 6)]
+    record = UsageRecord.objects.get()
+    assert record.minute == datetime.fromtimestamp(minute_of(now - 120), tz=UTC)
+    assert record.deployment_slug == "billing"
+
+
+def test_the_current_minute_flushed_twice_adds_up(counted):
+    count, _ = counted
+    now = time.time()
+    count(Usage(3, 2, 0), now)
+    flush_usage(include_current=True)
+    count(Usage(4, 1, 1), now)
+    flush_usage(include_current=True)
+
+    assert rows() == [(2, 7, 1, 3)]
+
+
+def test_a_flush_that_died_midway_is_finished_by_the_next_one(counted):
+    count, _ = counted
+    client = redis_client()
+    minute = minute_of(time.time() - 120)
+    count(Usage(5, 5, 0), minute + 1)
+    # What a flush leaves behind when it dies after claiming a minute, before the database.
+    client.rename(usage_hash(minute), f"{PROCESSING_PREFIX}{minute}:crashed")
+    client.srem(MINUTES_SET, minute)
+
+    flush_usage()
+
+    assert rows() == [(1, 5, 0, 5)]
+    assert not list(client.scan_iter(match=f"{PROCESSING_PREFIX}*"))
+
+
+def test_last_request_time_moves_forward_only(counted):
+    count, endpoint = counted
+    now = time.time()
+    count(None, now)
+    flush_usage()
+    count(None, now - 300)  # an older time arriving late must not win
+    flush_usage()
+
+    endpoint.refresh_from_db()
+    assert endpoint.last_request_at == datetime.fromtimestamp(int(now), tz=UTC)
+    assert Deployment.objects.filter(last_request_at__isnull=False).count() == 1

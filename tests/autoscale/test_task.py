@@ -1,0 +1,254 @@
+"""The autoscaler task on real PostgreSQL and Redis: endpoints made through the services, load
+stored as the probe stores it, last requests where the gateway leaves them; each pass is run
+directly with the moment it decides at, and its work lands on the real broker after commit."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings
+from django.utils import timezone
+
+from controlplane import services as platform
+from controlplane.models import AuditEvent, Role
+from deployments import services
+from deployments.models import Deployment, DeploymentEvent, MetricSample
+from deployments.tasks import scaling
+from deployments.usage import LAST_REQUEST_HASH
+from tests.api.conftest import Api
+from tests.conftest import Cast
+
+# One replica carries 10 requests in flight; decisions over 60 s; scale down after 120 s.
+AUTOSCALING = {"min_replicas": 1, "max_replicas": 4, "concurrency_target": 10,
+               "target_utilization": 1.0, "window_seconds": 60,
+               "scale_down_delay_seconds": 120}  # fmt: skip
+TO_ZERO = {**AUTOSCALING, "min_replicas": 0, "scale_to_zero": True,
+           "scale_to_zero_after_seconds": 600}  # fmt: skip
+
+
+@pytest.fixture
+def broker() -> Iterator[redis.Redis]:
+    """The real Celery broker (Redis); the queue and the gateway's last-request hash start empty."""
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client.delete(settings.CELERY_TASK_DEFAULT_QUEUE, LAST_REQUEST_HASH)
+    yield client
+    client.delete(settings.CELERY_TASK_DEFAULT_QUEUE, LAST_REQUEST_HASH)
+    client.close()
+
+
+def queued(broker: redis.Redis) -> list[tuple[str, list[Any]]]:
+    """(task name, args) of every message waiting in the queue, oldest first."""
+    out = []
+    for raw in reversed(broker.lrange(settings.CELERY_TASK_DEFAULT_QUEUE, 0, -1)):
+        message = json.loads(raw)
+        args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
+        out.append((message["headers"]["task"], args))
+    return out
+
+
+def endpoint(cast: Cast, slug: str, autoscaling: dict[str, Any], replicas: int = 1) -> Deployment:
+    """Dave's endpoint, created through the services and then serving, as reconcile records it."""
+    spec = {
+        "model": {"source": "meta-llama/Llama-3.1-8B-Instruct"},
+        "hardware": {"gpu": "H100-SXM"},
+        "autoscaling": autoscaling,
+    }
+    made = services.create_deployment(
+        cast.actor(cast.dave, cast.acme), slug=slug, name=slug, spec=spec, replicas=replicas
+    )
+    # Observed facts are reconcile's to write; these are the ones it writes once replicas serve.
+    Deployment.objects.filter(pk=made.pk).update(
+        applied_revision=made.target_revision, current_revision=made.target_revision,
+        ready_replicas=replicas, total_replicas=replicas,
+        first_ready_at=timezone.now() - timedelta(hours=1),
+    )  # fmt: skip
+    return Deployment.objects.get(pk=made.pk)
+
+
+def probe(deployment: Deployment, *loads: float, end: datetime, every: int = 15) -> None:
+    """Samples every ``every`` s ending at ``end``, as the probe stores them (running + queued)."""
+    last = len(loads) - 1
+    MetricSample.objects.bulk_create(
+        MetricSample(
+            deployment=deployment, ts=end - timedelta(seconds=(last - i) * every),
+            interval_s=every, replicas_ready=deployment.ready_replicas,
+            running=load * 0.75, queued=load * 0.25,
+        )
+        for i, load in enumerate(loads)
+    )  # fmt: skip
+
+
+def run_pass(at: datetime, capture: Any) -> dict[str, int]:
+    with capture(execute=True):
+        return scaling.autoscale(now=at.isoformat())
+
+
+def autoscaled(deployment: Deployment) -> list[DeploymentEvent]:
+    return list(deployment.events.filter(reason="Autoscaled").order_by("id"))
+
+
+def test_load_over_the_target_scales_up_with_an_event_an_audit_record_and_one_reconcile(
+    cast: Cast, broker: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    chat = endpoint(cast, "chat", AUTOSCALING)
+    now = timezone.now()
+    probe(chat, 30, 35, 32, 28, 31, end=now)
+    assert run_pass(now, django_capture_on_commit_callbacks) == {"checked": 1, "scaled": 1}
+
+    chat.refresh_from_db()
+    assert chat.desired_replicas == 2  # 35 in flight needs 4; a step at most doubles
+    assert chat.last_scaled_at is not None and chat.generation == 2
+    [event] = autoscaled(chat)
+    assert "peak of 35 requests in flight" in event.message and "1 -> 2" in event.message
+    assert event.data["from"] == 1 and event.data["replicas"] == 2
+    assert event.data["inputs"]["peak"] == 35 and event.data["inputs"]["up_target"] == 4
+    assert event.data["inputs"]["policy"]["concurrency_target"] == 10
+    audit = AuditEvent.objects.get(action="deployment.autoscale", target_id=str(chat.pk))
+    assert audit.actor_label == "system" and audit.actor_user is None
+    assert audit.before["desired_replicas"] == 1 and audit.after["desired_replicas"] == 2
+    assert queued(broker) == [("deployments.reconcile_deployment", [str(chat.pk)])]
+
+    # Through the REST API, the decision is on the endpoint's timeline with its inputs.
+    key = platform.create_api_key(
+        cast.actor(cast.alice, cast.acme), name="ops", kind="management", role=Role.VIEWER
+    )
+    listed = Api(key.plaintext).get("deployments/chat/events").json()
+    shown = next(item for item in listed["items"] if item["reason"] == "Autoscaled")
+    assert shown["data"]["inputs"]["peak"] == 35
+
+
+def test_the_next_pass_in_the_cool_down_changes_nothing_and_the_one_after_doubles_again(
+    cast: Cast, broker: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    chat = endpoint(cast, "chat", AUTOSCALING)
+    now = timezone.now()
+    probe(chat, *[35] * 10, end=now + timedelta(seconds=90))
+    run_pass(now, django_capture_on_commit_callbacks)
+    broker.delete(settings.CELERY_TASK_DEFAULT_QUEUE)
+
+    run_pass(now + timedelta(seconds=15), django_capture_on_commit_callbacks)
+    chat.refresh_from_db()
+    assert chat.desired_replicas == 2 and len(autoscaled(chat)) == 1
+    assert queued(broker) == []
+
+    run_pass(now + timedelta(seconds=90), django_capture_on_commit_callbacks)
+    chat.refresh_from_db()
+    assert chat.desired_replicas == 4 and len(autoscaled(chat)) == 2
+    assert queued(broker) == [("deployments.reconcile_deployment", [str(chat.pk)])]
+
+
+def test_low_load_removes_one_replica_only_once_it_held_for_the_delay(
+    cast: Cast, broker: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    chat = endpoint(cast, "chat", AUTOSCALING, replicas=3)
+    start = timezone.now() + timedelta(seconds=61)  # past the cool-down of creating it at 3
+    probe(chat, *[5] * 7, end=start)  # 90 s of low load: less than the 120 s delay
+    run_pass(start, django_capture_on_commit_callbacks)
+    chat.refresh_from_db()
+    assert chat.desired_replicas == 3 and autoscaled(chat) == []
+
+    later = start + timedelta(seconds=45)
+    probe(chat, 5, 5, 5, end=later)  # now 135 s of low load
+    run_pass(later, django_capture_on_commit_callbacks)
+    chat.refresh_from_db()
+    assert chat.desired_replicas == 2  # one replica per step, though one would carry the load
+    [event] = autoscaled(chat)
+    assert "for 120 s fits 1 replica " in event.message and "3 -> 2" in event.message
+    assert event.data["inputs"]["stabilised_average"] == 5
+
+
+def test_an_idle_endpoint_scales_to_zero_and_a_gateway_request_wakes_it(
+    cast: Cast, broker: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    chat = endpoint(cast, "chat", TO_ZERO)
+    now = timezone.now()
+    # The usage flush moved the gateway's last request into the row 20 minutes ago.
+    Deployment.objects.filter(pk=chat.pk).update(last_request_at=now - timedelta(minutes=20))
+    probe(chat, 0, 0, 0, 0, end=now)
+    run_pass(now, django_capture_on_commit_callbacks)
+    chat.refresh_from_db()
+    assert chat.desired_replicas == 0 and chat.status in {"stopping", "scaled_to_zero"}
+    assert "no request for" in autoscaled(chat)[0].message
+
+    # A request the gateway counted but the usage flush has not moved yet: Redis only.
+    broker.hset(LAST_REQUEST_HASH, str(chat.pk), int((now + timedelta(seconds=5)).timestamp()))
+    broker.delete(settings.CELERY_TASK_DEFAULT_QUEUE)
+    run_pass(now + timedelta(seconds=10), django_capture_on_commit_callbacks)
+    chat.refresh_from_db()
+    assert chat.desired_replicas == 1
+    assert "a request arrived while at zero: 0 -> 1" in autoscaled(chat)[1].message
+    assert queued(broker) == [("deployments.reconcile_deployment", [str(chat.pk)])]
+
+
+def test_endpoints_that_are_not_the_autoscalers_to_change_are_left_alone(
+    cast: Cast, broker: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    dave = cast.actor(cast.dave, cast.acme)
+    stopped = endpoint(cast, "stopped", AUTOSCALING)
+    services.stop(dave, stopped.pk)
+    rolling = endpoint(cast, "rolling", AUTOSCALING)
+    Deployment.objects.filter(pk=rolling.pk).update(rollout_started_at=timezone.now())
+    failed = endpoint(cast, "failed", AUTOSCALING)
+    Deployment.objects.filter(pk=failed.pk).update(failed_at=timezone.now(), ready_replicas=0)
+    now = timezone.now()
+    for deployment in (stopped, rolling, failed):
+        probe(deployment, 400, 400, 400, end=now)
+    assert run_pass(now, django_capture_on_commit_callbacks) == {"checked": 2, "scaled": 0}
+    assert not DeploymentEvent.objects.filter(reason="Autoscaled").exists()
+    assert queued(broker) == []
+
+
+def test_a_person_who_scaled_meanwhile_wins(
+    cast: Cast, broker: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    chat = endpoint(cast, "chat", AUTOSCALING)
+    services.scale(cast.actor(cast.dave, cast.acme), chat.pk, replicas=3)
+    with django_capture_on_commit_callbacks(execute=True):
+        changed = services.autoscale_to(chat.pk, 2, "decided from 1", {}, expected=1)
+    chat.refresh_from_db()
+    assert not changed and chat.desired_replicas == 3 and autoscaled(chat) == []
+    assert queued(broker) == []
+
+
+def test_a_pass_reads_endpoints_in_batches_with_a_fixed_number_of_queries_each(
+    cast: Cast,
+    broker: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    django_assert_num_queries: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    now = timezone.now()
+    for n in range(12):
+        probe(endpoint(cast, f"chat-{n}", AUTOSCALING), 5, 5, end=now)
+    monkeypatch.setattr(scaling, "BATCH", 5)
+    # Three batches (5, 5, 2) of two queries each (endpoints, samples), and the empty one.
+    with django_assert_num_queries(7):
+        result = run_pass(now, django_capture_on_commit_callbacks)
+    assert result == {"checked": 12, "scaled": 0}
+
+
+def test_without_redis_it_still_scales_by_load(cast: Cast, settings: Any) -> None:
+    chat = endpoint(cast, "chat", AUTOSCALING)
+    now = timezone.now()
+    probe(chat, 25, 25, end=now)
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens: no gateway times
+    assert scaling.autoscale(now=now.isoformat()) == {"checked": 1, "scaled": 1}
+    chat.refresh_from_db()
+    assert chat.desired_replicas == 2
+
+
+def test_beat_runs_the_autoscaler_every_interval() -> None:
+    from controlplane.celery import app
+
+    app.autodiscover_tasks(force=True)
+    entry = app.conf.beat_schedule["deployments.autoscale"]
+    assert entry["task"] == scaling.autoscale.name == "deployments.autoscale"
+    assert entry["task"] in app.tasks
+    assert entry["schedule"] == settings.PLINTH_AUTOSCALE_INTERVAL_S == 15
+    assert entry["options"]["expires"] == 15  # a pass overtaken by the next one is dropped

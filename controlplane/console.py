@@ -1,0 +1,207 @@
+"""Console pages of platform-wide state: API keys, members and roles, secrets, the audit log.
+
+Each POST is one ``controlplane.services`` call; a refused request re-renders the page with the
+message next to the field it names (status 422), never a traceback.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, time
+from typing import Any
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from controlplane import services
+from controlplane.guard import actor_of, console_view
+from controlplane.models import ApiKey, ApiKeyKind, AuditEvent, Membership, Role, Secret
+from controlplane.services import ServiceError
+from deployments.models import Deployment
+
+
+def _form(request: HttpRequest, *names: str) -> dict[str, str]:
+    return {name: request.POST.get(name, "").strip() for name in names}
+
+
+def _error(exc: ServiceError) -> dict[str, str]:
+    return {"field": exc.field or "", "message": exc.message}
+
+
+# --- API keys ----------------------------------------------------------------------------------
+
+
+def _key_page(request: HttpRequest, **extra: Any) -> HttpResponse:
+    actor = actor_of(request)
+    keys = ApiKey.objects.filter(organization=actor.organization, is_temporary=False)
+    # Endpoint choices for scoping a key: a read of the domain's table, no service call.
+    endpoints = Deployment.objects.filter(organization=actor.organization).exclude(
+        desired_state="deleted"
+    )
+    context = {
+        "keys": keys.select_related("created_by"),
+        "endpoints": endpoints.only("id", "slug"),
+        "kinds": ApiKeyKind.choices,
+        "roles": [r for r in Role.choices if r[0] != Role.OWNER],
+        "form": {},
+        "error": {},
+        **extra,
+    }
+    status = 422 if context["error"] else 200
+    return render(request, "controlplane/keys.html", context, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+@console_view
+def key_list(request: HttpRequest) -> HttpResponse:
+    if request.method == "GET":
+        return _key_page(request)
+    form = _form(request, "name", "kind", "role", "expires")
+    try:
+        created = services.create_api_key(
+            actor_of(request),
+            name=form["name"],
+            kind=form["kind"],
+            role=form["role"] or Role.DEVELOPER,
+            allowed_deployment_ids=_uuids(request.POST.getlist("endpoints")),
+            expires_at=_date(form["expires"]),
+        )
+    except ServiceError as exc:
+        return _key_page(request, form=form, error=_error(exc))
+    # The plaintext is in this one response only; nothing stores it.
+    return _key_page(request, created=created)
+
+
+def _uuids(values: list[str]) -> list[uuid.UUID]:
+    try:
+        return [uuid.UUID(v) for v in values if v]
+    except ValueError:
+        raise ServiceError("unknown endpoint", field="endpoints") from None
+
+
+def _date(raw: str) -> datetime | None:
+    if not raw:
+        return None
+    try:
+        day = datetime.strptime(raw, "%Y-%m-%d").date()
+    except ValueError:
+        raise ServiceError("expiry: use a date like 2030-01-31", field="expires_at") from None
+    return timezone.make_aware(datetime.combine(day, time.max))
+
+
+@require_POST
+@console_view
+def key_revoke(request: HttpRequest, key_id: str) -> HttpResponse:
+    key = services.revoke_api_key(actor_of(request), key_id=key_id)
+    messages.success(request, f"Key {key.name} ({key.prefix}…) revoked.")
+    return redirect("key-list")
+
+
+# --- members -------------------------------------------------------------------------------
+
+
+def _members_page(request: HttpRequest, **extra: Any) -> HttpResponse:
+    actor = actor_of(request)
+    members = Membership.objects.filter(organization=actor.organization).select_related("user")
+    context = {"members": members, "roles": Role.choices, "form": {}, "error": {}, **extra}
+    status = 422 if context["error"] else 200
+    return render(request, "controlplane/members.html", context, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+@console_view
+def member_list(request: HttpRequest) -> HttpResponse:
+    if request.method == "GET":
+        return _members_page(request)
+    form = _form(request, "username", "role")
+    try:
+        services.add_member(actor_of(request), username=form["username"], role=form["role"])
+    except ServiceError as exc:
+        return _members_page(request, form=form, error=_error(exc))
+    messages.success(request, f"{form['username']} added as {form['role']}.")
+    return redirect("member-list")
+
+
+@require_POST
+@console_view
+def member_change(request: HttpRequest, membership_id: int) -> HttpResponse:
+    actor = actor_of(request)
+    try:
+        if request.POST.get("action") == "remove":
+            services.remove_member(actor, membership_id=membership_id)
+        else:
+            services.change_member_role(
+                actor, membership_id=membership_id, role=request.POST.get("role", "")
+            )
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    return redirect("member-list")
+
+
+# --- secrets -------------------------------------------------------------------------------
+
+
+def _secrets_page(request: HttpRequest, **extra: Any) -> HttpResponse:
+    actor = actor_of(request)
+    secrets = Secret.objects.filter(organization=actor.organization).only(
+        "id", "name", "description", "updated_at"
+    )
+    context = {"secrets": secrets, "form": {}, "error": {}, **extra}
+    status = 422 if context["error"] else 200
+    return render(request, "controlplane/secrets.html", context, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+@console_view
+def secret_list(request: HttpRequest) -> HttpResponse:
+    if request.method == "GET":
+        return _secrets_page(request)
+    form = _form(request, "name", "description")
+    try:
+        services.set_secret(
+            actor_of(request),
+            name=form["name"],
+            value=request.POST.get("value", ""),
+            description=form["description"],
+        )
+    except ServiceError as exc:
+        return _secrets_page(request, form=form, error=_error(exc))
+    messages.success(request, f"Secret {form['name']} saved.")
+    return redirect("secret-list")
+
+
+@require_POST
+@console_view
+def secret_delete(request: HttpRequest, secret_id: str) -> HttpResponse:
+    services.delete_secret(actor_of(request), secret_id=secret_id)
+    return redirect("secret-list")
+
+
+# --- audit log -----------------------------------------------------------------------------
+
+
+@require_GET
+@console_view
+def audit_log(request: HttpRequest) -> HttpResponse:
+    actor = actor_of(request)
+    filters = {k: request.GET.get(k, "").strip()[:100] for k in ("action", "actor", "target")}
+    events = AuditEvent.objects.filter(organization=actor.organization)
+    if filters["action"]:
+        events = events.filter(action__startswith=filters["action"])
+    if filters["actor"]:
+        events = events.filter(actor_label__icontains=filters["actor"])
+    if filters["target"]:
+        events = events.filter(target_type__icontains=filters["target"])
+    page = Paginator(events, 50).get_page(request.GET.get("page"))
+    actions = (
+        AuditEvent.objects.filter(organization=actor.organization)
+        .order_by("action")
+        .values_list("action", flat=True)
+        .distinct()
+    )
+    context = {"page": page, "filters": filters, "actions": list(actions)}
+    return render(request, "controlplane/audit.html", context)

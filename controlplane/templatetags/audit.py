@@ -1,0 +1,20 @@
+"""Template filters of the audit log page: an event's before/after as field changes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+
+from controlplane.models import AuditEvent
+
+register = template.Library()
+
+
+@register.filter
+def audit_changes(event: AuditEvent) -> list[tuple[str, Any, Any]]:
+    """(field, before, after) for each field that differs; creations list every field."""
+    before = event.before if isinstance(event.before, dict) else {}
+    after = event.after if isinstance(event.after, dict) else {}
+    keys = sorted(before.keys() | after.keys())
+    return [(k, before.get(k), after.get(k)) for k in keys if before.get(k) != after.get(k)]

@@ -1,0 +1,28 @@
+"""Template filters of the console: readable status names and spec values."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def status_label(status: str) -> str:
+    """``scaled_to_zero`` -> ``Scaled to zero``."""
+    return str(status).replace("_", " ").capitalize()
+
+
+@register.filter
+def spec_value(value: Any) -> str:
+    """A spec value as a person reads it: a dash for unset, JSON for lists and dicts."""
+    if value is None:
+        return "\N{EN DASH}"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True)
+    return str(value)

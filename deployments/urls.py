@@ -1,0 +1,37 @@
+"""Console URLs of the deployments domain (endpoints, clusters, usage)."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern, path
+
+from deployments.views import endpoints, fleet, history, playground, wizard
+
+urlpatterns: list[URLPattern] = [
+    path("endpoints/", endpoints.endpoint_list, name="endpoint-list"),
+    path("endpoints/new/", wizard.endpoint_create, name="endpoint-create"),
+    path("endpoints/validate/", wizard.validate_settings, name="endpoint-validate"),
+    path("endpoints/<slug:slug>/", endpoints.endpoint_detail, name="endpoint-detail"),
+    path("endpoints/<slug:slug>/status/", endpoints.status_card, name="endpoint-status"),
+    path("endpoints/<slug:slug>/scale/", endpoints.endpoint_scale, name="endpoint-scale"),
+    path("endpoints/<slug:slug>/stop/", endpoints.endpoint_stop, name="endpoint-stop"),
+    path("endpoints/<slug:slug>/start/", endpoints.endpoint_start, name="endpoint-start"),
+    path("endpoints/<slug:slug>/delete/", endpoints.endpoint_delete, name="endpoint-delete"),
+    path("endpoints/<slug:slug>/settings/", wizard.endpoint_edit, name="endpoint-edit"),
+    path("endpoints/<slug:slug>/revisions/", history.revision_list, name="endpoint-revisions"),
+    path("endpoints/<slug:slug>/revisions/diff/", history.revision_diff, name="endpoint-diff"),
+    path(
+        "endpoints/<slug:slug>/revisions/<int:number>/rollback/",
+        history.revision_rollback,
+        name="endpoint-rollback",
+    ),
+    path("endpoints/<slug:slug>/metrics/", history.endpoint_metrics, name="endpoint-metrics"),
+    path("endpoints/<slug:slug>/events/", history.endpoint_events, name="endpoint-events"),
+    path("endpoints/<slug:slug>/logs/", history.endpoint_logs, name="endpoint-logs"),
+    path("endpoints/<slug:slug>/playground/key/", playground.playground_key, name="playground-key"),
+    path(
+        "endpoints/<slug:slug>/playground/chat/", playground.playground_chat, name="playground-chat"
+    ),
+    path("clusters/", fleet.cluster_list, name="cluster-list"),
+    path("clusters/<uuid:cluster_id>/delete/", fleet.cluster_delete, name="cluster-delete"),
+    path("usage/", fleet.usage, name="usage"),
+]

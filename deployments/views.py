@@ -1,1 +1,0 @@
-"""Console views of the deployments domain (filled in by the console issue)."""

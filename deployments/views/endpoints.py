@@ -1,0 +1,174 @@
+"""Console pages of endpoints: the live list, the endpoint page and its status card, and the
+lifecycle actions (scale, stop, start, delete), each one ``deployments.services`` call.
+
+Polling follows netbox's pattern: the poll attributes are rendered only while something is
+unsettled, and a poll that finds everything settled answers HTTP 286, which stops htmx.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from controlplane.access import NotFound
+from controlplane.guard import actor_of, console_view
+from controlplane.models import Role
+from controlplane.services import ServiceError
+from deployments import queries, services
+from deployments.status import ALL_STATUSES, is_settled
+
+STOP_POLLING = 286
+
+
+def _list_context(request: HttpRequest) -> dict[str, object]:
+    search = request.GET.get("q", "").strip()[:100]
+    status = request.GET.get("status", "")
+    status = status if status in ALL_STATUSES else ""
+    rows = queries.endpoint_rows(actor_of(request), search=search, status=status)
+    return {
+        "rows": rows,
+        "search": search,
+        "status_filter": status,
+        "statuses": ALL_STATUSES,
+        "polling": any(not r.settled for r in rows),
+    }
+
+
+@require_GET
+@console_view
+def endpoint_list(request: HttpRequest) -> HttpResponse:
+    context = _list_context(request)
+    if request.htmx:
+        response = render(request, "deployments/endpoint_list.html#rows", context)
+        return _stop_if(response, not context["polling"])
+    return render(request, "deployments/endpoint_list.html", context)
+
+
+def _stop_if(response: HttpResponse, settled: bool) -> HttpResponse:
+    if settled:
+        response.status_code = STOP_POLLING
+    return response
+
+
+def inference_url(slug: str) -> str:
+    return f"{settings.GATEWAY_PUBLIC_URL.rstrip('/')}/endpoints/{slug}/v1"
+
+
+def host_url(slug: str) -> str:
+    """``https://<slug>.<INFERENCE_DOMAIN>/v1`` when a wildcard domain is set, else empty."""
+    domain = settings.INFERENCE_DOMAIN.strip(".")
+    return f"https://{slug}.{domain}/v1" if domain else ""
+
+
+@require_GET
+@console_view
+def endpoint_detail(request: HttpRequest, slug: str) -> HttpResponse:
+    endpoint = queries.get_endpoint(actor_of(request), slug)
+    status = endpoint.status
+    revision = endpoint.target_revision
+    context = {
+        "endpoint": endpoint,
+        "status": status,
+        "settled": is_settled(status),
+        "base_url": inference_url(endpoint.slug),
+        "host_url": host_url(endpoint.slug),
+        "served_model": _served_model(revision.spec if revision else {}),
+        "events": queries.recent_events(endpoint, limit=5),
+        "tab": "overview",
+    }
+    return render(request, "deployments/endpoint_detail.html", context)
+
+
+def _served_model(spec: dict[str, object]) -> str:
+    model = spec.get("model") or {}
+    if not isinstance(model, dict):
+        return ""
+    return str(model.get("served_name") or model.get("source") or "")
+
+
+@require_GET
+@console_view
+def status_card(request: HttpRequest, slug: str) -> HttpResponse:
+    try:
+        endpoint = queries.get_endpoint(actor_of(request), slug)
+    except NotFound:
+        # Deleted while someone watched: say so and stop the poll (a 404 would keep it going).
+        gone = render(request, "deployments/endpoint_gone.html", {"slug": slug})
+        return _stop_if(gone, True)
+    status = endpoint.status
+    context = {
+        "endpoint": endpoint,
+        "status": status,
+        "settled": is_settled(status),
+        "events": queries.recent_events(endpoint, limit=5),
+    }
+    response = render(request, "deployments/endpoint_detail.html#status-card", context)
+    return _stop_if(response, is_settled(status))
+
+
+def _run_action(request: HttpRequest, slug: str, action: str) -> HttpResponse:
+    actor = actor_of(request)
+    endpoint = queries.get_endpoint(actor, slug)
+    try:
+        if action == "scale":
+            services.scale(actor, endpoint.pk, replicas=_int(request.POST.get("replicas")))
+        elif action == "stop":
+            services.stop(actor, endpoint.pk)
+        elif action == "start":
+            services.start(actor, endpoint.pk)
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    return redirect("endpoint-detail", slug=endpoint.slug)
+
+
+def _int(raw: str | None) -> int:
+    try:
+        return int(raw or "")
+    except ValueError:
+        raise ServiceError("replicas: enter a whole number", field="replicas") from None
+
+
+@require_POST
+@console_view
+def endpoint_scale(request: HttpRequest, slug: str) -> HttpResponse:
+    return _run_action(request, slug, "scale")
+
+
+@require_POST
+@console_view
+def endpoint_stop(request: HttpRequest, slug: str) -> HttpResponse:
+    return _run_action(request, slug, "stop")
+
+
+@require_POST
+@console_view
+def endpoint_start(request: HttpRequest, slug: str) -> HttpResponse:
+    return _run_action(request, slug, "start")
+
+
+@console_view
+def endpoint_delete(request: HttpRequest, slug: str) -> HttpResponse:
+    actor = actor_of(request)
+    endpoint = queries.get_endpoint(actor, slug)
+    error = ""
+    if request.method == "POST":
+        if request.POST.get("confirm_slug", "").strip() != endpoint.slug:
+            error = f"type {endpoint.slug} to confirm"
+        else:
+            try:
+                services.delete_deployment(actor, endpoint.pk)
+            except ServiceError as exc:
+                error = exc.message
+            else:
+                messages.success(request, f"Endpoint {endpoint.slug} is being deleted.")
+                return redirect("endpoint-list")
+    context = {"endpoint": endpoint, "error": error, "tab": "settings"}
+    status = 422 if error else 200
+    return render(request, "deployments/endpoint_delete.html", context, status=status)
+
+
+def can_edit(request: HttpRequest) -> bool:
+    return actor_of(request).has_role(Role.DEVELOPER)

@@ -1,0 +1,192 @@
+"""The create/edit wizard: one settings form with live validation, memory fit and cost.
+
+Every change posts the form to ``validate``, which answers the estimate panel plus every
+field's issue slot as out-of-band swaps, so errors appear next to their inputs as the person
+types. Saving calls one service: ``create_deployment`` or ``update_settings`` (a new revision;
+a Conflict when someone saved first).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from controlplane.access import require_role
+from controlplane.guard import actor_of, console_view
+from controlplane.models import Role
+from controlplane.services import Conflict, ServiceError
+from deployments import forms, queries, services
+from deployments.models import Deployment
+from runtime.issues import Issue, error
+from runtime.validate import check, estimate, has_errors
+
+
+def _evaluate(post: QueryDict, base: dict[str, Any] | None) -> dict[str, Any]:
+    """Parse and check the posted settings: the issues, the estimate, the values to re-show."""
+    parsed = forms.parse_spec(post, base)
+    spec, issues = check(parsed.data) if not parsed.issues else (None, [])
+    issues = parsed.issues + issues
+    values = forms.posted_values(post, parsed)
+    return {
+        "data": parsed.data,
+        "issues": issues,
+        "estimate": estimate(spec) if spec is not None else None,
+        "values": values,
+    }
+
+
+def _form_context(values: dict[str, Any], issues: list[Issue], est: Any) -> dict[str, Any]:
+    grouped = forms.issues_by_field(issues)
+    return {
+        "sections": forms.bind(values, issues),
+        "general_issues": grouped.get("", []),
+        "estimate": est,
+        "memory": _memory_bar(est),
+        "models": forms.model_choices(),
+        "custom_arch": any(k.startswith(forms.ARCH_PREFIX) for k in values),
+        "error_count": sum(1 for i in issues if i.is_error),
+        "warnings": [i for i in issues if not i.is_error],
+    }
+
+
+def _memory_bar(est: Any) -> list[dict[str, Any]]:
+    """Segments of the per-GPU memory bar, as percentages of the GPU's memory."""
+    if est is None or est.total_gib is None:
+        return []
+    capacity = est.capacity_gib or 1
+    parts = [("weights", est.weights_gib), ("kv", est.kv_cache_gib), ("reserve", est.reserve_gib)]
+    return [
+        {"name": name, "gib": gib, "pct": round(min(100, 100 * (gib or 0) / capacity), 1)}
+        for name, gib in parts
+    ]
+
+
+@require_POST
+@console_view
+def validate_settings(request: HttpRequest) -> HttpResponse:
+    """The live check (htmx): estimate panel + out-of-band issue slots for every field."""
+    base = _edit_base(request)
+    result = _evaluate(request.POST, base)
+    context = _form_context(result["values"], result["issues"], result["estimate"])
+    return render(request, "deployments/wizard.html#validation", context)
+
+
+def _edit_base(request: HttpRequest) -> dict[str, Any] | None:
+    slug = request.POST.get("endpoint", "")
+    if not slug:
+        return None
+    endpoint = queries.get_endpoint(actor_of(request), slug)
+    return endpoint.target_revision.spec if endpoint.target_revision else None
+
+
+@require_http_methods(["GET", "POST"])
+@console_view
+def endpoint_create(request: HttpRequest) -> HttpResponse:
+    actor = actor_of(request)
+    require_role(actor, Role.DEVELOPER)
+    clusters = list(queries.clusters_for(actor))
+    if request.method == "GET":
+        values = forms.initial_values()
+        spec, _ = check(forms.DEFAULT_SPEC)
+        context = _form_context(values, [], estimate(spec) if spec else None)
+        return render(request, "deployments/wizard.html", {**context, "clusters": clusters})
+    result = _evaluate(request.POST, None)
+    issues = result["issues"]
+    meta = {k: request.POST.get(k, "").strip() for k in ("slug", "name", "cluster", "message")}
+    if not has_errors(issues):
+        try:
+            endpoint = services.create_deployment(
+                actor,
+                slug=meta["slug"],
+                name=meta["name"] or meta["slug"],
+                spec=result["data"],
+                cluster_id=meta["cluster"] or None,
+                message=meta["message"],
+            )
+        except ServiceError as exc:
+            issues = [*issues, *_issues_of(exc)]
+        else:
+            return redirect("endpoint-detail", slug=endpoint.slug)
+    context = _form_context(result["values"], issues, result["estimate"])
+    context.update(clusters=clusters, meta=meta, meta_error=_meta_error(issues))
+    return render(request, "deployments/wizard.html", context, status=422)
+
+
+def _issues_of(exc: ServiceError) -> list[Issue]:
+    """A service refusal as issues: each spec error on its field, else the one message."""
+    found = getattr(exc, "issues", None) or []
+    if found:
+        return [
+            error(i["field"].removeprefix("spec."), i["code"], i["message"], i.get("fix"))
+            for i in found
+        ]
+    return [error((exc.field or "").removeprefix("spec."), exc.code, exc.message)]
+
+
+def _meta_error(issues: list[Issue]) -> dict[str, str]:
+    return {i.field: i.message for i in issues if i.field in ("slug", "name", "cluster")}
+
+
+@require_http_methods(["GET", "POST"])
+@console_view
+def endpoint_edit(request: HttpRequest, slug: str) -> HttpResponse:
+    actor = actor_of(request)
+    endpoint = queries.get_endpoint(actor, slug)
+    current = endpoint.target_revision
+    base_spec = current.spec if current else None
+    if request.method == "GET":
+        values = forms.initial_values(base_spec)
+        spec, _ = check(base_spec or forms.DEFAULT_SPEC)
+        context = _form_context(values, [], estimate(spec) if spec else None)
+        context.update(endpoint=endpoint, base_revision=current.number if current else 0)
+        # Viewers read the settings; the inputs are shown read-only and there is no save.
+        context["readonly"] = not actor.has_role(Role.DEVELOPER)
+        return render(request, "deployments/wizard.html", {**context, "tab": "settings"})
+    return _save_edit(request, endpoint, base_spec)
+
+
+def _save_edit(
+    request: HttpRequest, endpoint: Deployment, base_spec: dict[str, Any] | None
+) -> HttpResponse:
+    result = _evaluate(request.POST, base_spec)
+    issues, conflict = result["issues"], None
+    base_revision = _posted_int(request.POST.get("base_revision"))
+    if not has_errors(issues):
+        try:
+            services.update_settings(
+                actor_of(request),
+                endpoint.pk,
+                spec=result["data"],
+                base_revision=base_revision,
+                message=request.POST.get("message", "").strip(),
+            )
+        except Conflict as exc:
+            conflict = {"message": exc.message, "latest": _latest_number(endpoint)}
+        except ServiceError as exc:
+            issues = [*issues, *_issues_of(exc)]
+        else:
+            return redirect("endpoint-revisions", slug=endpoint.slug)
+    context = _form_context(result["values"], issues, result["estimate"])
+    context.update(
+        endpoint=endpoint,
+        base_revision=base_revision,
+        conflict=conflict,
+        tab="settings",
+        message=request.POST.get("message", ""),
+    )
+    return render(request, "deployments/wizard.html", context, status=409 if conflict else 422)
+
+
+def _posted_int(raw: str | None) -> int:
+    try:
+        return int(raw or "0")
+    except ValueError:
+        return 0
+
+
+def _latest_number(endpoint: Deployment) -> int:
+    revisions = queries.revisions_of(endpoint)
+    return revisions[0].number if revisions else 0

@@ -1,0 +1,227 @@
+"""The console in a real browser, against a live server, a Celery worker and the local cluster
+(simulated engines and the smg router as real processes): the user's whole journey with one
+endpoint, and a sweep of every page at desktop and phone widths (screenshots kept under
+artifacts/screenshots/)."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import Browser, Page, expect
+
+from controlplane import services as platform
+from deployments import services
+from deployments.models import MetricSample, UsageRecord
+from tests.browser.conftest import SCREENSHOTS, LiveConsole
+from tests.conftest import PASSWORD, Cast
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+# A bound on liveness, not a timing assertion: a loaded 2-core machine is slow to start.
+COME_UP_MS = 180_000
+
+
+def shoot(page: Page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=SCREENSHOTS / f"{name}.png", full_page=True)
+
+
+def sign_in(page: Page, console: LiveConsole, username: str = "alice") -> None:
+    page.goto(f"{console.url}/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    expect(page.get_by_role("heading", name="Endpoints")).to_be_visible()
+
+
+def create_endpoint_in_wizard(page: Page, slug: str) -> None:
+    page.get_by_role("link", name="New endpoint").click()
+    page.fill("#f-slug", slug)
+    # An invalid tensor-parallel size is refused in place, before anything is saved.
+    page.fill("#f-parallelism-tp", "3")
+    tp_issues = page.locator("#issues-f-parallelism-tp")
+    expect(tp_issues).to_contain_text("does not divide 32 attention heads")
+    expect(page.locator("#error-count")).to_contain_text("1 setting to fix")
+    shoot(page, "journey-wizard-tp-error")
+    page.fill("#f-parallelism-tp", "1")
+    expect(tp_issues).to_be_empty()
+    expect(page.locator("#fit-verdict")).to_contain_text("Fits")
+    expect(page.locator("#est-cost")).to_contain_text("$")
+    page.click("#save")
+    expect(page).to_have_url(re.compile(f"/endpoints/{slug}/$"))
+
+
+def watch_it_come_up(page: Page) -> None:
+    """Active without a reload: a marker set on this page's window survives until then."""
+    page.evaluate("window.__sameDocument = true")
+    card = page.locator("#status-card")
+    expect(card).to_have_attribute("data-status", "active", timeout=COME_UP_MS)
+    expect(card.locator(".card-head .badge")).to_have_text("Active")
+    assert page.evaluate("window.__sameDocument === true")
+    # Settled: the card no longer carries its polling attributes.
+    expect(card).not_to_have_attribute("hx-trigger", re.compile("."))
+
+
+def stream_a_reply(page: Page) -> None:
+    page.get_by_role("button", name="Create a temporary key").click()
+    expect(page.locator("#playground-key-slot")).to_contain_text("Temporary key")
+    page.fill("#playground-prompt", "Say hello to the console test.")
+    page.click("#playground-send")
+    output = page.locator("#playground-output")
+    expect(output).to_have_attribute("data-done", "true", timeout=30_000)
+    expect(page.locator("#playground-error")).to_be_empty()
+    assert output.inner_text().strip()
+    expect(page.locator("#stat-ttft")).to_contain_text("ms")
+    expect(page.locator("#stat-tokens")).not_to_have_text("\N{EN DASH}")
+    expect(page.locator("#stat-cached")).not_to_have_text("\N{EN DASH}")
+    shoot(page, "journey-playground-reply")
+
+
+def edit_and_roll_back(page: Page) -> None:
+    page.get_by_role("link", name="Settings", exact=True).click()
+    page.fill("#f-batching-max-running-requests", "64")
+    page.fill("#f-message", "bigger batches")
+    page.click("#save")
+    expect(page).to_have_url(re.compile("/endpoints/chat/revisions/$"))
+    expect(page.locator("#revision-2")).to_contain_text("bigger batches")
+    expect(page.locator("#revision-2")).to_contain_text("batching.max_running_requests")
+    # Roll back to revision 1 (after a confirmation): revision 3 restores its settings.
+    page.get_by_role("button", name="Roll back to r1").click()
+    expect(page.locator("#revision-3")).to_contain_text("rollback to r1")
+
+
+def create_and_revoke_a_key(page: Page) -> None:
+    page.get_by_role("link", name="API keys", exact=True).click()
+    page.fill("#key-name", "ci")
+    page.click("#create-key")
+    expect(page.locator("#created-key")).to_have_value(re.compile(r".{24,}"))
+    page.get_by_role("link", name="API keys", exact=True).click()
+    expect(page.locator("#created-key")).to_have_count(0)  # shown once only
+    page.locator("tr", has_text="ci").get_by_role("button", name="Revoke").click()
+    expect(page.locator("tr", has_text="ci")).to_contain_text("revoked")
+
+
+def test_create_watch_call_edit_roll_back_and_delete(
+    page: Page, live_console: LiveConsole, cast: Cast
+) -> None:
+    page.on("dialog", lambda dialog: dialog.accept())
+    sign_in(page, live_console)
+    create_endpoint_in_wizard(page, "chat")
+    try:
+        watch_it_come_up(page)
+        stream_a_reply(page)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{live_console.diagnostics()}") from exc
+    edit_and_roll_back(page)
+    create_and_revoke_a_key(page)
+
+    page.goto(f"{live_console.url}/endpoints/chat/delete/")
+    page.fill("#confirm-slug", "chat")
+    page.get_by_role("button", name="Delete chat").click()
+    expect(page).to_have_url(re.compile("/endpoints/$"))
+    # Listed as Deleting while its processes are torn down; the live list then drops it.
+    rows = page.locator("#endpoint-rows")
+    expect(rows).not_to_contain_text("chat", timeout=COME_UP_MS)
+    expect(rows).not_to_have_attribute("hx-trigger", re.compile("."))
+
+
+def _sweep_data(cast: Cast) -> str:
+    """One stopped endpoint with two revisions, samples, a key, a secret and usage."""
+    actor = cast.actor(cast.alice, cast.acme)
+    spec = {
+        "model": {"source": "meta-llama/Llama-3.1-8B-Instruct"},
+        "hardware": {"gpu": "H100-SXM"},
+    }
+    endpoint = services.create_deployment(actor, slug="sweep", name="Sweep", spec=spec)
+    services.stop(actor, endpoint.pk)  # nothing needs to run for pictures
+    bigger = {**spec, "batching": {"max_running_requests": 64}}
+    services.update_settings(actor, endpoint.pk, spec=bigger, base_revision=1, message="bigger")
+    now = timezone.now()
+    for i in range(30):
+        MetricSample.objects.create(
+            deployment=endpoint, ts=now - timedelta(seconds=20 * i), requests_per_s=3 + i % 5,
+            tokens_per_s=300 + 10 * i, ttft_p50=0.05, ttft_p90=0.09, itl_p50=0.01, itl_p90=0.02,
+            running=4, queued=i % 3, kv_usage=0.4, cache_hit_rate=0.6, replicas_ready=1,
+        )  # fmt: skip
+    key = platform.create_api_key(actor, name="backend", kind="inference")
+    platform.set_secret(actor, name="hf-token", value="hf_secret", description="HF")
+    UsageRecord.objects.create(
+        organization=cast.acme, api_key=key.api_key, deployment_id=endpoint.pk,
+        deployment_slug="sweep", minute=now.replace(second=0, microsecond=0), requests=5,
+        prompt_tokens=500, cached_tokens=200, completion_tokens=900,
+    )  # fmt: skip
+    return "sweep"
+
+
+PAGES = [
+    ("endpoints", "/endpoints/"),
+    ("new-endpoint", "/endpoints/new/"),
+    ("endpoint", "/endpoints/{slug}/"),
+    ("metrics", "/endpoints/{slug}/metrics/"),
+    ("events", "/endpoints/{slug}/events/"),
+    ("logs", "/endpoints/{slug}/logs/"),
+    ("revisions", "/endpoints/{slug}/revisions/"),
+    ("diff", "/endpoints/{slug}/revisions/diff/?a=1&b=2"),
+    ("settings", "/endpoints/{slug}/settings/"),
+    ("delete", "/endpoints/{slug}/delete/"),
+    ("keys", "/keys/"),
+    ("usage", "/usage/"),
+    ("members", "/members/"),
+    ("clusters", "/clusters/"),
+    ("secrets", "/secrets/"),
+    ("audit", "/audit/"),
+    ("not-found", "/endpoints/nothing-here/"),
+]
+
+# Evaluated in the page: is the stylesheet applied, and does anything overflow the viewport?
+STYLE_PROBE = """() => {
+  const body = getComputedStyle(document.body);
+  const bar = document.querySelector('.topbar');
+  const unstyledButtons = [...document.querySelectorAll('button, .button')].filter(
+    (b) => b.offsetParent !== null && getComputedStyle(b).borderRadius === '0px').length;
+  return {
+    font: body.fontFamily,
+    topbar: bar ? getComputedStyle(bar).backgroundColor : null,
+    overflow: document.documentElement.scrollWidth - window.innerWidth,
+    unstyledButtons,
+  };
+}"""
+
+
+def _check_page(page: Page, name: str, width: int) -> None:
+    text = page.content()
+    assert "Server Error" not in text and "Traceback" not in text, name
+    probe = page.evaluate(STYLE_PROBE)
+    assert "system-ui" in probe["font"], (name, probe)
+    assert probe["topbar"] == "rgb(16, 24, 40)", (name, probe)
+    assert probe["unstyledButtons"] == 0, (name, probe)
+    assert probe["overflow"] <= 0, f"{name} at {width}px is wider than the screen: {probe}"
+
+
+def test_every_page_at_desktop_and_phone_width(
+    browser: Browser, live_console: LiveConsole, cast: Cast
+) -> None:
+    slug = _sweep_data(cast)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    for width, height in ((1280, 900), (390, 844)):
+        context = browser.new_context(viewport={"width": width, "height": height})
+        page = context.new_page()
+        page.goto(f"{live_console.url}/login/")
+        _check_page(page, "login", width)
+        page.screenshot(path=SCREENSHOTS / f"login-{width}.png", full_page=True)
+        sign_in(page, live_console)
+        if width < 760:  # the navigation folds into a menu on phones
+            expect(page.get_by_role("link", name="Audit log")).to_be_hidden()
+            page.click(".nav-toggle-label")
+            expect(page.get_by_role("link", name="Audit log")).to_be_visible()
+            page.screenshot(path=SCREENSHOTS / f"menu-{width}.png")
+        for name, path in PAGES:
+            response = page.goto(live_console.url + path.format(slug=slug))
+            assert response is not None
+            assert response.status < 500, (name, response.status)
+            assert response.status == (404 if name == "not-found" else 200), name
+            _check_page(page, name, width)
+            page.screenshot(path=SCREENSHOTS / f"{name}-{width}.png", full_page=True)
+        context.close()

@@ -1,0 +1,130 @@
+"""The playground's server side: a temporary key limited to the endpoint, and refusals that
+name the field. (Streaming a reply is exercised in the browser test against a live engine.)"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
+
+import pytest
+from django.test import Client
+
+from controlplane.models import ApiKey
+from deployments.models import Deployment
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+def test_a_temporary_key_is_limited_to_the_endpoint(alice: Client, endpoint: Deployment) -> None:
+    response = alice.post("/endpoints/chat/playground/key/", **HTMX)
+    assert response.status_code == 200
+    key = ApiKey.objects.get()
+    assert key.is_temporary and key.allowed_deployment_ids == [endpoint.pk]
+    assert key.expires_at is not None
+    assert b'id="playground-key" value="' + key.prefix.encode() in response.content
+
+
+def test_viewers_get_no_playground_key(carol: Client, endpoint: Deployment) -> None:
+    assert carol.post("/endpoints/chat/playground/key/", **HTMX).status_code == 403
+    assert not ApiKey.objects.exists()
+
+
+def test_a_chat_without_a_key_or_prompt_names_the_field(
+    alice: Client, endpoint: Deployment
+) -> None:
+    no_key = alice.post("/endpoints/chat/playground/chat/", {"prompt": "hi"})
+    assert no_key.status_code == 400 and no_key.json()["error"]["field"] == "key"
+    no_prompt = alice.post("/endpoints/chat/playground/chat/", {"key": "pk_x", "prompt": " "})
+    assert no_prompt.json()["error"]["field"] == "prompt"
+    bad_max = alice.post(
+        "/endpoints/chat/playground/chat/", {"key": "pk_x", "prompt": "hi", "max_tokens": "lots"}
+    )
+    assert bad_max.status_code == 400 and bad_max.json()["error"]["field"] == "max_tokens"
+
+
+def test_the_playground_of_another_org_is_missing(bob: Client, endpoint: Deployment) -> None:
+    assert bob.post("/endpoints/chat/playground/key/").status_code == 404
+    assert bob.post("/endpoints/chat/playground/chat/", {"prompt": "x"}).status_code == 404
+
+
+def test_router_mode_checks_the_key_itself(
+    alice: Client, endpoint: Deployment, settings: object
+) -> None:
+    settings.PLINTH_PLAYGROUND_UPSTREAM = "router"  # type: ignore[attr-defined]
+    response = alice.post("/endpoints/chat/playground/chat/", {"key": "pk_bogus", "prompt": "hi"})
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "message": "this key cannot call this endpoint",
+        "field": "key",
+    }
+
+
+class _FakeGateway(BaseHTTPRequestHandler):
+    """A stand-in for the gateway process (a seam: the gateway has its own tests). It records
+    what the console forwarded and answers a two-chunk SSE stream with usage."""
+
+    seen: ClassVar[list[dict[str, Any]]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.seen.append({"path": self.path, "auth": self.headers["Authorization"], "body": body})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for event in (
+            {"choices": [{"delta": {"content": "Hel"}}]},
+            {"choices": [{"delta": {"content": "lo"}}]},
+            {"choices": [], "usage": {"completion_tokens": 2, "prompt_tokens": 5}},
+        ):
+            self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_gateway(settings: Any) -> Iterator[list[dict[str, Any]]]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeGateway)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    settings.GATEWAY_PUBLIC_URL = f"http://127.0.0.1:{server.server_address[1]}"
+    settings.PLINTH_PLAYGROUND_UPSTREAM = "gateway"
+    _FakeGateway.seen = []
+    yield _FakeGateway.seen
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
+
+@pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume")
+def test_the_chat_goes_through_the_gateway_and_streams_back(
+    alice: Client, endpoint: Deployment, fake_gateway: list[dict[str, Any]]
+) -> None:
+    response = alice.post(
+        "/endpoints/chat/playground/chat/", {"key": "pli_k", "prompt": "hi", "max_tokens": "8"}
+    )
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/event-stream"
+    stream = b"".join(response).decode()  # the test client is sync: Django collects it
+    assert '"content": "Hel"' in stream and stream.endswith("data: [DONE]\n\n")
+    [call] = fake_gateway
+    assert call["path"] == "/endpoints/chat/v1/chat/completions"
+    assert call["auth"] == "Bearer pli_k"
+    assert call["body"]["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert call["body"]["stream"] is True and call["body"]["max_tokens"] == 8
+    assert call["body"]["stream_options"] == {"include_usage": True}
+
+
+@pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume")
+def test_an_unreachable_upstream_is_an_error_event(
+    alice: Client, endpoint: Deployment, settings: Any
+) -> None:
+    settings.GATEWAY_PUBLIC_URL = "http://127.0.0.1:9"  # nothing listens on the discard port
+    settings.PLINTH_PLAYGROUND_UPSTREAM = "gateway"
+    response = alice.post("/endpoints/chat/playground/chat/", {"key": "pli_k", "prompt": "hi"})
+    stream = b"".join(response).decode()  # the test client is sync: Django collects it
+    assert "could not reach the endpoint" in stream and "[DONE]" in stream

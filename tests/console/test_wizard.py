@@ -1,0 +1,169 @@
+"""The create/edit wizard: live validation in place, memory fit and cost, saving a revision,
+and a clear conflict when someone else saved first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from deployments import services
+from deployments.models import Deployment
+from tests.conftest import Cast
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+FORM = {
+    "model.source": "meta-llama/Llama-3.1-8B-Instruct",
+    "hardware.gpu": "H100-SXM",
+    "parallelism.tp": "1",
+    "autoscaling.min_replicas": "1",
+    "autoscaling.max_replicas": "3",
+}
+
+
+def _form(**changes: str) -> dict[str, Any]:
+    return {**FORM, **{k.replace("__", "."): v for k, v in changes.items()}}
+
+
+def test_the_live_check_shows_fit_cost_and_no_errors(alice: Client, cast: Cast) -> None:
+    response = alice.post("/endpoints/validate/", _form(), **HTMX)
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert 'id="estimate"' in body and "Fits" in body
+    assert "$2.49 \N{EN DASH} $7.47" in body  # one H100 at min, three at max replicas
+    assert 'id="issues-f-parallelism-tp" hx-swap-oob="true"></div>' in body
+
+
+def test_an_indivisible_tp_is_shown_next_to_its_field(alice: Client, cast: Cast) -> None:
+    body = alice.post("/endpoints/validate/", _form(parallelism__tp="3"), **HTMX).content.decode()
+    slot = body.split('id="issues-f-parallelism-tp"')[1].split("</div>")[0]
+    assert "does not divide 32 attention heads" in slot and "Fix: use tp 2, 4 or 8" in slot
+    assert "1 setting to fix before saving" in body
+
+
+def test_text_in_a_number_field_is_a_field_error(alice: Client, cast: Cast) -> None:
+    body = alice.post("/endpoints/validate/", _form(parallelism__tp="two"), **HTMX).content.decode()
+    slot = body.split('id="issues-f-parallelism-tp"')[1].split("</div>")[0]
+    assert "enter a whole number" in slot
+
+
+def test_a_model_that_does_not_fit_says_so(alice: Client, cast: Cast) -> None:
+    form = _form(model__source="meta-llama/Llama-3.1-405B-Instruct")
+    body = alice.post("/endpoints/validate/", form, **HTMX).content.decode()
+    assert "Does not fit" in body
+
+
+def test_a_custom_architecture_is_estimated(alice: Client, cast: Cast) -> None:
+    arch = {
+        "model.custom_architecture": ["false", "true"],
+        "model.architecture.num_layers": "24",
+        "model.architecture.hidden_size": "2048",
+        "model.architecture.num_attention_heads": "16",
+        "model.architecture.num_kv_heads": "8",
+        "model.architecture.head_dim": "128",
+        "model.architecture.vocab_size": "32000",
+        "model.architecture.params_b": "1.5",
+        "model.architecture.max_context": "8192",
+    }
+    form = {**_form(model__source="acme/private-model"), **arch}
+    body = alice.post("/endpoints/validate/", form, **HTMX).content.decode()
+    assert "Fits" in body and "Unknown architecture" not in body
+
+
+def test_creating_an_endpoint(alice: Client, cast: Cast) -> None:
+    response = alice.post("/endpoints/new/", {**_form(), "slug": "chat", "name": "Chat"})
+    assert response.status_code == 302
+    assert response["Location"] == "/endpoints/chat/"
+    endpoint = Deployment.objects.get(slug="chat")
+    assert endpoint.organization == cast.acme
+    assert endpoint.target_revision.spec["autoscaling"]["max_replicas"] == 3
+
+
+def test_invalid_settings_are_refused_field_by_field(alice: Client, cast: Cast) -> None:
+    response = alice.post("/endpoints/new/", {**_form(parallelism__tp="3"), "slug": "chat"})
+    assert response.status_code == 422
+    assert b"does not divide 32 attention heads" in response.content
+    assert b'value="3"' in response.content  # the typed value stays to be fixed
+    assert not Deployment.objects.exists()
+
+
+def test_a_taken_slug_is_shown_on_the_slug_field(
+    alice: Client, cast: Cast, endpoint: Deployment
+) -> None:
+    response = alice.post("/endpoints/new/", {**_form(), "slug": "chat"})
+    assert response.status_code == 422
+    slug_field = response.content.decode().split('id="f-slug"')[1].split("</div>")[0]
+    assert "is taken" in slug_field
+
+
+def test_editing_batching_creates_a_revision(alice: Client, endpoint: Deployment) -> None:
+    page = alice.get("/endpoints/chat/settings/").content.decode()
+    assert 'name="base_revision" value="1"' in page
+    form = {**_form(batching__max_running_requests="64"), "base_revision": "1", "message": "more"}
+    response = alice.post("/endpoints/chat/settings/", form)
+    assert response.status_code == 302
+    endpoint.refresh_from_db()
+    assert endpoint.target_revision.number == 2
+    assert endpoint.target_revision.spec["batching"]["max_running_requests"] == 64
+    assert endpoint.target_revision.message == "more"
+
+
+def test_a_stale_edit_shows_who_saved_first(
+    cast: Cast, alice: Client, endpoint: Deployment
+) -> None:
+    dave = cast.actor(cast.dave, cast.acme)
+    changed = {**endpoint.target_revision.spec, "batching": {"max_running_requests": 8}}
+    services.update_settings(dave, endpoint.pk, spec=changed, base_revision=1)
+    form = {**_form(batching__max_running_requests="64"), "base_revision": "1"}
+    response = alice.post("/endpoints/chat/settings/", form)
+    assert response.status_code == 409
+    body = response.content.decode()
+    assert "Someone saved revision 2 while you were editing" in body
+    assert "/endpoints/chat/revisions/diff/?a=1&b=2" in body
+    endpoint.refresh_from_db()
+    assert endpoint.target_revision.number == 2
+
+
+def test_the_edit_page_validates_against_the_endpoints_settings(
+    alice: Client, endpoint: Deployment
+) -> None:
+    body = alice.post(
+        "/endpoints/validate/", {**_form(parallelism__tp="3"), "endpoint": "chat"}, **HTMX
+    ).content.decode()
+    assert "does not divide" in body
+
+
+def test_validating_against_another_orgs_endpoint_is_missing(
+    bob: Client, endpoint: Deployment
+) -> None:
+    response = bob.post("/endpoints/validate/", {**_form(), "endpoint": "chat"}, **HTMX)
+    assert response.status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("parallelism.tp", "99999999999999999999"),
+        ("parallelism.tp", "-1"),
+        ("parallelism.tp", "1.5"),
+        ("batching.mem_fraction_static", "nan"),
+        ("hardware.price_per_gpu_hour", "inf"),
+        ("model.context_length", "0"),
+        ("hardware.gpu", "TPUv9"),
+        ("speculator.algorithm", "MAGIC"),
+        ("model.source", ""),
+        ("batching.chunked_prefill_size", "0"),
+        ("quantization.method", "nvfp4"),
+        ("model.custom_architecture", "true"),
+    ],
+)
+def test_bad_values_are_field_errors_never_server_errors(
+    alice: Client, cast: Cast, field: str, value: str
+) -> None:
+    checked = alice.post("/endpoints/validate/", {**FORM, field: value}, **HTMX)
+    assert checked.status_code == 200
+    assert b"issue-error" in checked.content
+    saved = alice.post("/endpoints/new/", {**FORM, field: value, "slug": "fz"})
+    assert saved.status_code == 422
+    assert not Deployment.objects.exists()

@@ -17,6 +17,7 @@ is the same no-op.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -69,6 +70,7 @@ __all__ = [
     "list_deployments",
     "list_revisions",
     "record_event",
+    "record_last_request",
     "rollback",
     "scale",
     "start",
@@ -424,6 +426,19 @@ def finalize_deletion(deployment_id: uuid.UUID | str) -> bool:
     Deployment.objects.filter(pk=deployment.pk).delete()
     notify.publish_on_commit("deployment", str(deployment_id))
     return True
+
+
+def record_last_request(deployment_id: uuid.UUID | str, when: datetime) -> int:
+    """The gateway saw traffic for this endpoint at ``when`` (for the autoscaler's idle clock).
+
+    Conditional, so an older time (a leftover hash from a retried flush) never overwrites a
+    newer one. Returns the number of rows moved forward (0 or 1).
+    """
+    return (
+        Deployment.objects.filter(pk=deployment_id)
+        .exclude(last_request_at__gte=when)
+        .update(last_request_at=when)
+    )
 
 
 @transaction.atomic

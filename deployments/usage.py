@@ -27,7 +27,8 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from controlplane.models import ApiKey
-from deployments.models import Deployment, UsageRecord
+from deployments import services
+from deployments.models import UsageRecord
 
 USAGE_PREFIX = "plinth:usage:"
 MINUTES_SET = "plinth:usage:minutes"
@@ -156,11 +157,6 @@ def flush_last_requests(client: redis.Redis) -> int:
     for name in client.scan_iter(match=f"{LAST_REQUEST_PROCESSING_PREFIX}*"):
         for endpoint_id, epoch in client.hgetall(name).items():
             when = datetime.fromtimestamp(int(epoch), tz=UTC)
-            # Conditional, so an older time (a leftover hash) never overwrites a newer one.
-            touched += (
-                Deployment.objects.filter(pk=endpoint_id.decode())
-                .exclude(last_request_at__gte=when)
-                .update(last_request_at=when)
-            )
+            touched += services.record_last_request(endpoint_id.decode(), when)
         client.delete(name)
     return touched

@@ -112,6 +112,14 @@ def wait_for_port(port: int, what: str, timeout: float = 30.0) -> None:
     raise SystemExit(f"{what} did not start listening on port {port}")
 
 
+def write_run_env(env: dict[str, str]) -> None:
+    """Where this run's servers are, for `scripts/manage.sh` (management commands, one-offs)."""
+    path = DATA / "run.env"
+    names = ("DATABASE_URL", "REDIS_URL", "PLINTH_DATA_DIR", "GATEWAY_PUBLIC_URL", "CONSOLE_URL")
+    path.write_text("".join(f"{name}={env[name]}\n" for name in names if name in env))
+    path.chmod(0o600)
+
+
 def manage(env: dict[str, str], *args: str) -> None:
     subprocess.run([PY, str(ROOT / "manage.py"), *args], env=env, check=True, cwd=ROOT)
 
@@ -185,6 +193,7 @@ def main() -> int:
         children.append(("redis", start_embedded_redis(env)))
     else:
         say("using REDIS_URL from the environment")
+    write_run_env(env)
     try:
         manage(env, "migrate", "--no-input", "-v", "0")
         manage(env, "plinth_bootstrap")

@@ -21,7 +21,8 @@ from deployments.drivers.kube.render import KubeOptions, render_revision
 from tests.drivers.reference_specs import REF, golden_names, load_spec, revision_plan
 
 K8S_VERSIONS = ["1.29.0", "1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0"]
-LWS_CRD = Path("/work/shared/reference/lws-crd.yaml")
+# shared/ lies beside the checkout (CI clones main next to a copy of it).
+LWS_CRD = Path(__file__).resolve().parents[3] / "shared" / "reference" / "lws-crd.yaml"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 

@@ -10,6 +10,8 @@ drivers bringing real replicas up.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import os
 import subprocess
 import sys
@@ -213,3 +215,10 @@ def wait_routable(gateway: GatewayProcess, slug: str, key: str) -> None:
         return status == 200
 
     wait_until(ready, 10, f"endpoint {slug} routable")
+
+
+def run_async(coroutine: Any) -> Any:
+    """``asyncio.run`` in a thread of its own: pytest-playwright's sync API keeps an event loop
+    running in the main thread once a browser test has run, and asyncio.run refuses to nest."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from gateway.http1 import Pool, UpstreamError
+from tests.gateway.conftest import run_async
 
 
 async def serve(handler) -> tuple[asyncio.Server, str]:
@@ -53,7 +54,7 @@ def test_chunked_answers_are_decoded_and_the_connection_is_reused():
         server.close()
         return first, second
 
-    first, second = asyncio.run(scenario())
+    first, second = run_async(scenario())
     assert first == second == (200, b"hello world")
     assert connections == 1
 
@@ -73,7 +74,7 @@ def test_an_idle_connection_the_server_closed_is_replaced_transparently():
         server.close()
         return results
 
-    assert asyncio.run(scenario()) == [(200, b"ok")] * 3
+    assert run_async(scenario()) == [(200, b"ok")] * 3
 
 
 def test_a_silent_router_times_out_and_a_closed_port_is_unreachable():
@@ -92,4 +93,4 @@ def test_a_silent_router_times_out_and_a_closed_port_is_unreachable():
             await collect(Pool(1, 1), url)
         return slow.value.reason, closed.value.reason
 
-    assert asyncio.run(scenario()) == ("timeout", "unreachable")
+    assert run_async(scenario()) == ("timeout", "unreachable")

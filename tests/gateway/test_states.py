@@ -20,6 +20,7 @@ from tests.gateway.conftest import (
     create_endpoint,
     inference_key,
     mark_serving,
+    run_async,
     wait_routable,
     wait_until,
 )
@@ -88,7 +89,7 @@ def test_a_hold_that_runs_out_answers_429_with_retry_after():
         assert woken == ["e1"]
         return raised.value
 
-    error = asyncio.run(scenario())
+    error = run_async(scenario())
     assert error.status == 429
     assert dict(error.headers())[b"retry-after"] == b"10"
 
@@ -103,7 +104,7 @@ def test_requests_beyond_the_hold_queue_are_refused_at_once():
         assert woken == ["e1"]  # one wake-up for all the waiting requests
         return results
 
-    results = asyncio.run(scenario())
+    results = run_async(scenario())
     statuses = sorted(r.status for r in results if isinstance(r, GatewayError))
     assert statuses == [429, 429, 429]
     assert sum("too many requests are waiting" in r.message for r in results) == 1
@@ -134,4 +135,4 @@ def test_the_gateway_is_not_ready_until_its_route_table_loads_but_stays_alive():
         await gateway.shutdown()
         return ready.status_code, live.status_code
 
-    assert asyncio.run(scenario()) == (503, 200)
+    assert run_async(scenario()) == (503, 200)

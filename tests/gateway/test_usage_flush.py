@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from datetime import UTC, datetime
 
@@ -16,7 +15,7 @@ from deployments.usage import MINUTES_SET, PROCESSING_PREFIX, flush_usage
 from gateway.limits import RateLimiter
 from gateway.metering import Meter, Usage, minute_of, usage_hash
 from gateway.routes import Endpoint, InferenceKey
-from tests.gateway.conftest import create_endpoint, inference_key, redis_client
+from tests.gateway.conftest import create_endpoint, inference_key, redis_client, run_async
 
 pytestmark = pytest.mark.django_db
 
@@ -41,7 +40,7 @@ def counted(cast):
             await meter.flush()
             await client.aclose()
 
-        asyncio.run(record())
+        run_async(record())
 
     return count, endpoint_row
 

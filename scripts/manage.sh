@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Run a Django management command against the servers `make run` uses (embedded or configured):
+#   bash scripts/manage.sh plinth_create_key --org Default --name cli --kind management --role admin
+set -euo pipefail
+cd "$(dirname "$0")/.."
+for file in data/secrets.env data/run.env; do
+  if [ -f "$file" ]; then
+    while IFS='=' read -r name value; do
+      [ -n "$name" ] && [ -z "${!name:-}" ] && export "$name=$value"
+    done < "$file"
+  fi
+done
+exec .venv/bin/python manage.py "$@"

@@ -5,8 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 for file in data/secrets.env data/run.env; do
   if [ -f "$file" ]; then
-    while IFS='=' read -r name value; do
-      [ -n "$name" ] && [ -z "${!name:-}" ] && export "$name=$value"
+    while IFS= read -r line; do
+      name=${line%%=*}
+      # Split by hand: `read` with IFS='=' would drop a base64 key's trailing '='.
+      [ -n "$name" ] && [ -z "${!name:-}" ] && export "$name=${line#*=}"
     done < "$file"
   fi
 done

@@ -212,7 +212,14 @@ def main() -> int:
     except KeyboardInterrupt:
         say("stopping")
     finally:
-        stop_all([*locals().get("started", []), *children])
+        started_procs = locals().get("started", [])
+        stop_all(started_procs)
+        if started_procs:
+            # Endpoints on the local cluster run as processes of their own: stop them too.
+            subprocess.run(
+                [PY, str(ROOT / "manage.py"), "plinth_local_stop"], env=env, cwd=ROOT, check=False
+            )
+        stop_all(children)
         if pg_server is not None:
             pg_server.cleanup()  # type: ignore[attr-defined]
         say("stopped")

@@ -13,7 +13,7 @@ import pytest
 
 from deployments.drivers import base
 from deployments.drivers.local.driver import LocalDriver, LocalOptions
-from deployments.drivers.local.processes import ProcessTable
+from deployments.drivers.local.processes import ProcessTable, stop_all
 from runtime import launch
 from runtime.client import RouterClient
 from runtime.spec import RuntimeSpec
@@ -141,6 +141,19 @@ def test_delete_stops_every_process(driver: LocalDriver) -> None:
             or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
         )
     assert driver.observe(REF).empty
+
+
+def test_stop_all_stops_every_endpoints_processes(driver: LocalDriver) -> None:
+    settle(driver, revision(1), lambda o: o.ready_count() == 1 and o.router_ready)
+    started = list(pids(driver).values())
+    assert stop_all(driver.options.run_dir, grace_s=5) == len(started) >= 2
+    for pid in started:
+        assert (
+            not Path(f"/proc/{pid}").exists()
+            or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
+        )
+    # The endpoint is only stopped, not forgotten: applying again brings it back.
+    settle(driver, revision(1), lambda o: o.ready_count() == 1 and o.router_ready)
 
 
 def test_sglang_engine_without_sglang_installed_is_a_permanent_error(tmp_path: Path) -> None:

@@ -18,10 +18,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from controlplane import services
+from controlplane.access import require_role
 from controlplane.guard import actor_of, console_view
 from controlplane.models import ApiKey, ApiKeyKind, AuditEvent, Membership, Role, Secret
 from controlplane.services import ServiceError
 from deployments.models import Deployment
+from deployments.selectors import check_endpoint_ids
 
 
 def _form(request: HttpRequest, *names: str) -> dict[str, str]:
@@ -67,7 +69,9 @@ def key_list(request: HttpRequest) -> HttpResponse:
             name=form["name"],
             kind=form["kind"],
             role=form["role"] or Role.DEVELOPER,
-            allowed_deployment_ids=_uuids(request.POST.getlist("endpoints")),
+            allowed_deployment_ids=check_endpoint_ids(
+                actor_of(request), _uuids(request.POST.getlist("endpoints"))
+            ),
             expires_at=_date(form["expires"]),
         )
     except ServiceError as exc:
@@ -147,6 +151,8 @@ def member_change(request: HttpRequest, membership_id: int) -> HttpResponse:
 
 def _secrets_page(request: HttpRequest, **extra: Any) -> HttpResponse:
     actor = actor_of(request)
+    # As in the API: secret names and descriptions are for developers and up.
+    require_role(actor, Role.DEVELOPER)
     secrets = Secret.objects.filter(organization=actor.organization).only(
         "id", "name", "description", "updated_at"
     )

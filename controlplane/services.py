@@ -15,6 +15,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
+from django.db.models import ProtectedError
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -340,7 +341,15 @@ def delete_secret(actor: Actor, *, secret_id: uuid.UUID | str) -> None:
     require_role(actor, Role.ADMIN)
     secret = get_secret(actor, secret_id)
     audit.record(actor, "secret.delete", secret, before={"name": secret.name})
-    secret.delete()
+    try:
+        with transaction.atomic():
+            secret.delete()
+    except ProtectedError as exc:
+        # A cluster's kubeconfig (the domain layer holds the reference, protected).
+        raise Conflict(
+            f"secret {secret.name!r} is in use (a cluster's kubeconfig); remove that first",
+            field="secret_id",
+        ) from exc
 
 
 def reveal_secret(secret: Secret) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -23,8 +25,11 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def switch_organization(request: HttpRequest) -> HttpResponse:
-    org_id = request.POST.get("organization", "")
-    if Membership.objects.filter(user=request.user, organization_id=org_id or None).exists():
+    try:
+        org_id = str(uuid.UUID(request.POST.get("organization", "")))
+    except ValueError:
+        return redirect("home")
+    if Membership.objects.filter(user=request.user, organization_id=org_id).exists():
         request.session[SESSION_ORG_KEY] = org_id
     return redirect("home")
 

@@ -9,13 +9,15 @@ from __future__ import annotations
 import re
 import uuid
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Q, QuerySet
 
 from controlplane import audit
 from controlplane.access import Actor, NotFound, require_role
 from controlplane.models import Role, Secret
-from controlplane.services import Conflict, ServiceError
+from controlplane.services import Conflict, ServiceError, reveal_secret
+from deployments.kubeconfig import kubeconfig_problems
 from deployments.models import Cluster, ClusterKind, Deployment, slug_validator
 from deployments.selectors import id_or_name
 
@@ -58,6 +60,13 @@ def _kubeconfig_secret(actor: Actor, secret_id: uuid.UUID | str | None) -> Secre
             "/api/v1/secrets first)",
             field="kubeconfig_secret_id",
             code="not_found" if secret_id else "required",
+        )
+    problems = kubeconfig_problems(reveal_secret(secret), allow_http=settings.PLINTH_KUBE_ALLOW_HTTP)
+    if problems:
+        raise ServiceError(
+            f"secret {secret.name!r} is not an acceptable kubeconfig: " + "; ".join(problems),
+            field="kubeconfig_secret_id",
+            code="invalid_kubeconfig",
         )
     return secret
 

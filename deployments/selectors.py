@@ -13,6 +13,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from controlplane.access import Actor, NotFound
+from controlplane.services import ServiceError
 from deployments.models import Deployment, Revision
 
 REVISION_FIELDS = ("target_revision", "current_revision", "applied_revision")
@@ -33,6 +34,18 @@ def deployments_of(actor: Actor) -> QuerySet[Deployment]:
         .select_related("cluster", *REVISION_FIELDS)
         .defer(*(f"{name}__spec" for name in REVISION_FIELDS))
     )
+
+
+def check_endpoint_ids(actor: Actor, ids: list[uuid.UUID] | None) -> list[uuid.UUID]:
+    """Endpoint ids a key is limited to: each must be an endpoint of the actor's organization."""
+    wanted = set(ids or [])
+    found = set(deployments_of(actor).filter(pk__in=wanted).values_list("pk", flat=True))
+    if wanted - found:
+        raise ServiceError(
+            "allowed_deployment_ids names endpoints that do not exist in this organization",
+            field="allowed_deployment_ids",
+        )
+    return list(ids or [])
 
 
 def by_id_or_slug(id_or_slug: uuid.UUID | str) -> Q:

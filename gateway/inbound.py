@@ -110,6 +110,8 @@ def prepare(route: Route, body: bytes) -> Prepared:
         raise GatewayError(
             400, f"request body is not valid JSON: {exc}", code="invalid_json"
         ) from exc
+    except RecursionError as exc:
+        raise GatewayError(400, "request body is nested too deeply", code="invalid_json") from exc
     if not isinstance(payload, dict):
         raise GatewayError(400, "request body must be a JSON object", code="invalid_json")
     if route.openai and not (isinstance(payload.get("model"), str) and payload["model"]):

@@ -75,6 +75,14 @@ TransferBackend = Literal["mooncake", "mooncake_tcp", "nixl", "mori", "fake"]
 ExtraFlagValue = bool | int | float | str | list[str]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Engine environment variables a spec may set. An allowlist, because the engine is a Python
+# process and names such as PYTHONWARNINGS, LD_PRELOAD or BROWSER turn a setting into code
+# execution on the host that runs it.
+ENV_PREFIXES = (
+    "SGLANG_", "SGL_", "NCCL_", "CUDA_", "NVIDIA_", "TORCH_", "TORCHINDUCTOR_", "TRITON_",
+    "FLASHINFER_", "HF_", "HUGGING_FACE_", "TRANSFORMERS_", "TOKENIZERS_", "OMP_", "MKL_",
+    "MC_", "NVSHMEM_", "GLOO_", "UCX_", "NIXL_", "PLINTH_SIM_",
+)  # fmt: skip
 PositiveInt = Annotated[int, Field(ge=1)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 
@@ -302,6 +310,12 @@ class RuntimeSettings(_Group):
                     "invalid_env_name",
                     "'{name}' is not a valid environment variable name",
                     {"name": name, "fix": "use letters, digits and '_' only"},
+                )
+            if not name.upper().startswith(ENV_PREFIXES):
+                raise PydanticCustomError(
+                    "env_name_not_allowed",
+                    "'{name}' is not an engine setting Plinth passes on",
+                    {"name": name, "fix": "use a name starting with " + ", ".join(ENV_PREFIXES)},
                 )
         return value
 

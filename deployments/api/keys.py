@@ -13,6 +13,7 @@ from controlplane import services
 from controlplane.models import ApiKey
 from deployments.api import idempotency
 from deployments.api.schemas import StrictIn, UtcDatetime
+from deployments.selectors import check_endpoint_ids
 
 router = Router(tags=["api-keys"])
 
@@ -62,7 +63,9 @@ def list_keys(request: HttpRequest) -> list[dict]:
 def create_key(request: HttpRequest, response: HttpResponse, payload: ApiKeyIn) -> Status[dict]:
     """Developers create inference keys; admins create management keys (up to their role).
     The key's value is in this response only; an Idempotency-Key replay answers 409."""
-    created = services.create_api_key(request.auth, **payload.model_dump())
+    fields = payload.model_dump()
+    check_endpoint_ids(request.auth, fields.get("allowed_deployment_ids"))
+    created = services.create_api_key(request.auth, **fields)
     idempotency.mark_secret(response, f"API key {created.api_key.pk}")
     return Status(201, {**key_out(created.api_key), "key": created.plaintext})
 

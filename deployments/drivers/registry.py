@@ -33,5 +33,7 @@ def driver_for(cluster: Cluster) -> Driver:
         return LocalDriver(local_options())
     if cluster.kubeconfig is None:
         raise PermanentDriverError(f"cluster {cluster.name} has no kubeconfig")
-    client = KubeClient.from_kubeconfig(reveal_secret(cluster.kubeconfig))
+    client = KubeClient.from_kubeconfig(
+        reveal_secret(cluster.kubeconfig), allow_http=settings.PLINTH_KUBE_ALLOW_HTTP
+    )
     return KubeDriver(client)

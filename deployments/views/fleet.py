@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from controlplane.guard import actor_of, console_view
-from controlplane.models import Secret
+from controlplane.models import Role, Secret
 from controlplane.services import ServiceError
 from deployments import queries, services
 from deployments.charts import Chart, Series
@@ -45,7 +45,12 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
     clusters = queries.clusters_for(actor).annotate(endpoints=Count("deployments"))
     context = {
         "clusters": clusters,
-        "secrets": Secret.objects.filter(organization=actor.organization),
+        # Only admins add clusters, so only they need the kubeconfig secrets' names.
+        "secrets": (
+            Secret.objects.filter(organization=actor.organization)
+            if actor.has_role(Role.ADMIN)
+            else Secret.objects.none()
+        ),
         "error": error,
         "form": form,
     }

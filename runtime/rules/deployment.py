@@ -168,9 +168,9 @@ def routing(ctx: RuleContext) -> Iterator[Issue]:
 
 
 def runtime_env(ctx: RuleContext) -> Iterator[Issue]:
-    env = ctx.spec.runtime.env
-    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
-        if name in env:
+    # Environment names are case-sensitive, but a lower-case hf_token still holds a token.
+    for name in ctx.spec.runtime.env:
+        if name.upper() in {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}:
             yield error(
                 f"runtime.env.{name}",
                 "env_secret_in_plain_text",

@@ -54,3 +54,29 @@ def test_removing_an_unused_cluster(api: Clients) -> None:
     assert api.dave.delete(f"clusters/{cluster_id}").status_code == 403
     assert api.alice.delete(f"clusters/{cluster_id}").status_code == 204
     assert len(api.alice.get("clusters").json()) == 1
+
+
+def test_a_kubeconfig_that_would_run_commands_or_read_files_is_refused(api: Clients) -> None:
+    hostile = (
+        "apiVersion: v1\nkind: Config\n"
+        "clusters: [{name: c, cluster: {server: 'http://10.0.0.1',"
+        " certificate-authority: /etc/x}}]\n"
+        "users: [{name: u, user: {exec: {command: sh, args: [-c, 'id']}}}]\n"
+    )
+    api.alice.post("secrets", {"name": "kubeconfig", "value": hostile})
+    refused = api.alice.post("clusters", CLUSTER)
+    assert fields_of(refused) == ["kubeconfig_secret_id"]
+    message = error_of(refused)["message"]
+    assert "users[].user.exec is not allowed" in message
+    assert "certificate-authority is not allowed" in message
+    assert "must be an https:// URL" in message
+    assert "'id'" not in message  # the kubeconfig's values are never echoed
+
+
+def test_a_secret_in_use_by_a_cluster_cannot_be_deleted(api: Clients) -> None:
+    _kubeconfig(api)
+    api.alice.post("clusters", CLUSTER)
+    [secret] = api.alice.get("secrets").json()
+    refused = api.alice.delete(f"secrets/{secret['id']}")
+    assert refused.status_code == 409
+    assert "in use" in error_of(refused)["message"]

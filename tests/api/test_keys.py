@@ -9,7 +9,7 @@ from django.core.management import CommandError, call_command
 
 from controlplane import services as platform
 from controlplane.models import ApiKey
-from tests.api.conftest import Api, Clients, error_of, fields_of
+from tests.api.conftest import SPEC, Api, Clients, error_of, fields_of
 from tests.conftest import Cast
 
 
@@ -40,6 +40,10 @@ def test_bad_key_requests_name_the_field(api: Clients) -> None:
     assert fields_of(api.alice.post("api-keys", past)) == ["expires_at"]
     rpm = {"name": "x", "kind": "inference", "requests_per_minute": 0}
     assert fields_of(api.alice.post("api-keys", rpm)) == ["requests_per_minute"]
+    # A scope names endpoints of the caller's organization, not another's or none at all.
+    foreign = api.bob.post("deployments", {"slug": "theirs", "spec": SPEC}).json()["id"]
+    scoped = {"name": "x", "kind": "inference", "allowed_deployment_ids": [foreign]}
+    assert fields_of(api.alice.post("api-keys", scoped)) == ["allowed_deployment_ids"]
 
 
 def test_revoking_a_key_stops_it_working(api: Clients) -> None:

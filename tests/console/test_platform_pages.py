@@ -87,6 +87,15 @@ def test_the_last_owner_cannot_be_demoted(alice: Client, cast: Cast) -> None:
     assert b"at least one owner" in response.content
 
 
+def test_viewers_do_not_see_secret_names(alice: Client, carol: Client, cast: Cast) -> None:
+    platform.set_secret(cast.actor(cast.alice, cast.acme), name="hf-token", value="hf_x")
+    page = carol.get("/secrets/")
+    assert page.status_code == 403
+    assert "hf-token" not in page.content.decode()
+    assert "hf-token" not in carol.get("/clusters/").content.decode()
+    assert "hf-token" in alice.get("/clusters/").content.decode()
+
+
 def test_secrets_are_write_only(alice: Client, cast: Cast) -> None:
     form = {"name": "hf-token", "value": "hf_supersecretvalue", "description": "HF"}
     assert alice.post("/secrets/", form).status_code == 302

@@ -30,6 +30,12 @@ def test_a_wrong_password_is_refused_without_detail(cast: Cast) -> None:
     assert b"didn't match" in response.content
 
 
+def test_a_malformed_organization_id_is_ignored(cast: Cast) -> None:
+    client = Client()
+    client.force_login(cast.alice)
+    assert client.post("/org/switch/", {"organization": "not-a-uuid"}).status_code == 302
+
+
 def test_switching_to_an_org_one_does_not_belong_to_is_ignored(cast: Cast) -> None:
     client = Client()
     client.force_login(cast.alice)

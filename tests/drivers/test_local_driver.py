@@ -143,6 +143,20 @@ def test_delete_stops_every_process(driver: LocalDriver) -> None:
     assert driver.observe(REF).empty
 
 
+def test_engines_do_not_inherit_the_control_planes_secrets(
+    driver: LocalDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Real environment variables of this process, which the worker would have.
+    monkeypatch.setenv("SECRET_KEY", "control-plane-secret-key")
+    monkeypatch.setenv("PLINTH_ENCRYPTION_KEY", "control-plane-fernet-key")
+    settle(driver, revision(1), lambda o: o.ready_count() == 1 and o.router_ready)
+    for pid in pids(driver).values():
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        assert b"control-plane-secret-key" not in environ
+        assert b"control-plane-fernet-key" not in environ
+        assert b"DATABASE_URL=" not in environ
+
+
 def test_stop_all_stops_every_endpoints_processes(driver: LocalDriver) -> None:
     settle(driver, revision(1), lambda o: o.ready_count() == 1 and o.router_ready)
     started = list(pids(driver).values())

@@ -89,8 +89,9 @@ current-context: emu
 
 
 @pytest.fixture
-def endpoint(cast: Cast, emulator: RunningEmulator) -> Deployment:
+def endpoint(cast: Cast, emulator: RunningEmulator, settings: Any) -> Deployment:
     """An endpoint on a Kubernetes cluster whose API is the emulator (nothing applied yet)."""
+    settings.PLINTH_KUBE_ALLOW_HTTP = True  # the emulator speaks plain http on loopback
     actor = cast.actor(cast.alice, cast.acme)
     secret = platform.set_secret(actor, name="emu-kubeconfig", value=kubeconfig(emulator.url))
     cluster = services.create_cluster(

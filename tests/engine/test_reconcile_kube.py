@@ -7,6 +7,7 @@ timeline text.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -143,5 +144,30 @@ def test_an_unusable_kubeconfig_fails_the_endpoint_without_echoing_it(
     platform.set_secret(actor, name="emu-kubeconfig", value="server: [not, a, kubeconfig")
     deployment = step(endpoint)
     assert deployment.status == FAILED
-    assert deployment.failure_reason.startswith("the cluster's kubeconfig is not usable")
+    assert deployment.failure_reason.startswith("the cluster's kubeconfig is")
     assert "not, a, kubeconfig" not in deployment.failure_reason
+
+
+@pytest.mark.django_db
+def test_a_kubeconfig_that_runs_a_command_is_refused_and_nothing_runs(
+    cast: Cast, endpoint: Deployment, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    actor = cast.actor(cast.alice, cast.acme)
+    hostile = f"""
+apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "https://k8s.example.com"}}}}]
+users:
+- name: u
+  user:
+    exec: {{apiVersion: client.authentication.k8s.io/v1, command: touch, args: ["{marker}"]}}
+contexts: [{{name: c, context: {{cluster: c, user: u}}}}]
+current-context: c
+"""
+    # Swapped in after the cluster was attached, so only the worker's own check stands between.
+    platform.set_secret(actor, name="emu-kubeconfig", value=hostile)
+    deployment = step(endpoint)
+    assert deployment.status == FAILED
+    assert "users[].user.exec is not allowed" in deployment.failure_reason
+    assert not marker.exists()

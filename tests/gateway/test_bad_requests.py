@@ -39,8 +39,16 @@ def engine_requests(cluster) -> float:
             "stream_options",
         ),
         (b"x" * (20 * 1024 * 1024), 413, "request_too_large", None),
+        (b"[" * 100_000, 400, "invalid_json", None),
     ],
-    ids=["malformed-json", "not-an-object", "missing-model", "bad-stream-options", "20-MB-body"],
+    ids=[
+        "malformed-json",
+        "not-an-object",
+        "missing-model",
+        "bad-stream-options",
+        "20-MB-body",
+        "deeply-nested",
+    ],
 )
 def test_bad_bodies_are_refused_before_the_engine(
     endpoint_url, sim_cluster, body, status, code, param

@@ -115,6 +115,8 @@ CASES = [
     Case("old SGLang version", {"runtime": {"sglang_version": "0.4.6"}}, ("error", "unsupported_version", "runtime.sglang_version")),
     Case("chunk size zero", {"batching": {"chunked_prefill_size": 0}}, ("error", "invalid_value", "batching.chunked_prefill_size")),
     Case("bad env name", {"runtime": {"env": {"BAD-NAME": "1"}}}, ("error", "invalid_env_name", "runtime.env")),
+    Case("env that runs code", {"runtime": {"env": {"PYTHONWARNINGS": "ignore::antigravity.x"}}}, ("error", "env_name_not_allowed", "runtime.env")),
+    Case("lower-case HF token in env", {"runtime": {"env": {"hf_token": "hf_x"}}}, ("error", "env_secret_in_plain_text", "runtime.env.hf_token")),
 ]  # fmt: skip
 
 

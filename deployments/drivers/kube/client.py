@@ -23,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from deployments.drivers.errors import PermanentDriverError, TemporaryDriverError
+from deployments.kubeconfig import kubeconfig_problems
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,12 @@ class KubeClient:
         return cls(k8s.Configuration(host=host), timeout=timeout)
 
     @classmethod
-    def from_kubeconfig(cls, text: str, *, context: str | None = None) -> KubeClient:
+    def from_kubeconfig(
+        cls, text: str, *, context: str | None = None, allow_http: bool = False
+    ) -> KubeClient:
+        problems = kubeconfig_problems(text, allow_http=allow_http)
+        if problems:
+            raise KubePermanentError("the cluster's kubeconfig is refused: " + "; ".join(problems))
         configuration = k8s.Configuration()
         try:
             k8s_config.load_kube_config_from_dict(

@@ -112,8 +112,8 @@ class LocalDriver:
         port = free_port()
         args = with_flag(with_flag(role.args, "--host", "127.0.0.1"), "--port", port)
         argv = [*self._engine_command(), *args]
-        env = {**os.environ, **self.options.env, **role.env, **_identity(table, name)}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+        env = {**_inherited_env(), **self.options.env, **role.env, **_identity(table, name)}
+        env["PYTHONPATH"] = str(REPO_ROOT)
         record = ProcessRecord(
             name=name,
             role=role.role,
@@ -199,7 +199,7 @@ class LocalDriver:
             extra_port=metrics_port,
             restarts=restarts,
         )
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", **_identity(table, ROUTER)}
+        env = {**_inherited_env(), "HF_HUB_OFFLINE": "1", **_identity(table, ROUTER)}
         return table.spawn(record, argv, env, table.root)
 
     def _sync_router(self, router: ProcessRecord, engines: Iterable[ProcessRecord]) -> set[str]:
@@ -270,6 +270,20 @@ class LocalDriver:
             return base.LogLines(replica=replica or "")
         text = table.log_path(name).read_text(errors="replace")
         return base.LogLines(replica=name, lines=text.splitlines()[-tail:])
+
+
+# What engines and routers inherit from the worker. Never its whole environment: that holds
+# SECRET_KEY, PLINTH_ENCRYPTION_KEY and the database URL, and an engine runs model code.
+_INHERITED_NAMES = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "HF_HOME"})
+_INHERITED_PREFIXES = ("PLINTH_SIM_", "HF_HUB_", "CUDA_", "NVIDIA_", "NCCL_")
+
+
+def _inherited_env() -> dict[str, str]:
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name in _INHERITED_NAMES or name.startswith(_INHERITED_PREFIXES)
+    }
 
 
 def _identity(table: ProcessTable, name: str) -> dict[str, str]:

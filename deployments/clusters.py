@@ -61,7 +61,8 @@ def _kubeconfig_secret(actor: Actor, secret_id: uuid.UUID | str | None) -> Secre
             field="kubeconfig_secret_id",
             code="not_found" if secret_id else "required",
         )
-    problems = kubeconfig_problems(reveal_secret(secret), allow_http=settings.PLINTH_KUBE_ALLOW_HTTP)
+    allow_http = settings.PLINTH_KUBE_ALLOW_HTTP
+    problems = kubeconfig_problems(reveal_secret(secret), allow_http=allow_http)
     if problems:
         raise ServiceError(
             f"secret {secret.name!r} is not an acceptable kubeconfig: " + "; ".join(problems),

@@ -56,7 +56,8 @@ if [ -z "${PLINTH_SKIP_BROWSER_INSTALL:-}" ] && [ ! -x /usr/bin/chromium ]; then
   apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null
 fi
 
-echo "[test] ruff";          "$BIN/ruff" check . && "$BIN/ruff" format --check .
+echo "[test] ruff";          "$BIN/ruff" check .
+"$BIN/ruff" format --check .
 echo "[test] mypy";          "$BIN/mypy"
 echo "[test] import-linter"; "$BIN/lint-imports"
 echo "[test] pytest"

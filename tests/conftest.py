@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import json
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
+import redis
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 
@@ -42,3 +48,23 @@ def cast(db: None) -> Cast:
     services.add_member(owner, username="carol", role=Role.VIEWER)
     services.add_member(owner, username="dave", role=Role.DEVELOPER)
     return Cast(alice=alice, bob=bob, carol=carol, dave=dave, acme=acme, globex=globex)
+
+
+@pytest.fixture
+def broker() -> Iterator[redis.Redis]:
+    """The real Celery broker (Redis), its default queue empty before and after the test."""
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client.delete(settings.CELERY_TASK_DEFAULT_QUEUE)
+    yield client
+    client.delete(settings.CELERY_TASK_DEFAULT_QUEUE)
+    client.close()
+
+
+def queued(broker: redis.Redis) -> list[tuple[str, list[Any]]]:
+    """(task name, args) of every message waiting in the default queue, oldest first."""
+    out = []
+    for raw in reversed(broker.lrange(settings.CELERY_TASK_DEFAULT_QUEUE, 0, -1)):
+        message = json.loads(raw)
+        args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
+        out.append((message["headers"]["task"], args))
+    return out

@@ -3,13 +3,10 @@ for a refused or no-op request; the gateway is told after commit too."""
 
 from __future__ import annotations
 
-import base64
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 import redis
 from django.conf import settings
 
@@ -17,25 +14,7 @@ from controlplane.notify import CHANNEL
 from deployments.models import Deployment
 from deployments.tasks.engine import reconcile_deployment
 from tests.api.conftest import SPEC, Clients, spec_with
-
-
-@pytest.fixture
-def broker() -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    client.delete(settings.CELERY_TASK_DEFAULT_QUEUE)
-    yield client
-    client.delete(settings.CELERY_TASK_DEFAULT_QUEUE)
-    client.close()
-
-
-def queued(broker: redis.Redis) -> list[tuple[str, list[Any]]]:
-    """(task name, args) of every message waiting in the queue, oldest first."""
-    out = []
-    for raw in reversed(broker.lrange(settings.CELERY_TASK_DEFAULT_QUEUE, 0, -1)):
-        message = json.loads(raw)
-        args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
-        out.append((message["headers"]["task"], args))
-    return out
+from tests.conftest import queued
 
 
 def test_creating_queues_one_reconcile_after_commit(

@@ -4,8 +4,6 @@ directly with the moment it decides at, and its work lands on the real broker af
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,7 +20,7 @@ from deployments.models import Deployment, DeploymentEvent, MetricSample
 from deployments.tasks import scaling
 from deployments.usage import LAST_REQUEST_HASH
 from tests.api.conftest import Api
-from tests.conftest import Cast
+from tests.conftest import Cast, queued
 
 # One replica carries 10 requests in flight; decisions over 60 s; scale down after 120 s.
 AUTOSCALING = {"min_replicas": 1, "max_replicas": 4, "concurrency_target": 10,
@@ -33,23 +31,11 @@ TO_ZERO = {**AUTOSCALING, "min_replicas": 0, "scale_to_zero": True,
 
 
 @pytest.fixture
-def broker() -> Iterator[redis.Redis]:
-    """The real Celery broker (Redis); the queue and the gateway's last-request hash start empty."""
-    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    client.delete(settings.CELERY_TASK_DEFAULT_QUEUE, LAST_REQUEST_HASH)
-    yield client
-    client.delete(settings.CELERY_TASK_DEFAULT_QUEUE, LAST_REQUEST_HASH)
-    client.close()
-
-
-def queued(broker: redis.Redis) -> list[tuple[str, list[Any]]]:
-    """(task name, args) of every message waiting in the queue, oldest first."""
-    out = []
-    for raw in reversed(broker.lrange(settings.CELERY_TASK_DEFAULT_QUEUE, 0, -1)):
-        message = json.loads(raw)
-        args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
-        out.append((message["headers"]["task"], args))
-    return out
+def broker(broker: redis.Redis) -> Iterator[redis.Redis]:
+    """The shared broker fixture, with the gateway's last-request hash empty too."""
+    broker.delete(LAST_REQUEST_HASH)
+    yield broker
+    broker.delete(LAST_REQUEST_HASH)
 
 
 def endpoint(cast: Cast, slug: str, autoscaling: dict[str, Any], replicas: int = 1) -> Deployment:

@@ -6,13 +6,9 @@ the sweep's messages are read back from the real Redis broker.
 
 from __future__ import annotations
 
-import base64
-import json
 import socket
 import subprocess
-from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
 
 import pytest
 import redis
@@ -23,26 +19,9 @@ from deployments import reconcile
 from deployments.models import Deployment
 from deployments.status import FAILED
 from deployments.tasks.engine import reconcile_deployment, sweep
+from tests.conftest import queued
 from tests.drivers.kube_emulator import RunningEmulator
 from tests.engine.conftest import NS, refresh
-
-
-@pytest.fixture
-def broker() -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    client.delete(settings.CELERY_TASK_DEFAULT_QUEUE)
-    yield client
-    client.delete(settings.CELERY_TASK_DEFAULT_QUEUE)
-    client.close()
-
-
-def queued(broker: redis.Redis) -> list[tuple[str, list[Any]]]:
-    out = []
-    for raw in reversed(broker.lrange(settings.CELERY_TASK_DEFAULT_QUEUE, 0, -1)):
-        message = json.loads(raw)
-        args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
-        out.append((message["headers"]["task"], args))
-    return out
 
 
 @pytest.mark.django_db

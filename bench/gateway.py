@@ -296,6 +296,52 @@ async def run_cell(
     return cell
 
 
+async def run_paired(
+    direct: Target,
+    gateway: Target,
+    stream: bool,
+    concurrency: int,
+    seconds: float,
+    max_tokens: int,
+) -> tuple[Cell, Cell]:
+    """Each of ``concurrency`` clients alternates direct and gateway requests, so both paths
+    see the same engine state and machine load at the same moments (sequential cells do not:
+    on 2 saturated cores their drift is larger than the gateway's own cost)."""
+    cells = (Cell(direct.name, stream, concurrency), Cell(gateway.name, stream, concurrency))
+    body = request_body(stream, max_tokens)
+    connector = aiohttp.TCPConnector(limit=2 * concurrency)
+    timeout = aiohttp.ClientTimeout(total=300)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        deadline = time.perf_counter() + seconds
+
+        async def client(first: int) -> None:
+            turn = first
+            while time.perf_counter() < deadline:
+                target = (direct, gateway)[turn]
+                await one_request(session, target, body, cells[turn])
+                turn = 1 - turn
+
+        started = time.perf_counter()
+        await asyncio.gather(*(client(i % 2) for i in range(concurrency)))
+        for cell in cells:
+            cell.wall = time.perf_counter() - started
+    return cells
+
+
+async def measure_paired(targets: list[Target], args: argparse.Namespace) -> list[Cell]:
+    direct, gateway = targets[0], targets[1]
+    await run_paired(direct, gateway, False, 8, 1.0, args.max_tokens)
+    cells: list[Cell] = []
+    for stream in (False, True):
+        for concurrency in args.concurrency:
+            pair = await run_paired(
+                direct, gateway, stream, concurrency, args.seconds, args.max_tokens
+            )
+            cells.extend(pair)
+            print(f"  paired stream={stream!s:<5} c={concurrency:<4} done", flush=True)
+    return cells
+
+
 # ---- report -------------------------------------------------------------------------------
 
 
@@ -376,6 +422,11 @@ def parse_args() -> argparse.Namespace:
     # not saturate this machine's CPUs with the engines alone.
     parser.add_argument("--time-scale", type=float, default=2.0)
     parser.add_argument("--no-litellm", action="store_true")
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="interleave direct and gateway requests in one run (no LiteLLM, no CPU column)",
+    )
     return parser.parse_args()
 
 
@@ -392,14 +443,15 @@ def main() -> None:
                 Target("direct", f"{cluster.url}/v1", "unused", None),
                 Target("plinth", f"{gateway_url}/endpoints/bench/v1", key, gateway.pid),
             ]
-            binary = None if args.no_litellm else litellm_binary()
+            binary = None if args.no_litellm or args.paired else litellm_binary()
             if binary:
                 litellm, litellm_url = start_litellm(binary, cluster.url, log_dir)
                 targets.append(Target("litellm", f"{litellm_url}/v1", MASTER_KEY, litellm.pid))
             else:
                 print("LiteLLM not found: its column is left out", file=sys.stderr)
             print(f"logs in {log_dir}; {os.cpu_count()} CPUs", flush=True)
-            cells = asyncio.run(measure(targets, args))
+            run = measure_paired if args.paired else measure
+            cells = asyncio.run(run(targets, args))
             print()
             print_table(cells)
             print(

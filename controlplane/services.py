@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from controlplane import audit, crypto, keys, notify
-from controlplane.access import AccessDenied, Actor, NotFound, require_role
+from controlplane.access import ROLE_RANK, AccessDenied, Actor, NotFound, require_role
 from controlplane.models import ApiKey, ApiKeyKind, Membership, Organization, Role, Secret
 
 
@@ -114,6 +114,7 @@ def change_member_role(actor: Actor, *, membership_id: int, role: str) -> Member
     membership.role = role
     membership.save(update_fields=["role"])
     audit.record(actor, "member.change_role", membership, before=before, after={"role": role})
+    _revoke_management_keys(actor, membership, above=role)
     return membership
 
 
@@ -129,7 +130,28 @@ def remove_member(actor: Actor, *, membership_id: int) -> None:
         membership,
         before={"user": membership.user.get_username(), "role": membership.role},
     )
+    _revoke_management_keys(actor, membership, above=None)
     membership.delete()
+
+
+def _revoke_management_keys(actor: Actor, membership: Membership, *, above: str | None) -> None:
+    """A management key must not outlast its creator's access: revoke those of a removed member
+    (``above=None``), or those acting with a role above a demoted member's new one. Inference
+    keys stay: they are the organization's application credentials."""
+    keys = ApiKey.objects.filter(
+        organization=membership.organization,
+        created_by=membership.user,
+        kind=ApiKeyKind.MANAGEMENT,
+        revoked_at=None,
+    )
+    for key in keys:
+        if above is not None and ROLE_RANK[Role(key.role)] <= ROLE_RANK[Role(above)]:
+            continue
+        before = _key_snapshot(key)
+        key.revoked_at = timezone.now()
+        key.save(update_fields=["revoked_at"])
+        audit.record(actor, "api_key.revoke", key, before=before, after=_key_snapshot(key))
+        notify.publish_on_commit("api_key", str(key.pk))
 
 
 def _ensure_another_owner(membership: Membership) -> None:

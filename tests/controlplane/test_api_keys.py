@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from controlplane import keys, services
 from controlplane.access import AccessDenied, NotFound
-from controlplane.models import ApiKey, AuditEvent, Role
+from controlplane.models import ApiKey, AuditEvent, Membership, Role
 from tests.conftest import Cast
 
 
@@ -149,3 +149,22 @@ def test_each_key_mutation_writes_one_audit_event(cast: Cast) -> None:
     assert event.before is not None and event.before["revoked"] is False
     assert event.after is not None and event.after["revoked"] is True
     assert created.plaintext not in str(event.after)
+
+
+def test_a_removed_or_demoted_admin_loses_their_management_keys(cast: Cast) -> None:
+    owner = cast.actor(cast.alice, cast.acme)
+    dave = Membership.objects.get(user=cast.dave, organization=cast.acme)
+    services.change_member_role(owner, membership_id=dave.pk, role=Role.ADMIN)
+    as_dave = cast.actor(cast.dave, cast.acme)
+    admin_key = services.create_api_key(as_dave, name="ops", kind="management", role=Role.ADMIN)
+    dev_key = services.create_api_key(as_dave, name="ci", kind="management", role=Role.DEVELOPER)
+    app_key = services.create_api_key(as_dave, name="app", kind="inference")
+
+    services.change_member_role(owner, membership_id=dave.pk, role=Role.DEVELOPER)
+    assert services.authenticate_key(admin_key.plaintext, kind="management") is None
+    assert services.authenticate_key(dev_key.plaintext, kind="management") is not None
+
+    services.remove_member(owner, membership_id=dave.pk)
+    assert services.authenticate_key(dev_key.plaintext, kind="management") is None
+    # Inference keys are the organization's application credentials: they keep working.
+    assert services.authenticate_key(app_key.plaintext, kind="inference") is not None

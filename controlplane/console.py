@@ -49,12 +49,8 @@ def _key_page(request: HttpRequest, **extra: Any) -> HttpResponse:
         "endpoints": endpoints.only("id", "slug"),
         "kinds": ApiKeyKind.choices,
         "roles": [r for r in Role.choices if r[0] != Role.OWNER],
-        "form": {},
-        "error": {},
-        **extra,
     }
-    status = 422 if context["error"] else 200
-    return render(request, "controlplane/keys.html", context, status=status)
+    return _form_page(request, "controlplane/keys.html", context, extra)
 
 
 @require_http_methods(["GET", "POST"])
@@ -105,15 +101,22 @@ def key_revoke(request: HttpRequest, key_id: str) -> HttpResponse:
     return redirect("key-list")
 
 
+def _form_page(
+    request: HttpRequest, template: str, context: dict[str, Any], extra: dict[str, Any]
+) -> HttpResponse:
+    """A list page with its create form; ``extra`` carries a refused form and its error (422)."""
+    page = {"form": {}, "error": {}, **context, **extra}
+    return render(request, template, page, status=422 if page["error"] else 200)
+
+
 # --- members -------------------------------------------------------------------------------
 
 
 def _members_page(request: HttpRequest, **extra: Any) -> HttpResponse:
     actor = actor_of(request)
     members = Membership.objects.filter(organization=actor.organization).select_related("user")
-    context = {"members": members, "roles": Role.choices, "form": {}, "error": {}, **extra}
-    status = 422 if context["error"] else 200
-    return render(request, "controlplane/members.html", context, status=status)
+    context = {"members": members, "roles": Role.choices}
+    return _form_page(request, "controlplane/members.html", context, extra)
 
 
 @require_http_methods(["GET", "POST"])
@@ -156,9 +159,7 @@ def _secrets_page(request: HttpRequest, **extra: Any) -> HttpResponse:
     secrets = Secret.objects.filter(organization=actor.organization).only(
         "id", "name", "description", "updated_at"
     )
-    context = {"secrets": secrets, "form": {}, "error": {}, **extra}
-    status = 422 if context["error"] else 200
-    return render(request, "controlplane/secrets.html", context, status=status)
+    return _form_page(request, "controlplane/secrets.html", {"secrets": secrets}, extra)
 
 
 @require_http_methods(["GET", "POST"])

@@ -1,18 +1,29 @@
-"""Gateway overhead: direct to the router vs through Plinth's gateway vs through LiteLLM's proxy.
+"""Gateway overhead: direct to the router vs through Plinth's gateway, nginx and LiteLLM's proxy.
 
 Not a test. One run starts two simulated engines behind the real smg router, Plinth's gateway
 (``python -m gateway``, on a throw-away database with one endpoint and one rate-limited
-inference key, so every request pays for authentication, the RPM/TPM check and metering) and
-LiteLLM's proxy (master key set, so it checks keys too) forwarding to the same router. Then,
-for streaming and not, at concurrency 1, 32 and 256, closed-loop clients send the same chat
-completion to each target in turn. Printed per cell: latency p50/p99, the added latency over
-direct, requests/s, and the proxy process's CPU seconds per 1,000 requests.
+inference key, so every request pays for authentication, the RPM/TPM check and metering),
+nginx as a reference hop (a C proxy with no checks at all: what one more process on the path
+costs here) and LiteLLM's proxy (master key set, so it checks keys too), all forwarding to the
+same router. Each proxy runs as one worker process.
 
-Each cell sends for ``--seconds`` (then lets requests in flight finish), so the slowest target
-does not stretch the run. Run: ``python bench/gateway.py`` (about four minutes; PostgreSQL
-and Redis from DATABASE_URL / REDIS_URL). LiteLLM is looked for in ``$LITELLM_BIN``, next to
-this Python, on PATH, then in ``/work/litellm-venv`` (installed apart: its proxy extras pin
-packages Plinth uses).
+For streaming and not, at concurrency 1, 32 and 256, closed-loop clients rotate over the
+targets request by request, so every path sees the same engine state and machine load at the
+same moments (one target after another does not: on two busy cores the drift between cells is
+larger than the gateway's own cost). LiteLLM is measured in a round of its own with direct
+requests, since its CPU use would slow everything else in a shared round. Each "added"
+figure is against the direct requests of its own round. Printed per cell: latency p50/p99,
+added latency, requests/s, and the proxy's CPU seconds per 1,000 requests.
+
+Two choices make the figures describe the gateway rather than the simulator: the engines run
+at the lowest CPU priority (they stand in for GPU servers on other machines; here they would
+otherwise take the cores the proxies need), and each client pauses a random 0-10 ms before a
+request (``--jitter-ms``), so clients do not fall into step with the engine's batch clock.
+
+Run: ``python bench/gateway.py`` (about five minutes; PostgreSQL and Redis from DATABASE_URL /
+REDIS_URL). LiteLLM is looked for in ``$LITELLM_BIN``, next to this Python, on PATH, then in
+``/work/litellm-venv`` (installed apart: its proxy extras pin packages Plinth uses); nginx on
+PATH (Debian's ``nginx-light``). A missing peer's rows are left out.
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -67,6 +79,7 @@ class Cell:
     cpu: float = 0.0
     inside_p50: float = float("nan")  # the gateway's own view (histogram bucket bounds), ms
     inside_p99: float = float("nan")
+    base: Cell | None = None  # the direct requests of the same round
 
     def pct(self, q: float) -> float:
         ordered = sorted(self.latencies)
@@ -175,6 +188,30 @@ def start_litellm(
     return proc, f"http://127.0.0.1:{port}"
 
 
+def start_nginx(binary: str, router_url: str, log_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """nginx as a plain reverse proxy: keep-alive upstream connections, no buffering."""
+    port = free_port()
+    config = log_dir / "nginx.conf"
+    config.write_text(
+        "worker_processes 1;\n"
+        f"pid {log_dir / 'nginx.pid'};\n"
+        f"error_log {log_dir / 'nginx-error.log'} warn;\n"
+        "events { worker_connections 4096; }\n"
+        "http {\n"
+        "  access_log off;\n"
+        f"  client_body_temp_path {log_dir};\n"
+        f"  upstream router {{ server {router_url.removeprefix('http://')}; keepalive 512; }}\n"
+        f"  server {{\n    listen 127.0.0.1:{port};\n"
+        "    location / {\n      proxy_pass http://router;\n      proxy_http_version 1.1;\n"
+        '      proxy_set_header Connection "";\n      proxy_buffering off;\n    }\n  }\n}\n'
+    )
+    argv = [binary, "-c", str(config), "-g", "daemon off;", "-e", str(log_dir / "nginx-error.log")]
+    with (log_dir / "nginx.log").open("wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    wait_http(f"http://127.0.0.1:{port}/health", proc, "nginx")
+    return proc, f"http://127.0.0.1:{port}"
+
+
 def stop(proc: subprocess.Popen[bytes] | None) -> None:
     if proc is not None and proc.poll() is None:
         proc.terminate()
@@ -254,8 +291,14 @@ def request_body(stream: bool, max_tokens: int) -> dict[str, object]:
 
 
 async def one_request(
-    session: aiohttp.ClientSession, target: Target, body: dict[str, object], cell: Cell
+    session: aiohttp.ClientSession,
+    target: Target,
+    body: dict[str, object],
+    cell: Cell,
+    jitter: float,
 ) -> None:
+    # The pause is not timed: it keeps clients from falling into step with the engine's steps.
+    await asyncio.sleep(random.uniform(0.0, jitter))
     started = time.perf_counter()
     try:
         async with session.post(
@@ -274,71 +317,34 @@ async def one_request(
     cell.latencies.append(time.perf_counter() - started)
 
 
-async def run_cell(
-    target: Target, stream: bool, concurrency: int, seconds: float, max_tokens: int
-) -> Cell:
-    """Closed loop: ``concurrency`` clients send back to back for ``seconds`` (then finish)."""
-    cell = Cell(target.name, stream, concurrency)
-    body = request_body(stream, max_tokens)
-    connector = aiohttp.TCPConnector(limit=concurrency)
+async def run_round(
+    targets: list[Target], stream: bool, concurrency: int, args: argparse.Namespace
+) -> list[Cell]:
+    """``concurrency`` closed-loop clients, each taking every target in turn, for ``seconds``
+    (then the requests in flight finish). Returns a cell per target; CPU is per process tree."""
+    cells = [Cell(target.name, stream, concurrency) for target in targets]
+    body = request_body(stream, args.max_tokens)
+    connector = aiohttp.TCPConnector(limit=len(targets) * concurrency)
     timeout = aiohttp.ClientTimeout(total=300)
+    jitter = args.jitter_ms / 1000
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        deadline = time.perf_counter() + seconds
+        deadline = time.perf_counter() + args.seconds
 
         async def client() -> None:
+            # Every target once per cycle, in a fresh random order: a fixed order would give
+            # each target a fixed place after the others, and a bias of its own.
             while time.perf_counter() < deadline:
-                await one_request(session, target, body, cell)
+                for turn in random.sample(range(len(targets)), len(targets)):
+                    await one_request(session, targets[turn], body, cells[turn], jitter)
 
-        cpu_before, started = cpu_seconds(target.pid), time.perf_counter()
-        await asyncio.gather(*(client() for _ in range(concurrency)))
-        cell.wall = time.perf_counter() - started
-        cell.cpu = cpu_seconds(target.pid) - cpu_before
-    return cell
-
-
-async def run_paired(
-    direct: Target,
-    gateway: Target,
-    stream: bool,
-    concurrency: int,
-    seconds: float,
-    max_tokens: int,
-) -> tuple[Cell, Cell]:
-    """Each of ``concurrency`` clients alternates direct and gateway requests, so both paths
-    see the same engine state and machine load at the same moments (sequential cells do not:
-    on 2 saturated cores their drift is larger than the gateway's own cost)."""
-    cells = (Cell(direct.name, stream, concurrency), Cell(gateway.name, stream, concurrency))
-    body = request_body(stream, max_tokens)
-    connector = aiohttp.TCPConnector(limit=2 * concurrency)
-    timeout = aiohttp.ClientTimeout(total=300)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        deadline = time.perf_counter() + seconds
-
-        async def client(first: int) -> None:
-            turn = first
-            while time.perf_counter() < deadline:
-                target = (direct, gateway)[turn]
-                await one_request(session, target, body, cells[turn])
-                turn = 1 - turn
-
+        cpu_before = [cpu_seconds(target.pid) for target in targets]
         started = time.perf_counter()
-        await asyncio.gather(*(client(i % 2) for i in range(concurrency)))
-        for cell in cells:
-            cell.wall = time.perf_counter() - started
-    return cells
-
-
-async def measure_paired(targets: list[Target], args: argparse.Namespace) -> list[Cell]:
-    direct, gateway = targets[0], targets[1]
-    await run_paired(direct, gateway, False, 8, 1.0, args.max_tokens)
-    cells: list[Cell] = []
-    for stream in (False, True):
-        for concurrency in args.concurrency:
-            pair = await run_paired(
-                direct, gateway, stream, concurrency, args.seconds, args.max_tokens
-            )
-            cells.extend(pair)
-            print(f"  paired stream={stream!s:<5} c={concurrency:<4} done", flush=True)
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+        wall = time.perf_counter() - started
+        for cell, target, before in zip(cells, targets, cpu_before, strict=True):
+            cell.wall = wall
+            cell.cpu = cpu_seconds(target.pid) - before
+            cell.base = cells[0]
     return cells
 
 
@@ -369,23 +375,22 @@ def histogram_quantile(
 
 
 def print_table(cells: list[Cell]) -> None:
-    direct = {(c.stream, c.concurrency): c for c in cells if c.target == "direct"}
     header = (
-        f"{'mode':<10}{'conc':>5}  {'target':<8}{'p50 ms':>9}{'p99 ms':>9}"
-        f"{'+p50 ms':>9}{'+p99 ms':>9}{'req/s':>9}{'CPU s/1k':>10}{'errors':>8}"
+        f"{'mode':<8}{'conc':>5}  {'target':<8}{'p50 ms':>9}{'p99 ms':>9}"
+        f"{'+p50 ms':>9}{'+p99 ms':>9}{'req/s':>8}{'CPU s/1k':>10}{'errors':>7}"
         f"{'in-gw p50':>11}{'in-gw p99':>11}"
     )
     print(header)
     print("-" * len(header))
     for cell in cells:
-        base = direct[(cell.stream, cell.concurrency)]
-        added = "" if cell.target == "direct" else f"{cell.pct(0.5) - base.pct(0.5):9.2f}"
-        added99 = "" if cell.target == "direct" else f"{cell.pct(0.99) - base.pct(0.99):9.2f}"
-        cpu = "" if cell.target == "direct" else f"{cell.cpu_per_1000:10.2f}"
+        base = cell.base if cell.base is not cell else None
+        added = "" if base is None else f"{cell.pct(0.5) - base.pct(0.5):9.2f}"
+        added99 = "" if base is None else f"{cell.pct(0.99) - base.pct(0.99):9.2f}"
+        cpu = "" if base is None else f"{cell.cpu_per_1000:10.2f}"
         print(
-            f"{'stream' if cell.stream else 'unary':<10}{cell.concurrency:>5}  {cell.target:<8}"
+            f"{'stream' if cell.stream else 'unary':<8}{cell.concurrency:>5}  {cell.target:<8}"
             f"{cell.pct(0.5):9.2f}{cell.pct(0.99):9.2f}{added:>9}{added99:>9}"
-            f"{cell.rps:9.0f}{cpu:>10}{cell.errors:>8}{_ms(cell.inside_p50)}{_ms(cell.inside_p99)}"
+            f"{cell.rps:8.0f}{cpu:>10}{cell.errors:>7}{_ms(cell.inside_p50)}{_ms(cell.inside_p99)}"
         )
 
 
@@ -393,40 +398,44 @@ def _ms(value: float) -> str:
     return f"{'<= ' + format(value, 'g'):>11}" if value == value else " " * 11
 
 
-async def measure(targets: list[Target], args: argparse.Namespace) -> list[Cell]:
-    for target in targets:  # warm connections and caches of every path alike
-        await run_cell(target, False, 8, 1.0, args.max_tokens)
-    cells = []
+async def measure(
+    shared: list[Target], apart: list[Target], args: argparse.Namespace
+) -> list[Cell]:
+    """A round of ``shared`` targets per mode and concurrency, then one per ``apart`` target
+    with direct requests; ``shared[0]`` is direct, ``shared[1]`` Plinth."""
+    direct = shared[0]
+    for target in shared + apart:  # warm connections and caches of every path alike
+        await run_round(
+            [direct, target], False, 8, argparse.Namespace(**{**vars(args), "seconds": 1.0})
+        )
+    cells: list[Cell] = []
     for stream in (False, True):
         for concurrency in args.concurrency:
-            for target in targets:
-                before = gateway_histogram() if target.name == "plinth" else []
-                cell = await run_cell(target, stream, concurrency, args.seconds, args.max_tokens)
-                if target.name == "plinth":
-                    after = gateway_histogram()
-                    cell.inside_p50 = histogram_quantile(before, after, 0.5)
-                    cell.inside_p99 = histogram_quantile(before, after, 0.99)
-                cells.append(cell)
-                print(f"  {target.name:<8} stream={stream!s:<5} c={concurrency:<4} "
-                      f"{cell.rps:7.0f} req/s", flush=True)  # fmt: skip
+            before = gateway_histogram()
+            cells_a = await run_round(shared, stream, concurrency, args)
+            after = gateway_histogram()
+            cells_a[1].inside_p50 = histogram_quantile(before, after, 0.5)
+            cells_a[1].inside_p99 = histogram_quantile(before, after, 0.99)
+            cells.extend(cells_a)
+            for target in apart:
+                cells.append((await run_round([direct, target], stream, concurrency, args))[1])
+            print(f"  stream={stream!s:<5} c={concurrency:<4} done", flush=True)
     return cells
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32, 256])
-    parser.add_argument("--seconds", type=float, default=6.0, help="sending time per cell")
+    parser.add_argument("--seconds", type=float, default=15.0, help="sending time per round")
     parser.add_argument("--max-tokens", type=int, default=16)
     # 2: engines run at half the modelled GPU's real time (16 tokens of Llama-3.1-8B on an
     # H100 in ~40 ms), so requests take as long as real ones, roughly, and concurrency 32 does
     # not saturate this machine's CPUs with the engines alone.
     parser.add_argument("--time-scale", type=float, default=2.0)
+    parser.add_argument("--jitter-ms", type=float, default=10.0, help="random pause per request")
+    parser.add_argument("--engine-nice", type=int, default=19, help="the engines' nice value")
     parser.add_argument("--no-litellm", action="store_true")
-    parser.add_argument(
-        "--paired",
-        action="store_true",
-        help="interleave direct and gateway requests in one run (no LiteLLM, no CPU column)",
-    )
+    parser.add_argument("--no-nginx", action="store_true")
     return parser.parse_args()
 
 
@@ -434,32 +443,45 @@ def main() -> None:
     args = parse_args()
     log_dir = Path(tempfile.mkdtemp(prefix="plinth-bench-gateway-"))
     db_name, key = create_database()
-    gateway = litellm = None
+    gateway = litellm = nginx = None
     try:
         with SimCluster(engines=2, time_scale=args.time_scale, log_dir=log_dir) as cluster:
+            for engine in cluster.engines:
+                os.setpriority(os.PRIO_PROCESS, engine.popen.pid, args.engine_nice)
             mark_serving(cluster.url)
             gateway, gateway_url = start_gateway(db_name, log_dir)
-            targets = [
+            shared = [
                 Target("direct", f"{cluster.url}/v1", "unused", None),
                 Target("plinth", f"{gateway_url}/endpoints/bench/v1", key, gateway.pid),
             ]
-            binary = None if args.no_litellm or args.paired else litellm_binary()
+            apart: list[Target] = []
+            nginx_bin = None if args.no_nginx else shutil.which("nginx")
+            if nginx_bin:
+                nginx, nginx_url = start_nginx(nginx_bin, cluster.url, log_dir)
+                shared.append(Target("nginx", f"{nginx_url}/v1", "unused", nginx.pid))
+            else:
+                print("nginx not found: its rows are left out", file=sys.stderr)
+            binary = None if args.no_litellm else litellm_binary()
             if binary:
                 litellm, litellm_url = start_litellm(binary, cluster.url, log_dir)
-                targets.append(Target("litellm", f"{litellm_url}/v1", MASTER_KEY, litellm.pid))
+                apart.append(Target("litellm", f"{litellm_url}/v1", MASTER_KEY, litellm.pid))
             else:
-                print("LiteLLM not found: its column is left out", file=sys.stderr)
-            print(f"logs in {log_dir}; {os.cpu_count()} CPUs", flush=True)
-            run = measure_paired if args.paired else measure
-            cells = asyncio.run(run(targets, args))
+                print("LiteLLM not found: its rows are left out", file=sys.stderr)
+            print(
+                f"logs in {log_dir}; {os.cpu_count()} CPUs; one worker process per proxy",
+                flush=True,
+            )
+            cells = asyncio.run(measure(shared, apart, args))
             print()
             print_table(cells)
             print(
-                "in-gw: the gateway's own added time (auth, limits, body checks before forwarding,"
-                " plus relaying the response head), as histogram bucket bounds."
+                "+p50/+p99: over the direct requests of the same round (LiteLLM's round is its"
+                " own). in-gw: the gateway's own added time (auth, limits, body checks before"
+                " forwarding, plus relaying the response head), as histogram bucket bounds."
             )
     finally:
         stop(litellm)
+        stop(nginx)
         stop(gateway)
         drop_database(db_name)
 

@@ -25,6 +25,9 @@ def main() -> None:
         log_level=args.log_level,
         # The gateway writes its own structured access log (gateway.observability).
         access_log=False,
+        # Clients' addresses are not used, and the Server header would only advertise uvicorn.
+        proxy_headers=False,
+        server_header=False,
         lifespan="on",
         loop="auto",
         http="auto",

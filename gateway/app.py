@@ -16,9 +16,10 @@ import asyncio
 import gc
 import json
 import logging
+import random
 import time
-import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -59,6 +60,8 @@ logger = logging.getLogger("plinth.gateway")
 # Readiness: 503 until the route table has loaded once. Liveness (/livez): the process answers.
 _HEALTH_PATHS = frozenset({"/health", "/healthz", "/readyz", "/livez"})
 _JSON = [(b"content-type", b"application/json")]
+# Finished requests are counted, metered and logged in batches this far apart (see settle).
+_SETTLE_SECONDS = 0.05
 
 
 async def send_wake_task(deployment_id: str) -> None:
@@ -66,6 +69,13 @@ async def send_wake_task(deployment_id: str) -> None:
     from controlplane.celery import app as celery_app
 
     await asyncio.to_thread(celery_app.send_task, WAKE_TASK, args=[deployment_id])
+
+
+@dataclass(slots=True)
+class Exchange(obs.AccessRecord):
+    """One request's access record, plus what to meter once it is answered."""
+
+    metered: tuple[InferenceKey, Endpoint, Relay] | None = None
 
 
 class Gateway:
@@ -80,6 +90,8 @@ class Gateway:
         self._load = load
         self._close = close
         self._send_wake = send_wake
+        self._unsettled: list[Exchange] = []
+        self._settle_timer: asyncio.TimerHandle | None = None
 
     async def startup(self) -> None:
         config = self.config
@@ -112,12 +124,14 @@ class Gateway:
         self.meter.start()
 
     async def shutdown(self) -> None:
+        self.settle()
         await self.refresher.stop()
         try:
             await self.meter.stop()
         except aioredis.RedisError:
             logger.error("usage counted in the last moments could not be sent to Redis")
         await self.pool.close()
+        obs.ACCESS_LOG.flush()
         await self.redis.aclose()
         await self._pubsub_redis.aclose()
 
@@ -125,7 +139,7 @@ class Gateway:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = _headers(scope)
         request_id = _request_id(headers)
-        record = obs.AccessRecord(request_id, scope["method"], scope["path"], time.perf_counter())
+        record = Exchange(request_id, scope["method"], scope["path"], time.perf_counter())
         try:
             await self._serve(scope, receive, send, headers, record)
         except GatewayError as error:
@@ -134,8 +148,36 @@ class Gateway:
         except ClientGone:
             record.status, record.error = 499, "client_disconnected"
         finally:
+            record.finish()
             obs.requests_counter(record.endpoint or "-", record.status).inc()
-            obs.AccessRecord.emit(record)
+            self._settle_later(record)
+
+    # ---- bookkeeping, after the answer --------------------------------------------------
+    def _settle_later(self, exchange: Exchange) -> None:
+        """Meter and log a finished request in the next batch, not on its own.
+
+        Answers often arrive in bursts (an engine finishes a batch of requests in one step):
+        reading usage, metering and logging each one before relaying the next would make the
+        last of the burst wait for everyone's bookkeeping. Done every ``_SETTLE_SECONDS``."""
+        self._unsettled.append(exchange)
+        if self._settle_timer is None:
+            loop = asyncio.get_running_loop()
+            self._settle_timer = loop.call_later(_SETTLE_SECONDS, self.settle)
+
+    def settle(self) -> None:
+        """Book every finished request not booked yet (also called at shutdown)."""
+        if self._settle_timer is not None:
+            self._settle_timer.cancel()
+            self._settle_timer = None
+        unsettled, self._unsettled = self._unsettled, []
+        for exchange in unsettled:
+            try:
+                if exchange.metered is not None:
+                    self._meter(*exchange.metered, exchange)
+                exchange.emit()
+            except Exception:  # one bad record must not lose the others'
+                logger.exception("bookkeeping failed for request %s", exchange.request_id)
+        obs.ACCESS_LOG.flush()  # the batch's lines in one write, without a second timer
 
     async def _serve(
         self,
@@ -143,7 +185,7 @@ class Gateway:
         receive: Receive,
         send: Send,
         headers: dict[bytes, bytes],
-        record: obs.AccessRecord,
+        record: Exchange,
     ) -> None:
         host = headers.get(b"host", b"").decode("latin-1")
         target = resolve_target(scope["path"], host, self.config.inference_domain)
@@ -215,7 +257,7 @@ class Gateway:
         endpoint: Endpoint,
         receive: Receive,
         send: Send,
-        record: obs.AccessRecord,
+        record: Exchange,
     ) -> None:
         """Admit, wait for a replica if need be, relay; a client hang-up cancels any of it."""
         relay = Relay()
@@ -236,7 +278,7 @@ class Gateway:
             watcher.cancel()
             relay.abort()
         if route.metered and relay.status:
-            self._meter(key, endpoint, relay, record)
+            record.metered = (key, endpoint, relay)
 
     async def _serving(self, endpoint: Endpoint) -> Endpoint:
         if endpoint.serving:
@@ -277,7 +319,8 @@ class Gateway:
             obs.UPSTREAM_ERRORS.labels(endpoint.slug, "upstream_broke").inc()
             record.error = "upstream_broke"
         watcher.cancel()  # the final send completes the response, which the watcher would see
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if not relay.completed:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _open(
         self, route: Route, prepared: Prepared | None, endpoint: Endpoint, request_id: str
@@ -302,7 +345,7 @@ class Gateway:
             prompt.inc(usage.prompt_tokens)
             completion.inc(usage.completion_tokens)
             cached.inc(usage.cached_tokens)
-        self.meter.add(key, endpoint, usage, time.time())
+        self.meter.add(key, endpoint, usage, record.finished_at or time.time())
 
 
 async def _watch_disconnect(
@@ -325,9 +368,13 @@ def _headers(scope: Scope) -> dict[bytes, bytes]:
 
 
 def _request_id(headers: dict[bytes, bytes]) -> str:
-    """The caller's id if it is a sane token (it is echoed, logged, sent on), else a new one."""
+    """The caller's id if it is a sane token (it is echoed, logged, sent on), else a new one.
+
+    New ids need to be unique, not unguessable: ``getrandbits`` avoids uuid4's system call."""
     given = headers.get(b"x-request-id", b"")[:128].decode("latin-1")
-    return given if given.isascii() and given.isprintable() and given else uuid.uuid4().hex
+    if given and given.isascii() and given.isprintable():
+        return given
+    return f"{random.getrandbits(128):032x}"
 
 
 def _content_length(headers: dict[bytes, bytes]) -> int | None:

@@ -146,6 +146,12 @@ class Response:
         self.raw_headers = connection.headers
         self._released = False
 
+    @property
+    def finished(self) -> bool:
+        """Every byte of the body has been handed out (the chunk just taken was the last)."""
+        connection = self._connection
+        return connection.complete and not connection.chunks
+
     def header(self, name: bytes) -> bytes | None:
         for key, value in self.raw_headers:
             if key == name:

@@ -9,10 +9,11 @@ far as the gateway must understand them: JSON, an object, a ``model`` on OpenAI 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from gateway.errors import GatewayError
 
@@ -37,6 +38,7 @@ ROUTES = {
 # Streams that can report usage at their end when asked with stream_options.include_usage.
 _USAGE_OPTION_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions"})
 _PATH_PREFIX = "/endpoints/"
+_INCLUDE_USAGE = b',"stream_options":{"include_usage":true}}'
 
 
 def resolve_target(path: str, host: str, inference_domain: str) -> tuple[str, str] | None:
@@ -105,7 +107,7 @@ class Prepared:
 def prepare(route: Route, body: bytes) -> Prepared:
     """Check a POST body and, for streams, ask upstream to report usage at the end."""
     try:
-        payload = json.loads(body)
+        payload = orjson.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise GatewayError(
             400, f"request body is not valid JSON: {exc}", code="invalid_json"
@@ -128,5 +130,9 @@ def prepare(route: Route, body: bytes) -> Prepared:
         )
     if options and options.get("include_usage") is True:
         return Prepared(body=body, stream=True, strip_usage_chunk=False)
+    if "stream_options" not in payload:
+        # Added before the object's closing brace: the client's bytes stay as they were.
+        end = body.rstrip().rfind(b"}")
+        return Prepared(body=body[:end] + _INCLUDE_USAGE, stream=True, strip_usage_chunk=True)
     payload["stream_options"] = {**(options or {}), "include_usage": True}
-    return Prepared(body=json.dumps(payload).encode(), stream=True, strip_usage_chunk=True)
+    return Prepared(body=orjson.dumps(payload), stream=True, strip_usage_chunk=True)

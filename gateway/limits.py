@@ -87,7 +87,7 @@ class Verdict:
 ALLOWED = Verdict(allowed=True)
 
 
-LEASE_SECONDS = 0.2
+LEASE_SECONDS = 1.0
 # Requests a TPM-only lease admits: bounded by its lifetime, not by a count.
 _UNCOUNTED = 1_000_000
 

@@ -1,13 +1,15 @@
 """Usage counting on the hot path: Redis counters per key, endpoint and minute.
 
 A request adds its counts to an in-process batch (a dictionary update, no I/O); a background
-task sends the batch to Redis every ``flush_seconds`` in one MULTI/EXEC pipeline: HINCRBY on
+task sends the batch to Redis every ``flush_seconds`` (1 s) in one MULTI/EXEC pipeline: HINCRBY on
 the minute's hash (field ``<key id>|<endpoint id>|<slug>|<counter>``), the minute added to the
 set of minutes to flush, the endpoints' last-request times for the autoscaler, and the token
 charges of keys with a TPM limit. Per-request Redis round trips cost more CPU than the rest of
 the gateway together; batching trades them for at most ``flush_seconds`` of counts held in
-memory (sent on shutdown; lost only if the process is killed). ``deployments.usage`` moves the
-Redis counters to UsageRecord.
+memory (sent on shutdown; lost only if the process is killed). A token charge that could
+change a rate-limit verdict (1% of the key's tokens per minute or more) is sent within
+``charge_seconds`` (0.2 s) instead; small charges against large limits wait for the next
+flush. ``deployments.usage`` moves the Redis counters to UsageRecord.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class Batch:
     counts: dict[tuple[int, str], list[int]]
     charges: dict[tuple[InferenceKey, float], int]  # (key, time) -> tokens, TPM keys only
     last_request: dict[str, int]  # endpoint id -> epoch seconds
+    urgent: bool = False  # holds a charge worth sending before the next regular flush
 
     @classmethod
     def empty(cls) -> Batch:
@@ -74,11 +77,16 @@ class Batch:
 
 class Meter:
     def __init__(
-        self, client: aioredis.Redis, limiter: RateLimiter, flush_seconds: float = 0.2
+        self,
+        client: aioredis.Redis,
+        limiter: RateLimiter,
+        flush_seconds: float = 1.0,
+        charge_seconds: float = 0.2,
     ) -> None:
         self._client = client
         self._limiter = limiter
         self._flush_seconds = flush_seconds
+        self._charge_seconds = charge_seconds
         self._batch = Batch.empty()
         self._task: asyncio.Task[None] | None = None
 
@@ -92,7 +100,10 @@ class Meter:
             counts[2] += usage.cached_tokens
             counts[3] += usage.completion_tokens
             if key.tokens_per_minute and usage.total:
-                batch.charges[(key, int(now))] += usage.total
+                slot = (key, int(now))
+                batch.charges[slot] += usage.total
+                if batch.charges[slot] * 100 >= key.tokens_per_minute:
+                    batch.urgent = True
         batch.last_request[endpoint.id] = int(now)
 
     def start(self) -> None:
@@ -106,8 +117,13 @@ class Meter:
         await self.flush()
 
     async def _flush_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time() + self._flush_seconds
         while True:
-            await asyncio.sleep(self._flush_seconds)
+            await asyncio.sleep(self._charge_seconds)
+            if not self._batch.urgent and loop.time() < due:
+                continue
+            due = loop.time() + self._flush_seconds
             try:
                 await self.flush()
             except (aioredis.RedisError, OSError):
@@ -154,6 +170,7 @@ class Meter:
                 current[i] += value
         for charge, used in batch.charges.items():
             self._batch.charges[charge] += used
+        self._batch.urgent = self._batch.urgent or batch.urgent
         for endpoint_id, when in batch.last_request.items():
             self._batch.last_request[endpoint_id] = max(
                 when, self._batch.last_request.get(endpoint_id, 0)

@@ -48,12 +48,17 @@ class Relay:
     client_gone: bool = False
     response: Response | None = None
     stream_filter: StreamFilter | None = None
+    completed: bool = False  # the client was sent the end of the response
+    body: bytes | None = None  # a whole (non-streamed) answer, kept to read usage from later
+    native: bool = False  # SGLang's /generate shape rather than OpenAI's
 
     def final_usage(self) -> Usage | None:
         """Usage, also when the client hung up after the engine had reported it (some clients
         close the connection as soon as they read ``[DONE]``)."""
         if self.usage is None and self.stream_filter is not None:
             self.usage = self.stream_filter.settle()
+        elif self.usage is None and self.body is not None:
+            self.usage, self.body = usage_from_body(self.body, self.native), None
         return self.usage
 
     def abort(self) -> None:
@@ -94,30 +99,41 @@ async def relay_body(
     stream_filter: StreamFilter | None,
     native: bool,
 ) -> None:
-    """Pass the body on as it arrives; usage is taken from the events or the body copy."""
+    """Pass the body on as it arrives; usage is taken from the events or a copy of the body.
+
+    The last chunk goes out with ``more_body: False``, so the server writes it and the end of
+    the response (the chunked terminator) at once rather than in a separate write."""
     relay.stream_filter = stream_filter
     copy: list[bytes] | None = [] if stream_filter is None and response.status == 200 else None
     copied = 0
+    last = False
     try:
         async for chunk in response.chunks():
+            last = response.finished
             out = stream_filter.feed(chunk) if stream_filter is not None else chunk
+            if last and stream_filter is not None:
+                out += stream_filter.finish()
             if copy is not None:
                 copied += len(chunk)
                 copy = copy if copied <= _MAX_PARSED_BODY else None
                 if copy is not None:
                     copy.append(chunk)
-            if out:
-                await send({"type": "http.response.body", "body": out, "more_body": True})
+            if out or last:
+                await send({"type": "http.response.body", "body": out, "more_body": not last})
     except UpstreamError as exc:
         # Headers are gone already: all that is left is to end the stream early.
         raise UpstreamBroke from exc
+    finally:
+        relay.completed = last
     if stream_filter is not None:
-        rest = stream_filter.finish()
-        if rest:
-            await send({"type": "http.response.body", "body": rest, "more_body": True})
+        if not last:  # an empty body: no chunk came to carry the filter's rest
+            rest = stream_filter.finish()
+            if rest:
+                await send({"type": "http.response.body", "body": rest, "more_body": True})
         relay.usage = stream_filter.usage
     elif copy is not None:
-        relay.usage = usage_from_body(b"".join(copy), native)
+        # Parsed after the answer is out (Relay.final_usage), not while others wait.
+        relay.body, relay.native = b"".join(copy), native
 
 
 class UpstreamBroke(Exception):

@@ -9,9 +9,10 @@ event is remembered and parsed once at the end.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
+
+import orjson
 
 from gateway.metering import Usage
 
@@ -51,7 +52,7 @@ def usage_from_native(body: Any) -> Usage | None:
 
 def usage_from_body(body: bytes, native: bool) -> Usage | None:
     try:
-        parsed = json.loads(body)
+        parsed = orjson.loads(body)
     except ValueError:
         return None
     return usage_from_native(parsed) if native else usage_from_openai(parsed)
@@ -63,7 +64,7 @@ def _event_json(event: bytes) -> Any:
             payload = line[5:].strip()
             if payload and payload != b"[DONE]":
                 try:
-                    return json.loads(payload)
+                    return orjson.loads(payload)
                 except ValueError:
                     return None
     return None

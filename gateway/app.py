@@ -131,7 +131,6 @@ class Gateway:
         except aioredis.RedisError:
             logger.error("usage counted in the last moments could not be sent to Redis")
         await self.pool.close()
-        obs.ACCESS_LOG.flush()
         await self.redis.aclose()
         await self._pubsub_redis.aclose()
 
@@ -177,7 +176,7 @@ class Gateway:
                 exchange.emit()
             except Exception:  # one bad record must not lose the others'
                 logger.exception("bookkeeping failed for request %s", exchange.request_id)
-        obs.ACCESS_LOG.flush()  # the batch's lines in one write, without a second timer
+        obs.ACCESS_LOG.flush()  # the batch's lines in one write now, not at the log's timer
 
     async def _serve(
         self,

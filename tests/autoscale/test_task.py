@@ -212,6 +212,7 @@ def test_a_pass_reads_endpoints_in_batches_with_a_fixed_number_of_queries_each(
     now = timezone.now()
     for n in range(12):
         probe(endpoint(cast, f"chat-{n}", AUTOSCALING), 5, 5, end=now)
+    # A smaller page size (a tuning constant, not a seam) so 12 endpoints make three pages.
     monkeypatch.setattr(scaling, "BATCH", 5)
     # Three batches (5, 5, 2) of two queries each (endpoints, samples), and the empty one.
     with django_assert_num_queries(7):

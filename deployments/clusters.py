@@ -6,22 +6,21 @@ stored as a write-only Secret, named here by id or name.
 
 from __future__ import annotations
 
-import re
 import uuid
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Q, QuerySet
 
 from controlplane import audit
 from controlplane.access import Actor, NotFound, require_role
+from controlplane.hygiene import full_pattern
 from controlplane.models import Role, Secret
 from controlplane.services import Conflict, ServiceError, reveal_secret
-from deployments.kubeconfig import kubeconfig_problems
+from deployments.kubeconfig import kubeconfig_policy, kubeconfig_problems
 from deployments.models import Cluster, ClusterKind, Deployment, slug_validator
 from deployments.selectors import id_or_name
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_DNS_LABEL = full_pattern(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 
 
 def default_cluster() -> Cluster:
@@ -61,8 +60,8 @@ def _kubeconfig_secret(actor: Actor, secret_id: uuid.UUID | str | None) -> Secre
             field="kubeconfig_secret_id",
             code="not_found" if secret_id else "required",
         )
-    allow_http = settings.PLINTH_KUBE_ALLOW_HTTP
-    problems = kubeconfig_problems(reveal_secret(secret), allow_http=allow_http)
+    # Resolved here as well as at connect time: a refusal is best said when the admin saves.
+    problems = kubeconfig_problems(reveal_secret(secret), kubeconfig_policy(), resolve=True)
     if problems:
         raise ServiceError(
             f"secret {secret.name!r} is not an acceptable kubeconfig: " + "; ".join(problems),

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 
 class DriverError(Exception):
-    """Base of every driver error. ``message`` is safe to show to users (no secrets)."""
+    """Base of every driver error. ``message`` is shown to every viewer of the endpoint and
+    logged, so it holds no secrets and never the words of a reply from the cluster (whatever
+    answered chose them): a status code and a fixed summary, as ``kube.client`` builds them."""
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)

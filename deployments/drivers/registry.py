@@ -16,6 +16,7 @@ from deployments.drivers.errors import PermanentDriverError
 from deployments.drivers.kube.client import KubeClient
 from deployments.drivers.kube.driver import KubeDriver
 from deployments.drivers.local.driver import LocalDriver, LocalOptions
+from deployments.kubeconfig import kubeconfig_policy
 from deployments.models import Cluster, ClusterKind
 
 
@@ -34,6 +35,6 @@ def driver_for(cluster: Cluster) -> Driver:
     if cluster.kubeconfig is None:
         raise PermanentDriverError(f"cluster {cluster.name} has no kubeconfig")
     client = KubeClient.from_kubeconfig(
-        reveal_secret(cluster.kubeconfig), allow_http=settings.PLINTH_KUBE_ALLOW_HTTP
+        reveal_secret(cluster.kubeconfig), policy=kubeconfig_policy()
     )
     return KubeDriver(client)

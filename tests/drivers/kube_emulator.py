@@ -35,6 +35,8 @@ class Fault:
     path_part: str
     status: int | None  # None: stall (the client times out)
     times: int = 1
+    body: str | None = None  # the reply's own body, as any server may write it
+    reason: str | None = None  # its HTTP reason phrase
 
 
 class PlinthKubeEmulator(kmock.KubernetesEmulator):
@@ -57,6 +59,10 @@ class PlinthKubeEmulator(kmock.KubernetesEmulator):
             if fault.status is None:
                 await asyncio.sleep(STALL_SECONDS)
                 fault.status = 504
+            if fault.body is not None or fault.reason is not None:
+                return aiohttp.web.Response(
+                    status=fault.status, reason=fault.reason, text=fault.body or ""
+                )
             raise kmock.KubernetesError(status=fault.status, reason="Injected", message="injected")
         if request.action == enums.action.UPDATE and request.name and _is_apply(request):
             return await self._apply(request)
@@ -157,8 +163,19 @@ class RunningEmulator:
         """Make a kind unknown to the API server, as a CRD that was never installed."""
         self.call(self.emulator.resources.__delitem__, resource_of(KINDS[(api_version, kind)]))
 
-    def inject(self, method: str, path_part: str, status: int | None, times: int = 1) -> None:
-        self.emulator.faults.append(Fault(method, path_part, status, times))
+    def inject(
+        self,
+        method: str,
+        path_part: str,
+        status: int | None,
+        times: int = 1,
+        *,
+        body: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """The next ``times`` matching requests fail with ``status`` (None: stall); ``body`` and
+        ``reason`` make the reply say what a hostile server would."""
+        self.emulator.faults.append(Fault(method, path_part, status, times, body, reason))
 
 
 @contextmanager

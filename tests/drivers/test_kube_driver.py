@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from deployments.drivers import base
-from deployments.drivers.errors import ForeignObjectError
+from deployments.drivers.errors import DriverError, ForeignObjectError
 from deployments.drivers.kube import labels as L
 from deployments.drivers.kube.client import (
     KubeClient,
@@ -18,6 +19,8 @@ from deployments.drivers.kube.client import (
     kind_of,
 )
 from deployments.drivers.kube.driver import KubeDriver
+from deployments.egress import EgressPolicy
+from deployments.kubeconfig import KubeconfigPolicy
 from tests.drivers.kube_emulator import RunningEmulator, running_emulator
 from tests.drivers.reference_specs import REF, load_spec, revision_plan
 
@@ -269,3 +272,113 @@ def test_objects_a_new_revision_no_longer_renders_are_removed(
     lws = emulator.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", NS, "chat-engine")
     assert lws is not None and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
     assert emulator.get("apps/v1", "Deployment", NS, "chat-router") is not None
+
+
+SENTINEL = "SENTINEL-7f3a-upstream-said-this"
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 418, 422, 500, 503])
+def test_what_an_api_server_replies_never_reaches_the_error(
+    driver: KubeDriver, emulator: RunningEmulator, status: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    body = f'{{"kind": "Status", "message": "{SENTINEL}", "reason": "{SENTINEL}"}}'
+    emulator.inject("PATCH", "deployments/chat-engine", status, body=body, reason=SENTINEL)
+    with caplog.at_level(logging.DEBUG), pytest.raises(DriverError) as raised:
+        driver.apply(REF, plan())
+    error = raised.value
+    assert error.status == status
+    assert error.message.startswith(f"Kubernetes API {status}: ")
+    assert SENTINEL not in str(error) and SENTINEL not in caplog.text
+    # Nothing chained either: a traceback in a worker's log would print the cause.
+    assert error.__cause__ is None
+    assert error.__context__ is None or error.__suppress_context__
+
+
+def test_a_reply_that_is_not_a_kubernetes_object_is_an_error(
+    driver: KubeDriver, emulator: RunningEmulator
+) -> None:
+    emulator.inject("GET", "deployments/chat-engine", 200, body=f"<html>{SENTINEL}</html>")
+    with pytest.raises(KubePermanentError) as raised:
+        driver.apply(REF, plan())
+    assert SENTINEL not in raised.value.message
+
+
+def test_a_guarded_client_never_connects_to_a_name_that_resolves_to_loopback(
+    emulator: RunningEmulator,
+) -> None:
+    # The same emulator, named "localhost": resolved when the socket opens, refused there.
+    named = emulator.url.replace("127.0.0.1", "localhost")
+    client = KubeClient.for_host(named, timeout=1.0, egress=EgressPolicy())
+    with pytest.raises(KubePermanentError, match="resolves to an address that is a loopback"):
+        client.get(kind_of("v1", "Service"), NS, "chat-router")
+    client.close()
+    assert not emulator.emulator._requests  # nothing reached the server
+    # Allowed by the operator, the guarded client connects to the address it checked.
+    allowed = EgressPolicy.build(allow=["127.0.0.0/8", "::1"])
+    client = KubeClient.for_host(named, timeout=1.0, egress=allowed)
+    assert client.get(kind_of("v1", "Service"), NS, "chat-router") is None
+    client.close()
+    assert emulator.emulator._requests
+
+
+def test_a_kubeconfig_client_is_guarded(emulator: RunningEmulator) -> None:
+    text = (
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: c, cluster: {{server: '{emulator.url}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n"
+    )
+    with pytest.raises(KubePermanentError, match="loopback address"):
+        KubeClient.from_kubeconfig(text, policy=KubeconfigPolicy(allow_http=True))
+    allowed = KubeconfigPolicy(allow_http=True, egress=EgressPolicy.build(allow=["127.0.0.1"]))
+    client = KubeClient.from_kubeconfig(text, policy=allowed)
+    assert client.get(kind_of("v1", "Service"), NS, "chat-router") is None
+    client.close()
+
+
+@pytest.mark.parametrize(
+    ("pod_ip", "url"),
+    [
+        ("10.0.0.7", "http://10.0.0.7:30000"),
+        ("fd00::5", "http://[fd00::5]:30000"),
+        ("127.0.0.1", ""),
+        ("169.254.169.254", ""),
+        ("::ffff:127.0.0.1", ""),
+        ("fe80::1", ""),
+        ("metadata.google.internal", ""),
+        ("10.0.0.7/evil#", ""),
+    ],
+)
+def test_the_probe_is_never_pointed_at_an_address_the_cluster_should_not_name(
+    driver: KubeDriver, emulator: RunningEmulator, pod_ip: str, url: str
+) -> None:
+    # The cluster reports pod addresses, and its admin can write them: the probe calls them.
+    emulator.put("v1", "Pod", NS, pod("chat-engine-a", 1, {**running(True), "podIP": pod_ip}))
+    [replica] = driver.observe(REF).replicas
+    assert replica.url == url
+
+
+def test_a_name_is_resolved_once_per_connection_and_the_checked_address_is_used(
+    emulator: RunningEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DNS is the seam here: no name server the test controls exists, so the resolver is
+    # replaced by one that rebinds, answering the emulator's address first and the metadata
+    # service afterwards. Every other lookup goes to the real resolver.
+    real = socket.getaddrinfo
+    answers = iter(["127.0.0.1", "169.254.169.254", "169.254.169.254"])
+    asked: list[str] = []
+
+    def rebinding(host: str, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "api.rebind.test":
+            asked.append(host)
+            return real(next(answers), port, *args, **kwargs)
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    named = emulator.url.replace("127.0.0.1", "api.rebind.test")
+    client = KubeClient.for_host(named, timeout=1.0, egress=EgressPolicy.build(allow=["127.0.0.1"]))
+    assert client.get(kind_of("v1", "Service"), NS, "chat-router") is None  # reached the emulator
+    assert asked == ["api.rebind.test"]  # and the connection did not look the name up again
+    client.close()  # the next connection resolves afresh, gets the metadata address: refused
+    with pytest.raises(KubePermanentError, match="cloud metadata"):
+        client.get(kind_of("v1", "Service"), NS, "chat-router")

@@ -92,6 +92,7 @@ current-context: emu
 def endpoint(cast: Cast, emulator: RunningEmulator, settings: Any) -> Deployment:
     """An endpoint on a Kubernetes cluster whose API is the emulator (nothing applied yet)."""
     settings.PLINTH_KUBE_ALLOW_HTTP = True  # the emulator speaks plain http on loopback
+    settings.PLINTH_KUBE_ALLOW_HOSTS = ["127.0.0.1"]  # ... which tenants may not reach otherwise
     actor = cast.actor(cast.alice, cast.acme)
     secret = platform.set_secret(actor, name="emu-kubeconfig", value=kubeconfig(emulator.url))
     cluster = services.create_cluster(

@@ -7,19 +7,22 @@ timeline text.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from controlplane import services as platform
+from controlplane.models import Role
 from deployments import reconcile, services
 from deployments.drivers.kube import labels as L
 from deployments.models import Deployment
 from deployments.status import ACTIVE, DEGRADED, DEPLOYING, FAILED
 from tests.conftest import Cast
 from tests.drivers.kube_emulator import RunningEmulator
-from tests.engine.conftest import NS, refresh, wait_for
+from tests.engine.conftest import NS, kubeconfig, refresh, wait_for
 
 
 def put_pod(emulator: RunningEmulator, deployment: Deployment, name: str, status: dict[str, Any],
@@ -171,3 +174,54 @@ current-context: c
     assert deployment.status == FAILED
     assert "users[].user.exec is not allowed" in deployment.failure_reason
     assert not marker.exists()
+
+
+SENTINEL = "SENTINEL-51c2-from-the-api-server"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("status", [403, 422])
+def test_what_the_api_server_replies_is_never_shown_or_logged(
+    cast: Cast,
+    endpoint: Deployment,
+    emulator: RunningEmulator,
+    status: int,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    body = f'{{"kind": "Status", "message": "{SENTINEL}", "reason": "{SENTINEL}"}}'
+    emulator.inject("PATCH", "deployments/kchat-engine", status, body=body, reason=SENTINEL)
+    with caplog.at_level(logging.DEBUG):
+        deployment = step(endpoint)
+    assert deployment.status == FAILED
+    assert deployment.failure_reason.startswith(f"Kubernetes API {status}: ")
+    assert SENTINEL not in deployment.failure_reason
+    assert not any(SENTINEL in e.message for e in deployment.events.all())
+    assert SENTINEL not in caplog.text
+    # What a viewer reads: the REST API and the console.
+    key = platform.create_api_key(
+        cast.actor(cast.alice, cast.acme), name="viewer", kind="management", role=Role.VIEWER
+    ).plaintext
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {key}")
+    for path in (f"deployments/{deployment.pk}", f"deployments/{deployment.pk}/events"):
+        response = api.get(f"/api/v1/{path}")
+        assert response.status_code == 200 and SENTINEL.encode() not in response.content
+    console = Client()
+    console.force_login(cast.carol)
+    page = console.get(f"/endpoints/{deployment.slug}/")
+    assert page.status_code == 200 and SENTINEL.encode() not in page.content
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("host", ["localhost", "2130706433", "169.254.169.254", "[::1]"])
+def test_a_kubeconfig_swapped_to_a_refused_address_never_reaches_it(
+    cast: Cast, endpoint: Deployment, emulator: RunningEmulator, host: str
+) -> None:
+    port = emulator.url.rsplit(":", 1)[1]
+    actor = cast.actor(cast.alice, cast.acme)
+    # Swapped in after the cluster was saved, so only the worker's own checks stand between.
+    platform.set_secret(actor, name="emu-kubeconfig", value=kubeconfig(f"http://{host}:{port}"))
+    deployment = step(endpoint)
+    assert deployment.status == FAILED
+    assert "clusters[].cluster.server: the host" in deployment.failure_reason
+    assert host.strip("[]") not in deployment.failure_reason
+    assert not emulator.emulator._requests

@@ -4,12 +4,14 @@ Objects are plain dicts in and out. Writes are server-side apply with field mana
 conflicts are forced only when the caller has checked the object carries Plinth's labels.
 Every failure leaves this module as a ``KubeTemporaryError`` (429, 5xx, 409, timeouts, connection
 errors: try again) or a ``KubePermanentError`` (400, 401, 403, 404 on a write, 422: a person must
-act), so nothing above this module knows the client's exception types.
+act), so nothing above this module knows the client's exception types. Their messages are
+built here from the status code alone: the body and reason phrase of a reply come from whatever
+answered, which a tenant's kubeconfig chooses, and are never passed on to users or logs.
+A client built from a kubeconfig opens sockets only to addresses ``deployments.egress`` allows.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from collections.abc import Mapping
@@ -23,12 +25,27 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from deployments.drivers.errors import PermanentDriverError, TemporaryDriverError
-from deployments.kubeconfig import kubeconfig_problems
+from deployments.egress import EgressPolicy, EgressRefused, guard_pool_manager
+from deployments.kubeconfig import KubeconfigPolicy, kubeconfig_problems
 
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "plinth"
 TEMPORARY_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
+# What a failure says, by status code: fixed text, never the reply's own words.
+STATUS_SUMMARIES = {
+    400: "the request was refused as malformed",
+    401: "the cluster did not accept the kubeconfig's credentials",
+    403: "the kubeconfig's credentials may not do this (forbidden)",
+    404: "not found",
+    405: "the method is not allowed",
+    409: "a conflicting write happened at the same time",
+    410: "gone",
+    413: "the request was too large",
+    415: "the media type is not supported",
+    422: "the object was refused as invalid",
+    429: "rate limited",
+}
 
 
 class KubeTemporaryError(TemporaryDriverError):
@@ -82,21 +99,42 @@ def kind_of(api_version: str, kind: str) -> Kind:
 class KubeClient:
     """One cluster. Build with ``for_host`` (tests, in-cluster proxies) or ``from_kubeconfig``."""
 
-    def __init__(self, configuration: k8s.Configuration, *, timeout: float = 15.0) -> None:
+    def __init__(
+        self,
+        configuration: k8s.Configuration,
+        *,
+        timeout: float = 15.0,
+        egress: EgressPolicy | None = None,
+    ) -> None:
+        """``egress``: the addresses a tenant-supplied configuration may reach; None only for a
+        host the operator names (``for_host``)."""
         # Reconcile retries with backoff; urllib3 retrying underneath would hide errors and time.
         configuration.retries = 0
         self._api = k8s.ApiClient(configuration)
         self._timeout = timeout
+        if egress is not None:
+            try:
+                guard_pool_manager(self._api.rest_client.pool_manager, egress)
+            except EgressRefused as refused:
+                self.close()
+                raise _refused(refused) from None
 
     @classmethod
-    def for_host(cls, host: str, *, timeout: float = 15.0) -> KubeClient:
-        return cls(k8s.Configuration(host=host), timeout=timeout)
+    def for_host(
+        cls, host: str, *, timeout: float = 15.0, egress: EgressPolicy | None = None
+    ) -> KubeClient:
+        return cls(k8s.Configuration(host=host), timeout=timeout, egress=egress)
 
     @classmethod
     def from_kubeconfig(
-        cls, text: str, *, context: str | None = None, allow_http: bool = False
+        cls, text: str, *, context: str | None = None, policy: KubeconfigPolicy | None = None
     ) -> KubeClient:
-        problems = kubeconfig_problems(text, allow_http=allow_http)
+        """A client for a tenant's kubeconfig: checked again here (it may have changed since it
+        was saved), and every connection it opens is checked against ``policy.egress``."""
+        policy = policy or KubeconfigPolicy()
+        # No resolving here: the guarded connections resolve and check on every connect, and a
+        # DNS hiccup there is a temporary error rather than a refusal.
+        problems = kubeconfig_problems(text, policy)
         if problems:
             raise KubePermanentError("the cluster's kubeconfig is refused: " + "; ".join(problems))
         configuration = k8s.Configuration()
@@ -108,7 +146,7 @@ class KubeClient:
             raise KubePermanentError(
                 f"the cluster's kubeconfig is not usable: {type(exc).__name__}"
             ) from None
-        return cls(configuration)
+        return cls(configuration, egress=policy.egress)
 
     def close(self) -> None:
         self._api.close()
@@ -179,32 +217,50 @@ class KubeClient:
             header_params={"Accept": "application/json", **(headers or {})},
             body=body,
         )
+        # ``from None`` throughout: the exceptions underneath carry what the other end sent
+        # (a reply body, a garbled status line), and a chained traceback would log it.
         try:
             response = self._api.call_api(*request, _request_timeout=self._timeout)
             response.read()
-        except (Urllib3Error, OSError) as exc:
-            raise KubeTemporaryError(
-                f"Kubernetes API did not answer: {type(exc).__name__}"
-            ) from exc
+        except EgressRefused as refused:
+            raise _refused(refused) from None
+        except (Urllib3Error, OSError):
+            raise KubeTemporaryError("Kubernetes API did not answer") from None
         except ApiException as exc:  # pragma: no cover - the REST layer returns, but be safe
-            raise _error(exc.status or 0, exc.reason or "", exc.body or "") from exc
+            raise _error(exc.status or 0) from None
         status = response.status
-        text = response.data.decode("utf-8", "replace") if response.data else ""
         if not 200 <= status < 300:
-            raise _error(status, response.reason or "", text)
+            raise _error(status)
+        text = response.data.decode("utf-8", "replace") if response.data else ""
         if raw:
             return text
-        return json.loads(text) if text else {}
+        return _json_object(text)
 
 
-def _error(status: int, reason: str, body: str) -> KubeTemporaryError | KubePermanentError:
-    message = reason
-    with contextlib.suppress(ValueError, AttributeError):
-        message = json.loads(body).get("message") or reason
-    text = f"Kubernetes API {status}: {message}"
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text) if text else {}
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise KubePermanentError("Kubernetes API: the reply is not a Kubernetes object")
+    return data
+
+
+def _error(status: int) -> KubeTemporaryError | KubePermanentError:
+    """The error for a reply with ``status``: a fixed summary, whatever the reply said."""
+    if status >= 500:
+        summary = "the API server failed"
+    else:
+        summary = STATUS_SUMMARIES.get(status, "an unexpected reply")
+    text = f"Kubernetes API {status}: {summary}"
     if status in TEMPORARY_STATUSES or status >= 500:
         return KubeTemporaryError(text, status=status)
     return KubePermanentError(text, status=status)
+
+
+def _refused(refused: EgressRefused) -> KubePermanentError:
+    return KubePermanentError(f"the cluster's API server address is refused: {refused.message}")
 
 
 def _selector(selector: Mapping[str, str]) -> str:

@@ -8,10 +8,12 @@ CrashLoopBackOff, OOMKilled, failing probes and a startup that ran out of time.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from ipaddress import ip_address
 from typing import Any
 
 from deployments.drivers import base
 from deployments.drivers.kube import labels as L
+from deployments.egress import EgressPolicy, address_problem
 
 PULL_ERRORS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName"})
 CONFIG_ERRORS = frozenset({"CreateContainerConfigError", "CreateContainerError"})
@@ -93,13 +95,22 @@ def _phase(pod: Mapping[str, Any], container: Mapping[str, Any]) -> tuple[str, s
     return (base.RUNNING if container.get("started") else base.LOADING), "", ""
 
 
+# The probe calls a pod's address, which the tenant's cluster reports (and its admin can write):
+# pods live on private ranges, but loopback, link-local and metadata addresses are never called.
+_POD_EGRESS = EgressPolicy(allow_private=True)
+
+
 def _pod_url(pod: Mapping[str, Any]) -> str:
-    ip = (pod.get("status") or {}).get("podIP")
-    if not ip:
+    try:
+        address = ip_address(str((pod.get("status") or {}).get("podIP") or ""))
+    except ValueError:
         return ""
     containers = (pod.get("spec") or {}).get("containers") or [{}]
-    ports = containers[0].get("ports") or [{}]
-    return f"http://{ip}:{ports[0].get('containerPort', 30000)}"
+    port = ((containers[0].get("ports") or [{}])[0]).get("containerPort", 30000)
+    if address_problem(address, _POD_EGRESS) or type(port) is not int or not 0 < port < 65536:
+        return ""
+    host = f"[{address}]" if address.version == 6 else str(address)
+    return f"http://{host}:{port}"
 
 
 def is_replica(pod: Mapping[str, Any]) -> bool:

@@ -7,18 +7,27 @@ pinned SGLang version (and of smg for the router) by `runtime.validate`.
 What the plan leaves to the driver: worker discovery flags of the router (`--worker-urls` locally,
 `--service-discovery --selector ...` on Kubernetes), and `--node-rank` / `--dist-init-addr` of
 multi-node groups. Both are set with `with_flag`.
+
+This module is the one home of argv: the local driver, the Kubernetes render and `python -m runtime
+plan` all take their argv from `plan` (and `with_flag`), and both refuse to hand out a token the
+launcher could misread: a flag outside the catalogue or given twice, an extra flag outside the
+allowlist, a value that would parse as a flag or that holds a control character
+(`UnsafeArgvError`). Validation refuses such specs first; this is the second line.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from runtime.catalog import SMG_VERSION
+from runtime.argv import UnsafeArgvError, token_problem
+from runtime.catalog import SMG_VERSION, FlagCatalog, sglang_flags, smg_flags
+from runtime.catalog.flags import arity_problem, split_argv
 from runtime.extra_flags import flag_argv
 from runtime.memory import GIB, weight_bytes_per_param
 from runtime.spec import RuntimeSpec
@@ -35,6 +44,7 @@ ENGINE_DRAIN_SECONDS = 120  # in-flight generations get this long after SIGTERM
 ROUTER_DRAIN_SECONDS = 30
 ROUTER_HEALTH_CHECK_SECONDS = 10
 
+_LONG_FLAG = re.compile(r"--[a-z0-9][a-z0-9-]*")
 RoleName = Literal["engine", "prefill", "decode", "router"]
 # SGLang spells multi-token prediction NEXTN (an alias of EAGLE that loads the MTP layers).
 _ALGORITHM_FLAG = {
@@ -104,8 +114,12 @@ class LaunchPlan(BaseModel):
 def with_flag(args: Sequence[str], flag: str, value: str | int | None = None) -> list[str]:
     """`args` with `flag` set to `value` (replacing all its old values) or appended.
 
-    `value=None` sets a bare switch. Pure: `args` is not modified.
+    `value=None` sets a bare switch. Pure: `args` is not modified. Raises `UnsafeArgvError` for a
+    flag that is not a long option or a value that would be read as one.
     """
+    _refuse_token(flag, is_flag=True)
+    if value is not None:
+        _refuse_token(str(value), is_flag=False)
     out: list[str] = []
     skipping = False
     replaced = False
@@ -122,6 +136,15 @@ def with_flag(args: Sequence[str], flag: str, value: str | int | None = None) ->
             continue
         out.append(token)
     return out if replaced else [*out, *new]
+
+
+def _refuse_token(token: str, *, is_flag: bool) -> None:
+    if is_flag:
+        problem = None if _LONG_FLAG.fullmatch(token) else "is not a long flag"
+    else:
+        problem = token_problem(token)
+    if problem is not None:
+        raise UnsafeArgvError("runtime", f"{token!r} {problem}")
 
 
 def _valued(pairs: Sequence[tuple[str, object]]) -> list[str]:
@@ -252,10 +275,11 @@ def _disaggregation_args(spec: RuntimeSpec, role: str) -> list[str]:
 
 
 def _extra_args(spec: RuntimeSpec, taken: set[str]) -> list[str]:
+    catalog = sglang_flags(spec.runtime.sglang_version)
     args: list[str] = []
     for flag in sorted(spec.runtime.extra_flags):
         if flag not in taken:
-            args += flag_argv(flag, spec.runtime.extra_flags[flag])
+            args += flag_argv(flag, spec.runtime.extra_flags[flag], catalog)
     return args
 
 
@@ -381,4 +405,30 @@ def plan(spec: RuntimeSpec, *, deployment_labels: dict[str, str] | None = None) 
     """
     groups = engine_groups(spec)
     roles = [engine_role(spec, group, deployment_labels) for group in groups]
-    return LaunchPlan(roles=[*roles, router_role(spec)])
+    roles.append(router_role(spec))
+    engines = sglang_flags(spec.runtime.sglang_version)
+    for role in roles:
+        refuse_unsafe_args(role.role, role.args, smg_flags() if role.role == "router" else engines)
+    return LaunchPlan(roles=roles)
+
+
+def refuse_unsafe_args(role: str, args: Sequence[str], catalog: FlagCatalog) -> None:
+    """Raise `UnsafeArgvError` unless every flag of `args` is a canonical flag of `catalog`, given
+    once (unless it is a repeatable one) with as many values as it takes, and no value would parse
+    as a flag or holds a control character. Value types and choices are validation's to report,
+    not a safety matter."""
+    seen: set[str] = set()
+    for flag, values in split_argv(args):
+        known = catalog.get(flag)
+        if known is None or known.flag != flag:
+            shown = flag or values[0]
+            raise UnsafeArgvError("runtime", f"{role}: {shown!r} is not a flag of {catalog.name}")
+        if flag in seen and known.kind not in {"append", "extend"}:
+            raise UnsafeArgvError("runtime", f"{role}: {flag} is given more than once")
+        seen.add(flag)
+        # A value that is itself a known flag splits off here and leaves this one short.
+        arity = arity_problem(known, len(values))
+        if arity is not None:
+            raise UnsafeArgvError("runtime", f"{role}: {flag} {arity}")
+        for value in values:
+            _refuse_token(value, is_flag=False)

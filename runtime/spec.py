@@ -13,11 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from runtime.argv import text_problem, unprintable
 from runtime.catalog import (
     DEFAULT_SGLANG_VERSION,
     SUPPORTED_SGLANG_VERSIONS,
@@ -72,9 +73,24 @@ SchedulePolicy = Literal[
     "shortest-prefill-first",
 ]  # fmt: skip
 TransferBackend = Literal["mooncake", "mooncake_tcp", "nixl", "mori", "fake"]
-ExtraFlagValue = bool | int | float | str | list[str]
+# One scalar per flag: a list would be spread into argv, and a later item could be any flag.
+ExtraFlagValue = bool | int | float | str
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Where engines find downloaded weights (the Kubernetes driver mounts the model cache here); the
+# only local directory a spec may load a model from.
+MODEL_CACHE_PATH = "/root/.cache/huggingface"
+# A Hugging Face repo id ("name" or "namespace/name"), as huggingface_hub checks it: word
+# characters, '-' and '.', not at either end, no '--' or '..', at most 96 per part.
+_HF_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
+_HF_REPO_ID = re.compile(rf"(?:{_HF_PART}/)?{_HF_PART}")
+_PATH_PART = r"[A-Za-z0-9_][A-Za-z0-9._-]*"
+_CACHE_PATH = re.compile(rf"{re.escape(MODEL_CACHE_PATH)}(?:/{_PATH_PART})+")
+# A branch, tag or commit of a model repository (`refs/pr/1` included).
+_REVISION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/-]{0,254}")
+# RDMA device names, comma-separated (`mlx5_0,mlx5_1`).
+_IB_DEVICES = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*(?:,[A-Za-z0-9_][A-Za-z0-9_.:-]*)*")
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Engine environment variables a spec may set. An allowlist, because the engine is a Python
 # process and names such as PYTHONWARNINGS, LD_PRELOAD or BROWSER turn a setting into code
 # execution on the host that runs it.
@@ -83,13 +99,78 @@ ENV_PREFIXES = (
     "FLASHINFER_", "HF_", "HUGGING_FACE_", "TRANSFORMERS_", "TOKENIZERS_", "OMP_", "MKL_",
     "MC_", "NVSHMEM_", "GLOO_", "UCX_", "NIXL_", "PLINTH_SIM_",
 )  # fmt: skip
+# Within those prefixes, names that point at files or directories (HF_HOME, TRITON_CACHE_DIR,
+# NCCL_DEBUG_FILE, HF_TOKEN_PATH...): the same hole as `--download-dir /` through the environment.
+_HOST_PATH_ENV = re.compile(r".*_(?:DIR|PATH|FILE|HOME|CACHE|FOLDER)(?:_[A-Z0-9]+)?")
 PositiveInt = Annotated[int, Field(ge=1)]
 Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+def _model_source(value: str) -> str:
+    if _HF_REPO_ID.fullmatch(value) and "--" not in value and ".." not in value:
+        return value
+    if _CACHE_PATH.fullmatch(value):
+        return value
+    raise PydanticCustomError(
+        "invalid_model_source",
+        "a model comes from a Hugging Face repository id or the model cache, not from this value",
+        {"fix": f"use a repository id such as 'org/name', or a path under {MODEL_CACHE_PATH}/"},
+    )
+
+
+def _repo_revision(value: str) -> str:
+    if _REVISION.fullmatch(value) and ".." not in value:
+        return value
+    raise PydanticCustomError(
+        "invalid_revision",
+        "a revision is a branch, tag or commit of the model repository",
+        {"fix": "use letters, digits, '.', '_', '-' and '/' only, e.g. 'main' or a commit hash"},
+    )
+
+
+def _ib_devices(value: str) -> str:
+    if _IB_DEVICES.fullmatch(value):
+        return value
+    raise PydanticCustomError(
+        "invalid_value",
+        "an InfiniBand device list is device names separated by commas",
+        {"fix": "e.g. 'mlx5_0' or 'mlx5_0,mlx5_1'"},
+    )
+
+
+def _env_value(value: str) -> str:
+    char = unprintable(value)
+    if char is not None:
+        raise PydanticCustomError(
+            "unsafe_value",
+            "contains the control character U+{code}",
+            {"code": f"{ord(char):04X}", "fix": "remove control characters and line breaks"},
+        )
+    return value
+
+
+ModelSource = Annotated[str, AfterValidator(_model_source)]
+RepoRevision = Annotated[str, AfterValidator(_repo_revision)]
+EnvValue = Annotated[str, AfterValidator(_env_value)]
 
 
 class _Group(BaseModel):
     # NaN and infinities are not settings anyone means, and PostgreSQL JSON refuses them.
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+    @field_validator("*")
+    @classmethod
+    def _argv_safe_text(cls, value: Any) -> Any:
+        """Every text field of every group: any of them may end up as a launcher argument, and
+        none has a reason to start with '-' or to hold a control character."""
+        problem = text_problem(value) if isinstance(value, str) else None
+        if problem is not None:
+            raise PydanticCustomError(
+                "unsafe_value",
+                "{problem}",
+                {"problem": problem, "fix": "remove control characters and any leading '-'"},
+            )
+        return value
 
 
 class Architecture(_Group):
@@ -114,8 +195,10 @@ class Architecture(_Group):
 
 
 class ModelSettings(_Group):
-    source: str = Field(min_length=1, description="Hugging Face repo id or a local path / URI")
-    revision: str | None = None
+    source: ModelSource = Field(
+        min_length=1, description=f"Hugging Face repo id, or a path under {MODEL_CACHE_PATH}/"
+    )
+    revision: RepoRevision | None = None
     served_name: str | None = Field(default=None, min_length=1, max_length=256)
     trust_remote_code: bool = False
     context_length: PositiveInt | None = None
@@ -236,8 +319,8 @@ class NgramSettings(_Group):
 
 class SpeculatorSettings(_Group):
     algorithm: SpeculativeAlgorithm = "none"
-    draft_model: str | None = Field(default=None, min_length=1)
-    draft_model_revision: str | None = None
+    draft_model: ModelSource | None = Field(default=None, min_length=1)
+    draft_model_revision: RepoRevision | None = None
     num_steps: PositiveInt | None = None
     eagle_topk: PositiveInt | None = None
     num_draft_tokens: PositiveInt | None = None
@@ -261,7 +344,7 @@ class DisaggregationSettings(_Group):
     decode: PoolSettings = PoolSettings()
     transfer_backend: TransferBackend = "mooncake"
     bootstrap_port: Port = 8998
-    ib_device: str | None = None
+    ib_device: Annotated[str, AfterValidator(_ib_devices)] | None = None
     decode_radix_cache: bool = False
 
 
@@ -288,7 +371,7 @@ class RuntimeSettings(_Group):
     image: str | None = Field(default=None, min_length=1, description="default: lmsysorg/sglang")
     router_image: str | None = Field(default=None, min_length=1)
     extra_flags: dict[str, ExtraFlagValue] = Field(default_factory=dict)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, EnvValue] = Field(default_factory=dict)
 
     @field_validator("sglang_version")
     @classmethod
@@ -305,7 +388,8 @@ class RuntimeSettings(_Group):
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         for name in value:
-            if not _ENV_NAME.match(name):
+            # fullmatch: match() with '$' would let a trailing newline through.
+            if not _ENV_NAME.fullmatch(name):
                 raise PydanticCustomError(
                     "invalid_env_name",
                     "'{name}' is not a valid environment variable name",
@@ -316,6 +400,12 @@ class RuntimeSettings(_Group):
                     "env_name_not_allowed",
                     "'{name}' is not an engine setting Plinth passes on",
                     {"name": name, "fix": "use a name starting with " + ", ".join(ENV_PREFIXES)},
+                )
+            if _HOST_PATH_ENV.fullmatch(name.upper()):
+                raise PydanticCustomError(
+                    "env_name_not_allowed",
+                    "'{name}' points the engine at a host path, which Plinth places itself",
+                    {"name": name, "fix": "remove it; the model cache and logs are Plinth's"},
                 )
         return value
 

@@ -33,7 +33,7 @@ _RESOLUTION_CHOICES: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 
 # SGLang's human_readable_int: 32k = 32000, 32Ki = 32768, plain integers too.
-_HUMAN_INT = re.compile(r"^\d+(\.\d+)?([kKmMgGtT]i?)?$")
+_HUMAN_INT = re.compile(r"\A\d+(\.\d+)?([kKmMgGtT]i?)?\Z")  # \Z: "$" accepts a final newline
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,8 @@ def _json_problem(value: str, *, want_list: bool) -> str | None:
     return None
 
 
-def _arity_problem(spec: FlagSpec, count: int) -> str | None:
+def arity_problem(spec: FlagSpec, count: int) -> str | None:
+    """Why `count` values do not suit `spec`'s nargs (None when they do)."""
     if spec.nargs == "0" and count:
         return "takes no value"
     if spec.nargs is None and count != 1:
@@ -180,7 +181,7 @@ class FlagCatalog:
         seen.add(spec.flag)
         if spec.deprecated:
             problems.append(FlagProblem(flag, f"deprecated in {self.name} {self.version}"))
-        arity = _arity_problem(spec, len(values))
+        arity = arity_problem(spec, len(values))
         if arity:
             problems.append(FlagProblem(flag, arity, " ".join(values)))
             return problems

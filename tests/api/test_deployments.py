@@ -65,6 +65,29 @@ def test_schema_errors_inside_the_spec_name_the_spec_field(api: Clients) -> None
 
 
 @pytest.mark.parametrize(
+    ("groups", "field"),
+    [
+        # issue 12: a list value smuggled flags past the allowlist onto the engine's argv
+        ({"runtime": {"extra_flags": {"--reasoning-parser": ["qwen3", "--trust-remote-code"]}}},
+         "spec.runtime.extra_flags.--reasoning-parser"),
+        ({"runtime": {"extra_flags": {"--chat-template": "/etc/passwd"}}},
+         "spec.runtime.extra_flags.--chat-template"),
+        ({"model": {"source": "/etc"}}, "spec.model.source"),
+        ({"model": {"source": SPEC["model"]["source"], "served_name": "--trust-remote-code"}},
+         "spec.model.served_name"),
+        ({"runtime": {"env": {"SGLANG_X": "a\nb"}}}, "spec.runtime.env.SGLANG_X"),
+    ],
+)  # fmt: skip
+def test_argv_injection_through_the_spec_is_a_422_naming_the_field(
+    api: Clients, groups: dict, field: str
+) -> None:
+    response = api.dave.post("deployments", {"slug": "chat", "spec": spec_with(**groups)})
+    assert response.status_code == 422, response.content
+    assert field in fields_of(response)
+    assert not Deployment.objects.exists()
+
+
+@pytest.mark.parametrize(
     ("body", "field"),
     [
         ({"slug": "chat", "spec": SPEC, "colour": "blue"}, "colour"),

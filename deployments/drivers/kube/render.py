@@ -18,8 +18,8 @@ from typing import Any
 from deployments.drivers.base import DeploymentRef, RevisionPlan
 from deployments.drivers.kube import labels as L
 from runtime.launch import DIST_INIT_PORT, Probe, RolePlan, with_flag
+from runtime.spec import MODEL_CACHE_PATH
 
-MODEL_CACHE_PATH = "/root/.cache/huggingface"
 HF_TOKEN_KEY = "HF_TOKEN"
 PRESTOP_SLEEP_S = 15  # lets the router see the pod go unready before the engine drains
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
@@ -108,8 +108,19 @@ def _ports(role: RolePlan) -> list[dict[str, Any]]:
     return ports
 
 
+def literal(text: str) -> str:
+    """``text`` as Kubernetes passes it on: it expands ``$(VAR)`` in container args and env values,
+    so a spec value such as ``$(HF_TOKEN)`` in a served name would become the Secret's value and be
+    listed by ``/v1/models``. ``$$`` is Kubernetes' escape for a literal ``$``."""
+    return text.replace("$", "$$")
+
+
+def literal_args(args: list[str]) -> list[str]:
+    return [literal(arg) for arg in args]
+
+
 def _env(ref: DeploymentRef, revision: RevisionPlan, role: RolePlan) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in role.env.items()]
+    env: list[dict[str, Any]] = [{"name": k, "value": literal(v)} for k, v in role.env.items()]
     if role.role != "router":
         env.append({"name": "HF_HOME", "value": MODEL_CACHE_PATH})
     if revision.hf_token and role.role != "router":
@@ -194,7 +205,8 @@ def engine_workload(
     if role.multi_node:
         return leader_worker_set(ref, revision, role, options)
     meta = _meta(ref, revision, L.object_name(ref.slug, role.role), role.role)
-    container = _engine_container(ref, revision, role, options, args=list(role.args), probes=True)
+    args = literal_args(role.args)
+    container = _engine_container(ref, revision, role, options, args=args, probes=True)
     startup = role.startup_probe
     deadline = startup.period_s * startup.failure_threshold + 600 if startup else 1800
     return {
@@ -221,7 +233,9 @@ def engine_workload(
 
 
 def _multi_node_args(role: RolePlan) -> list[str]:
-    args = with_flag(role.args, "--dist-init-addr", f"$(LWS_LEADER_ADDRESS):{DIST_INIT_PORT}")
+    # Escaped first: the LWS variables below are the only references Kubernetes should expand.
+    args = literal_args(role.args)
+    args = with_flag(args, "--dist-init-addr", f"$(LWS_LEADER_ADDRESS):{DIST_INIT_PORT}")
     args = with_flag(args, "--nnodes", "$(LWS_GROUP_SIZE)")
     return with_flag(args, "--node-rank", "$(LWS_WORKER_INDEX)")
 
@@ -322,7 +336,8 @@ def router_rbac(ref: DeploymentRef, revision: RevisionPlan) -> list[dict[str, An
 def router_args(ref: DeploymentRef, router: RolePlan, engine_roles: list[str]) -> list[str]:
     """The plan's smg flags plus pod discovery by this endpoint's labels."""
     port = "30000"
-    args = [*router.args, "--service-discovery", "--service-discovery-namespace", ref.namespace]
+    args = [*literal_args(router.args), "--service-discovery"]
+    args += ["--service-discovery-namespace", ref.namespace]
     args += ["--service-discovery-port", port]
     for role in engine_roles:
         flag = "--selector" if role == "engine" else f"--{role}-selector"

@@ -110,8 +110,7 @@ class LocalDriver:
         restarts: int,
     ) -> ProcessRecord:
         port = free_port()
-        args = with_flag(with_flag(role.args, "--host", "127.0.0.1"), "--port", port)
-        argv = [*self._engine_command(), *args]
+        argv = self.engine_argv(role, port)
         env = {**_inherited_env(), **self.options.env, **role.env, **_identity(table, name)}
         env["PYTHONPATH"] = str(REPO_ROOT)
         record = ProcessRecord(
@@ -126,6 +125,11 @@ class LocalDriver:
             restarts=restarts,
         )
         return table.spawn(record, argv, env, table.root)
+
+    def engine_argv(self, role: RolePlan, port: int) -> list[str]:
+        """The command line of one engine process: the plan's argv, on loopback at ``port``."""
+        args = with_flag(with_flag(role.args, "--host", "127.0.0.1"), "--port", port)
+        return [*self._engine_command(), *args]
 
     def _engine_command(self) -> list[str]:
         if self.options.engine == "sim":
@@ -172,6 +176,12 @@ class LocalDriver:
         # smg waits 180 s for in-flight requests by default; stop must not outlast its grace.
         return with_flag(args, "--shutdown-grace-period-secs", int(self.options.stop_grace_s))
 
+    def router_argv(self, revision: base.RevisionPlan, port: int, metrics_port: int) -> list[str]:
+        """The command line of the router process, serving on ``port``."""
+        args = self._router_args(revision)
+        args = with_flag(with_flag(args, "--port", port), "--prometheus-port", metrics_port)
+        return [self.options.smg or _smg_binary(), "launch", *args]
+
     def _ensure_router(
         self, table: ProcessTable, revision: base.RevisionPlan, live: list[ProcessRecord]
     ) -> ProcessRecord:
@@ -183,10 +193,13 @@ class LocalDriver:
         restarts = 0
         if current is not None:
             restarts = current.restarts + (0 if current.config != config else 1)
-            table.terminate(current, self.options.stop_grace_s)
+        # One record per router: a router still on its way out (this one, or one a stop left
+        # behind) is gone before its record is reused, or it would run on with none.
+        for old in (r for r in table.records() if r.role == ROUTER):
+            if not table.terminate(old, self.options.stop_grace_s):
+                table.kill(old)
         port, metrics_port = free_port(), free_port()
-        args = with_flag(with_flag(args, "--port", port), "--prometheus-port", metrics_port)
-        argv = [self.options.smg or _smg_binary(), "launch", *args]
+        argv = self.router_argv(revision, port, metrics_port)
         record = ProcessRecord(
             name=ROUTER,
             role=ROUTER,

@@ -2,22 +2,26 @@
 
 ``console_view`` wraps every console page so each view reads like "parse, call one service,
 render": NotFound becomes a 404 (objects of another organization look missing), AccessDenied
-a 403 page that says which role is needed.
+a 403 page that says which role is needed, and a value the database refuses a 400 page.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
+from django.db import DataError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from controlplane.access import AccessDenied, Actor, NotFound
+from controlplane.error_pages import UNSTORABLE_MESSAGE, error_answer
 
 View = Callable[..., HttpResponse]
+logger = logging.getLogger(__name__)
 
 
 def console_view(view: View) -> View:
@@ -34,6 +38,10 @@ def console_view(view: View) -> View:
             raise Http404(str(exc)) from exc
         except AccessDenied as exc:
             return render(request, "console/forbidden.html", {"reason": str(exc)}, status=403)
+        except DataError:
+            # A value the database refused that no check caught first: the caller's input.
+            logger.warning("database refused a value in %s %s", request.method, request.path)
+            return error_answer(request, 400, UNSTORABLE_MESSAGE)
 
     return wrapper
 

@@ -6,11 +6,12 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, include, path
 
-from controlplane import console, views
+from controlplane import console, invitation_pages, views
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("org/switch/", views.switch_organization, name="switch-organization"),
@@ -22,7 +23,24 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("keys/<uuid:key_id>/revoke/", console.key_revoke, name="key-revoke"),
     path("members/", console.member_list, name="member-list"),
     path("members/<int:membership_id>/", console.member_change, name="member-change"),
+    path(
+        "members/invitations/<uuid:invitation_id>/revoke/",
+        invitation_pages.invitation_revoke,
+        name="invitation-revoke",
+    ),
+    path("invitations/", invitation_pages.my_invitations, name="invitation-list"),
+    path(
+        "invitations/<uuid:invitation_id>/",
+        invitation_pages.invitation_respond,
+        name="invitation-respond",
+    ),
     path("secrets/", console.secret_list, name="secret-list"),
     path("secrets/<uuid:secret_id>/delete/", console.secret_delete, name="secret-delete"),
     path("audit/", console.audit_log, name="audit-log"),
 ]
+
+# Plinth's own error answers (never Django's debug or default pages): JSON under /api/.
+handler400 = "controlplane.error_pages.bad_request"
+handler403 = "controlplane.error_pages.permission_denied"
+handler404 = "controlplane.error_pages.page_not_found"
+handler500 = "controlplane.error_pages.server_error"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from controlplane.hygiene import MISSING, displayable, text_problem
 from controlplane.services import ServiceError
 from deployments.models import SLUG_MAX_LENGTH, slug_validator
 from runtime.spec import RuntimeSpec
@@ -20,14 +21,14 @@ RESERVED_SLUGS = frozenset({"new", "validate"})
 
 def clean_slug(slug: str) -> str:
     if not isinstance(slug, str) or not slug:
-        raise ServiceError("slug is required", field="slug", code="required")
+        raise ServiceError("slug: a value is required", field="slug", code=MISSING)
     if slug in RESERVED_SLUGS:
         raise ServiceError(
-            f"slug {slug!r} is reserved; choose another", field="slug", code="reserved_slug"
+            f"slug: {slug!r} is reserved; choose another", field="slug", code="reserved_slug"
         )
     if len(slug) > SLUG_MAX_LENGTH or not slug_validator.regex.match(slug):
         raise ServiceError(
-            f"slug {slug[:60]!r} is not DNS-safe: {slug_validator.message}",
+            f"slug: {displayable(slug[:60])!r} is not DNS-safe: {slug_validator.message}",
             field="slug",
             code="invalid_slug",
         )
@@ -35,17 +36,14 @@ def clean_slug(slug: str) -> str:
 
 
 def clean_text(value: str, field: str, max_length: int, *, required: bool = False) -> str:
+    """Free text stripped and checked with the platform's one text check, or a ServiceError."""
     value = (value or "").strip()
     if required and not value:
-        raise ServiceError(f"{field} must not be empty", field=field, code="required")
-    if len(value) > max_length:
-        raise ServiceError(
-            f"{field} is {len(value)} characters; the limit is {max_length}",
-            field=field,
-            code="too_long",
-        )
-    if any(ord(ch) < 32 and ch not in "\n\t" for ch in value):
-        raise ServiceError(f"{field} contains control characters", field=field, code="invalid")
+        raise ServiceError(f"{field}: a value is required", field=field, code=MISSING)
+    problem = text_problem(value, max_length)
+    if problem is not None:
+        code, message = problem
+        raise ServiceError(f"{field}: {message}", field=field, code=code)
     return value
 
 

@@ -36,10 +36,15 @@ class SpecInvalid(ServiceError):
 
     def __init__(self, issues: list[Issue]) -> None:
         errors = [issue for issue in issues if issue.is_error]
-        first = errors[0].message if errors else "invalid settings"
+        first = _located(errors[0]) if errors else "invalid settings"
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         super().__init__(f"the settings are invalid: {first}{more}", field=SPEC_FIELD)
         self.issues = [issue_dict(issue) for issue in errors]
+
+
+def _located(issue: Issue) -> str:
+    """The issue's message led by its path (issue messages leave the path to ``field``)."""
+    return issue.message if issue.field in ("", SPEC_FIELD) else f"{issue.field}: {issue.message}"
 
 
 def checked_spec(data: Mapping[str, Any] | Any) -> tuple[RuntimeSpec, list[dict[str, Any]]]:

@@ -45,7 +45,7 @@ SPECULATIVE_ALGORITHMS = (
     "UNO",
 )
 
-_HUMAN_INT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]i?)?\s*$")
+_HUMAN_INT = re.compile(r"\A\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]i?)?\s*\Z")
 _SI = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _IEC = {"ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 

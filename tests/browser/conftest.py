@@ -77,7 +77,7 @@ def _environment(db_name: str, tmp: Path) -> dict[str, str]:
         DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db_name}",
         REDIS_URL=settings.REDIS_URL,
         PLINTH_ENV="test",
-        DEBUG="false",
+        PLINTH_DEBUG="false",
         PLINTH_DATA_DIR=str(tmp / "data"),
         PLINTH_LOCAL_RUN_DIR=str(tmp / "local"),
         # The console checks the key and calls the endpoint's router itself, so these tests

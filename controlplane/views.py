@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import uuid
+from functools import cache
+from pathlib import Path
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.contrib.staticfiles import finders
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
-from django.views.decorators.http import require_POST
+from django.utils.cache import patch_cache_control
+from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.middleware import SESSION_ORG_KEY
 from controlplane.models import Membership
@@ -36,3 +40,20 @@ def switch_organization(request: HttpRequest) -> HttpResponse:
 
 def healthz(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"status": "ok"})
+
+
+@cache
+def _favicon_bytes() -> bytes | None:
+    found = finders.find("favicon.ico")
+    return Path(str(found)).read_bytes() if found else None
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """``/favicon.ico``: browsers and crawlers ask for it there whatever the page links."""
+    icon = _favicon_bytes()
+    if icon is None:
+        raise Http404("no favicon")
+    response = HttpResponse(icon, content_type="image/x-icon")
+    patch_cache_control(response, public=True, max_age=86400)
+    return response

@@ -1,7 +1,13 @@
 """Server-rendered SVG line charts for the console (no chart library, nothing external).
 
-A chart is a few polylines over a shared time axis; the template inlines the SVG markup.
-Values that are missing (None) break the line rather than dropping to zero.
+A chart is a few polylines over a time axis; the template inlines the markup. The x axis is
+time, over the chart's window when it has one (a lone sample sits at its moment, not at the
+left edge) and missing values (None) break the line rather than dropping to zero.
+
+The SVG stretches to its card (``preserveAspectRatio="none"``), so every mark drawn in it must
+not depend on the aspect ratio: strokes do not scale (``vector-effect``), a lone point is a
+round cap of a zero-length stroke (a circle would become an ellipse), and text is HTML laid
+over the plot rather than SVG text, which would be stretched with it.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from django.utils.safestring import SafeString, mark_safe
 
 WIDTH, HEIGHT, PAD = 320, 120, 4
 COLOURS = ("#3355ff", "#15803d", "#b45309", "#9333ea")
+# Every mark: strokes keep their on-screen width however far the plot is stretched.
+_MARK = 'fill="none" vector-effect="non-scaling-stroke" stroke-linecap="round"'
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,9 @@ class Chart:
     unit: str
     times: Sequence[datetime]
     series: Sequence[Series]
+    # The window the x axis spans; without one, the samples' own first and last times.
+    start: datetime | None = None
+    end: datetime | None = None
 
     @property
     def latest(self) -> list[tuple[str, str, str]]:
@@ -50,53 +61,74 @@ def _peak(chart: Chart) -> float:
     return max(values, default=0.0) or 1.0
 
 
-def _segments(values: Sequence[float | None], peak: float) -> list[str]:
-    """Polyline point lists; a None value ends the current segment."""
-    n = max(len(values) - 1, 1)
-    segments: list[str] = []
-    current: list[str] = []
-    for i, value in enumerate(values):
+def x_fractions(chart: Chart) -> list[float]:
+    """Each time's place on the x axis, 0 (left) to 1 (right).
+
+    Over the chart's window when it has one; else over the first to the last time, and a
+    window of no length (one sample, or all at one moment) puts them in the middle.
+    """
+    times = list(chart.times)
+    if not times:
+        return []
+    start = chart.start or min(times)
+    end = chart.end or max(times)
+    span = (end - start).total_seconds()
+    if span <= 0:
+        return [0.5] * len(times)
+    return [min(1.0, max(0.0, (t - start).total_seconds() / span)) for t in times]
+
+
+def _segments(
+    xs: Sequence[float], values: Sequence[float | None], peak: float
+) -> list[list[tuple[float, float]]]:
+    """Runs of plotted points; a None value ends the current run."""
+    segments: list[list[tuple[float, float]]] = []
+    current: list[tuple[float, float]] = []
+    for fraction, value in zip(xs, values, strict=False):
         if value is None:
             if current:
-                segments.append(" ".join(current))
+                segments.append(current)
             current = []
             continue
-        x = PAD + (WIDTH - 2 * PAD) * i / n
+        x = PAD + (WIDTH - 2 * PAD) * fraction
         y = HEIGHT - PAD - (HEIGHT - 2 * PAD) * (value / peak)
-        current.append(f"{x:.1f},{y:.1f}")
+        current.append((x, y))
     if current:
-        segments.append(" ".join(current))
+        segments.append(current)
     return segments
+
+
+def _mark(points: list[tuple[float, float]], colour: str) -> str:
+    if len(points) == 1:
+        # A lone point: the round cap of a zero-length stroke is a circle on screen.
+        x, y = points[0]
+        return (
+            f'<path class="chart-dot" d="M{x:.1f},{y:.1f}h0" stroke="{colour}" '
+            f'stroke-width="6" {_MARK}/>'
+        )
+    joined = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+    return f'<polyline stroke="{colour}" stroke-width="1.5" {_MARK} points="{joined}"/>'
 
 
 def render_svg(chart: Chart) -> SafeString:
     peak = _peak(chart)
-    lines = []
-    for i, series in enumerate(chart.series):
-        colour = COLOURS[i % len(COLOURS)]
-        for points in _segments(series.values, peak):
-            if " " not in points:  # a lone point draws no line: show it as a dot
-                x, y = points.split(",")
-                lines.append(f'<circle cx="{x}" cy="{y}" r="2.5" fill="{colour}"/>')
-                continue
-            lines.append(
-                f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{points}"/>'
-            )
+    xs = x_fractions(chart)
+    marks = [
+        _mark(points, COLOURS[i % len(COLOURS)])
+        for i, series in enumerate(chart.series)
+        for points in _segments(xs, series.values, peak)
+    ]
     has_values = any(v is not None for s in chart.series for v in s.values)
     if has_values:
-        lines.append(
-            f'<text x="{PAD + 2}" y="{PAD + 9}" class="chart-peak">{escape(f"{peak:,.3g}")}</text>'
-        )
+        label = f'<span class="chart-peak">{escape(f"{peak:,.3g}")}</span>'
     else:
-        lines.append(
-            f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle" class="chart-empty">'
-            "no data yet</text>"
-        )
-    title = escape(f"{chart.title} ({chart.unit}), peak {peak:,.3g}")
+        label = '<span class="chart-empty">no data yet</span>'
+    summary = f"peak {peak:,.3g}" if has_values else "no data yet"
+    title = escape(f"{chart.title} ({chart.unit}), {summary}")
     return mark_safe(  # noqa: S308 - every interpolated value is a number or escaped above
-        f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{title}" '
-        f'preserveAspectRatio="none"><title>{title}</title>'
-        f'<line x1="0" y1="{HEIGHT - PAD}" x2="{WIDTH}" y2="{HEIGHT - PAD}" class="axis"/>'
-        + "".join(lines)
-        + "</svg>"
+        f'<div class="chart" role="img" aria-label="{title}">'
+        f'<svg viewBox="0 0 {WIDTH} {HEIGHT}" preserveAspectRatio="none" aria-hidden="true" '
+        f'focusable="false"><line x1="0" y1="{HEIGHT - PAD}" x2="{WIDTH}" y2="{HEIGHT - PAD}" '
+        f'class="axis" vector-effect="non-scaling-stroke"/>' + "".join(marks) + "</svg>"
+        f"{label}</div>"
     )

@@ -322,7 +322,7 @@ def parse_spec(post: QueryDict, base: dict[str, Any] | None = None) -> ParsedFor
     """
     data = copy.deepcopy(base or {})
     parsed = ParsedForm(data=data)
-    custom = _last(post, CUSTOM_ARCH_TOGGLE) in ("true", "on")
+    custom = _custom_posted(post)
     if not custom:
         _drop_path(data, "model.architecture")
     elif not isinstance(data.get("model", {}).get("architecture"), dict):
@@ -355,6 +355,20 @@ def parse_spec(post: QueryDict, base: dict[str, Any] | None = None) -> ParsedFor
                 )
             )
     return parsed
+
+
+def _custom_posted(post: QueryDict) -> bool:
+    return _last(post, CUSTOM_ARCH_TOGGLE) in ("true", "on")
+
+
+def uses_custom_architecture(values: dict[str, Any]) -> bool:
+    """Whether the form describes its own architecture: the toggle says so, never the inputs.
+
+    The architecture inputs are always in the page (hidden while unticked), so they are always
+    posted, empty or not; reading their presence as "custom" ticked the box on every refused
+    save and then demanded all eight numbers.
+    """
+    return values.get(CUSTOM_ARCH_TOGGLE) is True
 
 
 def _example(field_: FormField) -> str:
@@ -415,7 +429,9 @@ def initial_values(spec: dict[str, Any] | None = None) -> dict[str, Any]:
         full = RuntimeSpec.model_validate(source).model_dump(mode="json")
     except ValueError:
         full = source
-    return flatten(full)
+    values = flatten(full)
+    values[CUSTOM_ARCH_TOGGLE] = isinstance(full.get("model", {}).get("architecture"), dict)
+    return values
 
 
 def bind(values: dict[str, Any], issues: list[Issue]) -> list[BoundSection]:
@@ -436,4 +452,5 @@ def posted_values(post: QueryDict, parsed: ParsedForm) -> dict[str, Any]:
         raw = _last(post, field_.path)
         if raw is not None and field_.kind != "checkbox":
             values[field_.path] = raw
+    values[CUSTOM_ARCH_TOGGLE] = _custom_posted(post)
     return values

@@ -1,15 +1,16 @@
 """Usage counting on the hot path: Redis counters per key, endpoint and minute.
 
-A request adds its counts to an in-process batch (a dictionary update, no I/O); a background
-task sends the batch to Redis every ``flush_seconds`` (1 s) in one MULTI/EXEC pipeline: HINCRBY on
-the minute's hash (field ``<key id>|<endpoint id>|<slug>|<counter>``), the minute added to the
-set of minutes to flush, the endpoints' last-request times for the autoscaler, and the token
-charges of keys with a TPM limit. Per-request Redis round trips cost more CPU than the rest of
-the gateway together; batching trades them for at most ``flush_seconds`` of counts held in
-memory (sent on shutdown; lost only if the process is killed). A token charge that could
-change a rate-limit verdict (1% of the key's tokens per minute or more) is sent within
-``charge_seconds`` (0.2 s) instead; small charges against large limits wait for the next
-flush. ``deployments.usage`` moves the Redis counters to UsageRecord.
+A request adds its counts to an in-process batch (a dictionary update, no I/O); a background task
+sends the batch to Redis every ``flush_seconds`` (1 s) in one MULTI/EXEC pipeline: HINCRBY on the
+minute's hash (field ``<key id>|<endpoint id>|<slug>|<counter>``), the minute added to the set of
+minutes to flush, the endpoints' last-request times for the autoscaler, the keys' last-used times
+(one HSET for the batch), and the token charges of keys with a TPM limit. Per-request Redis round
+trips cost more CPU than the rest of the gateway together; batching trades them for at most
+``flush_seconds`` of counts held in memory (sent on shutdown; lost only if the process is killed). A
+token charge that could change a rate-limit verdict (1% of the key's tokens per minute or more) is
+sent within ``charge_seconds`` (0.2 s) instead; small charges against large limits wait for the next
+flush. ``deployments.usage`` moves the Redis counters to UsageRecord, and
+``deployments.key_activity`` the keys' last-used times to ApiKey.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from gateway.routes import Endpoint, InferenceKey
 USAGE_PREFIX = "plinth:usage:"
 MINUTES_SET = "plinth:usage:minutes"
 LAST_REQUEST_HASH = "plinth:usage:last_request"
+KEY_LAST_USED_HASH = "plinth:usage:key_last_used"
 COUNTERS = ("requests", "prompt_tokens", "cached_tokens", "completion_tokens")
 logger = logging.getLogger("plinth.gateway")
 
@@ -65,14 +67,15 @@ class Batch:
     counts: dict[tuple[int, str], list[int]]
     charges: dict[tuple[InferenceKey, float], int]  # (key, time) -> tokens, TPM keys only
     last_request: dict[str, int]  # endpoint id -> epoch seconds
+    key_last_used: dict[str, int]  # key id -> epoch seconds
     urgent: bool = False  # holds a charge worth sending before the next regular flush
 
     @classmethod
     def empty(cls) -> Batch:
-        return cls(defaultdict(lambda: [0, 0, 0, 0]), defaultdict(int), {})
+        return cls(defaultdict(lambda: [0, 0, 0, 0]), defaultdict(int), {}, {})
 
     def __bool__(self) -> bool:
-        return bool(self.counts or self.last_request)
+        return bool(self.counts or self.last_request or self.key_last_used)
 
 
 class Meter:
@@ -105,6 +108,7 @@ class Meter:
                 if batch.charges[slot] * 100 >= key.tokens_per_minute:
                     batch.urgent = True
         batch.last_request[endpoint.id] = int(now)
+        batch.key_last_used[key.id] = int(now)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._flush_loop(), name="usage-flush")
@@ -151,6 +155,8 @@ class Meter:
             pipe.sadd(MINUTES_SET, minute)
         if batch.last_request:
             pipe.hset(LAST_REQUEST_HASH, mapping=batch.last_request)
+        if batch.key_last_used:
+            pipe.hset(KEY_LAST_USED_HASH, mapping=batch.key_last_used)
         charges = list(batch.charges.items())
         for (key, now), used in charges:
             self._limiter.charge(pipe, key, now, used)
@@ -171,7 +177,9 @@ class Meter:
         for charge, used in batch.charges.items():
             self._batch.charges[charge] += used
         self._batch.urgent = self._batch.urgent or batch.urgent
-        for endpoint_id, when in batch.last_request.items():
-            self._batch.last_request[endpoint_id] = max(
-                when, self._batch.last_request.get(endpoint_id, 0)
-            )
+        for latest, earlier in (
+            (self._batch.last_request, batch.last_request),
+            (self._batch.key_last_used, batch.key_last_used),
+        ):
+            for name, when in earlier.items():
+                latest[name] = max(when, latest.get(name, 0))

@@ -1,8 +1,9 @@
-"""Tasks fed by the gateway: usage flush from Redis to UsageRecord, scale-from-zero wake-ups.
+"""Tasks fed by the gateway: usage and keys' last-used flushes from Redis, scale-from-zero wake-ups.
 
 The gateway sends ``deployments.wake_deployment`` by name when a request arrives for an
-endpoint at zero replicas. Beat runs ``deployments.flush_usage`` every
-``USAGE_FLUSH_SECONDS`` (registered below, so the schedule lives next to the task).
+endpoint at zero replicas. Beat runs ``deployments.flush_usage`` and
+``deployments.flush_key_last_used`` every ``PLINTH_USAGE_FLUSH_S`` (``CELERY_BEAT_SCHEDULE`` in
+settings, the one schedule).
 """
 
 from __future__ import annotations
@@ -11,11 +12,8 @@ import logging
 
 from celery import shared_task
 
-from controlplane.celery import app
+__all__: list[str] = ["flush_key_last_used", "flush_usage", "wake_deployment"]
 
-__all__: list[str] = ["flush_usage", "wake_deployment"]
-
-USAGE_FLUSH_SECONDS = 15.0
 logger = logging.getLogger(__name__)
 
 
@@ -38,8 +36,9 @@ def flush_usage(include_current: bool = False) -> dict[str, int]:
     return {"minutes": result.minutes, "rows": result.rows, "requests": result.requests}
 
 
-# Merged into whatever schedule settings define; beat reads it after importing the tasks.
-app.conf.beat_schedule = {
-    **(app.conf.beat_schedule or {}),
-    "deployments.flush_usage": {"task": "deployments.flush_usage", "schedule": USAGE_FLUSH_SECONDS},
-}
+@shared_task(name="deployments.flush_key_last_used", ignore_result=True)
+def flush_key_last_used() -> int:
+    """Move the gateway's per-key last-used times into ApiKey (idempotent)."""
+    from deployments import key_activity
+
+    return key_activity.flush_key_last_used()

@@ -1,4 +1,4 @@
-"""Template filters of the console: readable status names and spec values."""
+"""Template filters and tags of the console: readable status names, spec values, limits."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 from django import template
+
+from deployments.views.playground import LIMITS
 
 register = template.Library()
 
@@ -26,3 +28,9 @@ def spec_value(value: Any) -> str:
     if isinstance(value, dict | list):
         return json.dumps(value, sort_keys=True)
     return str(value)
+
+
+@register.simple_tag
+def playground_limit(name: str) -> int:
+    """A playground input's limit, as the server enforces it (for the form's attributes)."""
+    return LIMITS[name]

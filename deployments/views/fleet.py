@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.contrib import messages
 from django.db.models import Count, QuerySet, Sum
@@ -38,7 +38,7 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
                 kubeconfig_secret_id=form["kubeconfig"] or None,
             )
         except ServiceError as exc:
-            error = {"field": exc.field or "", "message": exc.message}
+            error = {"field": exc.field or "", "message": exc.detail}
         else:
             messages.success(request, f"Cluster {form['name']} added.")
             return redirect("cluster-list")
@@ -67,23 +67,38 @@ def cluster_delete(request: HttpRequest, cluster_id: str) -> HttpResponse:
     return redirect("cluster-list")
 
 
-def _usage_chart(records: QuerySet[UsageRecord]) -> Chart:
+def _usage_chart(records: QuerySet[UsageRecord], since: datetime, until: datetime) -> Chart:
+    """Tokens per hour over the whole window: an hour without a record used nothing (zero),
+    so the line drops there instead of joining two busy hours across an idle day."""
     hourly = (
-        records.annotate(hour=TruncHour("minute"))
+        records.annotate(hour=TruncHour("minute", tzinfo=UTC))
         .values("hour")
         .order_by("hour")
         .annotate(prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"))
     )
-    rows = list(hourly)
+    counted = {r["hour"]: (float(r["prompt"]), float(r["completion"])) for r in hourly}
+    hours = _hours(since, until)
     return Chart(
         "Tokens per hour",
         "tokens",
-        [r["hour"] for r in rows],
+        hours,
         [
-            Series("prompt", [float(r["prompt"]) for r in rows]),
-            Series("completion", [float(r["completion"]) for r in rows]),
+            Series("prompt", [counted.get(h, (0.0, 0.0))[0] for h in hours]),
+            Series("completion", [counted.get(h, (0.0, 0.0))[1] for h in hours]),
         ],
+        start=hours[0],
+        end=hours[-1],
     )
+
+
+def _hours(since: datetime, until: datetime) -> list[datetime]:
+    """Each whole hour (UTC) from the one holding ``since`` to the one holding ``until``."""
+    hour = since.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    hours = []
+    while hour <= until:
+        hours.append(hour)
+        hour += timedelta(hours=1)
+    return hours
 
 
 @console_view
@@ -91,9 +106,9 @@ def usage(request: HttpRequest) -> HttpResponse:
     actor = actor_of(request)
     window = request.GET.get("window", "24h")
     window = window if window in WINDOWS else "24h"
-    records = UsageRecord.objects.filter(
-        organization=actor.organization, minute__gte=timezone.now() - WINDOWS[window]
-    )
+    until = timezone.now()
+    since = until - WINDOWS[window]
+    records = UsageRecord.objects.filter(organization=actor.organization, minute__gte=since)
     table = (
         records.values("api_key__name", "api_key__prefix", "deployment_slug")
         .annotate(
@@ -106,7 +121,7 @@ def usage(request: HttpRequest) -> HttpResponse:
     )
     context = {
         "rows": list(table[:200]),
-        "chart": _usage_chart(records),
+        "chart": _usage_chart(records, since, until),
         "window": window,
         "windows": list(WINDOWS),
     }

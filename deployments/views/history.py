@@ -4,10 +4,12 @@ charts, the events timeline and per-replica log tails."""
 from __future__ import annotations
 
 import itertools
+from datetime import timedelta
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.guard import actor_of, console_view
@@ -70,32 +72,32 @@ def revision_rollback(request: HttpRequest, slug: str, number: int) -> HttpRespo
     return redirect("endpoint-revisions", slug=endpoint.slug)
 
 
-def metric_charts(samples: list[MetricSample]) -> list[Chart]:
+def metric_charts(samples: list[MetricSample], minutes: int) -> list[Chart]:
+    """The endpoint's charts over the last ``minutes``: the x axis is that window, not the
+    samples' own span, so a few samples sit where they happened rather than filling the width."""
     times = [s.ts for s in samples]
+    end = timezone.now()
+    start = end - timedelta(minutes=minutes)
 
     def series(label: str, attr: str, scale: float = 1.0) -> Series:
         values = [getattr(s, attr) for s in samples]
         return Series(label, [None if v is None else v * scale for v in values])
 
+    def chart(title: str, unit: str, *lines: Series) -> Chart:
+        return Chart(title, unit, times, lines, start=start, end=end)
+
     return [
-        Chart("Requests", "req/s", times, [series("req/s", "requests_per_s")]),
-        Chart("Tokens", "tok/s", times, [series("tok/s", "tokens_per_s")]),
-        Chart(
-            "TTFT", "ms", times, [series("p50", "ttft_p50", 1000), series("p90", "ttft_p90", 1000)]
+        chart("Requests", "req/s", series("req/s", "requests_per_s")),
+        chart("Tokens", "tok/s", series("tok/s", "tokens_per_s")),
+        chart("TTFT", "ms", series("p50", "ttft_p50", 1000), series("p90", "ttft_p90", 1000)),
+        chart("ITL", "ms", series("p50", "itl_p50", 1000), series("p90", "itl_p90", 1000)),
+        chart(
+            "Requests in engine", "count", series("running", "running"), series("queued", "queued")
         ),
-        Chart("ITL", "ms", times, [series("p50", "itl_p50", 1000), series("p90", "itl_p90", 1000)]),
-        Chart(
-            "Requests in engine",
-            "count",
-            times,
-            [series("running", "running"), series("queued", "queued")],
-        ),
-        Chart("KV cache usage", "%", times, [series("KV", "kv_usage", 100)]),
-        Chart("Prefix cache hit rate", "%", times, [series("hit rate", "cache_hit_rate", 100)]),
-        Chart(
-            "Speculator accept length", "tokens", times, [series("accept", "spec_accept_length")]
-        ),
-        Chart("Replicas ready", "count", times, [series("ready", "replicas_ready")]),
+        chart("KV cache usage", "%", series("KV", "kv_usage", 100)),
+        chart("Prefix cache hit rate", "%", series("hit rate", "cache_hit_rate", 100)),
+        chart("Speculator accept length", "tokens", series("accept", "spec_accept_length")),
+        chart("Replicas ready", "count", series("ready", "replicas_ready")),
     ]
 
 
@@ -107,7 +109,7 @@ def endpoint_metrics(request: HttpRequest, slug: str) -> HttpResponse:
     samples = queries.recent_samples(endpoint, minutes=minutes)
     context = {
         "endpoint": endpoint,
-        "charts": metric_charts(samples),
+        "charts": metric_charts(samples, minutes),
         "window": str(minutes),
         # Refresh only while the endpoint runs; a stopped one produces no new samples.
         "live": endpoint.status not in ("stopped", "scaled_to_zero", "failed"),

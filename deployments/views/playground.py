@@ -12,12 +12,13 @@ console checks the key itself (for installations without a gateway process).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
@@ -26,11 +27,19 @@ from controlplane.guard import actor_of, console_view
 from controlplane.models import ApiKeyKind
 from controlplane.services import ServiceError
 from deployments import queries
+from deployments.api.errors import error_response
 from deployments.models import Deployment
 from deployments.views.endpoints import inference_url
 
-MAX_PROMPT_CHARS = 20_000
+# The playground's limits: enforced here, and rendered into the form's attributes from the same
+# numbers (the ``playground_limit`` template tag), so the page can never promise more.
+LIMITS = {"prompt": 20_000, "max_tokens": 4096, "key": 200}
+DEFAULT_MAX_TOKENS = 128
 UPSTREAM_TIMEOUT = httpx.Timeout(connect=5.0, read=120.0, write=10.0, pool=5.0)
+# A key goes into an Authorization header: letters, digits, "_" and "-" only (ours are).
+_KEY_SHAPE = re.compile(r"[A-Za-z0-9_-]+")
+# ASCII digits only: int() would also take " 12", "1_000" and other scripts' digits.
+_WHOLE_NUMBER = re.compile(r"[0-9]{1,9}")
 
 
 @require_POST
@@ -50,26 +59,68 @@ def playground_key(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "deployments/endpoint_detail.html#playground-key", context)
 
 
+class PlaygroundInvalid(Exception):
+    """The playground's inputs, refused: every field at fault, in the API's error shape."""
+
+    def __init__(self, fields: list[dict[str, Any]]):
+        super().__init__(fields[0]["message"])
+        self.fields = fields
+
+
+def _problem(field: str, code: str, message: str, fix: str | None = None) -> dict[str, Any]:
+    return {"field": field, "code": code, "message": message, "fix": fix}
+
+
+def _check_key(raw: str) -> dict[str, Any] | None:
+    if not raw:
+        return _problem(
+            "key", "required", "create a temporary key or paste an inference key", "press Create"
+        )
+    if len(raw) > LIMITS["key"] or not _KEY_SHAPE.fullmatch(raw):
+        return _problem("key", "invalid", "this is not an inference key", "paste a pli_ key")
+    return None
+
+
+def _check_prompt(raw: str) -> dict[str, Any] | None:
+    if not raw:
+        return _problem("prompt", "required", "write a prompt")
+    if len(raw) > LIMITS["prompt"]:
+        return _problem(
+            "prompt", "too_long", f"prompts are limited to {LIMITS['prompt']} characters"
+        )
+    return None
+
+
+def _max_tokens(raw: str) -> int | dict[str, Any]:
+    """The requested max tokens, or the problem with it."""
+    limit = LIMITS["max_tokens"]
+    if not raw:
+        return DEFAULT_MAX_TOKENS
+    if not _WHOLE_NUMBER.fullmatch(raw):
+        return _problem("max_tokens", "invalid_type", "max tokens: enter a whole number", "e.g. 64")
+    if not 1 <= int(raw) <= limit:
+        return _problem(
+            "max_tokens", "out_of_range", f"max tokens must be between 1 and {limit}",
+            f"use at most {limit}",
+        )  # fmt: skip
+    return int(raw)
+
+
 def _parse(request: HttpRequest) -> dict[str, Any]:
+    """The playground's three inputs, each checked against its limit (all problems at once)."""
     key = request.POST.get("key", "").strip()
     prompt = request.POST.get("prompt", "").strip()
-    if not key:
-        raise ServiceError("create a temporary key or paste an inference key", field="key")
-    if not prompt:
-        raise ServiceError("write a prompt", field="prompt")
-    if len(prompt) > MAX_PROMPT_CHARS:
-        raise ServiceError(f"prompts are limited to {MAX_PROMPT_CHARS} characters", field="prompt")
-    try:
-        max_tokens = int(request.POST.get("max_tokens") or 128)
-    except ValueError:
-        raise ServiceError("max tokens: enter a whole number", field="max_tokens") from None
-    if not 1 <= max_tokens <= 4096:
-        raise ServiceError("max tokens must be between 1 and 4096", field="max_tokens")
+    max_tokens = _max_tokens(request.POST.get("max_tokens", "").strip())
+    problems = [p for p in (_check_key(key), _check_prompt(prompt)) if p is not None]
+    if isinstance(max_tokens, dict):
+        problems.append(max_tokens)
+    if problems:
+        raise PlaygroundInvalid(problems)
     return {"key": key, "prompt": prompt, "max_tokens": max_tokens}
 
 
 def _upstream(request: HttpRequest, endpoint: Deployment, key: str) -> str:
-    if getattr(settings, "PLINTH_PLAYGROUND_UPSTREAM", "gateway") != "router":
+    if settings.PLINTH_PLAYGROUND_UPSTREAM != "router":
         return inference_url(endpoint.slug) + "/chat/completions"
     found = platform.authenticate_key(key, kind=ApiKeyKind.INFERENCE)
     if (
@@ -90,8 +141,11 @@ def playground_chat(request: HttpRequest, slug: str) -> HttpResponse:
     try:
         params = _parse(request)
         url = _upstream(request, endpoint, params["key"])
+    except PlaygroundInvalid as exc:
+        return error_response(422, str(exc), code="invalid", fields=exc.fields)
     except ServiceError as exc:
-        return JsonResponse({"error": {"message": exc.message, "field": exc.field}}, status=400)
+        fields = [_problem(exc.field or "", exc.code, exc.detail)]
+        return error_response(422, exc.message, code=exc.code, fields=fields)
     spec = endpoint.target_revision.spec if endpoint.target_revision else {}
     model = spec.get("model", {})
     body = {

@@ -46,7 +46,7 @@ def _form_context(values: dict[str, Any], issues: list[Issue], est: Any) -> dict
         "estimate": est,
         "memory": _memory_bar(est),
         "models": forms.model_choices(),
-        "custom_arch": any(k.startswith(forms.ARCH_PREFIX) for k in values),
+        "custom_arch": forms.uses_custom_architecture(values),
         "error_count": sum(1 for i in issues if i.is_error),
         "warnings": [i for i in issues if not i.is_error],
     }
@@ -58,10 +58,13 @@ def _memory_bar(est: Any) -> list[dict[str, Any]]:
         return []
     capacity = est.capacity_gib or 1
     parts = [("weights", est.weights_gib), ("kv", est.kv_cache_gib), ("reserve", est.reserve_gib)]
-    return [
-        {"name": name, "gib": gib, "pct": round(min(100, 100 * (gib or 0) / capacity), 1)}
-        for name, gib in parts
-    ]
+    segments, offset = [], 0.0
+    for name, gib in parts:
+        pct = round(min(100, 100 * (gib or 0) / capacity), 1)
+        # Drawn as SVG rects (x, width): the CSP allows no inline style="width:…".
+        segments.append({"name": name, "gib": gib, "pct": pct, "offset": round(offset, 1)})
+        offset += pct
+    return segments
 
 
 @require_POST
@@ -123,7 +126,7 @@ def _issues_of(exc: ServiceError) -> list[Issue]:
             error(i["field"].removeprefix("spec."), i["code"], i["message"], i.get("fix"))
             for i in found
         ]
-    return [error((exc.field or "").removeprefix("spec."), exc.code, exc.message)]
+    return [error((exc.field or "").removeprefix("spec."), exc.code, exc.detail)]
 
 
 def _meta_error(issues: list[Issue]) -> dict[str, str]:

@@ -92,13 +92,29 @@ def edit_and_roll_back(page: Page) -> None:
     expect(page.locator("#revision-3")).to_contain_text("rollback to r1")
 
 
+def watch_the_rollback_serve(page: Page) -> None:
+    """The overview follows the rollback live: it polls (the target is not serving yet) until
+    revision 3 serves alone, then stops, without a reload."""
+    page.get_by_role("link", name="Overview", exact=True).click()
+    page.evaluate("window.__sameDocument = true")
+    card = page.locator("#status-card")
+    expect(card).to_have_attribute("data-settled", "true", timeout=COME_UP_MS)
+    expect(card).to_have_attribute("data-status", "active")
+    expect(card).to_contain_text("r3 serving")
+    expect(card).not_to_contain_text("rolling out")
+    expect(card).to_contain_text(re.compile(r"Replicas ready\s*1 / 1"))
+    assert page.evaluate("window.__sameDocument === true")
+
+
 def create_and_revoke_a_key(page: Page) -> None:
-    page.get_by_role("link", name="API keys", exact=True).click()
+    keys_link = page.get_by_role("navigation", name="Main").get_by_role("link", name="API keys")
+    keys_link.click()
     page.fill("#key-name", "ci")
     page.click("#create-key")
     expect(page.locator("#created-key")).to_have_value(re.compile(r".{24,}"))
-    page.get_by_role("link", name="API keys", exact=True).click()
+    page.reload()  # post/redirect/get: a reload neither shows the key again nor makes another
     expect(page.locator("#created-key")).to_have_count(0)  # shown once only
+    expect(page.locator("tr", has_text="ci")).to_have_count(1)
     page.locator("tr", has_text="ci").get_by_role("button", name="Revoke").click()
     expect(page.locator("tr", has_text="ci")).to_contain_text("revoked")
 
@@ -115,6 +131,10 @@ def test_create_watch_call_edit_roll_back_and_delete(
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{live_console.diagnostics()}") from exc
     edit_and_roll_back(page)
+    try:
+        watch_the_rollback_serve(page)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{live_console.diagnostics()}") from exc
     create_and_revoke_a_key(page)
 
     page.goto(f"{live_console.url}/endpoints/chat/delete/")
@@ -172,6 +192,7 @@ PAGES = [
     ("clusters", "/clusters/"),
     ("secrets", "/secrets/"),
     ("audit", "/audit/"),
+    ("invitations", "/invitations/"),
     ("not-found", "/endpoints/nothing-here/"),
 ]
 
@@ -188,6 +209,16 @@ STYLE_PROBE = """() => {
     unstyledButtons,
   };
 }"""
+
+
+def watch_csp(page: Page) -> list[str]:
+    """Every Content-Security-Policy refusal Chromium reports on ``page`` (filled as it runs)."""
+    refused: list[str] = []
+    page.on(
+        "console",
+        lambda msg: refused.append(msg.text) if "Content Security Policy" in msg.text else None,
+    )
+    return refused
 
 
 def _check_page(page: Page, name: str, width: int) -> None:
@@ -208,6 +239,7 @@ def test_every_page_at_desktop_and_phone_width(
     for width, height in ((1280, 900), (390, 844)):
         context = browser.new_context(viewport={"width": width, "height": height})
         page = context.new_page()
+        refused = watch_csp(page)
         page.goto(f"{live_console.url}/login/")
         _check_page(page, "login", width)
         page.screenshot(path=SCREENSHOTS / f"login-{width}.png", full_page=True)
@@ -224,4 +256,39 @@ def test_every_page_at_desktop_and_phone_width(
             assert response.status == (404 if name == "not-found" else 200), name
             _check_page(page, name, width)
             page.screenshot(path=SCREENSHOTS / f"{name}-{width}.png", full_page=True)
+            assert not refused, f"{name}: the Content-Security-Policy blocked {refused}"
         context.close()
+
+
+def test_an_invited_person_joins_by_accepting_under_the_csp(
+    browser: Browser, live_console: LiveConsole, cast: Cast
+) -> None:
+    from django.contrib.auth import get_user_model
+
+    erin = get_user_model().objects.create_user("erin", password=PASSWORD)
+    admin = browser.new_context().new_page()
+    refused = watch_csp(admin)
+    sign_in(admin, live_console)
+    admin.goto(f"{live_console.url}/members/")
+    admin.fill("#member-username", "erin")
+    admin.select_option("#member-role", "developer")
+    admin.get_by_role("button", name="Invite").click()
+    expect(admin.locator(".flash")).to_contain_text("They join when they sign in and accept")
+    # A confirm the admin dismisses (console.js, no inline handler) leaves the invitation be.
+    admin.once("dialog", lambda dialog: dialog.dismiss())
+    admin.locator("#pending-invitations").get_by_role("button", name="Revoke").click()
+    expect(admin.locator("#pending-invitations")).to_contain_text("erin")
+
+    person = browser.new_context().new_page()
+    refused += watch_csp(person)
+    person.goto(f"{live_console.url}/login/")
+    person.fill("#id_username", "erin")
+    person.fill("#id_password", PASSWORD)
+    person.click("button[type=submit]")
+    person.get_by_role("link", name=re.compile("invitations", re.I)).first.click()
+    expect(person.locator("#my-invitations")).to_contain_text("Acme")
+    person.get_by_role("button", name="Accept").click()
+    expect(person.get_by_role("heading", name="Endpoints")).to_be_visible()
+    expect(person.locator(".flash")).to_contain_text("You joined Acme as developer")
+    assert erin.memberships.get().role == "developer"
+    assert not refused, f"the Content-Security-Policy blocked {refused}"

@@ -14,6 +14,7 @@ from django.test import Client
 
 from controlplane.models import ApiKey
 from deployments.models import Deployment
+from deployments.views.playground import LIMITS
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
@@ -32,17 +33,58 @@ def test_viewers_get_no_playground_key(carol: Client, endpoint: Deployment) -> N
     assert not ApiKey.objects.exists()
 
 
+def _refused(client: Client, form: dict[str, str]) -> list[str]:
+    """POST the playground form; the fields it names, after checking the error shape."""
+    response = client.post("/endpoints/chat/playground/chat/", form)
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] and error["message"] == error["fields"][0]["message"]
+    assert all(set(f) == {"field", "code", "message", "fix"} for f in error["fields"])
+    return [f["field"] for f in error["fields"]]
+
+
 def test_a_chat_without_a_key_or_prompt_names_the_field(
     alice: Client, endpoint: Deployment
 ) -> None:
-    no_key = alice.post("/endpoints/chat/playground/chat/", {"prompt": "hi"})
-    assert no_key.status_code == 400 and no_key.json()["error"]["field"] == "key"
-    no_prompt = alice.post("/endpoints/chat/playground/chat/", {"key": "pk_x", "prompt": " "})
-    assert no_prompt.json()["error"]["field"] == "prompt"
-    bad_max = alice.post(
-        "/endpoints/chat/playground/chat/", {"key": "pk_x", "prompt": "hi", "max_tokens": "lots"}
-    )
-    assert bad_max.status_code == 400 and bad_max.json()["error"]["field"] == "max_tokens"
+    assert _refused(alice, {"prompt": "hi"}) == ["key"]
+    assert _refused(alice, {"key": "pk_x", "prompt": " "}) == ["prompt"]
+    assert _refused(alice, {"key": "pk_x", "prompt": "hi", "max_tokens": "lots"}) == ["max_tokens"]
+    assert _refused(alice, {}) == ["key", "prompt"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_tokens", "100000"),  # the form's own limit is 4096: the server holds to it
+        ("max_tokens", "4097"),
+        ("max_tokens", "0"),
+        ("max_tokens", "-5"),
+        ("max_tokens", "1e3"),
+        ("max_tokens", "64.5"),
+        ("max_tokens", "1_000"),
+        ("max_tokens", "\uff16\uff14"),  # fullwidth digits, which int() would take
+        ("max_tokens", "9" * 40),
+        ("prompt", "x" * 20_001),
+        ("key", "pli_" + "a" * 300),
+        ("key", "pli_k\r\nX-Injected: 1"),
+    ],
+)
+def test_every_playground_input_is_held_to_its_limit(
+    alice: Client, endpoint: Deployment, field: str, value: str
+) -> None:
+    form = {"key": "pli_k", "prompt": "hi", "max_tokens": "8", field: value}
+    assert _refused(alice, form) == [field]
+
+
+def test_the_form_promises_the_limits_the_server_enforces(
+    alice: Client, endpoint: Deployment
+) -> None:
+    page = alice.get("/endpoints/chat/").content.decode()
+    limit = LIMITS["max_tokens"]
+    assert f'max="{limit}"' in page.split('id="playground-max"')[1].split(">")[0]
+    assert f'maxlength="{LIMITS["prompt"]}"' in page.split('id="playground-prompt"')[1]
+    form = {"key": "pli_k", "prompt": "hi", "max_tokens": str(limit + 1)}
+    assert _refused(alice, form) == ["max_tokens"]
 
 
 def test_the_playground_of_another_org_is_missing(bob: Client, endpoint: Deployment) -> None:
@@ -55,11 +97,11 @@ def test_router_mode_checks_the_key_itself(
 ) -> None:
     settings.PLINTH_PLAYGROUND_UPSTREAM = "router"  # type: ignore[attr-defined]
     response = alice.post("/endpoints/chat/playground/chat/", {"key": "pk_bogus", "prompt": "hi"})
-    assert response.status_code == 400
-    assert response.json()["error"] == {
-        "message": "this key cannot call this endpoint",
-        "field": "key",
-    }
+    assert response.status_code == 422
+    assert response.json()["error"]["fields"] == [
+        {"field": "key", "code": "invalid", "message": "this key cannot call this endpoint",
+         "fix": None},
+    ]  # fmt: skip
 
 
 class _FakeGateway(BaseHTTPRequestHandler):

@@ -57,7 +57,7 @@ def test_metrics_render_charts_from_samples(alice: Client, endpoint: Deployment)
             requests_per_s=2.0 + i, ttft_p50=0.05, ttft_p90=None,
         )  # fmt: skip
     page = alice.get("/endpoints/chat/metrics/").content.decode()
-    assert page.count("<svg") == 9 and "<polyline" in page
+    assert page.count('<div class="chart" role="img"') == 9 and "<polyline" in page
     partial = alice.get("/endpoints/chat/metrics/?window=15", HTTP_HX_REQUEST="true")
     assert b"<html" not in partial.content and b"<svg" in partial.content
 
@@ -65,4 +65,5 @@ def test_metrics_render_charts_from_samples(alice: Client, endpoint: Deployment)
 def test_a_single_sample_is_drawn_as_a_dot(alice: Client, endpoint: Deployment) -> None:
     MetricSample.objects.create(deployment=endpoint, ts=timezone.now(), requests_per_s=1.0)
     page = alice.get("/endpoints/chat/metrics/").content.decode()
-    assert "<circle" in page and "no data yet" in page  # e.g. no speculator: nothing to draw
+    assert 'class="chart-dot"' in page and "no data yet" in page  # e.g. no speculator
+    assert "<circle" not in page  # a circle would be stretched into an ellipse with the plot

@@ -6,13 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.http import QueryDict
 from django.test import Client
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from deployments import services
+from deployments import forms, services
 from deployments.models import Deployment
 from tests.conftest import Cast
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
+SPEC_GPU = {"gpu": "H100-SXM"}
 FORM = {
     "model.source": "meta-llama/Llama-3.1-8B-Instruct",
     "hardware.gpu": "H100-SXM",
@@ -167,3 +171,75 @@ def test_bad_values_are_field_errors_never_server_errors(
     saved = alice.post("/endpoints/new/", {**FORM, field: value, "slug": "fz"})
     assert saved.status_code == 422
     assert not Deployment.objects.exists()
+
+
+# The page posts every architecture input (hidden while the box is unticked) and the toggle's
+# hidden "false"; a refused save must re-render the box as it was posted, not as "ticked".
+ARCH_INPUTS = {f.path: "" for f in forms.ALL_FIELDS if f.path.startswith(forms.ARCH_PREFIX)}
+UNTICKED = {**ARCH_INPUTS, forms.CUSTOM_ARCH_TOGGLE: "false"}
+
+
+def _arch_toggle(body: str) -> str:
+    return body.split('id="arch-toggle"')[1].split(">")[0]
+
+
+def test_a_refused_create_keeps_the_catalogue_architecture(
+    alice: Client, cast: Cast, endpoint: Deployment
+) -> None:
+    response = alice.post("/endpoints/new/", {**_form(), **UNTICKED, "slug": "chat"})
+    assert response.status_code == 422  # the slug is taken
+    body = response.content.decode()
+    assert "checked" not in _arch_toggle(body)
+    assert 'data-field="model.architecture' not in body
+    assert "1 setting to fix" in body  # the slug, and nothing else
+
+
+def test_a_conflicting_edit_keeps_the_catalogue_architecture(
+    cast: Cast, alice: Client, endpoint: Deployment
+) -> None:
+    dave = cast.actor(cast.dave, cast.acme)
+    changed = {**endpoint.target_revision.spec, "batching": {"max_running_requests": 8}}
+    services.update_settings(dave, endpoint.pk, spec=changed, base_revision=1)
+    form = {**_form(), **UNTICKED, "base_revision": "1"}
+    response = alice.post("/endpoints/chat/settings/", form)
+    assert response.status_code == 409
+    assert "checked" not in _arch_toggle(response.content.decode())
+
+
+def test_a_refused_custom_architecture_stays_ticked(alice: Client, cast: Cast) -> None:
+    form = {**_form(model__source="acme/private"), **ARCH_INPUTS, "slug": "Bad Slug"}
+    form[forms.CUSTOM_ARCH_TOGGLE] = ["false", "true"]
+    response = alice.post("/endpoints/new/", form)
+    assert response.status_code == 422
+    body = response.content.decode()
+    assert "checked" in _arch_toggle(body)
+    assert 'data-field="model.architecture.num_layers"' in body
+
+
+def test_the_edit_page_of_a_custom_architecture_is_ticked(alice: Client, cast: Cast) -> None:
+    arch = {
+        "num_layers": 24, "hidden_size": 2048, "num_attention_heads": 16, "num_kv_heads": 8,
+        "head_dim": 128, "vocab_size": 32000, "params_b": 1.5, "max_context": 8192,
+    }  # fmt: skip
+    spec = {"model": {"source": "acme/private", "architecture": arch}, "hardware": SPEC_GPU}
+    services.create_deployment(cast.actor(cast.alice, cast.acme), slug="own", name="o", spec=spec)
+    assert "checked" in _arch_toggle(alice.get("/endpoints/own/settings/").content.decode())
+    assert "checked" not in _arch_toggle(alice.get("/endpoints/new/").content.decode())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ticked=st.booleans(),
+    typed=st.dictionaries(
+        st.sampled_from(sorted(ARCH_INPUTS)), st.sampled_from(["", "0", "24", "x", " "])
+    ),
+)
+def test_the_toggle_alone_decides_a_custom_architecture(
+    ticked: bool, typed: dict[str, str]
+) -> None:
+    post = QueryDict(mutable=True)
+    post.update({**FORM, **ARCH_INPUTS, **typed})
+    post.setlist(forms.CUSTOM_ARCH_TOGGLE, ["false", "true"] if ticked else ["false"])
+    parsed = forms.parse_spec(post)
+    assert forms.uses_custom_architecture(forms.posted_values(post, parsed)) is ticked
+    assert ("architecture" in parsed.data.get("model", {})) is ticked

@@ -1,0 +1,208 @@
+"""What every operation of the OpenAPI document must answer to whom: the role matrix of the README.
+
+README: viewer reads; developer creates, edits, scales, stops, starts, rolls back and deletes
+endpoints (and makes inference keys); admin manages members, keys, secrets and clusters; only
+owners make owners. Objects of another organization answer 404. An inference key is refused on
+the management API. The routes about a person (``/me/...``) take that person's session only.
+
+One entry per documented operation, keyed ``(METHOD, path)`` exactly as the document spells it.
+The sweep fails on a documented operation missing here, so a new route must be classified
+before it ships. An entry is one or more variants: the least role that succeeds, how another
+organization's caller is judged (``Scope``), and a request that would succeed for that role
+(so a refusal is the role check or the organization scope, never a 422 on a sloppy body).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from controlplane.models import Role
+from tests.sweep.world import SPEC, World
+
+
+class Scope(Enum):
+    # The path names an Acme object: other organizations get 404 (403 below the role).
+    OBJECT = "object"
+    # About the caller's own organization: others get their own data, never a trace of Acme.
+    COLLECTION = "collection"
+    # Creates something that points at an Acme object named in the body: others are refused.
+    REFERENCE = "reference"
+    # The same for everyone signed in (catalogues, the dry-run check).
+    PUBLIC = "public"
+
+
+PERSON = None  # min_role of the routes about a person: only the addressee succeeds
+
+
+@dataclass(frozen=True)
+class Variant:
+    min_role: str | None
+    scope: Scope
+    path: Callable[[World], dict[str, str]] = field(default=lambda w: {})
+    body: Callable[[World], Any] | None = None
+    query: str = ""
+    label: str = ""
+
+
+def _endpoint(w: World) -> dict[str, str]:
+    return {"deployment_id": str(w.endpoint.pk)}
+
+
+def _by_slug(w: World) -> dict[str, str]:
+    return {"deployment_id": w.endpoint.slug}
+
+
+def _invitation(w: World) -> dict[str, str]:
+    return {"invitation_id": str(w.invitation.pk)}
+
+
+def _member(w: World) -> dict[str, str]:
+    return {"member_id": str(w.target_member.pk)}
+
+
+V, R = Variant, Role
+EP = "/api/v1/deployments/{deployment_id}"
+
+EXPECTED: dict[tuple[str, str], tuple[Variant, ...]] = {
+    # --- endpoints ---
+    ("GET", "/api/v1/deployments"): (V(R.VIEWER, Scope.COLLECTION),),
+    ("POST", "/api/v1/deployments"): (
+        V(
+            R.DEVELOPER,
+            Scope.REFERENCE,
+            body=lambda w: {"slug": "sweep-new", "spec": SPEC, "cluster_id": str(w.cluster.pk)},
+            label="on Acme's cluster",
+        ),
+    ),
+    ("GET", EP): (
+        V(R.VIEWER, Scope.OBJECT, _endpoint),
+        V(R.VIEWER, Scope.OBJECT, _by_slug, label="by slug"),
+    ),
+    ("PATCH", EP): (
+        V(
+            R.DEVELOPER,
+            Scope.OBJECT,
+            _endpoint,
+            body=lambda w: {"spec": SPEC, "base_revision": 2, "message": "sweep"},
+        ),
+    ),
+    ("DELETE", EP): (V(R.DEVELOPER, Scope.OBJECT, _by_slug),),
+    ("POST", EP + "/scale"): (
+        V(R.DEVELOPER, Scope.OBJECT, _endpoint, body=lambda w: {"replicas": 2}),
+    ),
+    ("POST", EP + "/stop"): (V(R.DEVELOPER, Scope.OBJECT, _endpoint, body=lambda w: {}),),
+    ("POST", EP + "/start"): (V(R.DEVELOPER, Scope.OBJECT, _by_slug, body=lambda w: {}),),
+    ("POST", EP + "/rollback"): (
+        V(R.DEVELOPER, Scope.OBJECT, _endpoint, body=lambda w: {"to_revision": 1}),
+    ),
+    # --- revisions and observations ---
+    ("GET", EP + "/revisions"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
+    ("GET", EP + "/revisions/diff"): (V(R.VIEWER, Scope.OBJECT, _endpoint, query="from=1&to=2"),),
+    ("GET", EP + "/revisions/{number}"): (
+        V(R.VIEWER, Scope.OBJECT, lambda w: {**_endpoint(w), "number": "1"}),
+    ),
+    ("GET", EP + "/events"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
+    ("GET", EP + "/metrics"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
+    ("GET", EP + "/usage"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
+    ("GET", "/api/v1/usage"): (V(R.VIEWER, Scope.COLLECTION),),
+    # --- catalogues ---
+    ("GET", "/api/v1/gpus"): (V(R.VIEWER, Scope.PUBLIC),),
+    ("GET", "/api/v1/models"): (V(R.VIEWER, Scope.PUBLIC),),
+    ("POST", "/api/v1/validate"): (V(R.VIEWER, Scope.PUBLIC, body=lambda w: {"spec": SPEC}),),
+    # --- keys ---
+    ("GET", "/api/v1/api-keys"): (V(R.VIEWER, Scope.COLLECTION),),
+    ("POST", "/api/v1/api-keys"): (
+        V(
+            R.DEVELOPER,
+            Scope.REFERENCE,
+            body=lambda w: {
+                "name": "sweep inference",
+                "kind": "inference",
+                "allowed_deployment_ids": [str(w.endpoint.pk)],
+            },
+            label="inference key for Acme's endpoint",
+        ),
+        V(
+            R.ADMIN,
+            Scope.COLLECTION,
+            body=lambda w: {"name": "sweep admin", "kind": "management", "role": "admin"},
+            label="management key",
+        ),
+    ),
+    ("DELETE", "/api/v1/api-keys/{key_id}"): (
+        V(
+            R.DEVELOPER,
+            Scope.OBJECT,
+            lambda w: {"key_id": str(w.inference_key.pk)},
+            label="an inference key",
+        ),
+        V(
+            R.ADMIN,
+            Scope.OBJECT,
+            lambda w: {"key_id": str(w.spare_management_key.pk)},
+            label="a management key",
+        ),
+    ),
+    # --- secrets ---
+    ("GET", "/api/v1/secrets"): (V(R.DEVELOPER, Scope.COLLECTION),),
+    ("POST", "/api/v1/secrets"): (
+        V(
+            R.ADMIN,
+            Scope.COLLECTION,
+            body=lambda w: {"name": "sweep-new-secret", "value": "sweep value"},
+        ),
+    ),
+    ("DELETE", "/api/v1/secrets/{secret_id}"): (
+        V(R.ADMIN, Scope.OBJECT, lambda w: {"secret_id": str(w.spare_secret.pk)}),
+    ),
+    # --- clusters ---
+    ("GET", "/api/v1/clusters"): (V(R.VIEWER, Scope.COLLECTION),),
+    ("POST", "/api/v1/clusters"): (
+        V(
+            R.ADMIN,
+            Scope.REFERENCE,
+            body=lambda w: {
+                "name": "sweep-new-cluster",
+                "kubeconfig_secret_id": str(w.kubeconfig_secret.pk),
+            },
+            label="with Acme's kubeconfig",
+        ),
+    ),
+    ("GET", "/api/v1/clusters/{cluster_id}"): (
+        V(R.VIEWER, Scope.OBJECT, lambda w: {"cluster_id": str(w.cluster.pk)}),
+    ),
+    ("DELETE", "/api/v1/clusters/{cluster_id}"): (
+        V(R.ADMIN, Scope.OBJECT, lambda w: {"cluster_id": str(w.cluster.pk)}),
+    ),
+    # --- members and invitations ---
+    ("GET", "/api/v1/members"): (V(R.VIEWER, Scope.COLLECTION),),
+    ("POST", "/api/v1/members"): (
+        V(
+            R.ADMIN,
+            Scope.COLLECTION,
+            body=lambda w: {"username": "sweep_newcomer", "role": "developer"},
+        ),
+        V(
+            R.OWNER,
+            Scope.COLLECTION,
+            body=lambda w: {"username": "sweep_newcomer", "role": "owner"},
+            label="as an owner",
+        ),
+    ),
+    ("PATCH", "/api/v1/members/{member_id}"): (
+        V(R.ADMIN, Scope.OBJECT, _member, body=lambda w: {"role": "viewer"}),
+    ),
+    ("DELETE", "/api/v1/members/{member_id}"): (V(R.ADMIN, Scope.OBJECT, _member),),
+    ("GET", "/api/v1/invitations"): (V(R.ADMIN, Scope.COLLECTION),),
+    ("DELETE", "/api/v1/invitations/{invitation_id}"): (V(R.ADMIN, Scope.OBJECT, _invitation),),
+    ("GET", "/api/v1/me/invitations"): (V(PERSON, Scope.COLLECTION),),
+    ("POST", "/api/v1/me/invitations/{invitation_id}/accept"): (
+        V(PERSON, Scope.OBJECT, _invitation, body=lambda w: {}),
+    ),
+    ("POST", "/api/v1/me/invitations/{invitation_id}/decline"): (
+        V(PERSON, Scope.OBJECT, _invitation, body=lambda w: {}),
+    ),
+}

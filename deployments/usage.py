@@ -1,12 +1,22 @@
-"""Usage flush: the gateway's Redis counters into UsageRecord rows, and last-request times.
+"""Usage flush: the gateway's Redis counters into UsageRecord, exactly once; last-request times.
 
 The gateway counts per key, endpoint and minute in a Redis hash per minute
-(``gateway.metering``). A flush takes each minute's hash out of the way first (RENAME to a
-processing name, atomic, so later increments start a fresh hash), adds its counts to the rows
-with one ``INSERT ... ON CONFLICT DO UPDATE SET x = x + EXCLUDED.x`` in a transaction, and
-deletes the processing hash only after that commits. A flush that dies midway leaves the
-processing hash for the next one, so counts are never dropped; adding, never overwriting,
-makes flushing a minute twice in pieces (the current minute on demand) come out right.
+(``gateway.metering``), listing the minute in a set, both in one MULTI/EXEC. A flush claims
+each closed minute by renaming its hash to a processing name that is unique to this claim (the
+batch) and taking the minute off the set, both in one MULTI/EXEC too: a flush that dies there
+either claimed the minute whole or left it listed, and the gateway's next increments start a
+fresh hash. It then adds the batch's counts to the rows (``INSERT ... ON CONFLICT DO UPDATE SET
+x = x + EXCLUDED.x``) and records the batch's name (``UsageFlushBatch``) in the same
+transaction, and deletes the batch from Redis only after that commits. A flush that dies
+before the commit leaves the batch for the next flush, which adds it; one that dies after
+the commit leaves a batch the next flush finds recorded, so it only deletes it. Every count is
+added exactly once, whatever step a flush dies at (``tests/gateway/test_usage_flush.py`` kills
+one after each step). Adding, never overwriting, makes a minute flushed in several
+batches (the current minute on demand) come out right.
+
+Counts reach UsageRecord once their minute has closed (``GRACE_SECONDS`` after its end) and
+beat has run the next flush (every ``PLINTH_USAGE_FLUSH_S``, 15 s): up to about 80 seconds after
+a call (README: Calling an endpoint; the console's Usage page says so too).
 
 The gateway's metering module is not imported: these key names are the contract between the
 two processes and are repeated here on purpose.
@@ -20,15 +30,17 @@ import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import redis
 from django.conf import settings
 from django.db import connection, transaction
+from django.utils import timezone
 
+from controlplane import redis_clients
 from controlplane.models import ApiKey
 from deployments import services
-from deployments.models import UsageRecord
+from deployments.models import UsageFlushBatch, UsageRecord
 
 USAGE_PREFIX = "plinth:usage:"
 MINUTES_SET = "plinth:usage:minutes"
@@ -39,6 +51,8 @@ LOCK_KEY = "plinth:usage:flush-lock"
 COUNTERS = ("requests", "prompt_tokens", "cached_tokens", "completion_tokens")
 # A minute is closed once this many seconds past its end: late requests have finished counting.
 GRACE_SECONDS = 5
+# A batch's record outlives the batch by far: it is deleted from Redis by the same or next flush.
+BATCH_RETENTION = timedelta(days=7)
 logger = logging.getLogger(__name__)
 
 
@@ -52,7 +66,7 @@ class FlushResult:
 
 
 def _client() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
+    return redis_clients.client(settings.REDIS_URL)
 
 
 def flush_usage(*, include_current: bool = False, client: redis.Redis | None = None) -> FlushResult:
@@ -67,38 +81,63 @@ def flush_usage(*, include_current: bool = False, client: redis.Redis | None = N
         for name in sorted(client.scan_iter(match=f"{PROCESSING_PREFIX}*")):
             _flush_hash(client, name, result)
         result.endpoints_touched = flush_last_requests(client)
+        prune_batches()
     finally:
         lock.release()
     return result
 
 
 def _claim_minutes(client: redis.Redis, include_current: bool) -> None:
-    """Rename each closed minute's hash to its processing name (merging into a leftover one)."""
+    """Rename each closed minute's hash to a batch name of its own and unlist the minute."""
     newest = int((time.time() - GRACE_SECONDS) // 60) * 60
     for raw in client.smembers(MINUTES_SET):
         minute = int(raw)
         if minute >= newest and not include_current:
             continue
-        client.srem(MINUTES_SET, raw)
-        source = f"{USAGE_PREFIX}{minute}"
-        target = f"{PROCESSING_PREFIX}{minute}:{uuid.uuid4().hex}"
-        try:
-            client.rename(source, target)
-        except redis.ResponseError:
-            continue  # no such key: nothing was counted, or it was claimed already
+        # One MULTI/EXEC: unlisting without renaming would orphan the minute's counts.
+        pipe = client.pipeline(transaction=True)
+        pipe.rename(f"{USAGE_PREFIX}{minute}", f"{PROCESSING_PREFIX}{minute}:{uuid.uuid4().hex}")
+        pipe.srem(MINUTES_SET, raw)
+        # RENAME fails when no hash exists (nothing was counted): the minute is unlisted anyway.
+        pipe.execute(raise_on_error=False)
 
 
 def _flush_hash(client: redis.Redis, name: bytes, result: FlushResult) -> None:
-    minute = int(name.decode().removeprefix(PROCESSING_PREFIX).split(":", 1)[0])
+    batch = name.decode()
+    minute = int(batch.removeprefix(PROCESSING_PREFIX).split(":", 1)[0])
     counts = _parse_counts(client.hgetall(name))
     rows = _usage_rows(counts, datetime.fromtimestamp(minute, tz=UTC), result)
     with transaction.atomic():
-        _upsert(rows)
-    # Only after the rows are committed: a crash before this line repeats nothing but the DEL.
+        # False when a flush that died before deleting the batch had committed it already.
+        first_time = _record_batch(batch)
+        if first_time:
+            _upsert(rows)
     client.delete(name)
-    result.minutes += 1
-    result.rows += len(rows)
-    result.requests += sum(row[5] for row in rows)
+    if first_time:
+        result.minutes += 1
+        result.rows += len(rows)
+        result.requests += sum(row[5] for row in rows)
+
+
+def _record_batch(batch: str) -> bool:
+    """Record the batch as flushed; False if it was already. A concurrent flush of the same
+    batch waits here for the first one's commit and then gets False."""
+    table = UsageFlushBatch._meta.db_table
+    sql = (
+        f"INSERT INTO {table} (batch, flushed_at) VALUES (%s, %s) "  # noqa: S608 (names are ours)
+        "ON CONFLICT (batch) DO NOTHING RETURNING batch"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [batch, timezone.now()])
+        return cursor.fetchone() is not None
+
+
+def prune_batches() -> int:
+    """Forget batches flushed long ago (their Redis hashes were deleted long before)."""
+    deleted, _ = UsageFlushBatch.objects.filter(
+        flushed_at__lt=timezone.now() - BATCH_RETENTION
+    ).delete()
+    return deleted
 
 
 Counts = dict[tuple[str, str, str], dict[str, int]]

@@ -1,7 +1,10 @@
 """Errors the gateway answers itself, always in OpenAI's error shape.
 
 ``{"error": {"message", "type", "param", "code"}}``: the shape the ``openai`` client parses,
-so its exceptions carry the message and code a user needs.
+so its exceptions carry the message and code a user needs. A condition that clears by itself
+(no ready replica yet, a rate limit) carries ``Retry-After``; one that does not (a stopped
+endpoint) carries ``x-should-retry: false``, which the official clients obey instead of
+retrying by status code.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ class GatewayError(Exception):
         type: str = "invalid_request_error",
         param: str | None = None,
         retry_after: float | None = None,
+        retryable: bool | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -28,6 +32,7 @@ class GatewayError(Exception):
         self.type = type
         self.param = param
         self.retry_after = retry_after
+        self.retryable = retryable
 
     def body(self) -> bytes:
         error = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
@@ -38,6 +43,8 @@ class GatewayError(Exception):
         if self.retry_after is not None:
             seconds = max(1, math.ceil(self.retry_after))
             headers.append((b"retry-after", str(seconds).encode()))
+        if self.retryable is not None:
+            headers.append((b"x-should-retry", b"true" if self.retryable else b"false"))
         if self.status == 401:
             headers.append((b"www-authenticate", b'Bearer realm="plinth"'))
         return headers

@@ -27,8 +27,11 @@ logger = logging.getLogger("plinth.gateway")
 
 def not_ready(endpoint: Endpoint) -> GatewayError:
     if endpoint.desired_state == "stopped":
+        # Not a 503: a stop lasts until someone starts the endpoint, so retrying is pointless.
+        # 409 (the endpoint's state refuses the request), and x-should-retry: false because
+        # the openai client would otherwise retry a 409.
         message = f"endpoint {endpoint.slug!r} is stopped; start it to send requests"
-        return GatewayError(503, message, code="endpoint_stopped", type="service_unavailable")
+        return GatewayError(409, message, code="endpoint_stopped", retryable=False)
     return GatewayError(
         503,
         f"endpoint {endpoint.slug!r} has no ready replica (status: {endpoint.status})",

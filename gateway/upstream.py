@@ -27,12 +27,17 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 _PASSED_HEADERS = frozenset({b"content-type", b"content-encoding", b"cache-control"})
 # Non-streamed bodies larger than this are relayed but not parsed for usage.
 _MAX_PARSED_BODY = 8 * 1024 * 1024
-_STATUS = {"unreachable": 502, "broken": 502, "timeout": 504}
+# A router that is down or restarting clears by itself: 503 with Retry-After, so clients wait
+# and retry. A timeout is 504 without it: the request may have run, retrying is the caller's call.
+_STATUS = {"unreachable": 503, "broken": 503, "timeout": 504}
 _MESSAGE = {
-    "unreachable": "the endpoint's router is unreachable",
-    "broken": "the endpoint's router closed the connection without answering",
+    "unreachable": "the endpoint's router is unreachable; retry shortly",
+    "broken": "the endpoint's router closed the connection without answering; retry shortly",
     "timeout": "the endpoint's router did not answer in time",
 }
+# Seconds a client is told to wait when the endpoint cannot answer for now (a replica or the
+# router restarting): about one router health check plus an engine's readiness probe.
+UPSTREAM_RETRY_AFTER_SECONDS = 5.0
 
 
 def new_pool(connect_timeout: float, read_timeout: float) -> Pool:
@@ -73,14 +78,42 @@ async def open_upstream(
     if body is not None:
         headers.append((b"content-type", b"application/json"))
     try:
-        return await pool.request(method.encode(), url, headers, body)
+        response = await pool.request(method.encode(), url, headers, body)
     except UpstreamError as exc:
+        status = _STATUS[exc.reason]
         raise GatewayError(
-            _STATUS[exc.reason],
+            status,
             _MESSAGE[exc.reason],
             code=f"upstream_{exc.reason}",
-            type="upstream_error",
+            type="service_unavailable" if status == 503 else "upstream_error",
+            retry_after=UPSTREAM_RETRY_AFTER_SECONDS if status == 503 else None,
         ) from exc
+    if response.status >= 500:
+        response.close()  # its body is the router's or the engine's internals: not relayed
+        raise upstream_failed(response.status)
+    return response
+
+
+def upstream_failed(status: int) -> GatewayError:
+    """The gateway's own answer for a router's or engine's 5xx, whose body is never relayed:
+    the router's names replica addresses ("error sending request for url (http://10.0.3.7:
+    30000/...)"), an engine's its internals. Its 4xx answers (bad parameters) are the caller's
+    to read and are relayed as they are."""
+    if status in (500, 502, 503, 504):
+        # No replica can answer right now (down, restarting, unreachable, overloaded).
+        return GatewayError(
+            503,
+            "the endpoint has no replica able to answer right now; retry shortly",
+            code="upstream_unavailable",
+            type="service_unavailable",
+            retry_after=UPSTREAM_RETRY_AFTER_SECONDS,
+        )
+    return GatewayError(
+        502,
+        "the endpoint failed to answer this request",
+        code="upstream_error",
+        type="upstream_error",
+    )
 
 
 def response_headers(response: Response, request_id: bytes) -> list[tuple[bytes, bytes]]:

@@ -68,3 +68,22 @@ def queued(broker: redis.Redis) -> list[tuple[str, list[Any]]]:
         args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
         out.append((message["headers"]["task"], args))
     return out
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse ``django_db(serialized_rollback=True)``: it makes a test depend on which tests ran
+    before it. It reloads a snapshot of the rows migrations made, content types included, with
+    their first ids; after any other ``transaction=True`` test has flushed the database and
+    post_migrate has recreated those rows under new ids, the reload collides with them
+    (IntegrityError on django_content_type). Rows that migrations seed are recreated on demand
+    (``deployments.clusters.default_cluster``), so no test needs the snapshot."""
+    offenders = [
+        item.nodeid
+        for item in items
+        if any(m.kwargs.get("serialized_rollback") for m in item.iter_markers("django_db"))
+    ]
+    if offenders:
+        raise pytest.UsageError(
+            "django_db(serialized_rollback=True) makes tests depend on their order; use "
+            "transaction=True and create what the test needs: " + ", ".join(offenders)
+        )

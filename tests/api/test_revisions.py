@@ -90,7 +90,7 @@ def test_rollback_refusals(api: Clients, endpoint: Deployment) -> None:
     assert api.bob.get("deployments/chat/revisions/diff?from=1&to=1").status_code == 404
 
 
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db(transaction=True)
 def test_two_concurrent_edits_one_wins_the_other_gets_409(cast: Cast) -> None:
     owner = cast.actor(cast.alice, cast.acme)
     endpoint = services.create_deployment(owner, slug="race", name="Race", spec=SPEC)

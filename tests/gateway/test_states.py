@@ -1,10 +1,14 @@
-"""Endpoints that cannot serve answer in OpenAI's error shape: stopped, not ready, holds full."""
+"""Endpoints that cannot serve answer in OpenAI's error shape: stopped, not ready, holds full,
+replicas or router down; what clears by itself says when to retry, what does not says not to."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
+from pathlib import Path
 
 import httpx
+import openai
 import pytest
 from django.conf import settings
 
@@ -15,8 +19,9 @@ from gateway.errors import GatewayError
 from gateway.holds import Holds
 from gateway.refresher import RouteRefresher
 from gateway.routes import Endpoint, RouteTable
-from runtime.sim.launcher import free_port
+from runtime.sim.launcher import SimCluster, free_port
 from tests.gateway.conftest import (
+    TIME_SCALE,
     create_endpoint,
     inference_key,
     mark_serving,
@@ -49,15 +54,28 @@ def test_an_endpoint_without_a_ready_replica_answers_503(cast, gateway):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_stopped_endpoint_answers_503_and_is_not_woken(cast, sim_cluster, gateway):
+def test_a_stopped_endpoint_answers_409_that_clients_do_not_retry(cast, sim_cluster, gateway):
     endpoint = create_endpoint(cast, "resting")
     mark_serving(endpoint, sim_cluster.url)
     key = inference_key(cast)
     wait_routable(gateway, "resting", key)
 
     deployment_services.stop(cast.actor(cast.alice, cast.acme), endpoint.pk)
-    wait_until(lambda: chat(gateway, "resting", key).status_code == 503, 2, "stop seen")
-    assert chat(gateway, "resting", key).json()["error"]["code"] == "endpoint_stopped"
+    wait_until(lambda: chat(gateway, "resting", key).status_code == 409, 2, "stop seen")
+    response = chat(gateway, "resting", key)
+    assert response.json()["error"]["code"] == "endpoint_stopped"
+    assert response.headers["x-should-retry"] == "false" and "retry-after" not in response.headers
+
+    # The official client (it retries 409 and 5xx twice by default) gives up at once.
+    sent: list[httpx.Request] = []
+    http_client = httpx.Client(event_hooks={"request": [sent.append]})
+    client = openai.OpenAI(
+        base_url=gateway.base_url("resting"), api_key=key, http_client=http_client
+    )
+    with pytest.raises(openai.ConflictError) as raised:
+        client.chat.completions.create(model=BODY["model"], messages=BODY["messages"])
+    assert raised.value.code == "endpoint_stopped"
+    assert len(sent) == 1
 
 
 # --- holding, in process: the route table is given, the wake-up call is recorded ----------
@@ -111,15 +129,40 @@ def test_requests_beyond_the_hold_queue_are_refused_at_once():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_unreachable_router_answers_502_in_openai_shape(cast, gateway):
+def test_an_unreachable_router_answers_503_with_retry_after(cast, gateway):
     endpoint = create_endpoint(cast, "router-down")
     mark_serving(endpoint, f"http://127.0.0.1:{free_port()}")  # nothing listens there
     key = inference_key(cast)
-    wait_until(lambda: chat(gateway, "router-down", key).status_code == 502, 10, "endpoint loaded")
+    wait_until(lambda: chat(gateway, "router-down", key).status_code == 503, 10, "endpoint loaded")
 
-    error = chat(gateway, "router-down", key).json()["error"]
-    assert (error["code"], error["type"]) == ("upstream_unreachable", "upstream_error")
+    response = chat(gateway, "router-down", key)
+    error = response.json()["error"]
+    assert (error["code"], error["type"]) == ("upstream_unreachable", "service_unavailable")
+    assert int(response.headers["retry-after"]) >= 1
     assert "127.0.0.1" not in error["message"]  # the router's address stays inside
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_endpoint_whose_engine_died_answers_503_without_the_routers_internals(
+    cast, gateway, tmp_path: Path
+):
+    with SimCluster(engines=1, policy="round_robin", time_scale=TIME_SCALE, log_dir=tmp_path) as c:
+        endpoint = create_endpoint(cast, "engine-down")
+        mark_serving(endpoint, c.url)
+        key = inference_key(cast)
+        wait_routable(gateway, "engine-down", key)
+        c.engines[0].signal(signal.SIGKILL)
+        c.engines[0].wait(10)
+        # The router answers 500 "error sending request for url (http://127.0.0.1:<port>/..)"
+        # until its health check notices, then 503 "no_available_workers".
+        answers = [chat(gateway, "engine-down", key) for _ in range(3)]
+
+    for response in answers:
+        assert response.status_code == 503, response.text
+        assert int(response.headers["retry-after"]) >= 1
+        error = response.json()["error"]
+        assert (error["code"], error["type"]) == ("upstream_unavailable", "service_unavailable")
+        assert "127.0.0.1" not in response.text and "error sending" not in response.text
 
 
 def test_the_gateway_is_not_ready_until_its_route_table_loads_but_stays_alive():

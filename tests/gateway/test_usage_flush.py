@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 
@@ -10,12 +13,18 @@ import redis.asyncio as aioredis
 from django.conf import settings
 
 from controlplane.models import ApiKey
-from deployments.models import Deployment, UsageRecord
-from deployments.usage import MINUTES_SET, PROCESSING_PREFIX, flush_usage
+from deployments.models import Deployment, UsageFlushBatch, UsageRecord
+from deployments.usage import LOCK_KEY, MINUTES_SET, PROCESSING_PREFIX, USAGE_PREFIX, flush_usage
 from gateway.limits import RateLimiter
 from gateway.metering import Meter, Usage, minute_of, usage_hash
 from gateway.routes import Endpoint, InferenceKey
-from tests.gateway.conftest import create_endpoint, inference_key, redis_client, run_async
+from tests.gateway.conftest import (
+    create_endpoint,
+    inference_key,
+    redis_client,
+    run_async,
+    subprocess_env,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -107,3 +116,46 @@ def test_last_request_time_moves_forward_only(counted):
     endpoint.refresh_from_db()
     assert endpoint.last_request_at == datetime.fromtimestamp(int(now), tz=UTC)
     assert Deployment.objects.filter(last_request_at__isnull=False).count() == 1
+
+
+def flush_killed_after(step: int) -> int:
+    """A flush in a process of its own, SIGKILLed after its ``step``-th step; its exit code."""
+    return subprocess.run(
+        [sys.executable, "-m", "tests.gateway.crashing_flush", str(step)],
+        env=subprocess_env(),
+        capture_output=True,
+        timeout=60,
+    ).returncode
+
+
+@pytest.mark.django_db(transaction=True)  # the killed flush is another process
+def test_a_flush_killed_after_any_step_adds_every_count_exactly_once(counted):
+    count, _ = counted
+    client = redis_client()
+    earlier = time.time() - 180
+
+    def count_two_minutes() -> None:
+        count(Usage(10, 5, 2), earlier)
+        count(Usage(3, 1, 0), earlier + 60)
+
+    step = 1
+    while True:
+        UsageRecord.objects.all().delete()
+        UsageFlushBatch.objects.all().delete()
+        for name in client.scan_iter(match="plinth:usage:*"):
+            client.delete(name)
+        count_two_minutes()
+
+        killed = flush_killed_after(step)
+        client.delete(LOCK_KEY)  # stands in for the dead flush's lock expiring
+        flush_usage()  # the next flush beat runs
+
+        assert rows() == [(1, 10, 2, 5), (1, 3, 0, 1)], f"killed after step {step}"
+        assert not list(client.scan_iter(match=f"{PROCESSING_PREFIX}*")), step
+        assert not list(client.scan_iter(match=f"{USAGE_PREFIX}1*")), step
+        assert not client.smembers(MINUTES_SET), step
+        if killed == 0:
+            break  # the flush finished before this step: every step has been a crash point
+        assert killed == -signal.SIGKILL, step
+        step += 1
+    assert step > 10  # the claim, two batches and the last-request times: many steps

@@ -176,7 +176,7 @@ async def _relay(url: str, key: str, body: dict[str, Any]) -> AsyncIterator[byte
         ):
             if upstream.status_code != 200:
                 detail = (await upstream.aread()).decode("utf-8", errors="replace")
-                yield _sse_error(f"upstream answered {upstream.status_code}: {_message(detail)}")
+                yield _sse_error(_refusal(upstream.status_code, detail))
                 return
             async for chunk in upstream.aiter_raw():
                 yield chunk
@@ -184,8 +184,16 @@ async def _relay(url: str, key: str, body: dict[str, Any]) -> AsyncIterator[byte
         yield _sse_error(f"could not reach the endpoint ({type(exc).__name__})")
 
 
-def _message(detail: str) -> str:
+def _refusal(status: int, detail: str) -> str:
+    """What the user sees of a non-200 answer: the gateway's or engine's own message for a 4xx,
+    a fixed summary otherwise. A 5xx body (or any body not in the error shape) may come from the
+    router and name internal addresses, so it is never shown."""
+    if status >= 500:
+        return f"the endpoint is unavailable right now (status {status}); try again shortly"
     try:
-        return str(json.loads(detail)["error"]["message"])[:300]
+        return (
+            f"the endpoint refused the request ({status}): "
+            + str(json.loads(detail)["error"]["message"])[:300]
+        )
     except (ValueError, KeyError, TypeError):
-        return detail[:300]
+        return f"the endpoint refused the request (status {status})"

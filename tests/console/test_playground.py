@@ -170,3 +170,57 @@ def test_an_unreachable_upstream_is_an_error_event(
     response = alice.post("/endpoints/chat/playground/chat/", {"key": "pli_k", "prompt": "hi"})
     stream = b"".join(response).decode()  # the test client is sync: Django collects it
     assert "could not reach the endpoint" in stream and "[DONE]" in stream
+
+
+class _FailingUpstream(BaseHTTPRequestHandler):
+    """A stand-in gateway that refuses: a 5xx carrying a router's internals, or a 4xx in the
+    error shape (a seam, as _FakeGateway)."""
+
+    status: ClassVar[int] = 500
+    body: ClassVar[bytes] = b""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(self.status)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume")
+@pytest.mark.parametrize(
+    ("status", "body", "shown", "hidden"),
+    [
+        (500, b"error sending request for url (http://10.1.2.3:30000/v1)", "unavailable", "10.1.2"),
+        (502, b'{"error": {"message": "dial tcp 10.9.9.9:80"}}', "unavailable", "10.9.9"),
+        (401, b'{"error": {"message": "invalid API key"}}', "invalid API key", "@@"),
+        (400, b"<html>traceback at /srv/app.py</html>", "refused the request", "/srv/app.py"),
+    ],
+)
+def test_upstream_refusals_show_a_fixed_summary_for_5xx_and_the_message_for_4xx(
+    alice: Client,
+    endpoint: Deployment,
+    settings: Any,
+    status: int,
+    body: bytes,
+    shown: str,
+    hidden: str,
+) -> None:
+    handler = type("Handler", (_FailingUpstream,), {"status": status, "body": body})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        settings.GATEWAY_PUBLIC_URL = f"http://127.0.0.1:{server.server_address[1]}"
+        settings.PLINTH_PLAYGROUND_UPSTREAM = "gateway"
+        response = alice.post("/endpoints/chat/playground/chat/", {"key": "pli_k", "prompt": "x"})
+        stream = b"".join(response).decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    assert shown in stream and "[DONE]" in stream
+    assert hidden not in stream

@@ -12,16 +12,18 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from controlplane import services
-from controlplane.access import require_role
+from controlplane import crypto, invitations, services
+from controlplane.access import Actor, require_role
 from controlplane.guard import actor_of, console_view
 from controlplane.models import ApiKey, ApiKeyKind, AuditEvent, Membership, Role, Secret
-from controlplane.services import ServiceError
+from controlplane.services import CreatedKey, ServiceError
 from deployments.models import Deployment
 from deployments.selectors import check_endpoint_ids
 
@@ -31,7 +33,7 @@ def _form(request: HttpRequest, *names: str) -> dict[str, str]:
 
 
 def _error(exc: ServiceError) -> dict[str, str]:
-    return {"field": exc.field or "", "message": exc.message}
+    return {"field": exc.field or "", "message": exc.detail}
 
 
 # --- API keys ----------------------------------------------------------------------------------
@@ -53,11 +55,21 @@ def _key_page(request: HttpRequest, **extra: Any) -> HttpResponse:
     return _form_page(request, "controlplane/keys.html", context, extra)
 
 
+# The session slot holding a just-created key until the page after the redirect shows it.
+CREATED_KEY_SLOT = "plinth.created_key"
+
+
 @require_http_methods(["GET", "POST"])
 @console_view
 def key_list(request: HttpRequest) -> HttpResponse:
     if request.method == "GET":
-        return _key_page(request)
+        created = _take_created_key(request, actor_of(request))
+        if created is None:
+            return _key_page(request)
+        response = _key_page(request, created=created)
+        # The one page that holds a plaintext key: no cache, no back-button copy of it.
+        add_never_cache_headers(response)  # no-store among them
+        return response
     form = _form(request, "name", "kind", "role", "expires")
     try:
         created = services.create_api_key(
@@ -72,8 +84,33 @@ def key_list(request: HttpRequest) -> HttpResponse:
         )
     except ServiceError as exc:
         return _key_page(request, form=form, error=_error(exc))
-    # The plaintext is in this one response only; nothing stores it.
-    return _key_page(request, created=created)
+    _hold_created_key(request, created)
+    # Post/redirect/get: reloading the page that shows the key must not create another one.
+    return HttpResponseRedirect(reverse("key-list"), status=303)
+
+
+def _hold_created_key(request: HttpRequest, created: CreatedKey) -> None:
+    """Keep the plaintext for exactly one page view, encrypted: the session is a table row."""
+    request.session[CREATED_KEY_SLOT] = {
+        "id": str(created.api_key.pk),
+        "sealed": crypto.encrypt(created.plaintext),
+    }
+
+
+def _take_created_key(request: HttpRequest, actor: Actor) -> CreatedKey | None:
+    """The key held by ``_hold_created_key``, removed from the session as it is read."""
+    held = request.session.pop(CREATED_KEY_SLOT, None)
+    if not isinstance(held, dict):
+        return None
+    # Scoped like every read: after an organization switch the key is not shown there.
+    key = ApiKey.objects.filter(pk=held.get("id"), organization=actor.organization).first()
+    if key is None:
+        return None
+    try:
+        plaintext = crypto.decrypt(str(held.get("sealed", "")))
+    except crypto.SecretDecryptionError:
+        return None
+    return CreatedKey(api_key=key, plaintext=plaintext)
 
 
 def _uuids(values: list[str]) -> list[uuid.UUID]:
@@ -115,21 +152,30 @@ def _form_page(
 def _members_page(request: HttpRequest, **extra: Any) -> HttpResponse:
     actor = actor_of(request)
     members = Membership.objects.filter(organization=actor.organization).select_related("user")
-    context = {"members": members, "roles": Role.choices}
+    pending = invitations.pending_for_organization(actor) if actor.has_role(Role.ADMIN) else []
+    context = {"members": members, "roles": Role.choices, "invitations": pending}
     return _form_page(request, "controlplane/members.html", context, extra)
 
 
 @require_http_methods(["GET", "POST"])
 @console_view
 def member_list(request: HttpRequest) -> HttpResponse:
+    """Members, and (admins) inviting someone: they join when they accept, never before."""
     if request.method == "GET":
         return _members_page(request)
     form = _form(request, "username", "role")
     try:
-        services.add_member(actor_of(request), username=form["username"], role=form["role"])
+        invitation = invitations.invite(
+            actor_of(request), username=form["username"], role=form["role"]
+        )
     except ServiceError as exc:
         return _members_page(request, form=form, error=_error(exc))
-    messages.success(request, f"{form['username']} added as {form['role']}.")
+    # The same words whether or not the name exists: nothing here tells who has an account.
+    messages.success(
+        request,
+        f"Invitation for {invitation.username} as {invitation.role} created. They join when "
+        f"they sign in and accept it (it expires in {invitations.INVITATION_LIFETIME.days} days).",
+    )
     return redirect("member-list")
 
 

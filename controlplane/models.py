@@ -1,7 +1,9 @@
-"""Platform-wide records: organizations, memberships, API keys, secrets and the audit log.
+"""Platform-wide records: organizations, memberships and invitations, API keys, secrets and the
+audit log.
 
-Nothing here is written directly by views or the API: ``controlplane.services`` is the only
-writer, and each of its functions records an :class:`AuditEvent`.
+Nothing here is written directly by views or the API: ``controlplane.services`` (with
+``controlplane.invitations``) is the only writer, and each of its functions records an
+:class:`AuditEvent`.
 """
 
 from __future__ import annotations
@@ -52,6 +54,60 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.organization} ({self.role})"
+
+
+class InvitationStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    ACCEPTED = "accepted", "Accepted"
+    DECLINED = "declined", "Declined"
+    REVOKED = "revoked", "Revoked"
+    EXPIRED = "expired", "Expired"
+
+
+class Invitation(models.Model):
+    """An offer of membership to whoever signs in as ``username``; nobody joins until they accept.
+
+    It is addressed by name and never resolved to a user when made, so inviting answers the same
+    whether or not the name exists (nothing outside the organization can be enumerated).
+    ``invited_by``/``invited_by_key`` say who granted the role; acceptance checks they still may.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="invitations"
+    )
+    username = models.CharField(max_length=150)
+    role = models.CharField(max_length=16, choices=Role.choices)
+    status = models.CharField(
+        max_length=16, choices=InvitationStatus.choices, default=InvitationStatus.PENDING
+    )
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    invited_by_key = models.ForeignKey(
+        "ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    responded_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["organization", "username"],
+                condition=models.Q(status="pending"),
+                name="one_pending_invitation_per_name",
+            )
+        ]
+        indexes = [models.Index(fields=["username", "status"])]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.username} to {self.organization} ({self.role})"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status == InvitationStatus.PENDING and self.expires_at > timezone.now()
 
 
 class ApiKeyKind(models.TextChoices):

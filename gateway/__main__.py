@@ -13,11 +13,17 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--metrics-port", type=int, default=9090)
+    # Not --host: the public inference address must not open the metrics listener with it.
+    parser.add_argument(
+        "--metrics-host",
+        default=os.environ.get("PLINTH_GATEWAY_METRICS_HOST") or "127.0.0.1",
+        help="address of the /metrics listener (default 127.0.0.1: it lists every org's slugs)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "info").lower())
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
     os.environ["PLINTH_GATEWAY_METRICS_PORT"] = str(args.metrics_port)
-    os.environ.setdefault("PLINTH_GATEWAY_METRICS_HOST", args.host)
+    os.environ["PLINTH_GATEWAY_METRICS_HOST"] = args.metrics_host
     uvicorn.run(
         "gateway.app:app",
         host=args.host,

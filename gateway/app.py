@@ -24,6 +24,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from controlplane import redis_clients
 from gateway import observability as obs
 from gateway.config import GatewayConfig
 from gateway.errors import GatewayError, endpoint_not_found, rate_limited, unauthorized
@@ -95,9 +96,9 @@ class Gateway:
 
     async def startup(self) -> None:
         config = self.config
-        self.redis = aioredis.Redis.from_url(config.redis_url, socket_timeout=5)
-        # Subscriptions block for as long as nothing changes: no socket timeout on those.
-        self._pubsub_redis = aioredis.Redis.from_url(config.redis_url, health_check_interval=30)
+        self.redis = redis_clients.async_client(config.redis_url)
+        # Subscriptions block for as long as nothing changes: no read timeout on those.
+        self._pubsub_redis = redis_clients.async_subscriber(config.redis_url)
         self.limiter = RateLimiter(self.redis)
         self.meter = Meter(self.redis, self.limiter)
         self.refresher = RouteRefresher(
@@ -426,8 +427,6 @@ class GatewayApp:
                 return
 
     async def _start(self) -> None:
-        import os
-
         import django
 
         django.setup()
@@ -435,8 +434,7 @@ class GatewayApp:
 
         config = GatewayConfig.from_environment()
         obs.configure_access_log()
-        host = os.environ.get("PLINTH_GATEWAY_METRICS_HOST", "127.0.0.1")
-        self._metrics_server = obs.start_metrics_server(host, config.metrics_port)
+        self._metrics_server = obs.start_metrics_server(config.metrics_host, config.metrics_port)
         self.gateway = Gateway(config, load_route_table, close=close_connections)
         await self.gateway.startup()
         # Django, the route table and the libraries are loaded for good: keep the collector

@@ -42,6 +42,9 @@ class GatewayConfig:
     # Generation can be long; this bounds a silent upstream, not a slow stream.
     upstream_read_timeout: float = 600.0
     metrics_port: int = 9090
+    # The metrics listener names every organization's endpoints: loopback unless an operator
+    # opens it on purpose (a Prometheus scraping pod IPs sets 0.0.0.0 in k8s/base/gateway.yaml).
+    metrics_host: str = "127.0.0.1"
 
     @classmethod
     def from_environment(cls) -> GatewayConfig:
@@ -56,4 +59,5 @@ class GatewayConfig:
             refresh_seconds=_env_float("GATEWAY_REFRESH_SECONDS", 30.0),
             upstream_read_timeout=_env_float("GATEWAY_UPSTREAM_TIMEOUT_SECONDS", 600.0),
             metrics_port=env_int("PLINTH_GATEWAY_METRICS_PORT", 9090),
+            metrics_host=env_str("PLINTH_GATEWAY_METRICS_HOST", "127.0.0.1") or "127.0.0.1",
         )

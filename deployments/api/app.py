@@ -38,7 +38,10 @@ IDEMPOTENCY_PARAMETER = {
     "name": "Idempotency-Key",
     "in": "header",
     "required": False,
-    "description": "a retry with the same key and body returns the first response",
+    "description": (
+        "a retry by the same caller (key or signed-in user) with the same key and body returns "
+        "the first response, if the caller still holds the role it ran with"
+    ),
     "schema": {"type": "string", "minLength": 1, "maxLength": 255},
 }
 

@@ -3,15 +3,20 @@
 A key acts in its own organization with its own role. A session acts in the organization chosen
 in the console (``request.actor``, set by ``CurrentOrganizationMiddleware``) and must pass the
 CSRF check on methods that change state, because a browser sends its cookie to any site's form.
+
+A few routes are about the person, not an organization (their own invitations): those take the
+signed-in user's session only (``SignedInUser``); an organization's key is refused there.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest
 from django.middleware.csrf import CsrfViewMiddleware
-from ninja.security import HttpBearer
+from ninja.errors import HttpError
+from ninja.security import APIKeyCookie, HttpBearer
 
 from controlplane import services
 from controlplane.access import Actor
@@ -58,3 +63,30 @@ class KeyOrSession(HttpBearer):
 
     def authenticate(self, request: HttpRequest, token: str) -> Any:
         return resolve_actor(request)  # pragma: no cover - __call__ handles every request
+
+
+class SignedInUser(APIKeyCookie):
+    """The console session of a person (``request.auth`` is the user), in no organization.
+
+    Documented in OpenAPI as the session cookie. A management key acts for an organization, so
+    it cannot stand in for a person's consent: such calls get 403 saying so.
+    """
+
+    param_name = settings.SESSION_COOKIE_NAME
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if request.headers.get("Authorization"):
+            raise HttpError(
+                403,
+                "this route acts for a person: use your own signed-in console session; a "
+                "management key acts for an organization",
+            )
+        user = getattr(request, "user", None)
+        if user is None or not user.is_authenticated:
+            return None
+        if request.method not in _SAFE_METHODS and not _csrf_ok(request):
+            raise CsrfFailed
+        return user
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Any:
+        return self(request)  # pragma: no cover - __call__ handles every request

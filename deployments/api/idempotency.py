@@ -1,9 +1,13 @@
 """``Idempotency-Key`` on POST: a retried request gets the first response instead of a second
 effect (a second endpoint, a second key).
 
-Keys are scoped to the caller's organization and kept a day. The row is claimed before the
-request runs, so two concurrent requests with one key cannot both act: the second is told the
-first is still in progress (409). Reusing a key for a different request is refused (422).
+Keys are scoped to the caller: one management key, or one signed-in user, in one organization.
+Another caller who sends the same key (say a viewer who saw an admin's request) runs their own
+request under their own role and never gets the first caller's response. A replay is authorized
+first: the caller must still hold the role the first request ran with (a user demoted since
+then gets 403, not the old 201). Records are kept a day. The row is claimed before the request
+runs, so two concurrent requests with one key cannot both act: the second is told the first is
+still in progress (409). Reusing a key for a different request is refused (422).
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
-from controlplane.access import Actor
+from controlplane.access import AccessDenied, Actor
 from deployments.api.errors import error_response
 from deployments.models import IdempotencyRecord
 
@@ -58,20 +63,32 @@ def _remember(record: IdempotencyRecord, response: HttpResponse) -> None:
     record.save(update_fields=["status_code", "response_body", "content_type"])
 
 
+def caller_of(actor: Actor) -> str:
+    """Whose records these are: the management key, else the signed-in user."""
+    if actor.api_key is not None:
+        return f"key:{actor.api_key.pk}"
+    if actor.user is not None:
+        return f"user:{actor.user.pk}"
+    return "system"
+
+
+def _records(actor: Actor) -> QuerySet[IdempotencyRecord]:
+    return IdempotencyRecord.objects.filter(
+        organization=actor.organization, caller=caller_of(actor)
+    )
+
+
 def _claim(actor: Actor, request: HttpRequest, key: str) -> IdempotencyRecord | None:
-    """A new claim for this key (None when a record for the key already exists)."""
+    """A new claim for this key (None when this caller already has a record for it)."""
     now = timezone.now()
     IdempotencyRecord.objects.filter(organization=actor.organization, expires_at__lt=now).delete()
-    IdempotencyRecord.objects.filter(
-        organization=actor.organization,
-        key=key,
-        status_code=None,
-        created_at__lt=now - ABANDONED_AFTER,
-    ).delete()
+    _records(actor).filter(key=key, status_code=None, created_at__lt=now - ABANDONED_AFTER).delete()
     try:
         with transaction.atomic():
             return IdempotencyRecord.objects.create(
                 organization=actor.organization,
+                caller=caller_of(actor),
+                role=actor.role,
                 key=key,
                 method=request.method or "POST",
                 path=request.path[:500],
@@ -83,7 +100,10 @@ def _claim(actor: Actor, request: HttpRequest, key: str) -> IdempotencyRecord | 
 
 
 def _replay(actor: Actor, request: HttpRequest, key: str) -> HttpResponse:
-    record = IdempotencyRecord.objects.filter(organization=actor.organization, key=key).first()
+    record = _records(actor).filter(key=key).first()
+    # Authorize before answering anything: what was stored is what that role was allowed to do.
+    if record is not None and record.role and not actor.has_role(record.role):
+        return error_response(403, str(AccessDenied(record.role, actor.role)))
     if record is None or record.status_code is None:
         return error_response(
             409,

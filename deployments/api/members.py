@@ -1,15 +1,23 @@
-"""Members of the organization and their roles (admins manage; owners make owners)."""
+"""Members of the organization and their roles (admins manage; owners make owners), and the
+invitations through which people join.
+
+``POST /members`` invites: it answers 202 with a pending invitation, the same answer whether or
+not the username exists, and nobody joins until the person signed in under that name accepts
+(``/me/invitations``, their own console session; an organization's key cannot accept for them).
+"""
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 
 from django.http import HttpRequest
 from ninja import Path, Router, Schema, Status
 from pydantic import Field, StrictStr
 
-from controlplane import services
-from controlplane.models import Membership
+from controlplane import invitations, services
+from controlplane.models import Invitation, Membership
+from deployments.api.auth import SignedInUser
 from deployments.api.schemas import StrictIn
 
 router = Router(tags=["members"])
@@ -32,6 +40,17 @@ class RoleIn(StrictIn):
     role: StrictStr
 
 
+class InvitationOut(Schema):
+    id: uuid.UUID
+    organization_id: uuid.UUID
+    organization: str = Field(description="the inviting organization's name")
+    username: str = Field(description="who may accept: the person signed in under this name")
+    role: str
+    status: str = Field(description="pending, accepted, declined, revoked or expired")
+    created_at: datetime
+    expires_at: datetime
+
+
 def member_out(membership: Membership) -> dict:
     return {
         "id": membership.pk,
@@ -41,16 +60,35 @@ def member_out(membership: Membership) -> dict:
     }
 
 
+def invitation_out(invitation: Invitation) -> dict:
+    return {
+        "id": invitation.pk,
+        "organization_id": invitation.organization_id,
+        "organization": invitation.organization.name,
+        "username": invitation.username,
+        "role": invitation.role,
+        "status": invitation.status,
+        "created_at": invitation.created_at,
+        "expires_at": invitation.expires_at,
+    }
+
+
 @router.get("/members", response=list[MemberOut], summary="List members")
 def list_members(request: HttpRequest) -> list[dict]:
     rows = Membership.objects.filter(organization=request.auth.organization).select_related("user")
     return [member_out(m) for m in rows.order_by("user__username")]
 
 
-@router.post("/members", response={201: MemberOut}, summary="Add a member")
-def add_member(request: HttpRequest, payload: MemberIn) -> Status[dict]:
-    membership = services.add_member(request.auth, username=payload.username, role=payload.role)
-    return Status(201, member_out(membership))
+@router.post(
+    "/members",
+    response={202: InvitationOut},
+    summary="Invite a member",
+    description="Creates a pending invitation; the person joins when they accept it. The answer "
+    "is the same whether or not the username exists.",
+)
+def invite_member(request: HttpRequest, payload: MemberIn) -> Status[dict]:
+    invitation = invitations.invite(request.auth, username=payload.username, role=payload.role)
+    return Status(202, invitation_out(invitation))
 
 
 @router.patch("/members/{member_id}", response=MemberOut, summary="Change a member's role")
@@ -64,4 +102,53 @@ def change_role(request: HttpRequest, payload: RoleIn, member_id: int = MemberId
 @router.delete("/members/{member_id}", response={204: None}, summary="Remove a member")
 def remove_member(request: HttpRequest, member_id: int = MemberId) -> Status[None]:
     services.remove_member(request.auth, membership_id=member_id)
+    return Status(204, None)
+
+
+# --- the organization's invitations (admins) ----------------------------------------------------
+
+
+@router.get("/invitations", response=list[InvitationOut], summary="List pending invitations")
+def list_invitations(request: HttpRequest) -> list[dict]:
+    return [invitation_out(i) for i in invitations.pending_for_organization(request.auth)]
+
+
+@router.delete("/invitations/{invitation_id}", response={204: None}, summary="Revoke an invitation")
+def revoke_invitation(request: HttpRequest, invitation_id: uuid.UUID) -> Status[None]:
+    invitations.revoke_invitation(request.auth, invitation_id=invitation_id)
+    return Status(204, None)
+
+
+# --- the signed-in person's own invitations (their session only) --------------------------------
+
+
+@router.get(
+    "/me/invitations",
+    response=list[InvitationOut],
+    auth=SignedInUser(),
+    summary="List invitations addressed to me",
+)
+def my_invitations(request: HttpRequest) -> list[dict]:
+    return [invitation_out(i) for i in invitations.pending_for_user(request.auth)]
+
+
+@router.post(
+    "/me/invitations/{invitation_id}/accept",
+    response=MemberOut,
+    auth=SignedInUser(),
+    summary="Accept an invitation (join the organization)",
+)
+def accept_invitation(request: HttpRequest, invitation_id: uuid.UUID) -> dict:
+    membership = invitations.accept_invitation(request.auth, invitation_id=invitation_id)
+    return member_out(membership)
+
+
+@router.post(
+    "/me/invitations/{invitation_id}/decline",
+    response={204: None},
+    auth=SignedInUser(),
+    summary="Decline an invitation",
+)
+def decline_invitation(request: HttpRequest, invitation_id: uuid.UUID) -> Status[None]:
+    invitations.decline_invitation(request.auth, invitation_id=invitation_id)
     return Status(204, None)

@@ -10,26 +10,38 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
 from django.http import HttpRequest
 from ninja.throttling import BaseThrottle
 
+from controlplane.access import Actor
+
 logger = logging.getLogger(__name__)
 
 WINDOW_S = 60
-DEFAULT_PER_MINUTE = 1200
+
+
+def _caller(auth: Any) -> str | None:
+    """The budget's owner: an actor (key or session, in an organization), or a signed-in user
+    on the routes about a person (``deployments.api.auth.SignedInUser``)."""
+    if isinstance(auth, Actor):
+        return f"{auth.organization.pk}:{auth.label}"
+    if auth is not None and getattr(auth, "is_authenticated", False):
+        return f"person:{auth.pk}"
+    return None
 
 
 class CallerThrottle(BaseThrottle):
     def allow_request(self, request: HttpRequest) -> bool:
-        actor = getattr(request, "auth", None)
-        if actor is None:
+        caller = _caller(getattr(request, "auth", None))
+        if caller is None:
             return True
-        budget = int(getattr(settings, "PLINTH_API_RATE_LIMIT", DEFAULT_PER_MINUTE))
+        budget = settings.PLINTH_API_RATE_LIMIT
         window = int(time.time() // WINDOW_S)
-        key = f"api-rate:{actor.organization.pk}:{actor.label}:{window}"
+        key = f"api-rate:{caller}:{window}"
         try:
             cache.add(key, 0, timeout=WINDOW_S * 2)
             return int(cache.incr(key)) <= budget

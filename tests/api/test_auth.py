@@ -7,6 +7,7 @@ import json
 import time
 from typing import Any
 
+from django.http import HttpRequest
 from django.test import Client
 
 from controlplane import services as platform
@@ -27,7 +28,8 @@ def test_no_key_a_wrong_key_or_an_inference_key_is_401(api: Clients, cast: Cast)
 
 def _session(cast: Cast) -> Client:
     client = Client(enforce_csrf_checks=True)
-    assert client.login(username="dave", password=PASSWORD)
+    # django-axes counts attempts per address, so authentication needs the request.
+    assert client.login(request=HttpRequest(), username="dave", password=PASSWORD)
     return client
 
 

@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import timedelta
 
+import pytest
+from django.test import Client
 from django.utils import timezone
 
-from controlplane.models import ApiKey
+from controlplane import services as platform
+from controlplane.models import ApiKey, AuditEvent, Membership, Role
 from deployments.models import Deployment, IdempotencyRecord
-from tests.api.conftest import SPEC, Clients, error_of
+from tests.api.conftest import SPEC, Api, Clients, error_of
 from tests.conftest import Cast
 
 BODY = {"slug": "chat", "spec": SPEC}
+
+
+def dave_key_caller() -> str:
+    """The caller identity of the ``api.dave`` management key (records are per caller)."""
+    return f"key:{ApiKey.objects.get(name='developer key').pk}"
 
 
 def test_a_replayed_create_returns_the_first_result_once(api: Clients) -> None:
@@ -53,6 +62,8 @@ def test_refusals_are_replayed_too(api: Clients) -> None:
 def test_a_request_still_running_makes_the_retry_wait(api: Clients, cast: Cast) -> None:
     IdempotencyRecord.objects.create(
         organization=cast.acme,
+        caller=dave_key_caller(),
+        role="developer",
         key="busy",
         method="POST",
         path="/api/v1/deployments",
@@ -67,6 +78,8 @@ def test_a_request_still_running_makes_the_retry_wait(api: Clients, cast: Cast) 
 def test_expired_records_are_forgotten(api: Clients, cast: Cast) -> None:
     IdempotencyRecord.objects.create(
         organization=cast.acme,
+        caller=dave_key_caller(),
+        role="developer",
         key="old",
         method="POST",
         path="/api/v1/deployments",
@@ -107,3 +120,54 @@ def test_a_secrets_value_is_not_recoverable_from_the_stored_request_hash(api: Cl
     record = IdempotencyRecord.objects.get(key="s1")
     assert record.body_hash != hashlib.sha256(body).hexdigest()  # keyed, not a plain digest
     assert b"hunter2" not in bytes(record.response_body)
+
+
+def test_a_viewer_repeating_an_admins_request_is_authorized_not_replayed(api: Clients) -> None:
+    body, headers = {"name": "hf", "value": "hf_x"}, {"Idempotency-Key": "seen-in-a-log"}
+    first = api.alice.post("secrets", body, **headers)
+    assert first.status_code == 201
+    again = api.carol.post("secrets", body, **headers)
+    assert again.status_code == 403 and error_of(again)["code"] == "forbidden"
+    assert "Idempotent-Replayed" not in again
+    assert first.json()["id"] not in again.content.decode()
+
+
+# Every ordered pair of management-key roles: the second caller's answer is its own.
+KEY_ROLES = ("admin", "developer", "viewer")
+ROLE_PAIRS = [(a, b) for a in KEY_ROLES for b in KEY_ROLES]
+
+
+@pytest.mark.parametrize(("first_role", "second_role"), ROLE_PAIRS)
+def test_a_key_is_never_replayed_to_another_caller(
+    cast: Cast, first_role: str, second_role: str
+) -> None:
+    owner = cast.actor(cast.alice, cast.acme)
+    first, second = (
+        platform.create_api_key(owner, name=role, kind="management", role=role)
+        for role in (first_role, second_role)
+    )
+    body, headers = {"name": "hf", "value": "hf_x"}, {"Idempotency-Key": "shared"}
+    Api(first.plaintext).post("secrets", body, **headers)
+    answer = Api(second.plaintext).post("secrets", body, **headers)
+    assert "Idempotent-Replayed" not in answer
+    if second_role == "admin":
+        # Its own request ran (a second write of the secret), not a replay of the first one's.
+        assert answer.status_code == 201
+        assert AuditEvent.objects.filter(actor_key=second.api_key).exists()
+    else:
+        assert answer.status_code == 403 and error_of(answer)["code"] == "forbidden"
+
+
+def test_a_user_demoted_since_the_first_request_gets_no_replay(cast: Cast) -> None:
+    session = Client()
+    session.force_login(cast.dave)
+    body = json.dumps(BODY)
+    headers = {"content_type": "application/json", "HTTP_IDEMPOTENCY_KEY": "create-1"}
+    assert session.post("/api/v1/deployments", body, **headers).status_code == 201
+    dave = Membership.objects.get(user=cast.dave, organization=cast.acme)
+    platform.change_member_role(
+        cast.actor(cast.alice, cast.acme), membership_id=dave.pk, role=Role.VIEWER
+    )
+    again = session.post("/api/v1/deployments", body, **headers)
+    assert again.status_code == 403 and "Idempotent-Replayed" not in again
+    assert "developer" in error_of(again)["message"]

@@ -6,6 +6,7 @@ import logging
 
 import pytest
 from django.db import connection
+from django.http import HttpRequest
 from django.test import Client
 
 from controlplane import services
@@ -45,7 +46,8 @@ def test_the_admin_never_shows_the_value(cast: Cast) -> None:
     get_user_model().objects.create_superuser("root", password=PASSWORD)
     secret = services.set_secret(cast.actor(cast.alice, cast.acme), name="hf-token", value=VALUE)
     client = Client()
-    assert client.login(username="root", password=PASSWORD)
+    # django-axes counts attempts per address, so authentication needs the request.
+    assert client.login(request=HttpRequest(), username="root", password=PASSWORD)
     for url in (
         "/admin/controlplane/secret/",
         f"/admin/controlplane/secret/{secret.pk}/change/",

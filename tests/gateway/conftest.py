@@ -90,7 +90,8 @@ def sim_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster
         yield c
 
 
-def start_gateway(log_dir: Path, **env: str) -> GatewayProcess:
+def start_gateway(log_dir: Path, *args: str, **env: str) -> GatewayProcess:
+    """A gateway process on free loopback ports; ``args`` are extra command-line flags."""
     port, metrics_port = free_port(), free_port()
     queue = f"gateway-test-{uuid.uuid4().hex[:8]}"
     log_path = log_dir / "gateway.log"
@@ -102,6 +103,7 @@ def start_gateway(log_dir: Path, **env: str) -> GatewayProcess:
         str(port),
         "--metrics-port",
         str(metrics_port),
+        *args,
     ]
     with log_path.open("wb") as log:
         popen = subprocess.Popen(

@@ -1,5 +1,10 @@
 """Django admin for operators. Secrets are write-only here too: the form has no value field
-that shows anything, only one that replaces the value."""
+that shows anything, only one that replaces the value.
+
+Memberships, API keys and the audit trail are read-only here: changing them goes through
+``controlplane.services`` (role checks, the audit trail, change notifications to the gateway),
+which a model form saving rows directly would skip.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,19 @@ from controlplane import crypto
 from controlplane.models import ApiKey, AuditEvent, Membership, Organization, Secret
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Lists and shows rows; adding, changing and deleting belong to the services."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(Organization)
 class OrganizationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("name", "slug", "created_at")
@@ -20,20 +38,19 @@ class OrganizationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class MembershipAdmin(ReadOnlyAdmin):
+    # Roles change through services.change_member_role (owner rules, audit) or invitations.
     list_display = ("user", "organization", "role", "created_at")
     list_filter = ("role",)
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ApiKeyAdmin(ReadOnlyAdmin):
+    # Minted in the console or API (the plaintext is shown once), revoked there too: a revoke
+    # must reach the gateway's key cache through services' change notification.
     list_display = ("name", "prefix", "kind", "organization", "created_at", "revoked_at")
     list_filter = ("kind",)
-    readonly_fields = ("prefix", "key_hash", "last_used_at", "created_at")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        # Keys are minted through the console or API so the plaintext is shown exactly once.
-        return False
+    exclude = ("key_hash",)
 
 
 class SecretAdminForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -64,13 +81,7 @@ class SecretAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class AuditEventAdmin(ReadOnlyAdmin):
     list_display = ("created_at", "organization", "actor_label", "action", "target_type")
     list_filter = ("action",)
     search_fields = ("actor_label", "target_id", "target_repr")
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False

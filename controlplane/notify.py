@@ -14,21 +14,16 @@ import redis
 from django.conf import settings
 from django.db import transaction
 
+from controlplane import redis_clients
+
 CHANNEL = "plinth:changes"
 logger = logging.getLogger(__name__)
-_client: redis.Redis | None = None
-
-
-def _redis() -> redis.Redis:
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
-    return _client
 
 
 def _publish(kind: str, object_id: str) -> None:
     try:
-        _redis().publish(CHANNEL, json.dumps({"kind": kind, "id": object_id}))
+        message = json.dumps({"kind": kind, "id": object_id})
+        redis_clients.client(settings.REDIS_URL).publish(CHANNEL, message)
     except redis.RedisError:
         # The periodic refresh catches up; a mutation must not fail because Redis blinked.
         logger.warning("could not publish change notification kind=%s", kind)

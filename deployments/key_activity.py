@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 import redis
 from django.conf import settings
 
+from controlplane import redis_clients
 from controlplane import services as platform
 
 KEY_LAST_USED_HASH = "plinth:usage:key_last_used"
@@ -29,7 +30,7 @@ PROCESSING_PREFIX = "plinth:key_last_used:processing:"
 
 def flush_key_last_used(client: redis.Redis | None = None) -> int:
     """Move the keys' last-used times to the database; the number of key rows written."""
-    client = client or redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
+    client = client or redis_clients.client(settings.REDIS_URL)
     with contextlib.suppress(redis.ResponseError):  # no such key: no request since last time
         client.rename(KEY_LAST_USED_HASH, f"{PROCESSING_PREFIX}{uuid.uuid4().hex}")
     written = 0

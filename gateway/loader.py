@@ -29,6 +29,8 @@ _DEPLOYMENT_FIELDS = (
     "first_ready_at",
     "failed_at",
     "rollout_started_at",
+    "generation",
+    "observed_generation",
     "target_revision__number",
     "applied_revision__number",
     "current_revision__number",

@@ -29,8 +29,9 @@ from runtime.catalog import (
     gpu_ids,
 )
 
-# The quantization methods Plinth offers, with SGLang 0.5.23's spelling (QUANTIZATION_CHOICES minus
-# ROCm/Ascend/Apple-only and internal names). Hardware minimums live in runtime.validate.
+# The quantization methods Plinth offers, with SGLang 0.5.23's spelling (the catalogue's
+# --quantization choices minus ROCm/Ascend/Apple-only and internal names). Hardware minimums
+# live in runtime.validate.
 QUANTIZATION_METHODS: tuple[str, ...] = (
     "fp8",
     "mxfp8",

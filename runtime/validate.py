@@ -30,8 +30,8 @@ _CODES = {
     "greater_than_equal": "out_of_range",
     "less_than": "out_of_range",
     "less_than_equal": "out_of_range",
-    "string_too_short": "invalid_value",
-    "string_too_long": "invalid_value",
+    "string_too_short": "too_short",
+    "string_too_long": "too_long",
 }
 _BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
 _TYPE_FIXES = {
@@ -114,17 +114,27 @@ def _fix(err: ErrorDetails, code: str) -> str | None:
     return None
 
 
-def issue_from_error(err: ErrorDetails) -> Issue:
-    """One pydantic field error as an Issue with a stable code and a plain message."""
+def _code(err: ErrorDetails) -> str:
     kind = err["type"]
-    code = _CODES.get(kind, kind)
     if kind.endswith("_type") or kind.endswith("_parsing") or kind == "model_type":
-        code = "invalid_type"
+        return "invalid_type"
+    if kind == "string_too_short" and (err.get("ctx") or {}).get("min_length") == 1:
+        return "missing_field"  # an empty string where a value is required
+    return _CODES.get(kind, kind)
+
+
+def issue_from_error(err: ErrorDetails) -> Issue:
+    """One pydantic field error as an Issue with a stable code and a plain message.
+
+    The message does not repeat the field's path: the Issue's ``field`` carries it, and every
+    reader (the API's ``fields``, the console, the CLI) shows the two together.
+    """
+    code = _code(err)
     field = _field_path(err["loc"])
     message = err["msg"]
     if field.startswith("runtime.extra_flags.") and code == "invalid_type":
-        message = "extra flag values are true/false, a number, a string or a list of strings"
-        return error(field, code, f"{field}: {message}", "give the flag's value as text")
+        message = "an extra flag takes one value: true/false, a number or a string, never a list"
+        return error(field, code, message, "give the flag one value")
     elif code == "unknown_field":
-        message = f"unknown field '{err['loc'][-1]}'"
-    return error(field, code, f"{field}: {message}", _fix(err, code))
+        message = f"unknown field '{err['loc'][-1] if err['loc'] else field}'"
+    return error(field, code, message, _fix(err, code))

@@ -16,7 +16,7 @@ from deployments import services
 from deployments.api.schemas import PageQuery, StrictIn, page_body, page_schema
 from deployments.fields import MAX_REPLICAS
 from deployments.models import SLUG_MAX_LENGTH, SLUG_PATTERN, Deployment
-from deployments.status import ALL_STATUSES, is_settled
+from deployments.status import ALL_STATUSES
 from runtime.spec import RuntimeSpec
 
 router = Router(tags=["deployments"])
@@ -35,7 +35,10 @@ class DeploymentOut(Schema):
     slug: str
     name: str
     status: str = Field(description="derived: " + ", ".join(ALL_STATUSES))
-    settled: bool = Field(description="true when nothing is expected to change by itself")
+    settled: bool = Field(
+        description="true when nothing is expected to change by itself: every change is acted "
+        "on and the target revision serves at the desired replica count"
+    )
     desired_state: str
     desired_replicas: int
     ready_replicas: int
@@ -89,7 +92,7 @@ def deployment_out(deployment: Deployment, *, detail: bool = False) -> dict[str,
     body: dict[str, Any] = {
         **{f: getattr(deployment, f) for f in ("id", "slug", "name", "desired_state")},
         "status": status,
-        "settled": is_settled(status),
+        "settled": deployment.settled,
         "desired_replicas": deployment.desired_replicas,
         "ready_replicas": deployment.ready_replicas,
         "target_revision": target.number if target else None,

@@ -24,6 +24,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from controlplane import redis_clients
 from deployments import services
 from deployments.autoscale import Decision, Observations, Sample, State, decide
 from deployments.models import Deployment, DesiredState, MetricSample
@@ -155,9 +156,8 @@ def _samples(batch: list[_Endpoint], now: datetime) -> dict[uuid.UUID, list[Samp
 def _gateway_last_requests(ids: list[uuid.UUID]) -> dict[str, datetime]:
     """The gateway's not-yet-flushed last-request times; empty if Redis does not answer."""
     try:
-        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
-        with client:
-            values = client.hmget(LAST_REQUEST_HASH, [str(pk) for pk in ids])
+        client = redis_clients.client(settings.REDIS_URL)
+        values = client.hmget(LAST_REQUEST_HASH, [str(pk) for pk in ids])
     except redis.RedisError as exc:
         # Deployment.last_request_at still holds what was flushed; at worst a little staler.
         logger.warning("autoscale: no gateway last-request times: %s", exc)

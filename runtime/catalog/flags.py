@@ -49,6 +49,9 @@ class FlagSpec:
     nargs: str | None
     default: Any
     deprecated: bool
+    # The choices the parser itself enforces (a bad one exits 2); ``choices`` adds those SGLang
+    # checks only at start-up (``_RESOLUTION_CHOICES``).
+    parser_choices: tuple[str, ...] | None = None
 
     @property
     def takes_value(self) -> bool:
@@ -193,7 +196,8 @@ class FlagCatalog:
 
 
 def _spec_from_row(row: dict[str, Any]) -> FlagSpec:
-    choices = row.get("choices") or _RESOLUTION_CHOICES.get(row["flag"])
+    parsed = row.get("choices")
+    choices = parsed or _RESOLUTION_CHOICES.get(row["flag"])
     return FlagSpec(
         flag=row["flag"],
         aliases=tuple(row.get("aliases", ())),
@@ -204,6 +208,7 @@ def _spec_from_row(row: dict[str, Any]) -> FlagSpec:
         nargs=row.get("nargs"),
         default=row.get("default"),
         deprecated=bool(row.get("deprecated", False)),
+        parser_choices=tuple(str(c) for c in parsed) if parsed else None,
     )
 
 

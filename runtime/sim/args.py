@@ -1,10 +1,12 @@
 """Command line of the simulated engine: the SGLang launch flags it models, plus ``--sim-*``.
 
-The parser keeps SGLang's flag names, types and choices (from the 0.5.23 server-args catalogue), so
-a malformed value is refused with argparse's usual message and exit status 2, as SGLang would.
-SGLang flags the simulator does not model are ignored with one warning line. Options that stand in
-for what SGLang learns from the GPU come from ``--sim-*`` flags or ``PLINTH_SIM_*`` environment
-variables, so a driver can set them without changing the engine's argv.
+The simulator lists which SGLang flags it models; their names, aliases, types, defaults and
+choices are read from SGLang 0.5.23's flag catalogue (``runtime.catalog``, the same data Plinth
+checks plans against), so a malformed value is refused with argparse's usual message and exit
+status 2, as SGLang would. SGLang flags the simulator does not model are ignored with one
+warning line. Options that stand in for what SGLang learns from the GPU come from ``--sim-*``
+flags or ``PLINTH_SIM_*`` environment variables, so a driver can set them without changing the
+engine's argv.
 """
 
 from __future__ import annotations
@@ -18,32 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-
-def _words(text: str) -> tuple[str, ...]:
-    return tuple(text.split())
-
-
-QUANTIZATION_CHOICES = _words(
-    "awq fp8 mxfp8 gptq gptq_marlin awq_marlin bitsandbytes gguf modelopt modelopt_fp8 "
-    "modelopt_fp4 nvfp4_online modelopt_mixed petit_nvfp4 w8a8_int8 w8a8_fp8 moe_wna16 w4afp8 "
-    "mxfp4 auto-round auto-round-int8 compressed-tensors modelslim mxfp_w4a8 quark "
-    "quark_int4fp8_moe quark_mxfp4 mlx_q4 mlx_q8 unquant humming"
-)
-KV_CACHE_DTYPE_CHOICES = _words("auto fp8_e5m2 fp8_e4m3 mxfp8 bf16 bfloat16 nvfp4 fp4_mx_block16")
-DTYPE_CHOICES = _words("auto half float16 bfloat16 float float32")
-SCHEDULE_POLICY_CHOICES = _words(
-    "lpm random fcfs dfs-weight lof priority routing-key hrrn shortest-prefill-first"
-)
-SPECULATIVE_ALGORITHMS = (
-    "EAGLE",
-    "EAGLE3",
-    "NEXTN",
-    "STANDALONE",
-    "NGRAM",
-    "DFLASH",
-    "DSPARK",
-    "UNO",
-)
+from runtime.catalog import FlagCatalog, FlagSpec, sglang_flags
 
 _HUMAN_INT = re.compile(r"\A\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]i?)?\s*\Z")
 _SI = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
@@ -135,64 +112,74 @@ class EngineArgs:
     launch_command: str = ""
 
 
-# (flag names, dest, type, default, choices); store_true flags have type None.
-_Flag = tuple[tuple[str, ...], str, Callable[[str], Any] | None, Any, Sequence[str] | None]
-_SGLANG_FLAGS: tuple[_Flag, ...] = (
-    (("--model-path", "--model"), "model_path", str, None, None),
-    (("--tokenizer-path",), "tokenizer_path", str, None, None),
-    (("--served-model-name",), "served_model_name", str, None, None),
-    (("--host",), "host", str, "127.0.0.1", None),
-    (("--port",), "port", int, 30000, None),
-    (("--tp-size", "--tensor-parallel-size"), "tp_size", int, 1, None),
-    (("--pp-size", "--pipeline-parallel-size"), "pp_size", int, 1, None),
-    (("--dp-size", "--data-parallel-size"), "dp_size", int, 1, None),
-    (("--attn-dp-size", "--attention-data-parallel-size"), "attn_dp_size", int, 1, None),
-    (("--ep-size", "--expert-parallel-size", "--ep"), "ep_size", int, 1, None),
-    (("--context-length",), "context_length", human_readable_int, None, None),
-    (("--dtype",), "dtype", str, "auto", DTYPE_CHOICES),
-    (("--quantization",), "quantization", str, None, QUANTIZATION_CHOICES),
-    (("--kv-cache-dtype",), "kv_cache_dtype", str, "auto", KV_CACHE_DTYPE_CHOICES),
-    (("--mem-fraction-static",), "mem_fraction_static", float, None, None),
-    (("--max-running-requests",), "max_running_requests", int, None, None),
-    (("--max-queued-requests",), "max_queued_requests", int, None, None),
-    (("--max-total-tokens",), "max_total_tokens", human_readable_int, None, None),
-    (("--max-prefill-tokens",), "max_prefill_tokens", human_readable_int, 16384, None),
-    (("--chunked-prefill-size",), "chunked_prefill_size", int, None, None),
-    (("--page-size",), "page_size", int, None, None),
-    (("--schedule-policy",), "schedule_policy", str, "fcfs", SCHEDULE_POLICY_CHOICES),
-    (("--schedule-conservativeness",), "schedule_conservativeness", float, 1.0, None),
-    (("--disable-radix-cache",), "disable_radix_cache", None, False, None),
-    (("--speculative-algorithm",), "speculative_algorithm", str, None, None),
-    (
-        ("--speculative-draft-model-path", "--speculative-draft-model"),
-        "speculative_draft_model_path",
-        str,
-        None,
-        None,
-    ),
-    (("--speculative-num-steps",), "speculative_num_steps", int, None, None),
-    (("--speculative-eagle-topk",), "speculative_eagle_topk", int, None, None),
-    (("--speculative-num-draft-tokens",), "speculative_num_draft_tokens", int, None, None),
-    (("--disaggregation-mode",), "disaggregation_mode", str, "null", ("null", "prefill", "decode")),
-    (("--disaggregation-bootstrap-port",), "disaggregation_bootstrap_port", int, 8998, None),
-    (("--api-key",), "api_key", str, None, None),
-    (("--admin-api-key",), "admin_api_key", str, None, None),
-    (("--enable-metrics",), "enable_metrics", None, False, None),
-    (("--extra-metric-labels",), "extra_metric_labels", loads, None, None),
-    (("--enable-cache-report",), "enable_cache_report", None, False, None),
-    (
-        ("--stream-response-default-include-usage",),
-        "stream_response_default_include_usage",
-        None,
-        False,
-        None,
-    ),
-    (("--incremental-streaming-output",), "incremental_streaming_output", None, False, None),
-    (("--stream-interval",), "stream_interval", int, 1, None),
-    (("--random-seed",), "random_seed", int, None, None),
-    (("--log-level",), "log_level", str, "info", None),
-    (("--skip-server-warmup",), "skip_server_warmup", None, False, None),
+# The SGLang flags the simulator models, by canonical name; everything else about them comes from
+# the catalogue. Other SGLang flags are accepted and ignored (one warning line).
+MODELLED_FLAGS: tuple[str, ...] = (
+    "--model-path",
+    "--tokenizer-path",
+    "--served-model-name",
+    "--host",
+    "--port",
+    "--tp-size",
+    "--pp-size",
+    "--dp-size",
+    "--attn-dp-size",
+    "--ep-size",
+    "--context-length",
+    "--dtype",
+    "--quantization",
+    "--kv-cache-dtype",
+    "--mem-fraction-static",
+    "--max-running-requests",
+    "--max-queued-requests",
+    "--max-total-tokens",
+    "--max-prefill-tokens",
+    "--chunked-prefill-size",
+    "--page-size",
+    "--schedule-policy",
+    "--schedule-conservativeness",
+    "--disable-radix-cache",
+    "--speculative-algorithm",
+    "--speculative-draft-model-path",
+    "--speculative-num-steps",
+    "--speculative-eagle-topk",
+    "--speculative-num-draft-tokens",
+    "--disaggregation-mode",
+    "--disaggregation-bootstrap-port",
+    "--api-key",
+    "--admin-api-key",
+    "--enable-metrics",
+    "--extra-metric-labels",
+    "--enable-cache-report",
+    "--stream-response-default-include-usage",
+    "--incremental-streaming-output",
+    "--stream-interval",
+    "--random-seed",
+    "--log-level",
+    "--skip-server-warmup",
 )
+
+# The catalogue's value types (its names for SGLang's argparse types) as Python converters.
+_CONVERTERS: dict[str, Callable[[str], Any]] = {
+    "str": str,
+    "int": int,
+    "float": float,
+    "human_int": human_readable_int,
+    "json": loads,
+}
+
+
+def modelled_flag(flag: str, catalog: FlagCatalog | None = None) -> FlagSpec:
+    """The catalogue's entry for a flag the simulator models (KeyError if it has none)."""
+    spec = (catalog or sglang_flags()).get(flag)
+    if spec is None:
+        raise KeyError(f"{flag} is not in the SGLang flag catalogue")
+    return spec
+
+
+def speculative_algorithms() -> tuple[str, ...]:
+    """The algorithms SGLang's start-up accepts for ``--speculative-algorithm``."""
+    return modelled_flag("--speculative-algorithm").choices or ()
 
 
 def _non_negative_float(value: str) -> float:
@@ -293,22 +280,34 @@ _SIM_FLAGS: tuple[_SimFlag, ...] = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(catalog: FlagCatalog | None = None) -> argparse.ArgumentParser:
+    """The engine's parser; ``catalog`` is SGLang's flag catalogue (the default version's)."""
     parser = argparse.ArgumentParser(
         prog="python -m runtime.sim",
         description="Simulated SGLang 0.5.23 engine (no GPU). Unmodelled SGLang flags are ignored.",
     )
-    for names, dest, kind, default, choices in _SGLANG_FLAGS:
-        if kind is None:
-            parser.add_argument(*names, dest=dest, action="store_true", default=default)
-        else:
-            parser.add_argument(*names, dest=dest, type=kind, default=default, choices=choices)
+    for flag in MODELLED_FLAGS:
+        _add_sglang_flag(parser, modelled_flag(flag, catalog))
     sim = parser.add_argument_group("simulator")
     for names, dest, kind, env, text in _SIM_FLAGS:
         sim.add_argument(
             *names, dest=f"sim_{dest}", type=kind, default=None, help=f"{text}; ${env}"
         )
     return parser
+
+
+def _add_sglang_flag(parser: argparse.ArgumentParser, spec: FlagSpec) -> None:
+    names = (spec.flag, *spec.aliases)
+    if spec.store_true:
+        parser.add_argument(*names, dest=spec.dest, action="store_true", default=bool(spec.default))
+        return
+    parser.add_argument(
+        *names,
+        dest=spec.dest,
+        type=_CONVERTERS[spec.type or "str"],
+        default=spec.default,
+        choices=spec.parser_choices,
+    )
 
 
 def parse_engine_args(
@@ -395,7 +394,7 @@ def _check_speculative(args: EngineArgs) -> None:
     algo = args.speculative_algorithm
     if algo is None:
         return
-    if algo.upper() not in SPECULATIVE_ALGORITHMS:
+    if algo.upper() not in speculative_algorithms():
         raise StartupError(f"Unknown speculative algorithm name: {algo}")
     if args.speculative_num_steps is None and (
         args.speculative_eagle_topk is not None or args.speculative_num_draft_tokens is not None

@@ -41,10 +41,6 @@ class RadixCache:
         self.evictable_size = 0
         self._clock = 0
 
-    @property
-    def protected_size(self) -> int:
-        return self.total_size - self.evictable_size
-
     def match_prefix(self, ids: list[int]) -> PrefixMatch:
         if self.disabled:
             return PrefixMatch(0, self.root)

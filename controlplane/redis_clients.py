@@ -1,0 +1,58 @@
+"""The one place Plinth builds Redis clients, so every process talks to Redis the same way.
+
+Framework-free on purpose (no Django): the control plane and its workers pass
+``settings.REDIS_URL``, the gateway its own ``GatewayConfig.redis_url``, and settings.py gives
+Django's cache the same connection options. Commands time out, connecting included: a Redis
+that stops answering must fail a call (each caller knows how to degrade) rather than hang a
+request or a worker. A subscriber waits for as long as nothing is published, so it has no read
+timeout and checks its connection's health instead.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+__all__ = ["COMMAND_TIMEOUT_S", "async_client", "async_subscriber", "client", "command_options"]
+
+COMMAND_TIMEOUT_S = 5.0
+HEALTH_CHECK_INTERVAL_S = 30
+
+
+def command_options() -> dict[str, Any]:
+    """Connection options of a client that sends commands (also Django cache's ``OPTIONS``)."""
+    return {
+        "socket_timeout": COMMAND_TIMEOUT_S,
+        "socket_connect_timeout": COMMAND_TIMEOUT_S,
+        "health_check_interval": HEALTH_CHECK_INTERVAL_S,
+    }
+
+
+def _subscriber_options() -> dict[str, Any]:
+    return {
+        "socket_connect_timeout": COMMAND_TIMEOUT_S,
+        "health_check_interval": HEALTH_CHECK_INTERVAL_S,
+    }
+
+
+@cache
+def client(url: str) -> redis.Redis:
+    """The process's client for ``url``: one connection pool, shared by every caller.
+
+    redis-py's pool is thread-safe and starts afresh in a forked child (Celery's prefork
+    workers), so sharing it is safe where each call building its own would leak pools.
+    """
+    return redis.Redis.from_url(url, **command_options())
+
+
+def async_client(url: str) -> aioredis.Redis:
+    """A command client for asyncio code; its owner closes it (``aclose``) with its loop."""
+    return aioredis.Redis.from_url(url, **command_options())
+
+
+def async_subscriber(url: str) -> aioredis.Redis:
+    """A client for pub/sub subscriptions, which block until something is published."""
+    return aioredis.Redis.from_url(url, **_subscriber_options())

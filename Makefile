@@ -6,10 +6,15 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint install lock clean-data
 
+# pip prints each package as it goes (a first install on a cold cache takes a few minutes).
 $(STAMP): pyproject.toml constraints.txt
+	@echo "[install] 1/3 virtual environment in $(VENV)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade "pip>=24,<27"
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	@echo "[install] 2/3 pip"
+	@$(BIN)/python -m pip install --quiet --upgrade "pip>=24,<27"
+	@echo "[install] 3/3 Plinth and its dependencies (pinned in constraints.txt)"
+	@$(BIN)/python -m pip install -c constraints.txt -e ".[dev]"
+	@echo "[install] done"
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -1,15 +1,112 @@
-"""Console request context: which organization the signed-in user is working in."""
+"""Middleware of the control plane: input hygiene before anything else, trailing-slash
+redirects that keep a POST a POST, and the console's current organization."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect
+from django.http.response import HttpResponseBase
+from django.middleware.common import CommonMiddleware
+from django.utils.http import escape_leading_slashes
 
 from controlplane.access import Actor
+from controlplane.error_pages import (
+    DATABASE_UNAVAILABLE,
+    database_unavailable,
+    error_answer,
+    is_api,
+)
+from controlplane.hygiene import request_refusal
 from controlplane.models import Membership
 
 SESSION_ORG_KEY = "plinth_org_id"
+
+Middleware = Callable[[HttpRequest], HttpResponse]
+
+
+class InputHygieneMiddleware:
+    """Refuses a request carrying a character no part of Plinth can store (NUL, a lone
+    surrogate) in its path, query string, form fields, JSON body or headers: 422 in the API's
+    error shape naming the field, a 400 page in the console. First in the chain, so no view,
+    sign-in form or database query ever sees such a value."""
+
+    def __init__(self, get_response: Middleware) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        refusal = request_refusal(request)
+        if refusal is None:
+            return self.get_response(request)
+        field = {
+            "field": refusal.field,
+            "code": refusal.code,
+            "message": refusal.message,
+            "fix": refusal.fix,
+        }
+        status = 422 if is_api(request) else 400
+        return error_answer(request, status, refusal.summary, code="invalid", fields=[field])
+
+
+class DatabaseUnavailableMiddleware:
+    """A view that finds the database down (or every pooled connection busy) answers 503 with
+    Retry-After rather than 500. Django hands a view's exception to ``process_exception``
+    whichever thread it ran in; errors raised in middleware reach ``error_pages.server_error``
+    and the API's views their own handlers, which answer the same."""
+
+    def __init__(self, get_response: Middleware) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if isinstance(exception, DATABASE_UNAVAILABLE):
+            return database_unavailable(request, exception)
+        return None
+
+
+class PermanentRedirectKeepingMethod(HttpResponsePermanentRedirect):
+    """308: the client repeats the same method with the same body at the new address."""
+
+    status_code = 308
+
+
+class SlashRedirectMiddleware(CommonMiddleware):
+    """Django's CommonMiddleware, but a POST (or PUT, PATCH, DELETE) to a path missing its
+    trailing slash is redirected with 308, which keeps the method and body.
+
+    Django answers such a request with a 301, which clients follow with a GET (the form's
+    data silently lost), and in DEBUG raises RuntimeError instead (a 500).
+    """
+
+    def get_full_path_with_slash(self, request: HttpRequest) -> str:
+        return self._slashed(request)
+
+    def process_request(self, request: HttpRequest) -> HttpResponseBase | None:  # type: ignore[override]
+        return self._keep_method(request, super().process_request(request))
+
+    def process_response(
+        self, request: HttpRequest, response: HttpResponseBase
+    ) -> HttpResponseBase:
+        kept = self._keep_method(request, super().process_response(request, response))
+        return response if kept is None else kept
+
+    @staticmethod
+    def _slashed(request: HttpRequest) -> str:
+        return escape_leading_slashes(request.get_full_path(force_append_slash=True))
+
+    def _keep_method(
+        self, request: HttpRequest, response: HttpResponseBase | None
+    ) -> HttpResponseBase | None:
+        if (
+            response is None
+            or response.status_code != 301
+            or request.method in ("GET", "HEAD")
+            or response.get("Location") != self._slashed(request)
+        ):
+            return response
+        return PermanentRedirectKeepingMethod(response["Location"])
 
 
 class CurrentOrganizationMiddleware:

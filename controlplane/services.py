@@ -7,7 +7,9 @@ after commit.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -35,6 +37,11 @@ class ServiceError(Exception):
         self.field = field
         if code is not None:
             self.code = code
+
+    @property
+    def detail(self) -> str:
+        """The message as shown next to its field: without a leading ``"<field>: "``."""
+        return self.message.removeprefix(f"{self.field}: ") if self.field else self.message
 
 
 class Conflict(ServiceError):
@@ -90,6 +97,11 @@ def _check_can_grant(actor: Actor, role: str) -> None:
 
 @transaction.atomic
 def add_member(actor: Actor, *, username: str, role: str) -> Membership:
+    """Make an existing user a member at once: for bootstrapping and tests only.
+
+    Front ends (console, API) invite instead (``controlplane.invitations``): joining needs the
+    person's consent, and this function's "no user named" answer would reveal who exists.
+    """
     _check_can_grant(actor, role)
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
@@ -308,6 +320,31 @@ def _touch_last_used(key: ApiKey) -> None:
         key.last_used_at = now
 
 
+def record_keys_used(used: Mapping[str, datetime]) -> int:
+    """The gateway saw these keys at these times (system): move ``last_used_at`` forward.
+
+    As for keys the API authenticates, a key's row is written at most once per
+    ``LAST_USED_RESOLUTION``, and never back to an older time (a leftover batch from a retried
+    flush). Unknown or deleted keys are skipped. Returns the number of rows written.
+    """
+    wanted = {}
+    for key_id, when in used.items():
+        with contextlib.suppress(ValueError):
+            wanted[uuid.UUID(key_id)] = when
+    stored = dict(ApiKey.objects.filter(pk__in=wanted).values_list("pk", "last_used_at"))
+    written = 0
+    for pk, when in wanted.items():
+        if pk not in stored:
+            continue  # deleted since the gateway saw it
+        last = stored[pk]
+        if last is not None and when - last <= LAST_USED_RESOLUTION:
+            continue  # written recently enough, or already later
+        written += (
+            ApiKey.objects.filter(pk=pk).exclude(last_used_at__gte=when).update(last_used_at=when)
+        )
+    return written
+
+
 def actor_for_key(key: ApiKey) -> Actor:
     return Actor(organization=key.organization, role=key.role, api_key=key)
 
@@ -319,9 +356,11 @@ def actor_for_key(key: ApiKey) -> Actor:
 def set_secret(actor: Actor, *, name: str, value: str, description: str = "") -> Secret:
     """Create or replace a secret. The value is encrypted; nothing returns it to a caller."""
     require_role(actor, Role.ADMIN)
-    if not name or slugify(name) != name:
+    max_length = 64  # Secret.name's column
+    if not name or slugify(name) != name or len(name) > max_length:
         raise ServiceError(
-            "secret name must be lowercase letters, digits and hyphens", field="name"
+            f"secret name must be 1-{max_length} lowercase letters, digits and hyphens",
+            field="name",
         )
     if not value:
         raise ServiceError("secret value must not be empty", field="value")

@@ -9,8 +9,12 @@ development the same variables fall back to local defaults so ``make run`` needs
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
+from csp.constants import NONE, SELF
+
+from controlplane import redis_clients
 from controlplane.env import (
     env_bool,
     env_database,
@@ -31,7 +35,9 @@ if PLINTH_ENV not in {"development", "production", "test"}:
     raise ImproperlyConfigured("PLINTH_ENV must be one of development, production, test")
 PRODUCTION = PLINTH_ENV == "production"
 
-DEBUG = env_bool("DEBUG", default=not PRODUCTION)
+# Off unless asked for: Django's debug pages show settings and every URL, and `make run` is
+# often on a shared machine. Plinth's own error pages (controlplane/error_pages.py) answer instead.
+DEBUG = env_bool("PLINTH_DEBUG", default=False)
 SECRET_KEY = env_str("SECRET_KEY", "dev-insecure-secret-key-change-me", required=PRODUCTION)
 if PRODUCTION and len(SECRET_KEY) < 32:
     from django.core.exceptions import ImproperlyConfigured
@@ -65,21 +71,28 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "ninja",  # serves the API docs' Swagger UI from its own static files (no CDN)
+    "axes",  # sign-in throttling: failed attempts per username and address
     "controlplane",
     "deployments",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",  # Content-Security-Policy on every answer, errors too
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Before anything reads a value: NUL and lone surrogates are refused with a 4xx.
+    "controlplane.middleware.InputHygieneMiddleware",
+    # A view that finds PostgreSQL down answers 503 + Retry-After (controlplane/error_pages.py).
+    "controlplane.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
+    "controlplane.middleware.SlashRedirectMiddleware",  # CommonMiddleware; 308 for a POST
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "controlplane.middleware.CurrentOrganizationMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes requires: answers lock-outs
 ]
 
 ROOT_URLCONF = "controlplane.urls"
@@ -111,8 +124,25 @@ DATABASES = {
 }
 # Concurrent test runs on one server (CI, several developers) each name their own test database.
 DATABASES["default"]["TEST"] = {"NAME": env_str("PLINTH_TEST_DB_NAME", "test_plinth")}
-DATABASES["default"]["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# Under ASGI (the console/API process, uvicorn) every request runs in a thread of its own, so a
+# connection kept for reuse (CONN_MAX_AGE) stays behind with a finished thread until PostgreSQL
+# refuses clients; Django's docs say to disable persistent connections there. That process
+# (controlplane/asgi.py turns PLINTH_DB_POOL on) borrows from a bounded psycopg pool instead and
+# gives the connection back when the request ends; a request that finds all DB_POOL_MAX_SIZE in
+# use waits up to DB_POOL_TIMEOUT_S, then gets 503 + Retry-After (controlplane.middleware).
+# Workers and beat run one task at a time per process and keep theirs for DB_CONN_MAX_AGE.
+DB_POOL = env_bool("PLINTH_DB_POOL", default=False)
+DB_POOL_MAX_SIZE = env_int("DB_POOL_MAX_SIZE", 10)
+if DB_POOL:
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them; Django must not
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": DB_POOL_MAX_SIZE,
+        "timeout": env_int("DB_POOL_TIMEOUT_S", 10),
+    }
+else:
+    DATABASES["default"]["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 60)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_redis_url("REDIS_URL", "redis://127.0.0.1:6379/0", required=PRODUCTION)
@@ -124,6 +154,15 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "plinth")
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# kombu's Redis transport with a fix that keeps the worker alive across a Redis restart
+# (controlplane/broker.py). Naming the transport skips kombu's rediss:// default of not checking
+# the server's certificate: say what TLS wants instead (check it).
+CELERY_BROKER_TRANSPORT = "controlplane.broker:Transport"
+if REDIS_URL.startswith("rediss://"):
+    CELERY_BROKER_USE_SSL = {"ssl_cert_reqs": "required"}
+# Kept off (Celery 6 turns it on): a running task finishes and acks after the reconnect instead
+# of being killed and its message left for the visibility timeout (an hour) to run again.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 
 CACHES = {
@@ -131,6 +170,8 @@ CACHES = {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "plinth",
+        # The timeouts every Redis client of Plinth's has (controlplane/redis_clients.py).
+        "OPTIONS": redis_clients.command_options(),
     }
 }
 
@@ -147,6 +188,43 @@ SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", default=PRODUCTION)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+# Production is served over HTTPS: browsers are told to use nothing else for a year. Django sends
+# the header only on requests it sees as secure; behind a TLS-terminating proxy set
+# PLINTH_TRUST_X_FORWARDED_PROTO=true (only if that proxy sets X-Forwarded-Proto itself).
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if PRODUCTION else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+if env_bool("PLINTH_TRUST_X_FORWARDED_PROTO", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Content-Security-Policy (django-csp): scripts, styles and everything else from this origin
+# only; no inline script, inline style or eval. Console behaviour lives in static/js/console.js.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],  # the API docs' icons are data: URIs
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
+
+# Sign-in throttling (django-axes): after PLINTH_LOGIN_FAILURE_LIMIT wrong passwords for one
+# username from one address, that pair is locked out for PLINTH_LOGIN_LOCKOUT_MINUTES (429),
+# even with the right password. Keyed by both, so nobody can lock a user out from elsewhere.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("PLINTH_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("PLINTH_LOGIN_LOCKOUT_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "controlplane.signin.locked_out"  # 429, Retry-After, plain words
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -157,7 +235,9 @@ STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "staticfiles"
 WHITENOISE_USE_FINDERS = True
-WHITENOISE_AUTOREFRESH = DEBUG
+# Development serves static files straight from the source folders, DEBUG or not (`make run`
+# has no collectstatic step); production serves the collected, unchanging set.
+WHITENOISE_AUTOREFRESH = not PRODUCTION
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 1024 * 1024)
 # Requests per minute each management key (or console user) may make to /api/v1 (issue 5).
@@ -182,6 +262,14 @@ PLINTH_LOCAL_STOP_GRACE_S = env_int("PLINTH_LOCAL_STOP_GRACE_S", 10)
 PLINTH_LOCAL_ROUTER_HEALTH_CHECK_S = env_int("PLINTH_LOCAL_ROUTER_HEALTH_CHECK_S", 2)
 # Kubeconfigs may name plain-http API servers (an emulator, kubectl proxy). Off: https only.
 PLINTH_KUBE_ALLOW_HTTP = env_bool("PLINTH_KUBE_ALLOW_HTTP", default=False)
+# A kubeconfig's servers are addresses the worker calls for a tenant (deployments/egress.py):
+# loopback, link-local and metadata addresses are refused, private ranges unless allowed here,
+# and hosts, addresses or networks (CIDR) listed in PLINTH_KUBE_ALLOW_HOSTS are allowed anyway.
+PLINTH_KUBE_ALLOW_PRIVATE = env_bool("PLINTH_KUBE_ALLOW_PRIVATE", default=False)
+PLINTH_KUBE_ALLOW_HOSTS = env_list("PLINTH_KUBE_ALLOW_HOSTS", [], required=False)
+# insecure-skip-tls-verify and proxy-url in a tenant's kubeconfig: refused unless allowed.
+PLINTH_KUBE_ALLOW_INSECURE_TLS = env_bool("PLINTH_KUBE_ALLOW_INSECURE_TLS", default=False)
+PLINTH_KUBE_ALLOW_PROXY = env_bool("PLINTH_KUBE_ALLOW_PROXY", default=False)
 PLINTH_STARTUP_WINDOW_S = env_int("PLINTH_STARTUP_WINDOW_S", 0)  # 0: from the startup probe
 PLINTH_RECONCILE_INTERVAL_S = env_int("PLINTH_RECONCILE_INTERVAL_S", 2)  # while not settled
 PLINTH_SETTLED_RECONCILE_S = env_int("PLINTH_SETTLED_RECONCILE_S", 10)
@@ -196,13 +284,33 @@ if PLINTH_AUTOSCALE_INTERVAL_S < 1:
     from django.core.exceptions import ImproperlyConfigured
 
     raise ImproperlyConfigured("PLINTH_AUTOSCALE_INTERVAL_S must be at least 1 (seconds)")
-# Task modules merge their own entries into this (deployments/tasks/engine.py, traffic.py).
+# How often beat moves the gateway's usage counters and keys' last-used times from Redis to the
+# database. Fixed: the README's promise (usage shows within about 80 s) rests on it.
+PLINTH_USAGE_FLUSH_S = 15
+# Everything beat runs, in one place (tasks are sent by name; deployments/tasks/ defines them).
 CELERY_BEAT_SCHEDULE = {
+    "deployments.sweep": {
+        "task": "deployments.sweep",
+        "schedule": float(PLINTH_SWEEP_INTERVAL_S),
+    },
+    "deployments.probe_due": {
+        "task": "deployments.probe_due",
+        "schedule": float(PLINTH_PROBE_INTERVAL_S),
+    },
+    "deployments.purge_samples": {"task": "deployments.purge_samples", "schedule": 3600.0},
     "deployments.autoscale": {
         "task": "deployments.autoscale",
         "schedule": float(PLINTH_AUTOSCALE_INTERVAL_S),
         # A pass still queued when the next is due has nothing to add: drop it.
         "options": {"expires": float(PLINTH_AUTOSCALE_INTERVAL_S)},
+    },
+    "deployments.flush_usage": {
+        "task": "deployments.flush_usage",
+        "schedule": float(PLINTH_USAGE_FLUSH_S),
+    },
+    "deployments.flush_key_last_used": {
+        "task": "deployments.flush_key_last_used",
+        "schedule": float(PLINTH_USAGE_FLUSH_S),
     },
 }
 

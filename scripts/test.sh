@@ -1,11 +1,26 @@
 #!/usr/bin/env bash
 # `make test`: make sure PostgreSQL and Redis answer (starting Debian's servers when nothing
 # does), then run ruff, mypy, import-linter and pytest. Called by .ci/run.
+# Servers it starts listen on free ports and keep their data in a folder of this run, and are
+# stopped when it ends, so two runs on one machine never share or stop each other's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
-RUN_DIR=${PLINTH_TEST_RUN_DIR:-$PWD/data/test-services}
-mkdir -p "$RUN_DIR"
+mkdir -p "${PLINTH_TEST_RUN_DIR:-$PWD/data/test-services}"
+RUN_DIR=$(mktemp -d "${PLINTH_TEST_RUN_DIR:-$PWD/data/test-services}/run.XXXXXX")
+STARTED_PG=""
+STARTED_REDIS=""
+cleanup() {
+  if [ -n "$STARTED_PG" ]; then
+    runuser -u postgres -- "$STARTED_PG/pg_ctl" -D "$RUN_DIR/pg" -m fast -w stop >/dev/null || true
+  fi
+  if [ -n "$STARTED_REDIS" ]; then kill "$(cat "$RUN_DIR/redis.pid")" 2>/dev/null || true; fi
+  rm -rf "$RUN_DIR"
+}
+trap cleanup EXIT
+free_port() {
+  "$BIN/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
 
 export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/plinth}
 export REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
@@ -28,13 +43,13 @@ if ! db_answers "$DATABASE_URL"; then
   echo "[test] PostgreSQL does not answer at DATABASE_URL; starting Debian's PostgreSQL"
   PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
   PGDIR="$RUN_DIR/pg"
-  if [ ! -f "$PGDIR/PG_VERSION" ]; then
-    mkdir -p "$PGDIR" && chown postgres "$PGDIR" "$RUN_DIR"
-    runuser -u postgres -- "$PGBIN/initdb" -D "$PGDIR" -A trust -U postgres --no-sync >/dev/null
-  fi
+  PGPORT=$(free_port)
+  mkdir -p "$PGDIR" && chown postgres "$PGDIR" "$RUN_DIR"
+  runuser -u postgres -- "$PGBIN/initdb" -D "$PGDIR" -A trust -U postgres --no-sync >/dev/null
+  STARTED_PG=$PGBIN
   runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDIR" -l "$PGDIR/log" -w \
-    -o "-c listen_addresses=127.0.0.1 -p 55432 -k $PGDIR -c fsync=off" start >/dev/null || true
-  export DATABASE_URL=postgres://postgres@127.0.0.1:55432/plinth
+    -o "-c listen_addresses=127.0.0.1 -p $PGPORT -k $PGDIR -c fsync=off" start >/dev/null || true
+  export DATABASE_URL=postgres://postgres@127.0.0.1:$PGPORT/plinth
   db_answers "$DATABASE_URL" || { echo "[test] could not start PostgreSQL"; exit 1; }
 fi
 
@@ -43,9 +58,11 @@ if ! redis_answers "$REDIS_URL"; then
   if ! command -v redis-server >/dev/null; then
     apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server >/dev/null
   fi
-  redis-server --port 56379 --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
-    --dir "$RUN_DIR" --logfile "$RUN_DIR/redis.log"
-  export REDIS_URL=redis://127.0.0.1:56379/0
+  REDISPORT=$(free_port)
+  STARTED_REDIS=1
+  redis-server --port "$REDISPORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
+    --dir "$RUN_DIR" --logfile "$RUN_DIR/redis.log" --pidfile "$RUN_DIR/redis.pid"
+  export REDIS_URL=redis://127.0.0.1:$REDISPORT/0
   for _ in $(seq 50); do redis_answers "$REDIS_URL" && break; sleep 0.1; done
   redis_answers "$REDIS_URL" || { echo "[test] could not start Redis"; exit 1; }
 fi

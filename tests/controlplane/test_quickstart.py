@@ -1,17 +1,23 @@
 """`make run`'s script on a machine with no database or Redis configured: embedded PostgreSQL
 and Redis start, the console's sign-in page answers, the printed admin login works, and
-Ctrl-C stops every process it started."""
+Ctrl-C stops every process it started. A child killed from outside (the worker, the embedded
+Redis) comes back by itself; `scripts/manage.sh` reaches this run's servers whatever the shell's
+DATABASE_URL says; SIGTERM sent twice to the process group still stops everything, the local
+cluster's engines and routers included."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -19,6 +25,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def run_root() -> Iterator[Path]:
+    """A folder outside pytest's own: pgserver opens its parents to its `pgserver` user, and
+    another pytest session starting meanwhile closes pytest's folder again (chmod 700)."""
+    root = Path(tempfile.mkdtemp(prefix="plinth-quickstart-"))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def free_port() -> int:
@@ -43,8 +58,11 @@ def answers(url: str) -> bool:
         return False
 
 
-def start(data_dir: Path, ports: dict[str, int]) -> tuple[subprocess.Popen[str], list[str]]:
+def start(
+    data_dir: Path, ports: dict[str, int], **extra: str
+) -> tuple[subprocess.Popen[str], list[str]]:
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    env.update(extra)
     env.update(
         PLINTH_DATA_DIR=str(data_dir),
         PLINTH_ENV="development",
@@ -75,10 +93,10 @@ def stop(proc: subprocess.Popen[str]) -> None:
     proc.wait(timeout=60)
 
 
-def test_run_starts_everything_embedded_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+def test_run_starts_everything_embedded_and_stops_on_ctrl_c(run_root: Path) -> None:
     ports = {name: free_port() for name in ("web", "gateway", "metrics", "redis")}
     console = f"http://127.0.0.1:{ports['web']}"
-    proc, lines = start(tmp_path / "data", ports)
+    proc, lines = start(run_root / "data", ports)
     try:
         assert wait_until(lambda: answers(f"{console}/login/")), "".join(lines)
         assert answers(f"http://127.0.0.1:{ports['gateway']}/health")
@@ -106,9 +124,110 @@ def test_run_starts_everything_embedded_and_stops_on_ctrl_c(tmp_path: Path) -> N
             assert sock.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still answers"
 
     # A second run reuses the data: no new admin password is printed.
-    proc, lines = start(tmp_path / "data", ports)
+    proc, lines = start(run_root / "data", ports)
     try:
         assert wait_until(lambda: answers(f"{console}/login/")), "".join(lines)
         assert "password:" not in "".join(lines)
     finally:
         stop(proc)
+
+
+def said(lines: list[str], text: str) -> bool:
+    return any(text in line for line in list(lines))
+
+
+def child_of(parent: int, marker: bytes) -> int:
+    """The pid of ``parent``'s child whose command line holds ``marker``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent and marker in cmdline:
+            return int(entry.name)
+    raise AssertionError(f"no child of {parent} runs {marker!r}")
+
+
+def local_processes(root: Path) -> list[int]:
+    """Live processes of the local cluster: each works in its endpoint's folder under ``root``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cwd = (entry / "cwd").resolve(strict=True)
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if entry.name.isdigit() and cwd.is_relative_to(root.resolve()) and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def manage_sh(data_dir: Path, *args: str) -> str:
+    # A shell that points elsewhere: manage.sh must still use this run's servers.
+    env = {
+        **os.environ,
+        "PLINTH_DATA_DIR": str(data_dir),
+        "DATABASE_URL": "postgres://postgres@127.0.0.1:1/someone-elses",
+        "REDIS_URL": "redis://127.0.0.1:1/0",
+    }
+    done = subprocess.run(
+        ["bash", "scripts/manage.sh", *args], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip()
+
+
+def test_run_restarts_what_dies_and_two_sigterms_stop_everything(run_root: Path) -> None:
+    from tests.engine.conftest import FAST_SIM_ENV, small_spec
+
+    ports = {name: free_port() for name in ("web", "gateway", "metrics", "redis")}
+    console = f"http://127.0.0.1:{ports['web']}"
+    data = run_root / "data"
+    fast = {**FAST_SIM_ENV, "PLINTH_LOCAL_STOP_GRACE_S": "3", "PLINTH_RECONCILE_INTERVAL_S": "1"}
+    proc, lines = start(data, ports, PLINTH_LOCAL_ROUTER_HEALTH_CHECK_S="1", **fast)
+    try:
+        assert wait_until(lambda: answers(f"{console}/login/")), "".join(lines)
+        key = manage_sh(data, "plinth_create_key", "--name", "test", "--role", "admin")
+        created = httpx.post(
+            f"{console}/api/v1/deployments",
+            headers={"Authorization": f"Bearer {key}"},
+            json={"slug": "kept", "name": "Kept", "spec": small_spec()},
+            timeout=30,
+        )
+        assert created.status_code == 201, created.text
+        assert wait_until(lambda: len(local_processes(data / "local")) >= 2), "".join(lines)
+
+        os.kill(child_of(proc.pid, b"worker"), signal.SIGKILL)
+        assert wait_until(lambda: said(lines, "worker restarted (pid")), "".join(lines)
+        assert said(lines, "worker exited with status -9; restarting it in 1 s")
+
+        os.kill(int((data / "redis" / "redis.pid").read_text()), signal.SIGKILL)
+        assert wait_until(lambda: said(lines, "redis restarted (pid")), "".join(lines)
+        assert said(lines, "redis exited with status -9; restarting it in 1 s")
+        assert answers(f"{console}/login/")
+        assert answers(f"http://127.0.0.1:{ports['gateway']}/health")
+        assert not said(lines, "[plinth] stopping")
+    finally:
+        # A service manager's stop, then another before the cleanup is done.
+        os.killpg(proc.pid, signal.SIGTERM)
+        wait_until(lambda: said(lines, "[plinth] stopping"), timeout=30)
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=120)
+    output = "".join(lines)
+    assert "[plinth] stopped" in output, output
+    assert local_processes(data / "local") == [], "an engine or router outlived make run"
+    for port in ports.values():
+        with socket.socket() as sock:
+            assert sock.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still answers"
+
+
+def test_manage_sh_refuses_a_data_folder_make_run_never_used(run_root: Path) -> None:
+    env = {**os.environ, "PLINTH_DATA_DIR": str(run_root)}
+    done = subprocess.run(
+        ["bash", "scripts/manage.sh", "check"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    assert "run.env is missing" in done.stderr

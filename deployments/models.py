@@ -15,16 +15,19 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
+from controlplane.hygiene import full_pattern
 from controlplane.models import ApiKey, Organization, Secret
 
 if TYPE_CHECKING:
     from deployments.status import Facts
 
 # DNS-safe: it becomes part of host names, Kubernetes object names and label values.
-SLUG_PATTERN = r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$"
+SLUG_BODY = r"[a-z]([a-z0-9-]{0,38}[a-z0-9])?"
+# For the OpenAPI document (ECMA-262, where "$" is the end of the input).
+SLUG_PATTERN = f"^{SLUG_BODY}$"
 SLUG_MAX_LENGTH = 40
 slug_validator = RegexValidator(
-    SLUG_PATTERN,
+    full_pattern(SLUG_BODY),  # whole string: Python's "$" would accept a final newline
     "use 1-40 lowercase letters, digits and hyphens, starting with a letter and not ending "
     "with a hyphen",
 )
@@ -138,6 +141,12 @@ class Deployment(models.Model):
         from deployments.status import derive_status
 
         return derive_status(self.facts())
+
+    @property
+    def settled(self) -> bool:
+        from deployments.status import is_settled
+
+        return is_settled(self.facts())
 
 
 class Revision(models.Model):
@@ -262,14 +271,35 @@ class UsageRecord(models.Model):
         return f"{self.deployment_slug} {self.minute:%Y-%m-%d %H:%M}"
 
 
+class UsageFlushBatch(models.Model):
+    """One claimed batch of the gateway's Redis counters that was added to UsageRecord.
+
+    Written in the same transaction as the counts (``deployments.usage``): a flush that dies
+    after that commit and before deleting the batch from Redis finds it here next time and
+    only deletes it. Pruned after ``usage.BATCH_RETENTION``.
+    """
+
+    batch = models.CharField(max_length=100, primary_key=True)  # the Redis processing hash name
+    flushed_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    def __str__(self) -> str:
+        return self.batch
+
+
 class IdempotencyRecord(models.Model):
     """The first response to a POST sent with an ``Idempotency-Key``, replayed on retries.
 
-    ``status_code`` is null while the first request is still running. Rows expire after a day.
+    A record belongs to one caller (a management key, or a signed-in user) in one organization:
+    another caller sending the same key runs their own request under their own role. ``role``
+    is the role the first request ran with; a replay needs it still. ``status_code`` is null
+    while the first request is still running. Rows expire after a day.
     """
 
     id = models.BigAutoField(primary_key=True)
     organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    # "key:<api key id>" or "user:<user id>" (deployments.api.idempotency.caller_of).
+    caller = models.CharField(max_length=80, default="")
+    role = models.CharField(max_length=16, default="")
     key = models.CharField(max_length=255)
     method = models.CharField(max_length=8)
     path = models.CharField(max_length=500)
@@ -282,7 +312,9 @@ class IdempotencyRecord(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["organization", "key"], name="unique_idempotency_key")
+            models.UniqueConstraint(
+                fields=["organization", "caller", "key"], name="unique_idempotency_key_per_caller"
+            )
         ]
 
     def __str__(self) -> str:

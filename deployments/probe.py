@@ -1,8 +1,10 @@
 """The probe: read every ready replica's ``/metrics`` and ``/v1/loads`` and store a MetricSample.
 
-Counters and histograms are kept per replica URL in the cache between probes, so a sample holds
-the figures of its interval only (a restarted replica starts a new series, never a negative
-one). Gauges (running, queued, KV usage) are as of the probe.
+Counters and histograms are kept per replica in the cache between probes, so a sample holds the
+figures of its interval only. A replica seen for the first time contributes everything its
+engine counted since it started (the requests served before the first probe are in no earlier
+sample); a restarted one (a new restart count, or counters that went down) starts a new series,
+never a negative one. Gauges (running, queued, KV usage) are as of the probe.
 """
 
 from __future__ import annotations
@@ -30,14 +32,21 @@ def _cache_key(deployment_id: str) -> str:
     return f"probe:{deployment_id}"
 
 
-def _scrape(urls: list[str]) -> tuple[dict[str, MetricsSnapshot], float]:
-    """Snapshots per URL, and the queued requests /v1/loads reports (summed)."""
+def _series(replica: dict[str, Any]) -> str:
+    """One engine process' counters: its address and how often it was restarted there (a
+    restarted container keeps its pod's address and counts from zero again)."""
+    return f"{replica['url']}#{replica.get('restarts') or 0}"
+
+
+def _scrape(replicas: dict[str, str]) -> tuple[dict[str, MetricsSnapshot], float]:
+    """Snapshots per series (``replicas`` maps series to URL), and the queued requests
+    /v1/loads reports (summed)."""
     snapshots: dict[str, MetricsSnapshot] = {}
     queued = 0.0
-    for url in urls:
+    for series, url in replicas.items():
         with EngineClient(url, timeout=2.0) as engine:
             try:
-                snapshots[url] = engine.metrics()
+                snapshots[series] = engine.metrics()
                 loads = engine.loads().get("loads") or []
             except RuntimeUnavailable as exc:
                 log.info("probe skipped %s: %s", url, exc)
@@ -50,23 +59,28 @@ def probe(deployment_id: str) -> MetricSample | None:
     deployment = Deployment.objects.filter(pk=deployment_id).first()
     if deployment is None:
         return None
-    urls = [r["url"] for r in deployment.replica_facts or [] if r.get("ready") and r.get("url")]
+    replicas = {
+        _series(r): r["url"]
+        for r in deployment.replica_facts or []
+        if r.get("ready") and r.get("url")
+    }
     now = timezone.now()
-    snapshots, queued = _scrape(urls)
+    snapshots, queued = _scrape(replicas)
     previous: dict[str, Any] = cache.get(_cache_key(deployment_id)) or {}
     cache.set(
         _cache_key(deployment_id),
         {"ts": now, "snapshots": {u: s.to_dict() for u, s in snapshots.items()}},
-        timeout=3600,
+        timeout=_baseline_timeout_s(),
     )
+    since = previous.get("ts") or deployment.last_probe_at or deployment.first_ready_at
     reconcile.record_probe(deployment, now)
     if not snapshots:
         return None
     before = {u: MetricsSnapshot.from_dict(d) for u, d in previous.get("snapshots", {}).items()}
-    # A replica seen for the first time contributes gauges only: its counters cover its lifetime.
-    interval = merge(s.delta(before.get(u, s)) for u, s in snapshots.items())
+    # A series seen for the first time is measured from zero: from its engine's start.
+    interval = merge(s.delta(before.get(u)) for u, s in snapshots.items())
     gauges = merge(snapshots.values())
-    seconds = (now - previous["ts"]).total_seconds() if previous.get("ts") else 0.0
+    seconds = max(0.0, (now - since).total_seconds()) if since else 0.0
     return MetricSample.objects.create(
         deployment=deployment, ts=now, interval_s=seconds, replicas_ready=len(snapshots),
         **_figures(interval, gauges, seconds, queued),
@@ -99,9 +113,15 @@ def _figures(
     }
 
 
+def _baseline_timeout_s() -> int:
+    # As long as samples are kept: a baseline forgotten while its engine runs would count the
+    # engine's whole history again in the next sample.
+    return settings.PLINTH_METRICS_RETENTION_HOURS * 3600
+
+
 def purge_old_samples(now: Any = None) -> int:
     """Delete samples older than ``PLINTH_METRICS_RETENTION_HOURS``; returns how many."""
-    hours = float(getattr(settings, "PLINTH_METRICS_RETENTION_HOURS", 24 * 7))
+    hours = settings.PLINTH_METRICS_RETENTION_HOURS
     cutoff = (now or timezone.now()) - timedelta(hours=hours)
     deleted, _ = MetricSample.objects.filter(ts__lt=cutoff).delete()
     return deleted

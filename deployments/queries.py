@@ -15,7 +15,6 @@ from django.utils import timezone
 
 from controlplane.access import Actor, NotFound
 from deployments.models import Cluster, Deployment, DeploymentEvent, MetricSample, Revision
-from deployments.status import is_settled
 
 _RELATED = ("cluster", "target_revision", "applied_revision", "current_revision")
 
@@ -43,7 +42,7 @@ class EndpointRow:
 
     @property
     def settled(self) -> bool:
-        return is_settled(self.status)
+        return self.deployment.settled
 
 
 def _spec_summary(deployment: Deployment) -> tuple[str, str, int]:

@@ -16,7 +16,9 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
+from pydantic import ValidationError
 
 from controlplane import notify
 from controlplane.services import reveal_secret
@@ -27,11 +29,15 @@ from deployments.drivers.registry import driver_for
 from deployments.models import Deployment, DesiredState, Revision
 from deployments.rollout import RolloutDecision, RolloutFacts, decide
 from runtime import launch
+from runtime.argv import UnsafeArgvError
 from runtime.spec import RuntimeSpec
 
 log = logging.getLogger(__name__)
 
 ROLLOUT_FAILED = "RolloutFailed"
+# Timeline reasons that start a rollout's clock.
+DEPLOYING = "Deploying"
+ROLLOUT_STARTED = "RolloutStarted"
 
 
 @dataclass
@@ -42,6 +48,8 @@ class Pass:
     now: datetime
     facts: dict[str, Any] = field(default_factory=dict)
     events: list[tuple[str, str, str, int | None, dict[str, Any]]] = field(default_factory=list)
+    # Something this pass started is not finished (a stop still waiting on a process).
+    unfinished: bool = False
 
     def event(
         self, level: str, reason: str, message: str, revision: int | None = None, **data: Any
@@ -121,12 +129,20 @@ def _run(work: Pass, driver: Driver) -> None:
 
 def _rollout_facts(work: Pass, target: Revision, seen: Observation) -> RolloutFacts:
     deployment = work.deployment
+    if "rollout_deadline" in work.facts:
+        deadline = work.facts["rollout_deadline"]
+    elif deployment.rollout_deadline is not None and _clock_started(deployment, target):
+        deadline = deployment.rollout_deadline
+    else:
+        # No clock, or another revision's: a target changed mid-rollout (or after a failed
+        # first deploy) gets a startup window of its own, not what is left of the previous one.
+        deadline = None
     return RolloutFacts(
         now=work.now,
         target=target.number,
         current=_number(deployment.current_revision),
         target_abandoned=_abandoned(deployment, target),
-        deadline=work.facts.get("rollout_deadline", deployment.rollout_deadline),
+        deadline=deadline,
         target_ready=seen.ready_count(target.number),
         desired_replicas=deployment.desired_replicas,
     )
@@ -140,7 +156,10 @@ def _start_or_abandon(
         window = startup_window_s(target)
         facts["rollout_started_at"] = work.now
         facts["rollout_deadline"] = work.now + timedelta(seconds=window)
-        verb = "Deploying" if deployment.current_revision is None else "RolloutStarted"
+        if deployment.failed_at is not None:
+            # A new revision gets its own chance: the failure was the previous target's.
+            facts.update(failed_at=None, failure_reason="")
+        verb = DEPLOYING if deployment.current_revision is None else ROLLOUT_STARTED
         replicas = deployment.desired_replicas
         message = (
             f"revision {target.number}: starting {replicas} replica(s), ready within {window} s"
@@ -174,6 +193,13 @@ def _not_ready_reason(observation: Observation, revision: int) -> str:
     return ", ".join(phases)
 
 
+def _clock_started(deployment: Deployment, target: Revision) -> bool:
+    """The running rollout clock is this target's: its start is on the timeline."""
+    return deployment.events.filter(
+        reason__in=(DEPLOYING, ROLLOUT_STARTED), revision_number=target.number
+    ).exists()
+
+
 def _abandoned(deployment: Deployment, target: Revision) -> bool:
     return deployment.events.filter(reason=ROLLOUT_FAILED, revision_number=target.number).exists()
 
@@ -184,16 +210,34 @@ def _number(revision: Revision | None) -> int | None:
 
 def startup_window_s(revision: Revision) -> int:
     """How long a revision may take to become ready: the setting, else its startup probe's."""
-    configured = int(getattr(settings, "PLINTH_STARTUP_WINDOW_S", 0) or 0)
+    configured = settings.PLINTH_STARTUP_WINDOW_S
     if configured > 0:
         return configured
-    spec = RuntimeSpec.model_validate(revision.spec)
-    return launch.startup_allowance_s(spec)
+    return launch.startup_allowance_s(stored_spec(revision))
+
+
+def _refused(revision: Revision) -> PermanentDriverError:
+    return PermanentDriverError(
+        f"revision {revision.number}'s settings are refused by this version of Plinth "
+        "(validate them and save corrected settings)"
+    )
+
+
+def stored_spec(revision: Revision) -> RuntimeSpec:
+    """The revision's settings. One saved before a check Plinth now makes (an extra flag since
+    refused, say) fails the endpoint with a reason rather than raising on every pass."""
+    try:
+        return RuntimeSpec.model_validate(revision.spec)
+    except ValidationError as exc:
+        raise _refused(revision) from exc
 
 
 def revision_plan(deployment: Deployment, revision: Revision) -> RevisionPlan:
-    spec = RuntimeSpec.model_validate(revision.spec)
-    plan = launch.plan(spec, deployment_labels={"deployment": deployment.slug})
+    spec = stored_spec(revision)
+    try:
+        plan = launch.plan(spec, deployment_labels={"deployment": deployment.slug})
+    except UnsafeArgvError as exc:
+        raise _refused(revision) from exc
     return RevisionPlan(
         number=revision.number,
         plan=plan,
@@ -256,6 +300,7 @@ def _stop(work: Pass, driver: Driver) -> None:
     ref = ref_for(work.deployment)
     done = driver.stop(ref)
     seen = Observation() if done else driver.observe(ref)
+    work.unfinished = not done
     work.facts.update(
         ready_replicas=seen.ready_count(),
         total_replicas=len(seen.engines()),
@@ -264,8 +309,9 @@ def _stop(work: Pass, driver: Driver) -> None:
         rollout_started_at=None,
         rollout_deadline=None,
     )
-    if done:
-        # Nothing serves now: the next start is a fresh deploy with its own startup window.
+    if done or not seen.engines():
+        # Nothing serves now (a router may still be on its way out): the next start is a fresh
+        # deploy with its own startup window, coming up from zero rather than degraded.
         work.facts["current_revision"] = None
     if done and work.deployment.total_replicas:
         work.event("info", "Stopped", "every replica and the router are stopped")
@@ -294,9 +340,10 @@ def _next_pass_in(work: Pass) -> float:
     deployment = work.deployment
     for name, value in work.facts.items():
         setattr(deployment, name, value)
-    settled = deployment.status in {"active", "stopped", "scaled_to_zero", "failed"}
-    fast = float(getattr(settings, "PLINTH_RECONCILE_INTERVAL_S", 5))
-    slow = float(getattr(settings, "PLINTH_SETTLED_RECONCILE_S", 30))
+    deployment.observed_generation = deployment.generation
+    settled = deployment.settled and not work.unfinished
+    fast = float(settings.PLINTH_RECONCILE_INTERVAL_S)
+    slow = float(settings.PLINTH_SETTLED_RECONCILE_S)
     return slow if settled and not deployment.rollout_deadline else fast
 
 
@@ -307,15 +354,51 @@ def _save(work: Pass) -> None:
     due = work.now + timedelta(seconds=_next_pass_in(work))
     observed = {**work.facts, "observed_at": work.now, "observed_generation": generation}
     rows = Deployment.objects.filter(pk=deployment.pk)
-    # A user's change since this pass read the row set next_reconcile_at to now: keep that.
     if not rows.filter(generation=generation).update(**observed, next_reconcile_at=due):
-        rows.update(**observed)
+        # A change was committed since this pass read the row: due at once, whatever a sweep
+        # that claimed the row meanwhile set (its lease would hide the change for its length).
+        rows.update(**observed, next_reconcile_at=work.now)
     for level, reason, message, revision, data in work.events:
         key = data.get("key")
         if key and deployment.events.filter(data__key=key).exists():
             continue
         services.record_event(deployment, level, reason, message, revision, data)
     notify.publish_on_commit("deployment", str(deployment.pk))
+
+
+def change_pending(deployment_id: str) -> bool:
+    """A change was committed that no finished pass has acted on (the endpoint still exists)."""
+    return Deployment.objects.filter(
+        pk=deployment_id, observed_generation__lt=F("generation")
+    ).exists()
+
+
+def record_cluster_stopped(kind: str) -> int:
+    """Every process of every endpoint on clusters of ``kind`` was stopped from outside a pass
+    (``plinth_local_stop`` when ``make run`` ends): nothing of theirs runs or serves now.
+
+    Records exactly that, so status follows what runs (not active while the gateway has no
+    router to send to), and makes them due so the next pass, after a restart, brings them back.
+    Returns how many endpoints it touched.
+    """
+    now = timezone.now()
+    rows = Deployment.objects.filter(cluster__kind=kind).exclude(
+        ready_replicas=0, total_replicas=0, replica_facts=[], router_url=""
+    )
+    ids = [str(pk) for pk in rows.values_list("pk", flat=True)]
+    with transaction.atomic():
+        touched = Deployment.objects.filter(pk__in=ids)
+        touched.update(
+            ready_replicas=0, total_replicas=0, replica_facts=[], router_url="",
+            rollout_started_at=None, rollout_deadline=None, observed_at=now,
+            next_reconcile_at=now,
+        )  # fmt: skip
+        # As after a stop, the next start comes up from zero with a window of its own; an
+        # endpoint whose target was abandoned keeps its serving revision (degraded until back).
+        touched.filter(current_revision=F("target_revision")).update(current_revision=None)
+        for deployment_id in ids:
+            notify.publish_on_commit("deployment", deployment_id)
+    return len(ids)
 
 
 def record_probe(deployment: Deployment, at: datetime) -> None:

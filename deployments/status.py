@@ -1,12 +1,16 @@
 """An endpoint's status, derived from facts by one pure function. Never stored, never hand-set.
 
 Statuses: pending, deploying, loading, active, degraded, scaled_to_zero, stopping, stopped,
-failed, deleting. ``SETTLED`` are the ones in which nothing is expected to change by itself
-(the console stops polling there).
+failed, deleting. ``is_settled`` says whether nothing is expected to change by itself (the
+console stops polling there, and the API says ``settled``). It is a property of the facts, not
+of the label: an endpoint labelled active is still unsettled while a change is not yet acted
+on, while it serves another revision than its target, or while its replica count differs from
+the desired one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -37,7 +41,10 @@ ALL_STATUSES = (
     FAILED,
     DELETING,
 )
-SETTLED = frozenset({ACTIVE, SCALED_TO_ZERO, STOPPED, FAILED})
+# The labels an endpoint can rest at; whether it does is ``is_settled``'s to say.
+RESTING = frozenset({ACTIVE, SCALED_TO_ZERO, STOPPED, FAILED})
+# Roles of a prefill/decode split: their pools have fixed sizes, not ``desired_replicas``.
+_POOL_ROLES = frozenset({"prefill", "decode"})
 
 
 @dataclass(frozen=True)
@@ -54,13 +61,25 @@ class Facts:
     first_ready_at: datetime | None = None
     failed_at: datetime | None = None
     rollout_in_progress: bool = False
+    # Bumped by every change / the generation the last reconcile pass acted on.
+    generation: int = 0
+    observed_generation: int = 0
+    # Replicas of the applied revision (what reconcile places): ready, and present but not ready.
+    # None: no per-replica facts were recorded; ``ready_replicas``/``total_replicas`` stand in.
+    placed_ready: int | None = None
+    placed_unready: int = 0
+    # Replicas of any other revision still present (surge leftovers, retiring, terminating).
+    other_replicas: int = 0
+    # The applied revision splits prefill and decode into pools of their own size.
+    pooled: bool = False
 
     @classmethod
     def from_deployment(cls, deployment: Deployment) -> Facts:
         def number(revision: Any) -> int | None:
             return revision.number if revision is not None else None
 
-        replicas = deployment.replica_facts or []
+        replicas = [r for r in deployment.replica_facts or [] if r.get("role") != "router"]
+        applied = number(deployment.applied_revision)
         starting = sum(
             1
             for r in replicas
@@ -70,7 +89,7 @@ class Facts:
             desired_state=deployment.desired_state,
             desired_replicas=deployment.desired_replicas,
             target_revision=number(deployment.target_revision),
-            applied_revision=number(deployment.applied_revision),
+            applied_revision=applied,
             current_revision=number(deployment.current_revision),
             ready_replicas=deployment.ready_replicas,
             total_replicas=deployment.total_replicas,
@@ -78,7 +97,33 @@ class Facts:
             first_ready_at=deployment.first_ready_at,
             failed_at=deployment.failed_at,
             rollout_in_progress=deployment.rollout_started_at is not None,
+            generation=deployment.generation,
+            observed_generation=deployment.observed_generation,
+            **_replica_counts(replicas, applied),
         )
+
+    @property
+    def serving_ready(self) -> int:
+        return self.ready_replicas if self.placed_ready is None else self.placed_ready
+
+    @property
+    def change_pending(self) -> bool:
+        """A change was committed that no reconcile pass has acted on yet."""
+        return self.observed_generation < self.generation
+
+
+def _replica_counts(replicas: Iterable[Mapping[str, Any]], applied: int | None) -> dict[str, Any]:
+    replicas = list(replicas)
+    if not replicas:
+        return {}
+    placed = [r for r in replicas if r.get("revision") == applied]
+    ready = sum(1 for r in placed if r.get("ready"))
+    return {
+        "placed_ready": ready,
+        "placed_unready": len(placed) - ready,
+        "other_replicas": len(replicas) - len(placed),
+        "pooled": any(r.get("role") in _POOL_ROLES for r in placed),
+    }
 
 
 def derive_status(facts: Facts) -> str:
@@ -93,19 +138,45 @@ def derive_status(facts: Facts) -> str:
         return FAILED
     if facts.applied_revision is None:
         return PENDING
-    if facts.rollout_in_progress and facts.current_revision is not None:
-        # The previous revision keeps serving while the new one comes up.
-        return DEPLOYING
-    if facts.ready_replicas >= facts.desired_replicas:
+    if rolling_out(facts):
+        if facts.current_revision is not None:
+            return DEPLOYING  # the previous revision keeps serving while the new one comes up
+        # Nothing serves yet (a first deploy, or a start after a stop): coming up, not degraded.
+        return LOADING if facts.starting_replicas > 0 else DEPLOYING
+    ready = facts.serving_ready
+    if ready >= facts.desired_replicas:
         return ACTIVE
-    if facts.ready_replicas > 0:
-        return DEGRADED
-    if facts.first_ready_at is not None and facts.current_revision == facts.target_revision:
-        return DEGRADED
-    if facts.starting_replicas > 0:
-        return LOADING
-    return DEPLOYING
+    if ready > 0 or facts.first_ready_at is not None:
+        return DEGRADED  # it served, and has lost replicas since
+    return LOADING if facts.starting_replicas > 0 else DEPLOYING
 
 
-def is_settled(status: str) -> bool:
-    return status in SETTLED
+def rolling_out(facts: Facts) -> bool:
+    """The target revision is not serving yet and has not been given up on.
+
+    ``current_revision`` None means nothing serves. A target that differs from the serving one
+    is rolling out while reconcile places it (``applied == target``) or has not acted on the
+    change yet; once a rollout is abandoned reconcile places the serving revision again.
+    """
+    if facts.current_revision is None:
+        return True
+    if facts.current_revision == facts.target_revision:
+        return False
+    return facts.applied_revision == facts.target_revision or facts.change_pending
+
+
+def is_settled(facts: Facts) -> bool:
+    """True when nothing is expected to change by itself: every change is acted on, and what
+    runs is exactly what was asked for (the target revision, or the serving one of an abandoned
+    rollout, at the desired replica count, with nothing else left over)."""
+    if facts.change_pending:
+        return False
+    status = derive_status(facts)
+    if status not in RESTING:
+        return False
+    if status in {STOPPED, SCALED_TO_ZERO}:
+        return facts.placed_unready == 0 and facts.other_replicas == 0 and not facts.serving_ready
+    if status == ACTIVE:
+        exact = facts.pooled or facts.serving_ready == facts.desired_replicas
+        return exact and facts.placed_unready == 0 and facts.other_replicas == 0
+    return True  # failed: it waits for a person

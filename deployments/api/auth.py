@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.http import HttpRequest
+from django.contrib.auth.models import User
+from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from ninja.errors import HttpError
 from ninja.security import APIKeyCookie, HttpBearer
@@ -27,10 +28,32 @@ _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 _RESOLVED = "_plinth_api_actor"
 
 
+def _never_called(request: HttpRequest) -> HttpResponse:
+    # process_view only reads a view's csrf flags; it neither calls the view nor get_response.
+    raise AssertionError("the CSRF check calls no view")
+
+
 def _csrf_ok(request: HttpRequest) -> bool:
     # Ninja views are csrf_exempt at the middleware level; the session path checks here instead.
-    middleware = CsrfViewMiddleware(lambda req: None)  # type: ignore[arg-type,return-value]
-    return middleware.process_view(request, lambda req: None, (), {}) is None
+    middleware = CsrfViewMiddleware(_never_called)
+    return middleware.process_view(request, _never_called, (), {}) is None
+
+
+def actor_of(request: HttpRequest) -> Actor:
+    """The Actor that ``KeyOrSession`` authenticated, typed: the one place ``request.auth`` is
+    read for it. django-ninja sets ``auth`` at run time, so ``HttpRequest`` does not declare it."""
+    actor = getattr(request, "auth", None)
+    if not isinstance(actor, Actor):
+        raise TypeError("this route is not behind KeyOrSession")  # a wiring mistake: 500
+    return actor
+
+
+def user_of(request: HttpRequest) -> User:
+    """The signed-in person that ``SignedInUser`` authenticated (routes about oneself)."""
+    user = getattr(request, "auth", None)
+    if not isinstance(user, User):
+        raise TypeError("this route is not behind SignedInUser")  # a wiring mistake: 500
+    return user
 
 
 def resolve_actor(request: HttpRequest) -> Actor | None:

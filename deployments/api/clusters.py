@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 
 from django.http import HttpRequest
 from ninja import Router, Schema, Status
 from pydantic import Field, StrictStr
 
 from deployments import services
+from deployments.api.auth import actor_of
 from deployments.api.schemas import StrictIn
 from deployments.models import Cluster
 
@@ -35,7 +37,7 @@ class ClusterIn(StrictIn):
     )
 
 
-def cluster_out(cluster: Cluster) -> dict:
+def cluster_out(cluster: Cluster) -> dict[str, Any]:
     return {
         **{f: getattr(cluster, f) for f in ("id", "name", "kind", "namespace", "created_at")},
         "shared": cluster.organization_id is None,
@@ -44,22 +46,22 @@ def cluster_out(cluster: Cluster) -> dict:
 
 
 @router.get("/clusters", response=list[ClusterOut], summary="List clusters")
-def list_clusters(request: HttpRequest) -> list[dict]:
-    return [cluster_out(c) for c in services.list_clusters(request.auth)]
+def list_clusters(request: HttpRequest) -> list[dict[str, Any]]:
+    return [cluster_out(c) for c in services.list_clusters(actor_of(request))]
 
 
 @router.post("/clusters", response={201: ClusterOut}, summary="Add a Kubernetes cluster")
-def create_cluster(request: HttpRequest, payload: ClusterIn) -> Status[dict]:
-    cluster = services.create_cluster(request.auth, **payload.model_dump())
+def create_cluster(request: HttpRequest, payload: ClusterIn) -> Status[dict[str, Any]]:
+    cluster = services.create_cluster(actor_of(request), **payload.model_dump())
     return Status(201, cluster_out(cluster))
 
 
 @router.get("/clusters/{cluster_id}", response=ClusterOut, summary="Get a cluster")
-def get_cluster(request: HttpRequest, cluster_id: uuid.UUID) -> dict:
-    return cluster_out(services.get_cluster(request.auth, cluster_id))
+def get_cluster(request: HttpRequest, cluster_id: uuid.UUID) -> dict[str, Any]:
+    return cluster_out(services.get_cluster(actor_of(request), cluster_id))
 
 
 @router.delete("/clusters/{cluster_id}", response={204: None}, summary="Remove a cluster")
 def delete_cluster(request: HttpRequest, cluster_id: uuid.UUID) -> Status[None]:
-    services.delete_cluster(request.auth, cluster_id)
+    services.delete_cluster(actor_of(request), cluster_id)
     return Status(204, None)

@@ -13,6 +13,7 @@ from pydantic import Field, StrictInt, StrictStr
 
 from controlplane.services import ServiceError
 from deployments import services
+from deployments.api.auth import actor_of
 from deployments.api.schemas import PageQuery, StrictIn, page_body, page_schema
 from deployments.fields import MAX_REPLICAS
 from deployments.models import SLUG_MAX_LENGTH, SLUG_PATTERN, Deployment
@@ -111,7 +112,7 @@ def deployment_out(deployment: Deployment, *, detail: bool = False) -> dict[str,
 
 
 def detail_body(request: HttpRequest, deployment_id: str) -> dict[str, Any]:
-    deployment = services.get_deployment(request.auth, deployment_id)
+    deployment = services.get_deployment(actor_of(request), deployment_id)
     deployment.target_revision = (
         deployment.revisions.get(pk=deployment.target_revision_id)
         if deployment.target_revision_id
@@ -121,11 +122,11 @@ def detail_body(request: HttpRequest, deployment_id: str) -> dict[str, Any]:
 
 
 @router.get("/deployments", response=DeploymentPage, summary="List endpoints")
-def list_deployments(request: HttpRequest, filters: Query[DeploymentFilters]) -> dict:
+def list_deployments(request: HttpRequest, filters: Query[DeploymentFilters]) -> dict[str, Any]:
     if filters.status and filters.status not in ALL_STATUSES:
         raise ServiceError(f"unknown status; use one of {', '.join(ALL_STATUSES)}", field="status")
     page = services.list_deployments(
-        request.auth,
+        actor_of(request),
         status=filters.status,
         search=filters.search,
         cluster=filters.cluster,
@@ -137,9 +138,9 @@ def list_deployments(request: HttpRequest, filters: Query[DeploymentFilters]) ->
 
 
 @router.post("/deployments", response={201: DeploymentDetailOut}, summary="Create an endpoint")
-def create_deployment(request: HttpRequest, payload: DeploymentCreateIn) -> Status[dict]:
+def create_deployment(request: HttpRequest, payload: DeploymentCreateIn) -> Status[dict[str, Any]]:
     deployment = services.create_deployment(
-        request.auth,
+        actor_of(request),
         slug=payload.slug,
         name=payload.name,
         spec=payload.spec,
@@ -151,18 +152,20 @@ def create_deployment(request: HttpRequest, payload: DeploymentCreateIn) -> Stat
 
 
 @router.get("/deployments/{deployment_id}", response=DeploymentDetailOut, summary="Get one")
-def get_deployment(request: HttpRequest, deployment_id: str) -> dict:
+def get_deployment(request: HttpRequest, deployment_id: str) -> dict[str, Any]:
     """``deployment_id`` is the endpoint's id or its slug."""
     return detail_body(request, deployment_id)
 
 
 @router.patch("/deployments/{deployment_id}", response=DeploymentDetailOut, summary="Edit settings")
-def update_settings(request: HttpRequest, deployment_id: str, payload: SettingsPatchIn) -> dict:
+def update_settings(
+    request: HttpRequest, deployment_id: str, payload: SettingsPatchIn
+) -> dict[str, Any]:
     """Creates a new revision and rolls it out. Send the revision number you edited as
     ``base_revision``: if someone saved a newer one meanwhile, you get 409 and nothing changes.
     Settings identical to the target revision's change nothing (same revision returned)."""
     services.update_settings(
-        request.auth,
+        actor_of(request),
         deployment_id,
         spec=payload.spec,
         base_revision=payload.base_revision,
@@ -175,24 +178,27 @@ def update_settings(request: HttpRequest, deployment_id: str, payload: SettingsP
 @router.delete(
     "/deployments/{deployment_id}", response={202: DeploymentOut}, summary="Delete an endpoint"
 )
-def delete_deployment(request: HttpRequest, deployment_id: str) -> Status[dict]:
+def delete_deployment(request: HttpRequest, deployment_id: str) -> Status[dict[str, Any]]:
     """Tears the endpoint down; it shows status ``deleting`` until that is done."""
-    return Status(202, deployment_out(services.delete_deployment(request.auth, deployment_id)))
+    return Status(202, deployment_out(services.delete_deployment(actor_of(request), deployment_id)))
 
 
 @router.post("/deployments/{deployment_id}/scale", response=DeploymentOut, summary="Scale")
-def scale(request: HttpRequest, deployment_id: str, payload: ScaleIn) -> dict:
-    services.scale(request.auth, deployment_id, replicas=payload.replicas)
-    return deployment_out(services.get_deployment(request.auth, deployment_id))
+def scale(request: HttpRequest, deployment_id: str, payload: ScaleIn) -> dict[str, Any]:
+    actor = actor_of(request)
+    services.scale(actor, deployment_id, replicas=payload.replicas)
+    return deployment_out(services.get_deployment(actor, deployment_id))
 
 
 @router.post("/deployments/{deployment_id}/stop", response=DeploymentOut, summary="Stop")
-def stop(request: HttpRequest, deployment_id: str) -> dict:
-    services.stop(request.auth, deployment_id)
-    return deployment_out(services.get_deployment(request.auth, deployment_id))
+def stop(request: HttpRequest, deployment_id: str) -> dict[str, Any]:
+    actor = actor_of(request)
+    services.stop(actor, deployment_id)
+    return deployment_out(services.get_deployment(actor, deployment_id))
 
 
 @router.post("/deployments/{deployment_id}/start", response=DeploymentOut, summary="Start")
-def start(request: HttpRequest, deployment_id: str) -> dict:
-    services.start(request.auth, deployment_id)
-    return deployment_out(services.get_deployment(request.auth, deployment_id))
+def start(request: HttpRequest, deployment_id: str) -> dict[str, Any]:
+    actor = actor_of(request)
+    services.start(actor, deployment_id)
+    return deployment_out(services.get_deployment(actor, deployment_id))

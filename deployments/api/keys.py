@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from ninja import Router, Schema, Status
@@ -12,6 +13,7 @@ from pydantic import Field, StrictInt, StrictStr
 from controlplane import services
 from controlplane.models import ApiKey
 from deployments.api import idempotency
+from deployments.api.auth import actor_of
 from deployments.api.schemas import StrictIn, UtcDatetime
 from deployments.selectors import check_endpoint_ids
 
@@ -48,28 +50,31 @@ class ApiKeyIn(StrictIn):
     tokens_per_minute: StrictInt | None = Field(None, ge=1, le=1_000_000_000)
 
 
-def key_out(key: ApiKey) -> dict:
+def key_out(key: ApiKey) -> dict[str, Any]:
     fields = ApiKeyOut.model_fields.keys() - {"active"}
     return {**{name: getattr(key, name) for name in fields}, "active": key.is_active}
 
 
 @router.get("/api-keys", response=list[ApiKeyOut], summary="List keys")
-def list_keys(request: HttpRequest) -> list[dict]:
-    rows = ApiKey.objects.filter(organization=request.auth.organization, is_temporary=False)
+def list_keys(request: HttpRequest) -> list[dict[str, Any]]:
+    rows = ApiKey.objects.filter(organization=actor_of(request).organization, is_temporary=False)
     return [key_out(key) for key in rows.order_by("-created_at")]
 
 
 @router.post("/api-keys", response={201: ApiKeyCreatedOut}, summary="Create a key")
-def create_key(request: HttpRequest, response: HttpResponse, payload: ApiKeyIn) -> Status[dict]:
+def create_key(
+    request: HttpRequest, response: HttpResponse, payload: ApiKeyIn
+) -> Status[dict[str, Any]]:
     """Developers create inference keys; admins create management keys (up to their role).
     The key's value is in this response only; an Idempotency-Key replay answers 409."""
     fields = payload.model_dump()
-    check_endpoint_ids(request.auth, fields.get("allowed_deployment_ids"))
-    created = services.create_api_key(request.auth, **fields)
+    actor = actor_of(request)
+    check_endpoint_ids(actor, fields.get("allowed_deployment_ids"))
+    created = services.create_api_key(actor, **fields)
     idempotency.mark_secret(response, f"API key {created.api_key.pk}")
     return Status(201, {**key_out(created.api_key), "key": created.plaintext})
 
 
 @router.delete("/api-keys/{key_id}", response=ApiKeyOut, summary="Revoke a key")
-def revoke_key(request: HttpRequest, key_id: uuid.UUID) -> dict:
-    return key_out(services.revoke_api_key(request.auth, key_id=key_id))
+def revoke_key(request: HttpRequest, key_id: uuid.UUID) -> dict[str, Any]:
+    return key_out(services.revoke_api_key(actor_of(request), key_id=key_id))

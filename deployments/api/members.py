@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 
 from django.http import HttpRequest
-from ninja import Path, Router, Schema, Status
+from ninja import P, PathEx, Router, Schema, Status
 from pydantic import Field, StrictStr
 
 from controlplane import invitations, services
 from controlplane.models import Invitation, Membership
-from deployments.api.auth import SignedInUser
+from deployments.api.auth import SignedInUser, actor_of, user_of
 from deployments.api.schemas import StrictIn
 
 router = Router(tags=["members"])
-MemberId = Path(..., ge=1, le=2**62)
+MemberId = PathEx[int, P(ge=1, le=2**62)]
 
 
 class MemberOut(Schema):
@@ -51,7 +52,7 @@ class InvitationOut(Schema):
     expires_at: datetime
 
 
-def member_out(membership: Membership) -> dict:
+def member_out(membership: Membership) -> dict[str, Any]:
     return {
         "id": membership.pk,
         "username": membership.user.get_username(),
@@ -60,7 +61,7 @@ def member_out(membership: Membership) -> dict:
     }
 
 
-def invitation_out(invitation: Invitation) -> dict:
+def invitation_out(invitation: Invitation) -> dict[str, Any]:
     return {
         "id": invitation.pk,
         "organization_id": invitation.organization_id,
@@ -74,8 +75,9 @@ def invitation_out(invitation: Invitation) -> dict:
 
 
 @router.get("/members", response=list[MemberOut], summary="List members")
-def list_members(request: HttpRequest) -> list[dict]:
-    rows = Membership.objects.filter(organization=request.auth.organization).select_related("user")
+def list_members(request: HttpRequest) -> list[dict[str, Any]]:
+    organization = actor_of(request).organization
+    rows = Membership.objects.filter(organization=organization).select_related("user")
     return [member_out(m) for m in rows.order_by("user__username")]
 
 
@@ -86,22 +88,22 @@ def list_members(request: HttpRequest) -> list[dict]:
     description="Creates a pending invitation; the person joins when they accept it. The answer "
     "is the same whether or not the username exists.",
 )
-def invite_member(request: HttpRequest, payload: MemberIn) -> Status[dict]:
-    invitation = invitations.invite(request.auth, username=payload.username, role=payload.role)
+def invite_member(request: HttpRequest, payload: MemberIn) -> Status[dict[str, Any]]:
+    invitation = invitations.invite(actor_of(request), username=payload.username, role=payload.role)
     return Status(202, invitation_out(invitation))
 
 
 @router.patch("/members/{member_id}", response=MemberOut, summary="Change a member's role")
-def change_role(request: HttpRequest, payload: RoleIn, member_id: int = MemberId) -> dict:
+def change_role(request: HttpRequest, payload: RoleIn, member_id: MemberId) -> dict[str, Any]:
     membership = services.change_member_role(
-        request.auth, membership_id=member_id, role=payload.role
+        actor_of(request), membership_id=member_id, role=payload.role
     )
     return member_out(membership)
 
 
 @router.delete("/members/{member_id}", response={204: None}, summary="Remove a member")
-def remove_member(request: HttpRequest, member_id: int = MemberId) -> Status[None]:
-    services.remove_member(request.auth, membership_id=member_id)
+def remove_member(request: HttpRequest, member_id: MemberId) -> Status[None]:
+    services.remove_member(actor_of(request), membership_id=member_id)
     return Status(204, None)
 
 
@@ -109,13 +111,13 @@ def remove_member(request: HttpRequest, member_id: int = MemberId) -> Status[Non
 
 
 @router.get("/invitations", response=list[InvitationOut], summary="List pending invitations")
-def list_invitations(request: HttpRequest) -> list[dict]:
-    return [invitation_out(i) for i in invitations.pending_for_organization(request.auth)]
+def list_invitations(request: HttpRequest) -> list[dict[str, Any]]:
+    return [invitation_out(i) for i in invitations.pending_for_organization(actor_of(request))]
 
 
 @router.delete("/invitations/{invitation_id}", response={204: None}, summary="Revoke an invitation")
 def revoke_invitation(request: HttpRequest, invitation_id: uuid.UUID) -> Status[None]:
-    invitations.revoke_invitation(request.auth, invitation_id=invitation_id)
+    invitations.revoke_invitation(actor_of(request), invitation_id=invitation_id)
     return Status(204, None)
 
 
@@ -128,8 +130,8 @@ def revoke_invitation(request: HttpRequest, invitation_id: uuid.UUID) -> Status[
     auth=SignedInUser(),
     summary="List invitations addressed to me",
 )
-def my_invitations(request: HttpRequest) -> list[dict]:
-    return [invitation_out(i) for i in invitations.pending_for_user(request.auth)]
+def my_invitations(request: HttpRequest) -> list[dict[str, Any]]:
+    return [invitation_out(i) for i in invitations.pending_for_user(user_of(request))]
 
 
 @router.post(
@@ -138,8 +140,8 @@ def my_invitations(request: HttpRequest) -> list[dict]:
     auth=SignedInUser(),
     summary="Accept an invitation (join the organization)",
 )
-def accept_invitation(request: HttpRequest, invitation_id: uuid.UUID) -> dict:
-    membership = invitations.accept_invitation(request.auth, invitation_id=invitation_id)
+def accept_invitation(request: HttpRequest, invitation_id: uuid.UUID) -> dict[str, Any]:
+    membership = invitations.accept_invitation(user_of(request), invitation_id=invitation_id)
     return member_out(membership)
 
 
@@ -150,5 +152,5 @@ def accept_invitation(request: HttpRequest, invitation_id: uuid.UUID) -> dict:
     summary="Decline an invitation",
 )
 def decline_invitation(request: HttpRequest, invitation_id: uuid.UUID) -> Status[None]:
-    invitations.decline_invitation(request.auth, invitation_id=invitation_id)
+    invitations.decline_invitation(user_of(request), invitation_id=invitation_id)
     return Status(204, None)

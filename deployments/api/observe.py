@@ -15,6 +15,7 @@ from pydantic import Field
 from controlplane.access import Actor
 from controlplane.services import ServiceError
 from deployments import services
+from deployments.api.auth import actor_of
 from deployments.api.schemas import PageQuery, UtcDatetime, page_body, page_schema
 from deployments.models import DeploymentEvent, EventLevel, MetricSample, UsageRecord
 
@@ -102,8 +103,10 @@ def _range(query: RangeQuery) -> tuple[datetime, datetime]:
 
 
 @router.get("/deployments/{deployment_id}/events", response=EventPage, summary="Events")
-def list_events(request: HttpRequest, deployment_id: str, query: Query[EventQuery]) -> dict:
-    deployment = services.get_deployment(request.auth, deployment_id)
+def list_events(
+    request: HttpRequest, deployment_id: str, query: Query[EventQuery]
+) -> dict[str, Any]:
+    deployment = services.get_deployment(actor_of(request), deployment_id)
     rows: QuerySet[DeploymentEvent] = deployment.events.all()
     if query.level:
         if query.level not in EventLevel.values:
@@ -114,9 +117,9 @@ def list_events(request: HttpRequest, deployment_id: str, query: Query[EventQuer
 
 
 @router.get("/deployments/{deployment_id}/metrics", response=MetricsOut, summary="Metrics")
-def metrics(request: HttpRequest, deployment_id: str, query: Query[RangeQuery]) -> dict:
+def metrics(request: HttpRequest, deployment_id: str, query: Query[RangeQuery]) -> dict[str, Any]:
     """Probe samples in ``[start, end)``, oldest first; at most 2000 (the latest ones)."""
-    deployment = services.get_deployment(request.auth, deployment_id)
+    deployment = services.get_deployment(actor_of(request), deployment_id)
     start, end = _range(query)
     rows = MetricSample.objects.filter(deployment=deployment, ts__gte=start, ts__lt=end)
     latest = list(rows.order_by("-ts")[: MAX_SAMPLES + 1])
@@ -129,7 +132,7 @@ def metrics(request: HttpRequest, deployment_id: str, query: Query[RangeQuery]) 
     }
 
 
-def _usage(actor: Actor, query: RangeQuery, deployment_id: uuid.UUID | None) -> dict:
+def _usage(actor: Actor, query: RangeQuery, deployment_id: uuid.UUID | None) -> dict[str, Any]:
     start, end = _range(query)
     rows = UsageRecord.objects.filter(
         organization=actor.organization, minute__gte=start, minute__lt=end
@@ -152,11 +155,14 @@ def _usage(actor: Actor, query: RangeQuery, deployment_id: uuid.UUID | None) -> 
 
 
 @router.get("/deployments/{deployment_id}/usage", response=UsageOut, summary="Usage by key")
-def deployment_usage(request: HttpRequest, deployment_id: str, query: Query[RangeQuery]) -> dict:
-    deployment = services.get_deployment(request.auth, deployment_id)
-    return _usage(request.auth, query, deployment.pk)
+def deployment_usage(
+    request: HttpRequest, deployment_id: str, query: Query[RangeQuery]
+) -> dict[str, Any]:
+    actor = actor_of(request)
+    deployment = services.get_deployment(actor, deployment_id)
+    return _usage(actor, query, deployment.pk)
 
 
 @router.get("/usage", response=UsageOut, summary="Usage of every endpoint by key")
-def usage(request: HttpRequest, query: Query[RangeQuery]) -> dict:
-    return _usage(request.auth, query, None)
+def usage(request: HttpRequest, query: Query[RangeQuery]) -> dict[str, Any]:
+    return _usage(actor_of(request), query, None)

@@ -6,10 +6,11 @@ from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Path, Query, Router, Schema
+from ninja import P, PathEx, Query, Router, Schema
 from pydantic import Field, StrictInt, StrictStr
 
 from deployments import services
+from deployments.api.auth import actor_of
 from deployments.api.deployments import DeploymentDetailOut, detail_body
 from deployments.api.schemas import PageQuery, StrictIn, page_body, page_schema
 from deployments.models import Deployment, Revision
@@ -80,18 +81,23 @@ def revision_out(deployment: Deployment, revision: Revision, *, spec: bool) -> d
 @router.get(
     "/deployments/{deployment_id}/revisions", response=RevisionPage, summary="List revisions"
 )
-def list_revisions(request: HttpRequest, deployment_id: str, page: Query[PageQuery]) -> dict:
-    deployment = services.get_deployment(request.auth, deployment_id)
+def list_revisions(
+    request: HttpRequest, deployment_id: str, page: Query[PageQuery]
+) -> dict[str, Any]:
+    deployment = services.get_deployment(actor_of(request), deployment_id)
     rows = services.list_revisions(deployment, limit=page.limit, offset=page.offset)
     items = [revision_out(deployment, r, spec=False) for r in rows.items]
     return page_body(request, items, rows.count, page)
 
 
 @router.get("/deployments/{deployment_id}/revisions/diff", response=DiffOut, summary="Diff two")
-def diff_revisions(request: HttpRequest, deployment_id: str, query: Query[DiffQuery]) -> dict:
+def diff_revisions(
+    request: HttpRequest, deployment_id: str, query: Query[DiffQuery]
+) -> dict[str, Any]:
     """Every setting that differs between revision ``from`` and revision ``to``."""
-    before = services.get_revision(request.auth, deployment_id, query.from_revision)
-    after = services.get_revision(request.auth, deployment_id, query.to_revision)
+    actor = actor_of(request)
+    before = services.get_revision(actor, deployment_id, query.from_revision)
+    after = services.get_revision(actor, deployment_id, query.to_revision)
     return {
         "from_revision": before.number,
         "to_revision": after.number,
@@ -103,19 +109,20 @@ def diff_revisions(request: HttpRequest, deployment_id: str, query: Query[DiffQu
     "/deployments/{deployment_id}/revisions/{number}", response=RevisionOut, summary="Get one"
 )
 def get_revision(
-    request: HttpRequest, deployment_id: str, number: int = Path(..., ge=1, le=1_000_000)
-) -> dict:
-    deployment = services.get_deployment(request.auth, deployment_id)
-    revision = services.get_revision(request.auth, deployment.pk, number)
+    request: HttpRequest, deployment_id: str, number: PathEx[int, P(ge=1, le=1_000_000)]
+) -> dict[str, Any]:
+    actor = actor_of(request)
+    deployment = services.get_deployment(actor, deployment_id)
+    revision = services.get_revision(actor, deployment.pk, number)
     return revision_out(deployment, revision, spec=True)
 
 
 @router.post(
     "/deployments/{deployment_id}/rollback", response=DeploymentDetailOut, summary="Roll back"
 )
-def rollback(request: HttpRequest, deployment_id: str, payload: RollbackIn) -> dict:
+def rollback(request: HttpRequest, deployment_id: str, payload: RollbackIn) -> dict[str, Any]:
     """A new revision whose settings equal ``to_revision``'s, rolled out like any edit."""
     services.rollback(
-        request.auth, deployment_id, to_revision=payload.to_revision, message=payload.message
+        actor_of(request), deployment_id, to_revision=payload.to_revision, message=payload.message
     )
     return detail_body(request, deployment_id)

@@ -12,6 +12,7 @@ from pydantic import Field, StrictStr
 from controlplane import services
 from controlplane.access import require_role
 from controlplane.models import Role, Secret
+from deployments.api.auth import actor_of
 from deployments.api.schemas import StrictIn
 
 router = Router(tags=["secrets"])
@@ -34,19 +35,20 @@ class SecretIn(StrictIn):
 @router.get("/secrets", response=list[SecretOut], summary="List secrets (names only)")
 def list_secrets(request: HttpRequest) -> list[Secret]:
     # Developers reference secrets by name in settings (model.hf_token_secret).
-    require_role(request.auth, Role.DEVELOPER)
-    return list(Secret.objects.filter(organization=request.auth.organization).order_by("name"))
+    actor = actor_of(request)
+    require_role(actor, Role.DEVELOPER)
+    return list(Secret.objects.filter(organization=actor.organization).order_by("name"))
 
 
 @router.post("/secrets", response={201: SecretOut}, summary="Create or replace a secret")
 def set_secret(request: HttpRequest, payload: SecretIn) -> Status[Secret]:
     secret = services.set_secret(
-        request.auth, name=payload.name, value=payload.value, description=payload.description
+        actor_of(request), name=payload.name, value=payload.value, description=payload.description
     )
     return Status(201, secret)
 
 
 @router.delete("/secrets/{secret_id}", response={204: None}, summary="Delete a secret")
 def delete_secret(request: HttpRequest, secret_id: uuid.UUID) -> Status[None]:
-    services.delete_secret(request.auth, secret_id=secret_id)
+    services.delete_secret(actor_of(request), secret_id=secret_id)
     return Status(204, None)

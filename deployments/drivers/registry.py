@@ -23,9 +23,9 @@ from deployments.models import Cluster, ClusterKind
 def local_options() -> LocalOptions:
     return LocalOptions(
         run_dir=Path(settings.PLINTH_LOCAL_RUN_DIR),
-        engine=getattr(settings, "PLINTH_LOCAL_ENGINE", "sim"),
-        router_health_check_s=getattr(settings, "PLINTH_LOCAL_ROUTER_HEALTH_CHECK_S", 2),
-        stop_grace_s=getattr(settings, "PLINTH_LOCAL_STOP_GRACE_S", 5.0),
+        engine=settings.PLINTH_LOCAL_ENGINE,
+        router_health_check_s=settings.PLINTH_LOCAL_ROUTER_HEALTH_CHECK_S,
+        stop_grace_s=settings.PLINTH_LOCAL_STOP_GRACE_S,
     )
 
 

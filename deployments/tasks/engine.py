@@ -5,6 +5,11 @@ endpoint, so two workers never reconcile the same endpoint at once, and retries 
 errors with exponential backoff (permanent ones are marked failed inside ``reconcile``). Beat runs
 ``sweep``, which claims endpoints whose ``next_reconcile_at`` has passed with one conditional
 UPDATE and queues them: a lost message, or a worker killed mid-pass, only delays a deployment.
+
+A change whose message finds the lock taken is not left to the sweep: the holder looks again
+after releasing the lock and runs another pass while a change is pending, so a stop made during
+a long pass is acted on as soon as that pass ends. A starting worker makes every local-cluster
+endpoint due at once, so their status follows what runs after a restart.
 """
 
 from __future__ import annotations
@@ -14,20 +19,20 @@ import os
 import socket
 import uuid
 from datetime import timedelta
-from functools import cache
 
 import redis
 from celery import shared_task
 from celery.app.task import Task
+from celery.signals import worker_ready
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, connections, transaction
 from django.utils import timezone
 from redis.lock import Lock
 
-from controlplane.celery import app
+from controlplane import redis_clients
 from deployments import probe, reconcile
 from deployments.drivers.errors import TemporaryDriverError
-from deployments.models import Deployment, DesiredState
+from deployments.models import ClusterKind, Deployment, DesiredState
 
 __all__: list[str] = [
     "probe_deployment",
@@ -39,16 +44,13 @@ __all__: list[str] = [
 
 logger = logging.getLogger(__name__)
 MAX_RETRIES = 8
+# Passes one task runs back to back while changes keep arriving during them.
+MAX_PASSES = 3
 SWEEP_BATCH = 500
 
 
-def _setting(name: str, default: float) -> float:
-    return float(getattr(settings, name, default))
-
-
-@cache
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL)
+    return redis_clients.client(settings.REDIS_URL)
 
 
 @shared_task(
@@ -56,21 +58,32 @@ def _redis() -> redis.Redis:
 )
 def reconcile_deployment(self: Task, deployment_id: str) -> None:
     """Bring one endpoint towards its desired state. Safe to run any number of times."""
-    lock = _acquire(f"plinth:reconcile:{deployment_id}")
-    if lock is None:
-        logger.info("reconcile %s: another worker holds it; the sweep will return", deployment_id)
-        return
-    try:
-        reconcile.reconcile(deployment_id)
-    except TemporaryDriverError as exc:
-        countdown = min(60, 2 ** (self.request.retries or 0))
-        logger.warning("reconcile %s: %s; retry in %s s", deployment_id, exc.message, countdown)
-        raise self.retry(exc=exc, countdown=countdown) from exc
-    finally:
+    for _ in range(MAX_PASSES):
+        lock = _acquire(f"plinth:reconcile:{deployment_id}")
+        if lock is None:
+            logger.info("reconcile %s: another worker holds it and looks again", deployment_id)
+            return
         try:
-            lock.release()
-        except redis.exceptions.LockError:
-            logger.warning("reconcile %s outlived its lock", deployment_id)
+            reconcile.reconcile(deployment_id)
+        except TemporaryDriverError as exc:
+            countdown = min(60, 2 ** (self.request.retries or 0))
+            logger.warning("reconcile %s: %s; retry in %s s", deployment_id, exc.message, countdown)
+            raise self.retry(exc=exc, countdown=countdown) from exc
+        finally:
+            _release(lock, deployment_id)
+        # Checked after the release: a message that found the lock taken before this point was
+        # sent after its change committed, so the change is seen here.
+        if not reconcile.change_pending(deployment_id):
+            return
+    # Still changing under it: a message of its own, so other endpoints get their turn.
+    reconcile_deployment.delay(deployment_id)
+
+
+def _release(lock: Lock, deployment_id: str) -> None:
+    try:
+        lock.release()
+    except redis.exceptions.LockError:
+        logger.warning("reconcile %s outlived its lock", deployment_id)
 
 
 # Deletes the lock only if it still holds the dead worker's token (atomic compare-and-delete).
@@ -85,7 +98,7 @@ def _acquire(name: str) -> Lock | None:
     """
     client = _redis()
     for _ in range(2):
-        lock = client.lock(name, timeout=_setting("PLINTH_RECONCILE_LOCK_S", 60), blocking=False)
+        lock = client.lock(name, timeout=settings.PLINTH_RECONCILE_LOCK_S, blocking=False)
         token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
         if lock.acquire(blocking=False, token=token):
             return lock
@@ -115,7 +128,7 @@ def _died_here(holder: str) -> bool:
 def sweep() -> list[str]:
     """Queue every endpoint whose ``next_reconcile_at`` has passed (beat runs this)."""
     now = timezone.now()
-    lease = now + timedelta(seconds=_setting("PLINTH_SWEEP_LEASE_S", 30))
+    lease = now + timedelta(seconds=settings.PLINTH_SWEEP_LEASE_S)
     with transaction.atomic():
         due = (
             Deployment.objects.select_for_update(skip_locked=True)
@@ -129,6 +142,24 @@ def sweep() -> list[str]:
     for deployment_id in ids:
         reconcile_deployment.delay(deployment_id)
     return ids
+
+
+@worker_ready.connect
+def _reobserve_local_endpoints(**_: object) -> None:
+    """A worker starts (``make run`` again): the local cluster's processes may have stopped
+    with the previous run, so its endpoints are observed at once rather than when due."""
+    try:
+        make_local_endpoints_due()
+    except DatabaseError:
+        logger.warning("could not make the local endpoints due; the sweep gets to them later")
+    finally:
+        connections.close_all()  # the main process runs no tasks: hold no connection open
+
+
+def make_local_endpoints_due() -> int:
+    return Deployment.objects.filter(cluster__kind=ClusterKind.LOCAL).update(
+        next_reconcile_at=timezone.now()
+    )
 
 
 @shared_task(name="deployments.probe_due", ignore_result=True)
@@ -150,18 +181,3 @@ def probe_deployment(deployment_id: str) -> None:
 @shared_task(name="deployments.purge_samples", ignore_result=True)
 def purge_samples() -> int:
     return probe.purge_old_samples()
-
-
-# Merged into whatever schedule settings define; beat reads it after importing the tasks.
-app.conf.beat_schedule = {
-    **(app.conf.beat_schedule or {}),
-    "deployments.sweep": {
-        "task": "deployments.sweep",
-        "schedule": _setting("PLINTH_SWEEP_INTERVAL_S", 5),
-    },
-    "deployments.probe_due": {
-        "task": "deployments.probe_due",
-        "schedule": _setting("PLINTH_PROBE_INTERVAL_S", 15),
-    },
-    "deployments.purge_samples": {"task": "deployments.purge_samples", "schedule": 3600.0},
-}

@@ -2,7 +2,10 @@
 lifecycle actions (scale, stop, start, delete), each one ``deployments.services`` call.
 
 Polling follows netbox's pattern: the poll attributes are rendered only while something is
-unsettled, and a poll that finds everything settled answers HTTP 286, which stops htmx.
+unsettled, and a poll that finds everything settled answers HTTP 286, which stops htmx. That is
+safe because ``settled`` is derived from facts (``deployments.status.is_settled``) and false
+from the moment a change commits. The live pages are never cached, so going back to one
+fetches it again rather than showing a copy frozen at an older status.
 """
 
 from __future__ import annotations
@@ -11,14 +14,15 @@ from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.access import NotFound
 from controlplane.guard import actor_of, console_view
-from controlplane.models import Role
 from controlplane.services import ServiceError
 from deployments import queries, services
-from deployments.status import ALL_STATUSES, is_settled
+from deployments.models import Deployment
+from deployments.status import ALL_STATUSES, rolling_out
 
 STOP_POLLING = 286
 
@@ -38,6 +42,7 @@ def _list_context(request: HttpRequest) -> dict[str, object]:
 
 
 @require_GET
+@never_cache  # live status: a back-button copy would show it stale
 @console_view
 def endpoint_list(request: HttpRequest) -> HttpResponse:
     context = _list_context(request)
@@ -64,19 +69,16 @@ def host_url(slug: str) -> str:
 
 
 @require_GET
+@never_cache  # live status: a back-button copy would show it stale
 @console_view
 def endpoint_detail(request: HttpRequest, slug: str) -> HttpResponse:
     endpoint = queries.get_endpoint(actor_of(request), slug)
-    status = endpoint.status
     revision = endpoint.target_revision
     context = {
-        "endpoint": endpoint,
-        "status": status,
-        "settled": is_settled(status),
+        **_card_context(endpoint),
         "base_url": inference_url(endpoint.slug),
         "host_url": host_url(endpoint.slug),
         "served_model": _served_model(revision.spec if revision else {}),
-        "events": queries.recent_events(endpoint, limit=5),
         "tab": "overview",
     }
     return render(request, "deployments/endpoint_detail.html", context)
@@ -90,6 +92,7 @@ def _served_model(spec: dict[str, object]) -> str:
 
 
 @require_GET
+@never_cache  # live status: a back-button copy would show it stale
 @console_view
 def status_card(request: HttpRequest, slug: str) -> HttpResponse:
     try:
@@ -98,15 +101,33 @@ def status_card(request: HttpRequest, slug: str) -> HttpResponse:
         # Deleted while someone watched: say so and stop the poll (a 404 would keep it going).
         gone = render(request, "deployments/endpoint_gone.html", {"slug": slug})
         return _stop_if(gone, True)
-    status = endpoint.status
-    context = {
+    context = _card_context(endpoint)
+    response = render(request, "deployments/endpoint_detail.html#status-card", context)
+    return _stop_if(response, bool(context["settled"]))
+
+
+def _card_context(endpoint: Deployment) -> dict[str, object]:
+    """What the status card shows, all of it read now: the page and each poll render the same
+    card from the same facts, so a poll never leaves a part of it behind."""
+    return {
         "endpoint": endpoint,
-        "status": status,
-        "settled": is_settled(status),
+        "status": endpoint.status,
+        "settled": endpoint.settled,
+        "target_note": _target_note(endpoint),
         "events": queries.recent_events(endpoint, limit=5),
     }
-    response = render(request, "deployments/endpoint_detail.html#status-card", context)
-    return _stop_if(response, is_settled(status))
+
+
+def _target_note(endpoint: Deployment) -> str:
+    """What became of a target revision that is not the serving one."""
+    target, current = endpoint.target_revision, endpoint.current_revision
+    if target is None or target == current:
+        return ""
+    if endpoint.desired_state != "running":
+        return f"r{target.number} is the target"
+    if rolling_out(endpoint.facts()):
+        return f"r{target.number} rolling out"
+    return f"r{target.number} was not ready in time; rolled back"
 
 
 def _run_action(request: HttpRequest, slug: str, action: str) -> HttpResponse:
@@ -168,7 +189,3 @@ def endpoint_delete(request: HttpRequest, slug: str) -> HttpResponse:
     context = {"endpoint": endpoint, "error": error, "tab": "settings"}
     status = 422 if error else 200
     return render(request, "deployments/endpoint_delete.html", context, status=status)
-
-
-def can_edit(request: HttpRequest) -> bool:
-    return actor_of(request).has_role(Role.DEVELOPER)

@@ -67,7 +67,7 @@ def test_requests_in_flight_add_a_replica_that_serves(cast: Cast, fast_local: Pa
     for client in clients:
         client.start()
     try:
-        probe.probe(str(deployment.pk))  # the first read sets the counters' baseline
+        probe.probe(str(deployment.pk))  # a first sample: counters since the engine started
 
         def both_in_flight() -> bool:
             sample = probe.probe(str(deployment.pk))

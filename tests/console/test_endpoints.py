@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import connection
+from django.db.models import F
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -26,6 +27,7 @@ def _mark_active(endpoint: Deployment) -> None:
         ready_replicas=1,
         total_replicas=1,
         first_ready_at=timezone.now(),
+        observed_generation=F("generation"),  # the pass acted on every change so far
     )
 
 

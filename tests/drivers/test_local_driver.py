@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -198,3 +200,45 @@ def test_prefill_and_decode_pools_come_up_behind_one_router(driver: LocalDriver)
     body = {"model": spec.served_model_name, "messages": [{"role": "user", "content": "hi"}]}
     answer = httpx.post(f"{observed.router_url}/v1/chat/completions", json=body, timeout=30)
     assert answer.status_code == 200
+
+
+# A pool worker that starts one process through the process table and then sits idle: it never
+# looks at that process again, as a Celery pool process that took no further task would not.
+SPAWNER = """
+import sys, time
+from pathlib import Path
+from deployments.drivers.local.processes import ProcessRecord, ProcessTable
+table = ProcessTable(Path(sys.argv[1]))
+record = ProcessRecord(name="r1-engine-0", role="engine", revision=1, pid=0, port=1,
+                       start_ticks=0, config="", started_at=0.0)
+table.spawn(record, [sys.executable, "-c", "import time; time.sleep(600)"], {}, table.root)
+time.sleep(600)
+"""
+
+
+def _state(pid: int) -> str | None:
+    """The process' state letter (Z: exited, not reaped), None once it is gone entirely."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def test_a_process_stopped_by_another_worker_leaves_no_zombie(tmp_path: Path) -> None:
+    root = tmp_path / "endpoint"
+    repo = Path(__file__).resolve().parents[2]
+    spawner = subprocess.Popen(
+        [sys.executable, "-c", SPAWNER, str(root)], env={**os.environ, "PYTHONPATH": str(repo)}
+    )
+    try:
+        table = ProcessTable(root)
+        wait_for(lambda: bool(table.records()), "spawned")
+        [record] = table.records()
+        assert record.alive() and _state(record.pid) != "Z"
+        # This process is not its parent: it can signal it, only the spawner can reap it.
+        wait_for(lambda: table.terminate(record, grace_s=3), "stopped")
+        wait_for(lambda: _state(record.pid) is None, "reaped by the process that started it")
+        assert spawner.poll() is None  # reaped while the spawner lives on, idle
+    finally:
+        spawner.kill()
+        spawner.wait(10)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -118,7 +119,8 @@ def test_the_probe_stores_a_sample_of_the_interval(cast: Cast, fast_local: Path)
     actor = cast.actor(cast.alice, cast.acme)
     deployment = services.create_deployment(actor, slug="probed", name="P", spec=small_spec())
     deployment = converge(deployment, ACTIVE)
-    probe.probe(str(deployment.pk))  # the first read only sets the baseline
+    first = probe.probe(str(deployment.pk))  # nothing was asked yet
+    assert first is not None and first.requests == 0
     for _ in range(3):
         assert chat(deployment.router_url) == 200
     sample = probe.probe(str(deployment.pk))
@@ -129,6 +131,24 @@ def test_the_probe_stores_a_sample_of_the_interval(cast: Cast, fast_local: Path)
     assert refresh(deployment).last_probe_at == sample.ts
     assert MetricSample.objects.filter(deployment=deployment).count() == 2
     assert probe.purge_old_samples(now=sample.ts + timedelta(days=30)) == 2
+
+
+@pytest.mark.django_db
+def test_the_first_sample_counts_the_requests_made_before_it(cast: Cast, fast_local: Path) -> None:
+    from deployments import probe
+
+    actor = cast.actor(cast.alice, cast.acme)
+    deployment = services.create_deployment(actor, slug="early", name="E", spec=small_spec())
+    deployment = converge(deployment, ACTIVE)
+    for _ in range(5):  # right after it became active, before any probe
+        assert chat(deployment.router_url) == 200
+    sample = probe.probe(str(deployment.pk))
+    assert sample is not None and sample.requests == 5
+    assert sample.generation_tokens > 0 and sample.interval_s > 0
+    # The next sample holds its own interval only: nothing counted twice.
+    assert chat(deployment.router_url) == 200
+    later = probe.probe(str(deployment.pk))
+    assert later is not None and later.requests == 1
 
 
 @pytest.mark.django_db
@@ -145,3 +165,82 @@ def test_stop_then_start_comes_back_through_loading(cast: Cast, fast_local: Path
     services.start(actor, deployment.pk)
     deployment = converge(deployment, ACTIVE)
     assert chat(deployment.router_url) == 200
+
+
+@pytest.mark.django_db
+def test_a_start_after_an_unfinished_stop_comes_up_never_degraded(
+    cast: Cast, fast_local: Path
+) -> None:
+    from deployments.status import DEPLOYING, LOADING, STOPPED
+
+    actor = cast.actor(cast.alice, cast.acme)
+    deployment = services.create_deployment(actor, slug="slow", name="S", spec=small_spec())
+    deployment = converge(deployment, ACTIVE)
+    home = fast_local / str(deployment.pk)
+    router = int(json.loads((home / "router.json").read_text())["pid"])
+    os.kill(router, signal.SIGSTOP)  # a router slow to exit: the stop pass cannot finish
+    try:
+        services.stop(actor, deployment.pk)
+        reconcile.reconcile(str(deployment.pk))
+        stopped = refresh(deployment)
+        assert (home / "router.json").exists()  # still on its way out
+        assert stopped.status == STOPPED and stopped.current_revision is None
+        services.start(actor, deployment.pk)
+        seen = [refresh(deployment).status]
+
+        def step() -> bool:
+            reconcile.reconcile(str(deployment.pk))
+            seen.append(refresh(deployment).status)
+            return seen[-1] == ACTIVE
+
+        wait_for(step, "active again")
+        assert set(seen) <= {DEPLOYING, LOADING, ACTIVE}, seen
+        assert chat(refresh(deployment).router_url) == 200
+        assert not _alive(router)  # the frozen router was stopped for good, not left running
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(router, signal.SIGCONT)
+
+
+def _alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists() and not _zombie(pid)
+
+
+@pytest.mark.django_db
+def test_after_plinth_local_stop_the_status_follows_what_runs(cast: Cast, fast_local: Path) -> None:
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    actor = cast.actor(cast.alice, cast.acme)
+    deployment = services.create_deployment(actor, slug="halt", name="H", spec=small_spec())
+    deployment = converge(deployment, ACTIVE)
+    assert deployment.settled
+    call_command("plinth_local_stop")  # what `make run` does on Ctrl-C
+    assert not list((fast_local / str(deployment.pk)).glob("*.json"))
+    halted = refresh(deployment)
+    assert halted.status != ACTIVE and not halted.settled
+    assert halted.ready_replicas == 0 and halted.router_url == ""
+    assert halted.next_reconcile_at <= timezone.now()  # the next run observes it at once
+    deployment = converge(deployment, ACTIVE)  # and brings it back
+    assert chat(deployment.router_url) == 200
+
+
+@pytest.mark.django_db
+def test_a_fix_after_a_failed_first_deploy_gets_a_window_of_its_own(
+    cast: Cast, fast_local: Path, settings: object
+) -> None:
+    from deployments.status import DEPLOYING, FAILED, LOADING
+
+    settings.PLINTH_STARTUP_WINDOW_S = 2  # type: ignore[attr-defined]
+    actor = cast.actor(cast.alice, cast.acme)
+    never = small_spec(PLINTH_SIM_STARTUP_DELAY="3600")
+    deployment = services.create_deployment(actor, slug="fixme", name="F", spec=never)
+    deployment = converge(deployment, FAILED)
+    services.update_settings(actor, deployment.pk, spec=small_spec(), base_revision=1)
+    reconcile.reconcile(str(deployment.pk))
+    fixed = refresh(deployment)
+    # Revision 2 comes up in a window of its own: not failed by revision 1's spent one.
+    assert fixed.status in {DEPLOYING, LOADING} and not fixed.settled
+    assert fixed.failure_reason == ""
+    assert fixed.events.filter(reason="Deploying", revision_number=2).exists()
+    converge(deployment, ACTIVE)

@@ -1,27 +1,36 @@
 """The Celery tasks around reconcile: the per-endpoint lock, retries, failures and the sweep.
 
 Tasks run in this process with ``apply`` (Celery's own synchronous execution, retries included);
-the sweep's messages are read back from the real Redis broker.
+the sweep's messages are read back from the real Redis broker. A change made while a pass runs
+is acted on when that pass ends, and a starting worker (a real one) re-observes the local
+cluster's endpoints.
 """
 
 from __future__ import annotations
 
 import socket
 import subprocess
+import threading
+import uuid
+from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import redis
 from django.conf import settings
+from django.db import connection, transaction
 from django.utils import timezone
 
-from deployments import reconcile
+from deployments import reconcile, services
+from deployments.drivers.local.processes import ProcessTable
 from deployments.models import Deployment
-from deployments.status import FAILED
+from deployments.status import FAILED, STOPPED, STOPPING
 from deployments.tasks.engine import reconcile_deployment, sweep
-from tests.conftest import queued
+from tests.conftest import Cast, queued
 from tests.drivers.kube_emulator import RunningEmulator
-from tests.engine.conftest import NS, refresh
+from tests.engine import processes
+from tests.engine.conftest import NS, refresh, small_spec, wait_for
 
 
 @pytest.mark.django_db
@@ -106,3 +115,100 @@ def test_the_lock_of_a_worker_that_died_here_is_taken_over(
         assert client.get(name) is None  # released by the pass that took it over
     finally:
         client.delete(name)
+
+
+def _blocked_by_me() -> bool:
+    """Another session waits on a lock this one holds (pg_locks is live, not a snapshot)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE NOT granted"
+            " AND pg_backend_pid() = ANY(pg_blocking_pids(pid))"
+        )
+        return bool(cursor.fetchone()[0])
+
+
+def _overtaken(
+    deployment: Deployment, run: Callable[[], object], change: Callable[[], None]
+) -> None:
+    """Run ``run`` (a pass) in a thread and commit ``change`` while that pass is under way.
+
+    The test holds the endpoint's row lock, so the pass, which has read the row and done its
+    work, waits at its save until the change is committed: the order is certain, not timed.
+    """
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            run()
+        except BaseException as exc:  # reported in the test's thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=target)
+    with transaction.atomic():
+        Deployment.objects.select_for_update().get(pk=deployment.pk)
+        worker.start()
+        wait_for(_blocked_by_me, "the pass waiting at its save")
+        change()
+    worker.join(timeout=120)
+    assert not worker.is_alive() and not errors, errors
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stop_made_during_a_pass_is_acted_on_when_that_pass_ends(
+    cast: Cast, fast_local: Path, broker: redis.Redis
+) -> None:
+    actor = cast.actor(cast.alice, cast.acme)
+    deployment = services.create_deployment(actor, slug="busy", name="B", spec=small_spec())
+    endpoint_id = str(deployment.pk)
+
+    def stop_while_held() -> None:
+        services.stop(actor, endpoint_id)
+        # The stop's own message finds the lock taken by the pass under way.
+        reconcile_deployment.apply(args=[endpoint_id])
+
+    _overtaken(deployment, lambda: reconcile_deployment.apply(args=[endpoint_id]), stop_while_held)
+    # No sweep ran: the worker that held the lock saw the change and stopped the endpoint.
+    stopped = refresh(deployment)
+    assert stopped.desired_state == "stopped"
+    assert stopped.observed_generation == stopped.generation
+    assert stopped.status in {STOPPING, STOPPED}
+    assert not any(r.role != "router" for r in ProcessTable(fast_local / endpoint_id).records())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sweeps_lease_does_not_hide_a_change_made_during_a_pass(
+    cast: Cast, fast_local: Path, broker: redis.Redis
+) -> None:
+    actor = cast.actor(cast.alice, cast.acme)
+    deployment = services.create_deployment(actor, slug="leased", name="L", spec=small_spec())
+    endpoint_id = str(deployment.pk)
+
+    def stop_then_sweep() -> None:
+        services.stop(actor, endpoint_id)
+        assert sweep.apply().get() == [endpoint_id]  # claimed for PLINTH_SWEEP_LEASE_S
+
+    _overtaken(deployment, lambda: reconcile.reconcile(endpoint_id), stop_then_sweep)
+    after = refresh(deployment)
+    assert after.observed_generation < after.generation  # that pass did not see the stop
+    assert after.next_reconcile_at <= timezone.now()  # so it is due now, not after the lease
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_starting_worker_observes_the_local_endpoints_at_once(
+    cast: Cast, tmp_path: Path, broker: redis.Redis
+) -> None:
+    actor = cast.actor(cast.alice, cast.acme)
+    deployment = services.create_deployment(actor, slug="later", name="L", spec=small_spec())
+    future = timezone.now() + timedelta(hours=1)
+    Deployment.objects.filter(pk=deployment.pk).update(next_reconcile_at=future)
+    queue = f"plinth-ready-{uuid.uuid4().hex[:8]}"  # no task of this test reaches it
+    env = processes.engine_env(tmp_path / "local", queue)
+    worker = processes.start("worker", env, tmp_path / "worker.log")
+    try:
+        due = lambda: refresh(deployment).next_reconcile_at <= timezone.now()  # noqa: E731
+        wait_for(due, "due once a worker started", timeout=120)
+    finally:
+        processes.stop(worker)
+        broker.delete(queue)

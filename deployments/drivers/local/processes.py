@@ -5,6 +5,10 @@ Each process has ``<name>.json`` (pid, port, role, revision, argv hash, start ti
 and finds its processes still running (they live in their own session, so a worker's death does
 not take them down). A pid is trusted only while ``/proc/<pid>/stat`` shows the start time that was
 recorded, so a recycled pid is never mistaken for an engine, and never signalled.
+
+Only a process' parent can reap it, and any Celery pool process may be the one that stops it,
+so the process that starts one also starts a thread that waits for its exit: whoever signals
+it, no ``<defunct>`` entry is left behind.
 """
 
 from __future__ import annotations
@@ -15,13 +19,16 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-# Popen objects of processes this worker started, so their exits are reaped (no zombies).
+# Popen objects of processes this worker started: their exit codes, once reaped.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+# Exited children kept for their exit codes before the oldest are forgotten.
+_KEEP_EXITED = 256
 
 
 def free_port() -> int:
@@ -64,7 +71,7 @@ class ProcessRecord:
 
     def alive(self) -> bool:
         child = _CHILDREN.get(self.pid)
-        if child is not None and child.poll() is not None:
+        if child is not None and child.returncode is not None:  # reaped by its waiter thread
             self.exit_code = child.returncode
             _CHILDREN.pop(self.pid, None)
             return False
@@ -128,7 +135,7 @@ class ProcessTable:
                 cwd=cwd,
                 start_new_session=True,  # survives the worker; signalled by pid only
             )
-        _CHILDREN[popen.pid] = popen
+        _reap_when_it_exits(popen)
         record.pid = popen.pid
         record.start_ticks = _start_ticks(popen.pid) or 0
         record.started_at = time.time()
@@ -149,13 +156,34 @@ class ProcessTable:
         elif now - record.stopping_since >= grace_s:
             record.signal(signal.SIGKILL)
         # A well-behaved process exits quickly; wait briefly so most stops finish in one call.
-        deadline = time.monotonic() + min(grace_s, 2.0)
-        while time.monotonic() < deadline and record.alive():
-            time.sleep(0.05)
-        if record.alive():
+        if not _wait_gone(record, min(grace_s, 2.0)):
             return False
         self.forget(record)
         return True
+
+    def kill(self, record: ProcessRecord) -> None:
+        """SIGKILL now (it cannot be ignored, even by a stopped process), then forget it."""
+        record.signal(signal.SIGKILL)
+        _wait_gone(record, 2.0)
+        self.forget(record)
+
+
+def _wait_gone(record: ProcessRecord, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and record.alive():
+        time.sleep(0.05)
+    return not record.alive()
+
+
+def _reap_when_it_exits(popen: subprocess.Popen[bytes]) -> None:
+    """Wait for the child in a daemon thread of this (its parent) process, so its exit is
+    collected even when another process stops it and this one never looks at it again."""
+    exited = [pid for pid, child in _CHILDREN.items() if child.returncode is not None]
+    for pid in exited[: max(0, len(exited) - _KEEP_EXITED)]:
+        _CHILDREN.pop(pid, None)
+    _CHILDREN[popen.pid] = popen
+    waiter = threading.Thread(target=popen.wait, name=f"reap-{popen.pid}", daemon=True)
+    waiter.start()
 
 
 def stop_all(run_dir: Path, grace_s: float) -> int:

@@ -77,6 +77,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: times everything below it, and answers /metrics before anything checks the Host
+    # header (Prometheus scrapes pods by address). Who may read it: PLINTH_METRICS_TOKEN below.
+    "controlplane.metrics.MetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",  # Content-Security-Policy on every answer, errors too
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -240,6 +243,9 @@ WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = not PRODUCTION
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 1024 * 1024)
+# /metrics (controlplane/metrics.py) counts endpoints and queues of every organization: with a
+# token set, only requests bearing it may read it; without, only clients on this machine.
+PLINTH_METRICS_TOKEN = env_str("PLINTH_METRICS_TOKEN", "")
 # Requests per minute each management key (or console user) may make to /api/v1 (issue 5).
 PLINTH_API_RATE_LIMIT = env_int("PLINTH_API_RATE_LIMIT", 1200)
 
@@ -274,6 +280,17 @@ PLINTH_STARTUP_WINDOW_S = env_int("PLINTH_STARTUP_WINDOW_S", 0)  # 0: from the s
 PLINTH_RECONCILE_INTERVAL_S = env_int("PLINTH_RECONCILE_INTERVAL_S", 2)  # while not settled
 PLINTH_SETTLED_RECONCILE_S = env_int("PLINTH_SETTLED_RECONCILE_S", 10)
 PLINTH_RECONCILE_LOCK_S = env_int("PLINTH_RECONCILE_LOCK_S", 60)
+# A reconcile task still running after this many seconds is interrupted (its lock released, the
+# endpoint retried); it must end before its lock can expire and another worker take over.
+PLINTH_RECONCILE_TIME_LIMIT_S = env_int(
+    "PLINTH_RECONCILE_TIME_LIMIT_S", PLINTH_RECONCILE_LOCK_S * 3 // 4
+)
+if not 1 <= PLINTH_RECONCILE_TIME_LIMIT_S < PLINTH_RECONCILE_LOCK_S:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        "PLINTH_RECONCILE_TIME_LIMIT_S must be at least 1 and below PLINTH_RECONCILE_LOCK_S"
+    )
 PLINTH_SWEEP_INTERVAL_S = env_int("PLINTH_SWEEP_INTERVAL_S", 2)
 PLINTH_SWEEP_LEASE_S = env_int("PLINTH_SWEEP_LEASE_S", 30)
 PLINTH_PROBE_INTERVAL_S = env_int("PLINTH_PROBE_INTERVAL_S", 15)

@@ -1,7 +1,7 @@
 """Where endpoints run: the built-in local cluster and an organization's Kubernetes clusters.
 
-The only writers of clusters; admins only. A Kubernetes cluster is reached with a kubeconfig
-stored as a write-only Secret, named here by id or name.
+The only writers of clusters; admins only (reads are ``deployments.queries``'). A Kubernetes
+cluster is reached with a kubeconfig stored as a write-only Secret, named here by id or name.
 """
 
 from __future__ import annotations
@@ -9,16 +9,15 @@ from __future__ import annotations
 import uuid
 
 from django.db import transaction
-from django.db.models import Q, QuerySet
 
 from controlplane import audit
-from controlplane.access import Actor, NotFound, require_role
+from controlplane.access import Actor, require_role
 from controlplane.hygiene import full_pattern
 from controlplane.models import Role, Secret
 from controlplane.services import Conflict, ServiceError, reveal_secret
 from deployments.kubeconfig import kubeconfig_policy, kubeconfig_problems
-from deployments.models import Cluster, ClusterKind, Deployment, slug_validator
-from deployments.selectors import id_or_name
+from deployments.models import SLUG_RE, Cluster, ClusterKind, Deployment, slug_validator
+from deployments.queries import clusters_for, get_cluster, id_or_name
 
 _DNS_LABEL = full_pattern(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 
@@ -28,22 +27,6 @@ def default_cluster() -> Cluster:
     cluster = Cluster.objects.filter(organization=None, kind=ClusterKind.LOCAL).first()
     if cluster is None:
         cluster = Cluster.objects.create(name="local", kind=ClusterKind.LOCAL, namespace="local")
-    return cluster
-
-
-def _clusters(actor: Actor) -> QuerySet[Cluster]:
-    # The built-in local cluster (no organization) is shared by everyone.
-    return Cluster.objects.filter(Q(organization=actor.organization) | Q(organization=None))
-
-
-def list_clusters(actor: Actor) -> list[Cluster]:
-    return list(_clusters(actor).order_by("name", "created_at"))
-
-
-def get_cluster(actor: Actor, cluster_id: uuid.UUID | str) -> Cluster:
-    cluster = _clusters(actor).filter(id_or_name(str(cluster_id))).first()
-    if cluster is None:
-        raise NotFound("cluster not found")
     return cluster
 
 
@@ -86,7 +69,7 @@ def create_cluster(
         raise ServiceError(
             "only kubernetes clusters can be added; the local cluster is built in", field="kind"
         )
-    if not isinstance(name, str) or not slug_validator.regex.match(name):
+    if not isinstance(name, str) or not SLUG_RE.match(name):
         raise ServiceError(f"cluster name: {slug_validator.message}", field="name")
     if not _DNS_LABEL.match(namespace or ""):
         raise ServiceError(
@@ -94,7 +77,7 @@ def create_cluster(
             field="namespace",
         )
     secret = _kubeconfig_secret(actor, kubeconfig_secret_id)
-    if _clusters(actor).filter(name=name).exists():
+    if clusters_for(actor).filter(name=name).exists():
         raise Conflict(f"a cluster named {name!r} exists", field="name")
     cluster = Cluster.objects.create(
         organization=actor.organization,

@@ -1,14 +1,15 @@
 """Deployments domain records: clusters, endpoints, immutable revisions, events, metrics, usage.
 
-Writers: ``deployments.services`` (what users ask for) and ``deployments.reconcile`` (what was
-observed). A deployment's status is never stored; ``deployments.status.derive_status`` computes
-it from the facts kept here.
+Writers: ``deployments.services`` (what is asked), ``deployments.reconcile`` and
+``deployments.probe`` (what was observed), ``deployments.timeline`` (events). A deployment's
+status is never stored: ``Deployment.facts()`` hands the fields kept here, as plain values, to
+the pure ``deployments.status.derive_status``, which knows no field of this module.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
+from typing import Any
 
 from django.conf import settings
 from django.core.validators import RegexValidator
@@ -17,17 +18,16 @@ from django.utils import timezone
 
 from controlplane.hygiene import full_pattern
 from controlplane.models import ApiKey, Organization, Secret
-
-if TYPE_CHECKING:
-    from deployments.status import Facts
+from deployments.status import Facts, derive_status, is_settled, replica_counts
 
 # DNS-safe: it becomes part of host names, Kubernetes object names and label values.
 SLUG_BODY = r"[a-z]([a-z0-9-]{0,38}[a-z0-9])?"
 # For the OpenAPI document (ECMA-262, where "$" is the end of the input).
 SLUG_PATTERN = f"^{SLUG_BODY}$"
 SLUG_MAX_LENGTH = 40
+SLUG_RE = full_pattern(SLUG_BODY)  # whole string: Python's "$" would accept a final newline
 slug_validator = RegexValidator(
-    full_pattern(SLUG_BODY),  # whole string: Python's "$" would accept a final newline
+    SLUG_RE,
     "use 1-40 lowercase letters, digits and hyphens, starting with a letter and not ending "
     "with a hyphen",
 )
@@ -52,14 +52,16 @@ class Cluster(models.Model):
     kubeconfig = models.ForeignKey(
         Secret, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
-    # GPU inventory as last observed: {"H100-SXM": {"nodes": 2, "gpus": 16, "free": 8}, ...}
-    gpu_inventory = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["name"]
         constraints = [
-            models.UniqueConstraint(fields=["organization", "name"], name="unique_cluster_name")
+            # Shared clusters have no organization: NULLs compare equal here, so two shared
+            # clusters cannot share a name either.
+            models.UniqueConstraint(
+                fields=["organization", "name"], name="unique_cluster_name", nulls_distinct=False
+            )
         ]
 
     def __str__(self) -> str:
@@ -131,22 +133,45 @@ class Deployment(models.Model):
     def __str__(self) -> str:
         return self.slug
 
-    def facts(self) -> Facts:
-        from deployments.status import Facts
+    def desired_snapshot(self) -> dict[str, Any]:
+        """What is asked of the endpoint, as the audit log records it before and after a change."""
+        return {
+            "desired_state": self.desired_state,
+            "desired_replicas": self.desired_replicas,
+            "target_revision": _number(self.target_revision),
+        }
 
-        return Facts.from_deployment(self)
+    def facts(self) -> Facts:
+        """This row's facts as the pure ``deployments.status`` reads them."""
+        applied = _number(self.applied_revision)
+        return Facts(
+            desired_state=self.desired_state,
+            desired_replicas=self.desired_replicas,
+            target_revision=_number(self.target_revision),
+            applied_revision=applied,
+            current_revision=_number(self.current_revision),
+            ready_replicas=self.ready_replicas,
+            total_replicas=self.total_replicas,
+            first_ready_at=self.first_ready_at,
+            failed_at=self.failed_at,
+            rollout_in_progress=self.rollout_started_at is not None,
+            generation=self.generation,
+            observed_generation=self.observed_generation,
+            **replica_counts(self.replica_facts or [], applied),
+        )
 
     @property
     def status(self) -> str:
-        from deployments.status import derive_status
-
         return derive_status(self.facts())
 
     @property
     def settled(self) -> bool:
-        from deployments.status import is_settled
-
         return is_settled(self.facts())
+
+
+def _number(revision: Revision | None) -> int | None:
+    # Revision numbers, not ids: what status reasons about and people read.
+    return revision.number if revision is not None else None
 
 
 class Revision(models.Model):

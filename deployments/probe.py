@@ -4,20 +4,20 @@ Counters and histograms are kept per replica in the cache between probes, so a s
 figures of its interval only. A replica seen for the first time contributes everything its
 engine counted since it started (the requests served before the first probe are in no earlier
 sample); a restarted one (a new restart count, or counters that went down) starts a new series,
-never a negative one. Gauges (running, queued, KV usage) are as of the probe.
+never a negative one. Gauges (running, queued, KV usage) are as of the probe. The probe writes
+its own observed fact (``last_probe_at``) here, and nothing else of the deployment's.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
-from deployments import reconcile
 from deployments.models import Deployment, MetricSample
 from runtime.client import EngineClient, RuntimeUnavailable
 from runtime.metrics import MetricsSnapshot, merge
@@ -73,7 +73,7 @@ def probe(deployment_id: str) -> MetricSample | None:
         timeout=_baseline_timeout_s(),
     )
     since = previous.get("ts") or deployment.last_probe_at or deployment.first_ready_at
-    reconcile.record_probe(deployment, now)
+    _record_probe(deployment, now)
     if not snapshots:
         return None
     before = {u: MetricsSnapshot.from_dict(d) for u, d in previous.get("snapshots", {}).items()}
@@ -85,6 +85,12 @@ def probe(deployment_id: str) -> MetricSample | None:
         deployment=deployment, ts=now, interval_s=seconds, replicas_ready=len(snapshots),
         **_figures(interval, gauges, seconds, queued),
     )  # fmt: skip
+
+
+def _record_probe(deployment: Deployment, at: datetime) -> None:
+    """The probe's one observed fact: when it last read the replicas. A conditional UPDATE of
+    that field only, so nothing reconcile or a person wrote meanwhile is overwritten."""
+    Deployment.objects.filter(pk=deployment.pk).update(last_probe_at=at)
 
 
 def _figures(

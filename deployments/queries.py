@@ -1,7 +1,10 @@
-"""Read-side queries the console needs, always scoped to the actor's organization.
+"""The read side of the domain: endpoints, revisions, clusters, events and samples, always scoped
+to the actor's organization, for the console, the API and the writers alike.
 
-Reads only: writers are ``deployments.services`` and ``deployments.reconcile``. Each function
-keeps its query count fixed (no per-row queries), because the list pages are polled.
+Reads only: writers are ``deployments.services`` (and ``deployments.clusters``), with
+``deployments.reconcile`` and ``deployments.probe`` for what was observed. Objects of another
+organization are :class:`NotFound`, exactly like missing ones. Each function keeps its query
+count fixed whatever the number of rows, because list pages and the API's lists are polled.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from django.db.models import Q, QuerySet
 from django.utils import timezone
@@ -16,19 +20,81 @@ from django.utils import timezone
 from controlplane.access import Actor, NotFound
 from deployments.models import Cluster, Deployment, DeploymentEvent, MetricSample, Revision
 
-_RELATED = ("cluster", "target_revision", "applied_revision", "current_revision")
+REVISION_FIELDS = ("target_revision", "current_revision", "applied_revision")
 
 
-def deployments_of(actor: Actor) -> QuerySet[Deployment]:
-    return Deployment.objects.filter(organization=actor.organization).select_related(*_RELATED)
+def id_or_name(value: str, prefix: str = "", name_field: str = "name") -> Q:
+    """Match a primary key when ``value`` is a UUID, else a name (or slug)."""
+    try:
+        return Q(**{f"{prefix}pk": uuid.UUID(str(value))})
+    except ValueError:
+        return Q(**{f"{prefix}{name_field}": str(value)})
+
+
+def by_id_or_slug(id_or_slug: uuid.UUID | str) -> Q:
+    return id_or_name(str(id_or_slug), name_field="slug")
+
+
+# --- endpoints -------------------------------------------------------------------------------
+
+
+def deployments_of(actor: Actor, *, with_specs: bool = False) -> QuerySet[Deployment]:
+    """The organization's endpoints with their cluster and revisions in the same query.
+
+    Status needs only revision numbers, so the (large) specs of the related revisions stay
+    unloaded unless ``with_specs`` (the console's pages show the target's settings).
+    """
+    rows = Deployment.objects.filter(organization=actor.organization).select_related(
+        "cluster", *REVISION_FIELDS
+    )
+    return rows if with_specs else rows.defer(*(f"{name}__spec" for name in REVISION_FIELDS))
+
+
+def get_deployment(actor: Actor, id_or_slug: uuid.UUID | str) -> Deployment:
+    """The actor's endpoint by id or slug (the API's addressing)."""
+    deployment = deployments_of(actor).filter(by_id_or_slug(id_or_slug)).first()
+    if deployment is None:
+        raise NotFound("endpoint not found")
+    return deployment
 
 
 def get_endpoint(actor: Actor, slug: str) -> Deployment:
-    """The actor's endpoint with this slug; NotFound for missing and other orgs' alike."""
-    endpoint = deployments_of(actor).filter(slug=slug).first()
+    """The actor's endpoint with this slug, settings loaded (the console's addressing)."""
+    endpoint = deployments_of(actor, with_specs=True).filter(slug=slug).first()
     if endpoint is None:
         raise NotFound("endpoint not found")
     return endpoint
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[Any]
+    count: int
+
+
+def list_deployments(
+    actor: Actor,
+    *,
+    status: str | None = None,
+    search: str | None = None,
+    cluster: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> Page:
+    """A page of the organization's endpoints, newest first, in two queries at most.
+
+    Status is derived, so a status filter runs over the (search/cluster-filtered) rows in
+    Python; one query either way.
+    """
+    rows = deployments_of(actor)
+    if search:
+        rows = rows.filter(Q(name__icontains=search) | Q(slug__icontains=search.lower()))
+    if cluster:
+        rows = rows.filter(id_or_name(cluster, "cluster__"))
+    if status:
+        matching = [d for d in rows if d.status == status]
+        return Page(matching[offset : offset + limit], len(matching))
+    return Page(list(rows[offset : offset + limit]), rows.count())
 
 
 @dataclass(frozen=True)
@@ -55,9 +121,9 @@ def _spec_summary(deployment: Deployment) -> tuple[str, str, int]:
 
 
 def endpoint_rows(actor: Actor, *, search: str = "", status: str = "") -> list[EndpointRow]:
-    """The endpoints list: three queries whatever the number of endpoints."""
+    """The console's endpoints list: three queries whatever the number of endpoints."""
     # Endpoints being deleted stay listed (as Deleting) until their teardown is done.
-    qs = deployments_of(actor)
+    qs = deployments_of(actor, with_specs=True)
     if search:
         qs = qs.filter(
             Q(slug__icontains=search)
@@ -73,6 +139,52 @@ def endpoint_rows(actor: Actor, *, search: str = "", status: str = "") -> list[E
     if status:
         rows = [r for r in rows if r.status == status]
     return rows
+
+
+# --- revisions -------------------------------------------------------------------------------
+
+
+def get_revision(deployment: Deployment, number: int) -> Revision:
+    revision = Revision.objects.filter(deployment=deployment, number=number).first()
+    if revision is None:
+        raise NotFound(f"revision {number} not found")
+    return revision
+
+
+def list_revisions(deployment: Deployment, *, limit: int = 50, offset: int = 0) -> Page:
+    """A page of the endpoint's revisions, newest first (specs left unloaded)."""
+    rows = deployment.revisions.defer("spec").order_by("-number")
+    return Page(list(rows[offset : offset + limit]), rows.count())
+
+
+def revisions_of(deployment: Deployment) -> list[Revision]:
+    """Every revision of the endpoint with its author, newest first (the console's history)."""
+    return list(Revision.objects.filter(deployment=deployment).select_related("author"))
+
+
+# --- clusters --------------------------------------------------------------------------------
+
+
+def clusters_for(actor: Actor) -> QuerySet[Cluster]:
+    """Clusters this organization may deploy to: its own and the shared ones (the built-in
+    ``local`` cluster has no organization)."""
+    return Cluster.objects.filter(
+        Q(organization=actor.organization) | Q(organization__isnull=True)
+    ).order_by("name", "created_at")
+
+
+def list_clusters(actor: Actor) -> list[Cluster]:
+    return list(clusters_for(actor))
+
+
+def get_cluster(actor: Actor, cluster_id: uuid.UUID | str) -> Cluster:
+    cluster = clusters_for(actor).filter(id_or_name(str(cluster_id))).first()
+    if cluster is None:
+        raise NotFound("cluster not found")
+    return cluster
+
+
+# --- what was observed -----------------------------------------------------------------------
 
 
 def latest_rates(ids: list[uuid.UUID]) -> dict[uuid.UUID, float]:
@@ -97,21 +209,3 @@ def recent_samples(deployment: Deployment, minutes: int = 60) -> list[MetricSamp
 
 def recent_events(deployment: Deployment, limit: int = 50) -> list[DeploymentEvent]:
     return list(DeploymentEvent.objects.filter(deployment=deployment)[:limit])
-
-
-def revisions_of(deployment: Deployment) -> list[Revision]:
-    return list(Revision.objects.filter(deployment=deployment).select_related("author"))
-
-
-def get_revision(deployment: Deployment, number: int) -> Revision:
-    revision = Revision.objects.filter(deployment=deployment, number=number).first()
-    if revision is None:
-        raise NotFound("revision not found")
-    return revision
-
-
-def clusters_for(actor: Actor) -> QuerySet[Cluster]:
-    """Clusters this organization may deploy to: its own and the shared ones."""
-    return Cluster.objects.filter(
-        Q(organization=actor.organization) | Q(organization__isnull=True)
-    ).order_by("name")

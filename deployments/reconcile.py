@@ -1,15 +1,18 @@
 """Reconcile one endpoint: desired state from the database, observed state from the driver.
 
-The only writer of observed facts (``services`` writes what users ask for). One pass: observe,
-decide which revision to place (``rollout.decide``), apply it, observe again, and store the facts
-and the timeline events they imply. A pass is idempotent and safe to repeat; ``tasks.engine``
-holds the per-endpoint lock and retries temporary driver errors. Facts are saved with a
-conditional UPDATE of observed fields only, so a user's change made meanwhile is never lost.
+The writer of observed facts (``services`` writes what is asked; ``probe`` its own time). One
+pass: observe, decide which revision to place (``rollout.decide``), apply it, observe again, and
+store the facts and the timeline events they imply. An endpoint marked deleted is torn down and
+its row removed here (``finalize_deletion``). A pass is idempotent and safe to repeat;
+``tasks.engine`` holds the per-endpoint lock and retries temporary driver errors. Facts are saved
+with a conditional UPDATE of observed fields only, so a user's change made meanwhile is never
+lost. Nothing here calls up into ``services`` or the tasks.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,14 +23,15 @@ from django.db.models import F
 from django.utils import timezone
 from pydantic import ValidationError
 
-from controlplane import notify
+from controlplane import audit, notify
+from controlplane.access import system_actor
 from controlplane.services import reveal_secret
-from deployments import services
-from deployments.drivers.base import DeploymentRef, Driver, Observation, RevisionPlan
+from deployments.drivers.base import Driver, Observation, RevisionPlan
 from deployments.drivers.errors import PermanentDriverError
-from deployments.drivers.registry import driver_for
+from deployments.drivers.registry import driver_for, ref_for
 from deployments.models import Deployment, DesiredState, Revision
 from deployments.rollout import RolloutDecision, RolloutFacts, decide
+from deployments.timeline import record_event
 from runtime import launch
 from runtime.argv import UnsafeArgvError
 from runtime.spec import RuntimeSpec
@@ -93,12 +97,6 @@ def reconcile(deployment_id: str) -> bool:
         driver.close()
     _save(work)
     return True
-
-
-def ref_for(deployment: Deployment) -> DeploymentRef:
-    return DeploymentRef(
-        id=str(deployment.pk), slug=deployment.slug, namespace=deployment.cluster.namespace
-    )
 
 
 # --- desired: running ------------------------------------------------------------------------
@@ -322,8 +320,32 @@ def _tear_down(work: Pass, driver: Driver) -> bool:
         work.facts.update(replica_facts=[], router_url="")
         _save(work)
         return True
-    services.finalize_deletion(work.deployment.pk)
+    finalize_deletion(work.deployment.pk)
     return False
+
+
+@transaction.atomic
+def finalize_deletion(deployment_id: uuid.UUID | str) -> bool:
+    """Remove the row of a torn-down endpoint (only once it is marked deleted); audited as the
+    system's act. False when there is no such endpoint marked deleted."""
+    deployment = (
+        Deployment.objects.select_for_update(of=("self",))
+        .select_related("organization", "target_revision")
+        .filter(pk=deployment_id, desired_state=DesiredState.DELETED)
+        .first()
+    )
+    if deployment is None:
+        return False
+    actor = system_actor(deployment.organization)
+    before = deployment.desired_snapshot()
+    audit.record(actor, "deployment.finalize_deletion", deployment, before=before)
+    # The deployment points at its own revisions (PROTECT); unhook them before the cascade.
+    Deployment.objects.filter(pk=deployment.pk).update(
+        target_revision=None, current_revision=None, applied_revision=None
+    )
+    Deployment.objects.filter(pk=deployment.pk).delete()
+    notify.publish_on_commit("deployment", str(deployment_id))
+    return True
 
 
 def _fail(work: Pass, reason: str) -> None:
@@ -362,7 +384,7 @@ def _save(work: Pass) -> None:
         key = data.get("key")
         if key and deployment.events.filter(data__key=key).exists():
             continue
-        services.record_event(deployment, level, reason, message, revision, data)
+        record_event(deployment, level, reason, message, revision, data)
     notify.publish_on_commit("deployment", str(deployment.pk))
 
 
@@ -399,8 +421,3 @@ def record_cluster_stopped(kind: str) -> int:
         for deployment_id in ids:
             notify.publish_on_commit("deployment", deployment_id)
     return len(ids)
-
-
-def record_probe(deployment: Deployment, at: datetime) -> None:
-    """The probe's one observed fact: when it last read the replicas."""
-    Deployment.objects.filter(pk=deployment.pk).update(last_probe_at=at)

@@ -1,12 +1,15 @@
-"""The only writers of what users ask of endpoints: create, edit, roll back, scale, stop, start,
-delete; and the timeline/lifecycle helpers reconcile and the gateway call (``record_event``,
-``finalize_deletion``, ``wake``). Reads (``deployments.selectors``) and clusters
-(``deployments.clusters``) are re-exported here so callers need one module.
+"""The only writers of what is asked of endpoints: create, edit, roll back, scale, stop, start,
+delete, and the system's own asks (``wake`` for the gateway, ``autoscale_to`` for the
+autoscaler). The cluster writers (``deployments.clusters``) are re-exported so front-ends call
+one module for every change; reads are ``deployments.queries``', never re-exported here.
 
 Each writer runs in one transaction on a row lock, checks the actor's role, scopes every query to
 the actor's organization (objects of other organizations are :class:`NotFound`), records one
-AuditEvent, bumps ``Deployment.generation`` and queues ``reconcile_deployment`` once, after
-commit. Observed facts are reconcile's to write, never this module's.
+AuditEvent and a timeline line, bumps ``Deployment.generation``, makes the endpoint due and
+sends ``deployments.reconcile_deployment`` once, by name, after commit. This module imports no
+task: the flow is one way, services -> (message) tasks -> reconcile -> drivers. A broker that
+does not answer then does not undo or fail a saved change: the beat sweep reconciles every due
+endpoint. Observed facts are reconcile's and probe's to write, never this module's.
 
 Editing to settings identical to the target revision's is a no-op that returns the target
 revision (no new revision, no rollout): applying the same configuration twice is safe, which
@@ -16,43 +19,30 @@ is the same no-op.
 
 from __future__ import annotations
 
+import logging
 import uuid
-from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerUnavailable
 
 from controlplane import audit, notify
 from controlplane.access import Actor, NotFound, require_role, system_actor
+from controlplane.celery import app as celery_app
 from controlplane.models import Role
 from controlplane.services import Conflict, ServiceError
-from deployments import clusters, fields
-from deployments.clusters import create_cluster, delete_cluster, get_cluster, list_clusters
-from deployments.diff import FieldChange, diff_revisions
-from deployments.models import (
-    Cluster,
-    Deployment,
-    DeploymentEvent,
-    DesiredState,
-    EventLevel,
-    Revision,
-)
-from deployments.selectors import (
-    REVISION_FIELDS,
-    by_id_or_slug,
-    get_deployment,
-    get_revision,
-    list_deployments,
-    list_revisions,
-)
+from deployments import clusters, fields, queries
+from deployments.clusters import create_cluster, delete_cluster
+from deployments.models import Cluster, Deployment, DesiredState, Revision
+from deployments.queries import REVISION_FIELDS, by_id_or_slug
 from deployments.specs import SpecInvalid, checked_spec
+from deployments.timeline import record_event
 from runtime.spec import RuntimeSpec
 
 __all__ = [
     "Conflict",
-    "FieldChange",
     "NotFound",
     "ServiceError",
     "SpecInvalid",
@@ -61,16 +51,6 @@ __all__ = [
     "create_deployment",
     "delete_cluster",
     "delete_deployment",
-    "diff_revisions",
-    "finalize_deletion",
-    "get_cluster",
-    "get_deployment",
-    "get_revision",
-    "list_clusters",
-    "list_deployments",
-    "list_revisions",
-    "record_event",
-    "record_last_request",
     "rollback",
     "scale",
     "start",
@@ -78,6 +58,10 @@ __all__ = [
     "update_settings",
     "wake",
 ]
+
+logger = logging.getLogger(__name__)
+# The task's name is the contract with deployments.tasks.engine, which this module never imports.
+RECONCILE_TASK = "deployments.reconcile_deployment"
 
 
 # --- shared steps of every change ------------------------------------------------------------
@@ -101,20 +85,23 @@ def _ensure_not_deleting(deployment: Deployment) -> None:
         raise Conflict(f"endpoint {deployment.slug} is being deleted", code="deleting")
 
 
-def _snapshot(deployment: Deployment) -> dict[str, Any]:
-    target = deployment.target_revision
-    return {
-        "desired_state": deployment.desired_state,
-        "desired_replicas": deployment.desired_replicas,
-        "target_revision": target.number if target is not None else None,
-    }
-
-
 def _queue_reconcile(deployment_id: uuid.UUID) -> None:
-    # Imported here: the engine tasks import reconcile, which imports this module.
-    from deployments.tasks.engine import reconcile_deployment
+    transaction.on_commit(lambda: _send_reconcile(str(deployment_id)))
 
-    transaction.on_commit(lambda: reconcile_deployment.delay(str(deployment_id)))
+
+def _send_reconcile(deployment_id: str) -> bool:
+    """Send the reconcile task by name; False (logged) when the broker does not take it.
+
+    Called after commit: the change is saved and the endpoint is due (``next_reconcile_at``),
+    so the beat sweep reconciles it when the broker is back. Raising here would answer 500 for a
+    change that was made.
+    """
+    try:
+        celery_app.send_task(RECONCILE_TASK, args=[deployment_id])
+    except BrokerUnavailable as exc:
+        logger.warning("reconcile %s not queued (%s); the sweep takes it", deployment_id, exc)
+        return False
+    return True
 
 
 def _commit_change(
@@ -137,30 +124,9 @@ def _commit_change(
             "last_scaled_at",
         ]
     )
-    audit.record(actor, action, deployment, before=before, after=_snapshot(deployment))
+    audit.record(actor, action, deployment, before=before, after=deployment.desired_snapshot())
     notify.publish_on_commit("deployment", str(deployment.pk))
     _queue_reconcile(deployment.pk)
-
-
-def record_event(
-    deployment: Deployment,
-    level: str,
-    reason: str,
-    message: str,
-    revision_number: int | None = None,
-    data: dict[str, Any] | None = None,
-) -> DeploymentEvent:
-    """Add one line to the endpoint's timeline (used here, by reconcile and the autoscaler)."""
-    if level not in EventLevel.values:
-        raise ValueError(f"unknown event level {level!r}")
-    return DeploymentEvent.objects.create(
-        deployment=deployment,
-        level=level,
-        reason=reason[:64],
-        message=message,
-        revision_number=revision_number,
-        data=data or {},
-    )
 
 
 # --- creating --------------------------------------------------------------------------------
@@ -170,7 +136,7 @@ def _cluster_for(actor: Actor, cluster_id: uuid.UUID | str | None) -> Cluster:
     if cluster_id is None:
         return clusters.default_cluster()
     try:
-        return clusters.get_cluster(actor, cluster_id)
+        return queries.get_cluster(actor, cluster_id)
     except NotFound as exc:
         raise ServiceError("no such cluster", field="cluster_id", code="not_found") from exc
 
@@ -278,7 +244,7 @@ def update_settings(
         )
     parsed, warnings = checked_spec(spec)
     fields.check_limits(parsed)
-    before = _snapshot(deployment)
+    before = deployment.desired_snapshot()
     renamed = name is not None and _rename(deployment, name)
     target = deployment.target_revision
     if target is not None and parsed.content_hash() == target.spec_hash:
@@ -327,7 +293,7 @@ def rollback(
     target = deployment.target_revision
     if target is not None and source.spec_hash == target.spec_hash:
         return target
-    before = _snapshot(deployment)
+    before = deployment.desired_snapshot()
     revision = _new_revision(
         actor,
         deployment,
@@ -359,7 +325,7 @@ def scale(actor: Actor, deployment_id: uuid.UUID | str, *, replicas: int) -> Dep
     fields.check_replicas(replicas, deployment.target_revision.spec)
     if replicas == deployment.desired_replicas:
         return deployment
-    before = _snapshot(deployment)
+    before = deployment.desired_snapshot()
     deployment.desired_replicas = replicas
     deployment.last_scaled_at = timezone.now()  # the autoscaler's cool-down starts again
     record_event(deployment, "info", "Scaled", f"{before['desired_replicas']} -> {replicas} "
@@ -374,7 +340,7 @@ def _set_state(actor: Actor, deployment_id: uuid.UUID | str, state: str, reason:
     _ensure_not_deleting(deployment)
     if deployment.desired_state == state:
         return deployment
-    before = _snapshot(deployment)
+    before = deployment.desired_snapshot()
     deployment.desired_state = state
     if state == DesiredState.RUNNING and deployment.desired_replicas == 0:
         assert deployment.target_revision is not None
@@ -398,47 +364,12 @@ def start(actor: Actor, deployment_id: uuid.UUID | str) -> Deployment:
 
 @transaction.atomic
 def delete_deployment(actor: Actor, deployment_id: uuid.UUID | str) -> Deployment:
-    """Mark for deletion; reconcile tears the endpoint down, then calls finalize_deletion."""
+    """Mark for deletion; reconcile tears the endpoint down and removes the row."""
     require_role(actor, Role.DEVELOPER)
-    deployment = get_deployment(actor, deployment_id)
+    deployment = queries.get_deployment(actor, deployment_id)
     if deployment.desired_state == DesiredState.DELETED:
         return deployment
     return _set_state(actor, deployment_id, DesiredState.DELETED, "DeleteRequested")
-
-
-@transaction.atomic
-def finalize_deletion(deployment_id: uuid.UUID | str) -> bool:
-    """Remove the row of a torn-down endpoint (system; only once it is marked deleted)."""
-    deployment = (
-        Deployment.objects.select_for_update(of=("self",))
-        .select_related("organization", "target_revision")
-        .filter(pk=deployment_id, desired_state=DesiredState.DELETED)
-        .first()
-    )
-    if deployment is None:
-        return False
-    actor = system_actor(deployment.organization)
-    audit.record(actor, "deployment.finalize_deletion", deployment, before=_snapshot(deployment))
-    # The deployment points at its own revisions (PROTECT); unhook them before the cascade.
-    Deployment.objects.filter(pk=deployment.pk).update(
-        target_revision=None, current_revision=None, applied_revision=None
-    )
-    Deployment.objects.filter(pk=deployment.pk).delete()
-    notify.publish_on_commit("deployment", str(deployment_id))
-    return True
-
-
-def record_last_request(deployment_id: uuid.UUID | str, when: datetime) -> int:
-    """The gateway saw traffic for this endpoint at ``when`` (for the autoscaler's idle clock).
-
-    Conditional, so an older time (a leftover hash from a retried flush) never overwrites a
-    newer one. Returns the number of rows moved forward (0 or 1).
-    """
-    return (
-        Deployment.objects.filter(pk=deployment_id)
-        .exclude(last_request_at__gte=when)
-        .update(last_request_at=when)
-    )
 
 
 @transaction.atomic
@@ -458,7 +389,7 @@ def wake(deployment_id: uuid.UUID | str) -> bool:
     if deployment.desired_replicas > 0 or deployment.target_revision is None:
         return False
     spec = RuntimeSpec.model_validate(deployment.target_revision.spec)
-    before = _snapshot(deployment)
+    before = deployment.desired_snapshot()
     deployment.desired_replicas = max(1, spec.autoscaling.min_replicas)
     deployment.last_scaled_at = timezone.now()
     record_event(deployment, "info", "ScaleFromZero",
@@ -495,7 +426,7 @@ def autoscale_to(
     fields.check_replicas(replicas, deployment.target_revision.spec)
     if replicas == deployment.desired_replicas:
         return False
-    before = _snapshot(deployment)
+    before = deployment.desired_snapshot()
     deployment.desired_replicas = replicas
     deployment.last_scaled_at = timezone.now()
     data = {"replicas": replicas, "from": before["desired_replicas"], "inputs": inputs}

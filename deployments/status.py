@@ -13,10 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from deployments.models import Deployment
+from typing import Any
 
 PENDING = "pending"
 DEPLOYING = "deploying"
@@ -43,12 +40,19 @@ ALL_STATUSES = (
 )
 # The labels an endpoint can rest at; whether it does is ``is_settled``'s to say.
 RESTING = frozenset({ACTIVE, SCALED_TO_ZERO, STOPPED, FAILED})
+# The labels at which no engine serves, so no new metric samples arrive (charts stop polling).
+NOT_SERVING = frozenset({STOPPED, SCALED_TO_ZERO, FAILED})
 # Roles of a prefill/decode split: their pools have fixed sizes, not ``desired_replicas``.
 _POOL_ROLES = frozenset({"prefill", "decode"})
+# Phases of a replica whose process/pod exists but is not ready yet.
+_COMING_UP = frozenset({"starting", "loading", "running"})
 
 
 @dataclass(frozen=True)
 class Facts:
+    """What status is derived from: plain values, built by ``Deployment.facts()`` (the model
+    knows its fields; this module knows none of them)."""
+
     desired_state: str  # running | stopped | deleted
     desired_replicas: int
     target_revision: int | None  # revision numbers, not ids: easy to read in tests
@@ -73,35 +77,6 @@ class Facts:
     # The applied revision splits prefill and decode into pools of their own size.
     pooled: bool = False
 
-    @classmethod
-    def from_deployment(cls, deployment: Deployment) -> Facts:
-        def number(revision: Any) -> int | None:
-            return revision.number if revision is not None else None
-
-        replicas = [r for r in deployment.replica_facts or [] if r.get("role") != "router"]
-        applied = number(deployment.applied_revision)
-        starting = sum(
-            1
-            for r in replicas
-            if not r.get("ready") and r.get("phase") in {"starting", "loading", "running"}
-        )
-        return cls(
-            desired_state=deployment.desired_state,
-            desired_replicas=deployment.desired_replicas,
-            target_revision=number(deployment.target_revision),
-            applied_revision=applied,
-            current_revision=number(deployment.current_revision),
-            ready_replicas=deployment.ready_replicas,
-            total_replicas=deployment.total_replicas,
-            starting_replicas=starting,
-            first_ready_at=deployment.first_ready_at,
-            failed_at=deployment.failed_at,
-            rollout_in_progress=deployment.rollout_started_at is not None,
-            generation=deployment.generation,
-            observed_generation=deployment.observed_generation,
-            **_replica_counts(replicas, applied),
-        )
-
     @property
     def serving_ready(self) -> int:
         return self.ready_replicas if self.placed_ready is None else self.placed_ready
@@ -112,16 +87,20 @@ class Facts:
         return self.observed_generation < self.generation
 
 
-def _replica_counts(replicas: Iterable[Mapping[str, Any]], applied: int | None) -> dict[str, Any]:
-    replicas = list(replicas)
-    if not replicas:
+def replica_counts(replicas: Iterable[Mapping[str, Any]], applied: int | None) -> dict[str, Any]:
+    """The per-replica fields of :class:`Facts` from an observation's replicas (their
+    ``as_dict`` form: role, revision, phase, ready), ``applied`` being the revision placed."""
+    engines = [r for r in replicas if r.get("role") != "router"]
+    if not engines:
         return {}
-    placed = [r for r in replicas if r.get("revision") == applied]
+    starting = sum(1 for r in engines if not r.get("ready") and r.get("phase") in _COMING_UP)
+    placed = [r for r in engines if r.get("revision") == applied]
     ready = sum(1 for r in placed if r.get("ready"))
     return {
+        "starting_replicas": starting,
         "placed_ready": ready,
         "placed_unready": len(placed) - ready,
-        "other_replicas": len(replicas) - len(placed),
+        "other_replicas": len(engines) - len(placed),
         "pooled": any(r.get("role") in _POOL_ROLES for r in placed),
     }
 

@@ -18,7 +18,9 @@ Counts reach UsageRecord once their minute has closed (``GRACE_SECONDS`` after i
 beat has run the next flush (every ``PLINTH_USAGE_FLUSH_S``, 15 s): up to about 80 seconds after
 a call (README: Calling an endpoint; the console's Usage page says so too).
 
-The gateway's metering module is not imported: these key names are the contract between the
+The flush also moves endpoints' last-request times forward (``record_last_request``), the
+observed fact the autoscaler's idle clock reads. The gateway's metering module is not imported:
+these key names are the contract between the
 two processes and are repeated here on purpose.
 """
 
@@ -39,8 +41,7 @@ from django.utils import timezone
 
 from controlplane import redis_clients
 from controlplane.models import ApiKey
-from deployments import services
-from deployments.models import UsageFlushBatch, UsageRecord
+from deployments.models import Deployment, UsageFlushBatch, UsageRecord
 
 USAGE_PREFIX = "plinth:usage:"
 MINUTES_SET = "plinth:usage:minutes"
@@ -48,6 +49,9 @@ LAST_REQUEST_HASH = "plinth:usage:last_request"
 PROCESSING_PREFIX = "plinth:usage:processing:"
 LAST_REQUEST_PROCESSING_PREFIX = "plinth:last_request:processing:"
 LOCK_KEY = "plinth:usage:flush-lock"
+# The lock's TTL: a flush that dies holding it blocks the next ones this long at most. The task's
+# time limits are below it (deployments.tasks.traffic).
+FLUSH_LOCK_S = 120
 COUNTERS = ("requests", "prompt_tokens", "cached_tokens", "completion_tokens")
 # A minute is closed once this many seconds past its end: late requests have finished counting.
 GRACE_SECONDS = 5
@@ -73,7 +77,7 @@ def flush_usage(*, include_current: bool = False, client: redis.Redis | None = N
     """Move counted usage into UsageRecord. Beat runs it; tests pass ``include_current``."""
     client = client or _client()
     result = FlushResult()
-    lock = client.lock(LOCK_KEY, timeout=120, blocking_timeout=0)
+    lock = client.lock(LOCK_KEY, timeout=FLUSH_LOCK_S, blocking_timeout=0)
     if not lock.acquire():
         return result  # another flush is running; it will take these too
     try:
@@ -141,40 +145,38 @@ def prune_batches() -> int:
 
 
 Counts = dict[tuple[str, str, str], dict[str, int]]
+# organization, key, endpoint, slug, minute, then the COUNTERS in their order.
+UsageRow = tuple[uuid.UUID, uuid.UUID, uuid.UUID, str, datetime, int, int, int, int]
 
 
-def _parse_counts(raw: dict[bytes, bytes]) -> Counts:
+def _parse_counts(raw: dict[bytes | str, bytes | str]) -> Counts:
     counts: Counts = defaultdict(dict)
     for field_name, value in raw.items():
-        key_id, endpoint_id, slug, counter = field_name.decode().split("|")
+        key_id, endpoint_id, slug, counter = redis_clients.as_text(field_name).split("|")
         if counter in COUNTERS:
             counts[(key_id, endpoint_id, slug)][counter] = int(value)
     return counts
 
 
-def _usage_rows(counts: Counts, minute: datetime, result: FlushResult) -> list[tuple[object, ...]]:
+def _usage_rows(counts: Counts, minute: datetime, result: FlushResult) -> list[UsageRow]:
     key_ids = {key_id for key_id, _, _ in counts}
     organizations = dict(ApiKey.objects.filter(pk__in=key_ids).values_list("id", "organization_id"))
-    rows = []
+    rows: list[UsageRow] = []
     for (key_id, endpoint_id, slug), values in counts.items():
         organization_id = organizations.get(uuid.UUID(key_id))
         if organization_id is None:
             result.skipped.append(key_id)  # the key was deleted; its usage goes with it
             continue
+        requests, prompt, cached, completion = (values.get(counter, 0) for counter in COUNTERS)
+        endpoint = uuid.UUID(endpoint_id)
+        key = uuid.UUID(key_id)
         rows.append(
-            (
-                organization_id,
-                uuid.UUID(key_id),
-                uuid.UUID(endpoint_id),
-                slug,
-                minute,
-                *(values.get(counter, 0) for counter in COUNTERS),
-            )
+            (organization_id, key, endpoint, slug, minute, requests, prompt, cached, completion)
         )
     return rows
 
 
-def _upsert(rows: list[tuple[object, ...]]) -> None:
+def _upsert(rows: list[UsageRow]) -> None:
     if not rows:
         return
     table = UsageRecord._meta.db_table
@@ -196,6 +198,20 @@ def flush_last_requests(client: redis.Redis) -> int:
     for name in client.scan_iter(match=f"{LAST_REQUEST_PROCESSING_PREFIX}*"):
         for endpoint_id, epoch in client.hgetall(name).items():
             when = datetime.fromtimestamp(int(epoch), tz=UTC)
-            touched += services.record_last_request(endpoint_id.decode(), when)
+            touched += record_last_request(redis_clients.as_text(endpoint_id), when)
         client.delete(name)
     return touched
+
+
+def record_last_request(deployment_id: uuid.UUID | str, when: datetime) -> int:
+    """The gateway saw traffic for this endpoint at ``when`` (the autoscaler's idle clock): an
+    observed fact, written here where it is flushed, as the probe writes its own.
+
+    Conditional, so an older time (a leftover hash from a retried flush) never overwrites a
+    newer one. Returns the number of rows moved forward (0 or 1).
+    """
+    return (
+        Deployment.objects.filter(pk=deployment_id)
+        .exclude(last_request_at__gte=when)
+        .update(last_request_at=when)
+    )

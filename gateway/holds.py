@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from deployments import status as statuses
 from gateway.errors import GatewayError, endpoint_not_found, rate_limited
 from gateway.observability import HELD
 from gateway.refresher import RouteRefresher
@@ -81,7 +82,7 @@ class Holds:
                 raise endpoint_not_found(endpoint.slug)
             if current.serving:
                 return current
-            if current.desired_state != "running" or current.status == "failed":
+            if current.desired_state != "running" or current.status == statuses.FAILED:
                 raise not_ready(current)
             await self._maybe_wake(current)
             remaining = deadline - time.monotonic()

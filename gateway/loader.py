@@ -13,7 +13,6 @@ from django.utils import timezone
 
 from controlplane.models import ApiKey, ApiKeyKind
 from deployments.models import Deployment, DesiredState
-from deployments.status import Facts, derive_status
 from gateway.routes import Endpoint, InferenceKey, RouteTable
 
 _DEPLOYMENT_FIELDS = (
@@ -49,7 +48,7 @@ def load_endpoints() -> dict[str, Endpoint]:
             id=str(row.id),
             slug=row.slug,
             organization_id=str(row.organization_id),
-            status=derive_status(Facts.from_deployment(row)),
+            status=row.status,
             desired_state=row.desired_state,
             ready_replicas=row.ready_replicas,
             router_url=row.router_url.rstrip("/"),

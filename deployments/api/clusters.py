@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from ninja import Router, Schema, Status
 from pydantic import Field, StrictStr
 
-from deployments import services
+from deployments import queries, services
 from deployments.api.auth import actor_of
 from deployments.api.schemas import StrictIn
 from deployments.models import Cluster
@@ -24,7 +24,6 @@ class ClusterOut(Schema):
     kind: str
     namespace: str
     shared: bool = Field(description="built into the installation, usable by every organization")
-    gpu_inventory: dict
     created_at: datetime
 
 
@@ -41,13 +40,12 @@ def cluster_out(cluster: Cluster) -> dict[str, Any]:
     return {
         **{f: getattr(cluster, f) for f in ("id", "name", "kind", "namespace", "created_at")},
         "shared": cluster.organization_id is None,
-        "gpu_inventory": cluster.gpu_inventory,
     }
 
 
 @router.get("/clusters", response=list[ClusterOut], summary="List clusters")
 def list_clusters(request: HttpRequest) -> list[dict[str, Any]]:
-    return [cluster_out(c) for c in services.list_clusters(actor_of(request))]
+    return [cluster_out(c) for c in queries.list_clusters(actor_of(request))]
 
 
 @router.post("/clusters", response={201: ClusterOut}, summary="Add a Kubernetes cluster")
@@ -58,7 +56,7 @@ def create_cluster(request: HttpRequest, payload: ClusterIn) -> Status[dict[str,
 
 @router.get("/clusters/{cluster_id}", response=ClusterOut, summary="Get a cluster")
 def get_cluster(request: HttpRequest, cluster_id: uuid.UUID) -> dict[str, Any]:
-    return cluster_out(services.get_cluster(actor_of(request), cluster_id))
+    return cluster_out(queries.get_cluster(actor_of(request), cluster_id))
 
 
 @router.delete("/clusters/{cluster_id}", response={204: None}, summary="Remove a cluster")

@@ -10,9 +10,10 @@ from django.conf import settings
 from django.http import HttpRequest
 from ninja import Query, Router, Schema, Status
 from pydantic import Field, StrictInt, StrictStr
+from pydantic.config import JsonDict
 
 from controlplane.services import ServiceError
-from deployments import services
+from deployments import queries, services
 from deployments.api.auth import actor_of
 from deployments.api.schemas import PageQuery, StrictIn, page_body, page_schema
 from deployments.fields import MAX_REPLICAS
@@ -22,7 +23,11 @@ from runtime.spec import RuntimeSpec
 
 router = Router(tags=["deployments"])
 
-SLUG_DOC = {"pattern": SLUG_PATTERN, "maxLength": SLUG_MAX_LENGTH, "example": "llama-chat"}
+SLUG_DOC: JsonDict = {
+    "pattern": SLUG_PATTERN,
+    "maxLength": SLUG_MAX_LENGTH,
+    "example": "llama-chat",
+}
 
 
 class ClusterRef(Schema):
@@ -45,7 +50,11 @@ class DeploymentOut(Schema):
     ready_replicas: int
     target_revision: int | None
     current_revision: int | None
-    generation: int
+    generation: int = Field(description="counts the changes asked of the endpoint")
+    observed_generation: int = Field(
+        description="the generation the last reconcile pass acted on (Kubernetes' "
+        "status.observedGeneration): below generation while a change is not yet seen"
+    )
     failure_reason: str
     cluster: ClusterRef
     url: str = Field(description="the endpoint's OpenAI-compatible base URL")
@@ -99,6 +108,7 @@ def deployment_out(deployment: Deployment, *, detail: bool = False) -> dict[str,
         "target_revision": target.number if target else None,
         "current_revision": current.number if current else None,
         "generation": deployment.generation,
+        "observed_generation": deployment.observed_generation,
         "failure_reason": deployment.failure_reason,
         "cluster": deployment.cluster,
         "url": f"{settings.GATEWAY_PUBLIC_URL.rstrip('/')}/endpoints/{deployment.slug}/v1",
@@ -112,7 +122,7 @@ def deployment_out(deployment: Deployment, *, detail: bool = False) -> dict[str,
 
 
 def detail_body(request: HttpRequest, deployment_id: str) -> dict[str, Any]:
-    deployment = services.get_deployment(actor_of(request), deployment_id)
+    deployment = queries.get_deployment(actor_of(request), deployment_id)
     deployment.target_revision = (
         deployment.revisions.get(pk=deployment.target_revision_id)
         if deployment.target_revision_id
@@ -125,7 +135,7 @@ def detail_body(request: HttpRequest, deployment_id: str) -> dict[str, Any]:
 def list_deployments(request: HttpRequest, filters: Query[DeploymentFilters]) -> dict[str, Any]:
     if filters.status and filters.status not in ALL_STATUSES:
         raise ServiceError(f"unknown status; use one of {', '.join(ALL_STATUSES)}", field="status")
-    page = services.list_deployments(
+    page = queries.list_deployments(
         actor_of(request),
         status=filters.status,
         search=filters.search,
@@ -187,18 +197,18 @@ def delete_deployment(request: HttpRequest, deployment_id: str) -> Status[dict[s
 def scale(request: HttpRequest, deployment_id: str, payload: ScaleIn) -> dict[str, Any]:
     actor = actor_of(request)
     services.scale(actor, deployment_id, replicas=payload.replicas)
-    return deployment_out(services.get_deployment(actor, deployment_id))
+    return deployment_out(queries.get_deployment(actor, deployment_id))
 
 
 @router.post("/deployments/{deployment_id}/stop", response=DeploymentOut, summary="Stop")
 def stop(request: HttpRequest, deployment_id: str) -> dict[str, Any]:
     actor = actor_of(request)
     services.stop(actor, deployment_id)
-    return deployment_out(services.get_deployment(actor, deployment_id))
+    return deployment_out(queries.get_deployment(actor, deployment_id))
 
 
 @router.post("/deployments/{deployment_id}/start", response=DeploymentOut, summary="Start")
 def start(request: HttpRequest, deployment_id: str) -> dict[str, Any]:
     actor = actor_of(request)
     services.start(actor, deployment_id)
-    return deployment_out(services.get_deployment(actor, deployment_id))
+    return deployment_out(queries.get_deployment(actor, deployment_id))

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Max, QuerySet, Sum
+from django.db.models import F, Max, QuerySet, Sum
 from django.http import HttpRequest
 from django.utils import timezone
 from ninja import Query, Router, Schema
@@ -14,7 +14,7 @@ from pydantic import Field
 
 from controlplane.access import Actor
 from controlplane.services import ServiceError
-from deployments import services
+from deployments import queries
 from deployments.api.auth import actor_of
 from deployments.api.schemas import PageQuery, UtcDatetime, page_body, page_schema
 from deployments.models import DeploymentEvent, EventLevel, MetricSample, UsageRecord
@@ -106,7 +106,7 @@ def _range(query: RangeQuery) -> tuple[datetime, datetime]:
 def list_events(
     request: HttpRequest, deployment_id: str, query: Query[EventQuery]
 ) -> dict[str, Any]:
-    deployment = services.get_deployment(actor_of(request), deployment_id)
+    deployment = queries.get_deployment(actor_of(request), deployment_id)
     rows: QuerySet[DeploymentEvent] = deployment.events.all()
     if query.level:
         if query.level not in EventLevel.values:
@@ -119,7 +119,7 @@ def list_events(
 @router.get("/deployments/{deployment_id}/metrics", response=MetricsOut, summary="Metrics")
 def metrics(request: HttpRequest, deployment_id: str, query: Query[RangeQuery]) -> dict[str, Any]:
     """Probe samples in ``[start, end)``, oldest first; at most 2000 (the latest ones)."""
-    deployment = services.get_deployment(actor_of(request), deployment_id)
+    deployment = queries.get_deployment(actor_of(request), deployment_id)
     start, end = _range(query)
     rows = MetricSample.objects.filter(deployment=deployment, ts__gte=start, ts__lt=end)
     latest = list(rows.order_by("-ts")[: MAX_SAMPLES + 1])
@@ -140,7 +140,9 @@ def _usage(actor: Actor, query: RangeQuery, deployment_id: uuid.UUID | None) -> 
     if deployment_id is not None:
         rows = rows.filter(deployment_id=deployment_id)
     totals = (
-        rows.values("deployment_id", "deployment_slug", "api_key_id", "api_key__name")
+        rows.values(
+            "deployment_id", "deployment_slug", "api_key_id", api_key_name=F("api_key__name")
+        )
         .annotate(
             api_key_prefix=Max("api_key__prefix"),
             requests=Sum("requests"),
@@ -150,8 +152,7 @@ def _usage(actor: Actor, query: RangeQuery, deployment_id: uuid.UUID | None) -> 
         )
         .order_by("deployment_slug", "api_key__name")
     )
-    out = [{"api_key_name": row.pop("api_key__name"), **row} for row in totals]
-    return {"start": start, "end": end, "rows": out}
+    return {"start": start, "end": end, "rows": list(totals)}
 
 
 @router.get("/deployments/{deployment_id}/usage", response=UsageOut, summary="Usage by key")
@@ -159,7 +160,7 @@ def deployment_usage(
     request: HttpRequest, deployment_id: str, query: Query[RangeQuery]
 ) -> dict[str, Any]:
     actor = actor_of(request)
-    deployment = services.get_deployment(actor, deployment_id)
+    deployment = queries.get_deployment(actor, deployment_id)
     return _usage(actor, query, deployment.pk)
 
 

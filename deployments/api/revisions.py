@@ -9,7 +9,7 @@ from django.http import HttpRequest
 from ninja import P, PathEx, Query, Router, Schema
 from pydantic import Field, StrictInt, StrictStr
 
-from deployments import services
+from deployments import diff, queries, services
 from deployments.api.auth import actor_of
 from deployments.api.deployments import DeploymentDetailOut, detail_body
 from deployments.api.schemas import PageQuery, StrictIn, page_body, page_schema
@@ -84,8 +84,8 @@ def revision_out(deployment: Deployment, revision: Revision, *, spec: bool) -> d
 def list_revisions(
     request: HttpRequest, deployment_id: str, page: Query[PageQuery]
 ) -> dict[str, Any]:
-    deployment = services.get_deployment(actor_of(request), deployment_id)
-    rows = services.list_revisions(deployment, limit=page.limit, offset=page.offset)
+    deployment = queries.get_deployment(actor_of(request), deployment_id)
+    rows = queries.list_revisions(deployment, limit=page.limit, offset=page.offset)
     items = [revision_out(deployment, r, spec=False) for r in rows.items]
     return page_body(request, items, rows.count, page)
 
@@ -95,13 +95,13 @@ def diff_revisions(
     request: HttpRequest, deployment_id: str, query: Query[DiffQuery]
 ) -> dict[str, Any]:
     """Every setting that differs between revision ``from`` and revision ``to``."""
-    actor = actor_of(request)
-    before = services.get_revision(actor, deployment_id, query.from_revision)
-    after = services.get_revision(actor, deployment_id, query.to_revision)
+    deployment = queries.get_deployment(actor_of(request), deployment_id)
+    before = queries.get_revision(deployment, query.from_revision)
+    after = queries.get_revision(deployment, query.to_revision)
     return {
         "from_revision": before.number,
         "to_revision": after.number,
-        "changes": services.diff_revisions(before.spec, after.spec),
+        "changes": diff.diff_revisions(before.spec, after.spec),
     }
 
 
@@ -111,9 +111,8 @@ def diff_revisions(
 def get_revision(
     request: HttpRequest, deployment_id: str, number: PathEx[int, P(ge=1, le=1_000_000)]
 ) -> dict[str, Any]:
-    actor = actor_of(request)
-    deployment = services.get_deployment(actor, deployment_id)
-    revision = services.get_revision(actor, deployment.pk, number)
+    deployment = queries.get_deployment(actor_of(request), deployment_id)
+    revision = queries.get_revision(deployment, number)
     return revision_out(deployment, revision, spec=True)
 
 

@@ -1,10 +1,14 @@
 """Tasks that drive endpoints towards their desired state: reconcile, sweep, probe, retention.
 
 Thin: each takes ids and calls one function. ``reconcile_deployment`` holds a Redis lock per
-endpoint, so two workers never reconcile the same endpoint at once, and retries temporary driver
-errors with exponential backoff (permanent ones are marked failed inside ``reconcile``). Beat runs
-``sweep``, which claims endpoints whose ``next_reconcile_at`` has passed with one conditional
-UPDATE and queues them: a lost message, or a worker killed mid-pass, only delays a deployment.
+endpoint, so two workers never reconcile the same endpoint at once, and Celery retries temporary
+driver errors with exponential backoff and jitter (permanent ones are marked failed inside
+``reconcile``). Every task has time limits below what it holds: a pass over
+``PLINTH_RECONCILE_TIME_LIMIT_S`` is interrupted, releases its lock and is retried; one that
+ignores that is ended when the lock's TTL runs out, so no two passes ever act under one lock.
+Beat runs ``sweep``, which claims endpoints whose ``next_reconcile_at`` has passed with one
+conditional UPDATE and queues them, each message expiring with the claim: a lost or late message,
+or a worker killed mid-pass, only delays a deployment.
 
 A change whose message finds the lock taken is not left to the sweep: the holder looks again
 after releasing the lock and runs another pass while a change is pending, so a stop made during
@@ -22,7 +26,7 @@ from datetime import timedelta
 
 import redis
 from celery import shared_task
-from celery.app.task import Task
+from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_ready
 from django.conf import settings
 from django.db import DatabaseError, connections, transaction
@@ -30,7 +34,7 @@ from django.utils import timezone
 from redis.lock import Lock
 
 from controlplane import redis_clients
-from deployments import probe, reconcile
+from deployments import probe, reconcile, telemetry
 from deployments.drivers.errors import TemporaryDriverError
 from deployments.models import ClusterKind, Deployment, DesiredState
 
@@ -44,6 +48,8 @@ __all__: list[str] = [
 
 logger = logging.getLogger(__name__)
 MAX_RETRIES = 8
+# Seconds of the longest wait between retries (1, 2, 4, ... with full jitter).
+MAX_BACKOFF_S = 60
 # Passes one task runs back to back while changes keep arriving during them.
 MAX_PASSES = 3
 SWEEP_BATCH = 500
@@ -53,10 +59,26 @@ def _redis() -> redis.Redis:
     return redis_clients.client(settings.REDIS_URL)
 
 
+# Celery's time limits: the soft one raises SoftTimeLimitExceeded in the task (its finally
+# clauses run), the hard one, the TTL of what the task holds, ends the process (prefork pool).
+def _soft_limit_s(hard_s: int) -> int:
+    """A soft limit a quarter before ``hard_s`` (at least 1 s: 0 would mean none)."""
+    return max(1, hard_s * 3 // 4)
+
+
 @shared_task(
-    name="deployments.reconcile_deployment", bind=True, ignore_result=True, max_retries=MAX_RETRIES
+    name="deployments.reconcile_deployment",
+    ignore_result=True,
+    autoretry_for=(TemporaryDriverError, SoftTimeLimitExceeded),
+    max_retries=MAX_RETRIES,
+    retry_backoff=True,
+    retry_backoff_max=MAX_BACKOFF_S,
+    retry_jitter=True,
+    # Below the lock's TTL (settings checks it): a pass never runs on after its lock expired.
+    soft_time_limit=settings.PLINTH_RECONCILE_TIME_LIMIT_S,
+    time_limit=settings.PLINTH_RECONCILE_LOCK_S,
 )
-def reconcile_deployment(self: Task, deployment_id: str) -> None:
+def reconcile_deployment(deployment_id: str) -> None:
     """Bring one endpoint towards its desired state. Safe to run any number of times."""
     for _ in range(MAX_PASSES):
         lock = _acquire(f"plinth:reconcile:{deployment_id}")
@@ -64,11 +86,14 @@ def reconcile_deployment(self: Task, deployment_id: str) -> None:
             logger.info("reconcile %s: another worker holds it and looks again", deployment_id)
             return
         try:
-            reconcile.reconcile(deployment_id)
+            with telemetry.timed_reconcile():  # duration and outcome, for /metrics
+                reconcile.reconcile(deployment_id)
         except TemporaryDriverError as exc:
-            countdown = min(60, 2 ** (self.request.retries or 0))
-            logger.warning("reconcile %s: %s; retry in %s s", deployment_id, exc.message, countdown)
-            raise self.retry(exc=exc, countdown=countdown) from exc
+            logger.warning("reconcile %s: %s; retrying", deployment_id, exc.message)
+            raise
+        except SoftTimeLimitExceeded:
+            logger.warning("reconcile %s: over its time limit; retrying", deployment_id)
+            raise
         finally:
             _release(lock, deployment_id)
         # Checked after the release: a message that found the lock taken before this point was
@@ -98,12 +123,12 @@ def _acquire(name: str) -> Lock | None:
     """
     client = _redis()
     for _ in range(2):
-        lock = client.lock(name, timeout=settings.PLINTH_RECONCILE_LOCK_S, blocking=False)
+        lock: Lock = client.lock(name, timeout=settings.PLINTH_RECONCILE_LOCK_S, blocking=False)
         token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
         if lock.acquire(blocking=False, token=token):
             return lock
         holder = client.get(name)
-        if holder is None or not _died_here(holder.decode()):
+        if holder is None or not _died_here(redis_clients.as_text(holder)):
             return None
         logger.warning("taking over the lock %s of a worker that died (%s)", name, holder)
         client.eval(_RELEASE_IF, 1, name, holder)
@@ -124,7 +149,14 @@ def _died_here(holder: str) -> bool:
     return False
 
 
-@shared_task(name="deployments.sweep", ignore_result=True)
+# The sweep's claim on an endpoint is its lease: a sweep still running when it ends would race
+# the next one, and a message still queued then is one the next sweep has sent again.
+@shared_task(
+    name="deployments.sweep",
+    ignore_result=True,
+    soft_time_limit=_soft_limit_s(settings.PLINTH_SWEEP_LEASE_S),
+    time_limit=settings.PLINTH_SWEEP_LEASE_S,
+)
 def sweep() -> list[str]:
     """Queue every endpoint whose ``next_reconcile_at`` has passed (beat runs this)."""
     now = timezone.now()
@@ -140,7 +172,8 @@ def sweep() -> list[str]:
         # Claimed until the lease ends: the next sweep does not queue them again meanwhile.
         Deployment.objects.filter(pk__in=ids).update(next_reconcile_at=lease)
     for deployment_id in ids:
-        reconcile_deployment.delay(deployment_id)
+        # A message not started within the lease is one the next sweep has sent again.
+        reconcile_deployment.apply_async(args=(deployment_id,), expires=lease)
     return ids
 
 
@@ -162,22 +195,43 @@ def make_local_endpoints_due() -> int:
     )
 
 
-@shared_task(name="deployments.probe_due", ignore_result=True)
+# Probes hold nothing. One still running three intervals on is stuck, not slow (the next
+# rounds have run meanwhile); a probe message still queued when the next round is sent is dropped.
+_PROBE_SOFT_LIMIT_S = settings.PLINTH_PROBE_INTERVAL_S * 3
+_PROBE_LIMIT_S = settings.PLINTH_PROBE_INTERVAL_S * 4
+
+
+@shared_task(
+    name="deployments.probe_due",
+    ignore_result=True,
+    soft_time_limit=_PROBE_SOFT_LIMIT_S,
+    time_limit=_PROBE_LIMIT_S,
+)
 def probe_due() -> int:
     """Queue a probe of every running endpoint with a ready replica."""
     ids = Deployment.objects.filter(
         desired_state=DesiredState.RUNNING, ready_replicas__gt=0
     ).values_list("pk", flat=True)
     for deployment_id in ids:
-        probe_deployment.delay(str(deployment_id))
+        probe_deployment.apply_async(
+            args=(str(deployment_id),), expires=settings.PLINTH_PROBE_INTERVAL_S
+        )
     return len(ids)
 
 
-@shared_task(name="deployments.probe_deployment", ignore_result=True)
+@shared_task(
+    name="deployments.probe_deployment",
+    ignore_result=True,
+    soft_time_limit=_PROBE_SOFT_LIMIT_S,
+    time_limit=_PROBE_LIMIT_S,
+)
 def probe_deployment(deployment_id: str) -> None:
     probe.probe(deployment_id)
 
 
-@shared_task(name="deployments.purge_samples", ignore_result=True)
+# Hourly; a purge cut short leaves the rest for the next hour's.
+@shared_task(
+    name="deployments.purge_samples", ignore_result=True, soft_time_limit=600, time_limit=900
+)
 def purge_samples() -> int:
     return probe.purge_old_samples()

@@ -28,7 +28,7 @@ from controlplane import redis_clients
 from deployments import services
 from deployments.autoscale import Decision, Observations, Sample, State, decide
 from deployments.models import Deployment, DesiredState, MetricSample
-from deployments.selectors import REVISION_FIELDS
+from deployments.queries import REVISION_FIELDS
 from deployments.usage import LAST_REQUEST_HASH
 from runtime.spec import AutoscalingSettings
 
@@ -51,7 +51,14 @@ class _Endpoint:
         return timedelta(seconds=self.policy.window_seconds + self.policy.scale_down_delay_seconds)
 
 
-@shared_task(name="deployments.autoscale", ignore_result=True)
+# No lock: two passes at once are safe (``autoscale_to`` refuses a stale decision), so the limits
+# only end a stuck pass, well after beat's next ones were sent (and dropped if still queued).
+@shared_task(
+    name="deployments.autoscale",
+    ignore_result=True,
+    soft_time_limit=settings.PLINTH_AUTOSCALE_INTERVAL_S * 4,
+    time_limit=settings.PLINTH_AUTOSCALE_INTERVAL_S * 5,
+)
 def autoscale(now: str | None = None) -> dict[str, int]:
     """One pass over running endpoints; ``now`` (ISO 8601) lets tests step time."""
     at = datetime.fromisoformat(now) if now else timezone.now()

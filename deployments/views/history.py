@@ -12,12 +12,13 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from controlplane.guard import actor_of, console_view
+from controlplane.guard import HtmxHttpRequest, actor_of, console_view
 from controlplane.services import ServiceError
 from deployments import logs, queries, services
 from deployments.charts import Chart, Series
 from deployments.diff import diff_revisions
 from deployments.models import MetricSample
+from deployments.status import NOT_SERVING
 
 
 @require_GET
@@ -103,7 +104,7 @@ def metric_charts(samples: list[MetricSample], minutes: int) -> list[Chart]:
 
 @require_GET
 @console_view
-def endpoint_metrics(request: HttpRequest, slug: str) -> HttpResponse:
+def endpoint_metrics(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     endpoint = queries.get_endpoint(actor_of(request), slug)
     minutes = {"15": 15, "60": 60, "360": 360}.get(request.GET.get("window", "60"), 60)
     samples = queries.recent_samples(endpoint, minutes=minutes)
@@ -112,7 +113,7 @@ def endpoint_metrics(request: HttpRequest, slug: str) -> HttpResponse:
         "charts": metric_charts(samples, minutes),
         "window": str(minutes),
         # Refresh only while the endpoint runs; a stopped one produces no new samples.
-        "live": endpoint.status not in ("stopped", "scaled_to_zero", "failed"),
+        "live": endpoint.status not in NOT_SERVING,
         "tab": "metrics",
     }
     if request.htmx:
@@ -122,7 +123,7 @@ def endpoint_metrics(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_GET
 @console_view
-def endpoint_events(request: HttpRequest, slug: str) -> HttpResponse:
+def endpoint_events(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     endpoint = queries.get_endpoint(actor_of(request), slug)
     context = {"endpoint": endpoint, "events": queries.recent_events(endpoint, limit=200)}
     if request.htmx:
@@ -132,14 +133,15 @@ def endpoint_events(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_GET
 @console_view
-def endpoint_logs(request: HttpRequest, slug: str) -> HttpResponse:
+def endpoint_logs(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     endpoint = queries.get_endpoint(actor_of(request), slug)
-    replica, lines = logs.read_logs(endpoint, request.GET.get("replica"), lines=300)
+    found = logs.read_logs(endpoint, request.GET.get("replica"), lines=300)
     context = {
         "endpoint": endpoint,
-        "replicas": list(logs.log_files(endpoint)),
-        "replica": replica,
-        "lines": lines,
+        "replicas": found.replicas,
+        "replica": found.replica,
+        "lines": found.lines,
+        "unavailable": found.unavailable,
         "tab": "logs",
     }
     if request.htmx:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from controlplane.models import AuditEvent
-from deployments import services
+from deployments import reconcile, services
 from deployments.models import Deployment, Revision
 from tests.api.conftest import SPEC, Clients, error_of, fields_of, spec_with
 from tests.conftest import Cast
@@ -239,13 +239,13 @@ def test_delete_marks_deleting_and_finalising_removes_it(
     assert api.dave.delete("deployments/chat").status_code == 202  # again: no-op
     edit = api.dave.patch("deployments/chat", {"spec": SPEC, "base_revision": 1})
     assert edit.status_code == 409 and error_of(edit)["code"] == "deleting"
-    assert services.finalize_deletion(endpoint.pk) is True
+    assert reconcile.finalize_deletion(endpoint.pk) is True
     assert api.dave.get("deployments/chat").status_code == 404
     assert not Revision.objects.exists()
 
 
 def test_finalising_a_live_endpoint_does_nothing(endpoint: Deployment) -> None:
-    assert services.finalize_deletion(endpoint.pk) is False
+    assert reconcile.finalize_deletion(endpoint.pk) is False
     assert Deployment.objects.filter(pk=endpoint.pk).exists()
 
 

@@ -9,14 +9,14 @@ import pytest
 from django.utils import timezone
 
 from controlplane import services as platform
-from deployments import services
+from deployments import timeline
 from deployments.models import Deployment, MetricSample, UsageRecord
 from tests.api.conftest import Clients, fields_of
 from tests.conftest import Cast
 
 
 def test_events_newest_first_with_level_filter(api: Clients, endpoint: Deployment) -> None:
-    services.record_event(endpoint, "warning", "Unschedulable", "0/3 nodes have 8 free GPUs")
+    timeline.record_event(endpoint, "warning", "Unschedulable", "0/3 nodes have 8 free GPUs")
     body = api.carol.get("deployments/chat/events").json()
     assert body["count"] == 2
     assert [e["reason"] for e in body["items"]] == ["Unschedulable", "Created"]
@@ -85,7 +85,7 @@ def test_events_list_takes_a_bounded_number_of_queries(
     api: Clients, endpoint: Deployment, rows: int, django_assert_max_num_queries: Any
 ) -> None:
     for i in range(rows):
-        services.record_event(endpoint, "info", "Probe", f"probe {i}")
+        timeline.record_event(endpoint, "info", "Probe", f"probe {i}")
     api.carol.get("deployments/chat")  # warm the key's last-used stamp
     with django_assert_max_num_queries(4):
         assert api.carol.get("deployments/chat/events?limit=200").json()["count"] == rows + 1

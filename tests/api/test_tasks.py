@@ -11,6 +11,7 @@ import redis
 from django.conf import settings
 
 from controlplane.notify import CHANNEL
+from deployments import services
 from deployments.models import Deployment
 from deployments.tasks.engine import reconcile_deployment
 from tests.api.conftest import SPEC, Clients, spec_with
@@ -80,5 +81,6 @@ def test_the_queued_name_is_a_registered_task() -> None:
     from controlplane.celery import app
 
     app.autodiscover_tasks(force=True)
-    assert reconcile_deployment.name == "deployments.reconcile_deployment"
+    # services send it by this name and never import the task (deployments-layers contract).
+    assert reconcile_deployment.name == services.RECONCILE_TASK
     assert reconcile_deployment.name in app.tasks

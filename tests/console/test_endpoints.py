@@ -11,7 +11,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from deployments import services
+from deployments import reconcile, services
 from deployments.models import Deployment, MetricSample
 from tests.conftest import Cast
 from tests.console.conftest import SPEC
@@ -145,6 +145,7 @@ def test_logs_tail_the_replica_files(
     (run_dir / "router.log").write_text("router up\n")
     page = alice.get("/endpoints/chat/logs/").content.decode()
     assert "line 999" in page and "line 10\n" not in page
+    assert '<option value="router"' in page
     router = alice.get("/endpoints/chat/logs/?replica=router", **HTMX).content.decode()
     assert "router up" in router
     # An unknown or path-like name falls back to the first file, never reads outside the dir.
@@ -156,7 +157,7 @@ def test_the_status_card_of_a_removed_endpoint_stops_polling(
     cast: Cast, alice: Client, endpoint: Deployment
 ) -> None:
     services.delete_deployment(cast.actor(cast.alice, cast.acme), endpoint.pk)
-    services.finalize_deletion(endpoint.pk)
+    reconcile.finalize_deletion(endpoint.pk)
     card = alice.get("/endpoints/chat/status/", **HTMX)
     assert card.status_code == 286 and b"no longer exists" in card.content
 

@@ -43,12 +43,16 @@ def engine_env(run_dir: Path, queue: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def start(kind: str, env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """``kind`` is ``worker`` (one solo process: killing it kills the worker) or ``beat``."""
+def start(
+    kind: str, env: Mapping[str, str], log: Path, *, pool: str = "solo"
+) -> subprocess.Popen[bytes]:
+    """``kind`` is ``worker`` (by default one solo process: killing it kills the worker; the
+    ``prefork`` pool, with one child, enforces tasks' time limits) or ``beat``."""
     argv = [CELERY, "-A", "controlplane", kind, "-l", "info"]
     if kind == "worker":
         queue = env["CELERY_QUEUE"]
-        argv += ["-Q", queue, "--pool", "solo", "-n", f"{queue}@%h"]
+        argv += ["-Q", queue, "--pool", pool, "-n", f"{queue}@%h"]
+        argv += ["--concurrency", "1"] if pool == "prefork" else []
     else:
         argv += ["-s", str(log.with_suffix(".schedule"))]
     with log.open("ab") as out:

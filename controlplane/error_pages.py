@@ -3,11 +3,13 @@
 Django's handlers (``handler400``/``403``/``404``/``500`` in ``controlplane.urls``) and the input
 hygiene middleware answer through :func:`error_answer`, so no error ever shows Django's debug page
 or a traceback. The pages are rendered without the request: no context processors, no database,
-so a 500 caused by the database still gets its page.
+so a 500 caused by the database still gets its page. The API's error shape is defined here, below
+the API (``deployments.api.errors`` builds on it), so this layer never imports the API.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from typing import Any
@@ -39,6 +41,39 @@ _TITLES = {
 }
 
 
+# The error shape's ``code`` for each status, when the failure names none of its own.
+STATUS_CODES = {
+    400: "bad_request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+    422: "invalid",
+    429: "rate_limited",
+}
+
+
+def error_body(
+    code: str, message: str, fields: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The API's error shape: ``{"error": {"code", "message", "fields"}}``."""
+    return {"error": {"code": code, "message": message, "fields": fields or []}}
+
+
+def error_response(
+    status: int,
+    message: str,
+    *,
+    code: str | None = None,
+    fields: list[dict[str, Any]] | None = None,
+) -> HttpResponse:
+    """The error shape as a plain Django response (for code paths outside ninja)."""
+    body = error_body(code or STATUS_CODES.get(status, "error"), message, fields)
+    return HttpResponse(json.dumps(body), status=status, content_type="application/json")
+
+
 def is_api(request: HttpRequest) -> bool:
     return request.path.startswith(API_PREFIX)
 
@@ -54,9 +89,6 @@ def error_answer(
     """The error in the caller's language: the API's JSON shape, or a console page."""
     message = displayable(message)
     if is_api(request):
-        # Imported here: the API package builds on the console's apps, not the reverse.
-        from deployments.api.errors import error_response
-
         return error_response(status, message, code=code, fields=fields)
     template = f"{status}.html" if status in (400, 403, 404, 500, 503) else "400.html"
     context = {"title": _TITLES.get(status, "Error"), "message": message, "fields": fields or []}

@@ -15,13 +15,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
 from django.utils import timezone
 from django.utils.text import slugify
 
-from controlplane import audit, crypto, keys, notify
+from controlplane import audit, crypto, key_scope, keys, notify
 from controlplane.access import ROLE_RANK, AccessDenied, Actor, NotFound, require_role
 from controlplane.models import ApiKey, ApiKeyKind, Membership, Organization, Role, Secret
 
@@ -66,7 +66,7 @@ def _unique_org_slug(name: str) -> str:
 
 
 @transaction.atomic
-def create_organization(*, name: str, owner: AbstractBaseUser) -> Organization:
+def create_organization(*, name: str, owner: User) -> Organization:
     name = name.strip()
     if not name:
         raise ServiceError("organization name must not be empty", field="name")
@@ -174,7 +174,7 @@ def _ensure_another_owner(membership: Membership) -> None:
         raise Conflict("an organization must keep at least one owner", field="role")
 
 
-def actor_for_user(user: AbstractBaseUser, organization_id: uuid.UUID | str) -> Actor:
+def actor_for_user(user: User, organization_id: uuid.UUID | str) -> Actor:
     """The actor for a signed-in user in one of their organizations (NotFound otherwise)."""
     membership = (
         Membership.objects.select_related("organization")
@@ -222,6 +222,8 @@ def create_api_key(
     tokens_per_minute: int | None = None,
     temporary: bool = False,
 ) -> CreatedKey:
+    """The one way a key is made: an inference key's endpoints must be the organization's
+    (asked of the domain through ``key_scope``), so no front-end checks a scope itself."""
     name = name.strip()
     if not name:
         raise ServiceError("key name must not be empty", field="name")
@@ -243,6 +245,11 @@ def create_api_key(
     else:
         require_role(actor, Role.DEVELOPER)
         role = Role.DEVELOPER
+        if key_scope.unknown_endpoints(actor, list(allowed_deployment_ids or [])):
+            raise ServiceError(
+                "allowed_deployment_ids names endpoints that do not exist in this organization",
+                field="allowed_deployment_ids",
+            )
     if expires_at is not None and expires_at <= timezone.now():
         raise ServiceError("expiry must be in the future", field="expires_at")
     if temporary:
@@ -418,7 +425,7 @@ def reveal_secret(secret: Secret) -> str:
     return crypto.decrypt(secret.ciphertext)
 
 
-def _user(actor: Actor) -> AbstractBaseUser | None:
+def _user(actor: Actor) -> User | None:
     return actor.user if actor.user is not None else None
 
 

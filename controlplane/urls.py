@@ -6,7 +6,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, include, path
 
-from controlplane import console, invitation_pages, views
+from controlplane import views
+from deployments.views import invitations, organization
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", views.home, name="home"),
@@ -19,24 +20,24 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("api/v1/", include("deployments.api.urls")),  # REST management API (issue 5)
     # Console pages (issue 8): the deployments domain, then platform-wide pages.
     path("", include("deployments.urls")),
-    path("keys/", console.key_list, name="key-list"),
-    path("keys/<uuid:key_id>/revoke/", console.key_revoke, name="key-revoke"),
-    path("members/", console.member_list, name="member-list"),
-    path("members/<int:membership_id>/", console.member_change, name="member-change"),
+    path("keys/", organization.key_list, name="key-list"),
+    path("keys/<uuid:key_id>/revoke/", organization.key_revoke, name="key-revoke"),
+    path("members/", organization.member_list, name="member-list"),
+    path("members/<int:membership_id>/", organization.member_change, name="member-change"),
     path(
         "members/invitations/<uuid:invitation_id>/revoke/",
-        invitation_pages.invitation_revoke,
+        invitations.invitation_revoke,
         name="invitation-revoke",
     ),
-    path("invitations/", invitation_pages.my_invitations, name="invitation-list"),
+    path("invitations/", invitations.my_invitations, name="invitation-list"),
     path(
         "invitations/<uuid:invitation_id>/",
-        invitation_pages.invitation_respond,
+        invitations.invitation_respond,
         name="invitation-respond",
     ),
-    path("secrets/", console.secret_list, name="secret-list"),
-    path("secrets/<uuid:secret_id>/delete/", console.secret_delete, name="secret-delete"),
-    path("audit/", console.audit_log, name="audit-log"),
+    path("secrets/", organization.secret_list, name="secret-list"),
+    path("secrets/<uuid:secret_id>/delete/", organization.secret_delete, name="secret-delete"),
+    path("audit/", organization.audit_log, name="audit-log"),
 ]
 
 # Plinth's own error answers (never Django's debug or default pages): JSON under /api/.

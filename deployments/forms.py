@@ -113,7 +113,8 @@ SECTIONS: tuple[Section, ...] = (
         "hardware",
         "Hardware",
         (
-            FormField("hardware.gpu", "GPU type", choices=()),
+            # The catalogue's GPUs (data, not code): a new GPU needs no change here.
+            FormField("hardware.gpu", "GPU type", choices=_gpu_choices()),
             FormField("hardware.gpus_per_replica", "GPUs per replica", "default: tp x pp"),
             FormField(
                 "hardware.price_per_gpu_hour", "Price per GPU-hour (USD)", "overrides the catalogue"
@@ -196,21 +197,6 @@ SECTIONS: tuple[Section, ...] = (
     ),
 )
 
-# The GPU choices come from the catalogue, which is data: fill them in once, here.
-SECTIONS = tuple(
-    Section(
-        s.key,
-        s.title,
-        tuple(
-            FormField(f.path, f.label, f.help, _gpu_choices(), f.placeholder)
-            if f.path == "hardware.gpu"
-            else f
-            for f in s.fields
-        ),
-        s.advanced,
-    )
-    for s in SECTIONS
-)
 ALL_FIELDS: tuple[FormField, ...] = tuple(f for s in SECTIONS for f in s.fields)
 ARCH_PREFIX = "model.architecture."
 

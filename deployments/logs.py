@@ -1,59 +1,47 @@
-"""Log tails of a local-cluster endpoint's processes, read from the files the local driver writes.
+"""Log tails of an endpoint's replicas, read by its cluster's driver: one implementation.
 
-The console may not import drivers (import-linter), and the files are plain text under
-``PLINTH_LOCAL_RUN_DIR/<deployment id>/``, so reading them needs no driver. A replica is named
-by its log file's path relative to that directory; the caller's choice is matched against the
-files that exist, never joined into a path, so no input can reach outside the directory.
-Kubernetes endpoints' logs come through the driver (not shown here yet).
+Views never import a driver (import-linter), so they call :func:`read_logs`, which picks the
+endpoint's driver as reconcile does and asks it: files of the local cluster's processes, pods of
+a Kubernetes cluster. The caller's replica name is matched against the names the driver has,
+never joined into a path, so no input can reach another endpoint's logs.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from pathlib import Path
+import logging
+from dataclasses import dataclass, field
 
-from django.conf import settings
-
+from deployments.drivers.errors import DriverError
+from deployments.drivers.registry import driver_for, ref_for
 from deployments.models import Deployment
 
 MAX_LINES = 500
-# A tail reads at most this many bytes from the end, so a huge log cannot stall a page.
-MAX_BYTES = 256 * 1024
+logger = logging.getLogger(__name__)
 
 
-def _run_dir(deployment: Deployment) -> Path:
-    return Path(settings.PLINTH_LOCAL_RUN_DIR) / str(deployment.pk)
+@dataclass(frozen=True)
+class Logs:
+    """What the logs page shows; ``unavailable`` says why nothing could be read (a driver's
+    message, written to be shown)."""
+
+    replica: str = ""
+    lines: list[str] = field(default_factory=list)
+    replicas: tuple[str, ...] = ()
+    unavailable: str = ""
 
 
-def log_files(deployment: Deployment) -> dict[str, Path]:
-    """Replica name -> log file, sorted by name; empty when nothing has run here."""
-    root = _run_dir(deployment)
-    if not root.is_dir():
-        return {}
-    found = {}
-    for path in sorted(root.rglob("*.log")):
-        if path.is_file() and not path.is_symlink():
-            found[str(path.relative_to(root).with_suffix(""))] = path
-    return found
-
-
-def tail(path: Path, lines: int = 200) -> list[str]:
+def read_logs(deployment: Deployment, replica: str | None, lines: int = 200) -> Logs:
+    """The last ``lines`` lines of ``replica`` (the first replica when none or unknown asked)."""
     lines = max(1, min(lines, MAX_LINES))
-    with path.open("rb") as handle:
-        handle.seek(0, 2)
-        size = handle.tell()
-        handle.seek(max(0, size - MAX_BYTES))
-        data = handle.read()
-    text = data.decode("utf-8", errors="replace")
-    return list(deque(text.splitlines(), maxlen=lines))
-
-
-def read_logs(
-    deployment: Deployment, replica: str | None, lines: int = 200
-) -> tuple[str, list[str]]:
-    """(replica shown, its last ``lines`` lines); the first replica when none or unknown asked."""
-    files = log_files(deployment)
-    if not files:
-        return "", []
-    name = replica if replica in files else next(iter(files))
-    return name, tail(files[name], lines)
+    try:
+        driver = driver_for(deployment.cluster)
+    except DriverError as exc:
+        return Logs(unavailable=exc.message)
+    try:
+        found = driver.logs(ref_for(deployment), replica, tail=lines)
+    except DriverError as exc:
+        logger.info("logs of %s unavailable: %s", deployment.slug, exc.message)
+        return Logs(unavailable=exc.message)
+    finally:
+        driver.close()
+    return Logs(replica=found.replica, lines=found.lines, replicas=found.replicas)

@@ -2,8 +2,11 @@
 
 Writers: ``deployments.services`` (what is asked), ``deployments.reconcile`` and
 ``deployments.probe`` (what was observed), ``deployments.timeline`` (events). A deployment's
-status is never stored: ``Deployment.facts()`` hands the fields kept here, as plain values, to
-the pure ``deployments.status.derive_status``, which knows no field of this module.
+status is never hand-set: ``Deployment.facts()`` hands the fields kept here, as plain values, to
+the pure ``deployments.status.derive_status``, which knows no field of this module. Its result
+is kept in the ``status`` column so lists filter and count by status in SQL; every write of a
+fact recomputes it in the same transaction (``save`` and ``DeploymentQuerySet.update``), so the
+column is a cache of ``derive_status`` and never a second source of truth.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.validators import RegexValidator
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
 
 from controlplane.hygiene import full_pattern
@@ -74,6 +77,75 @@ class DesiredState(models.TextChoices):
     DELETED = "deleted", "Deleted"
 
 
+# The fields ``Deployment.facts()`` reads: writing any of them may change the status.
+FACT_FIELDS = frozenset(
+    {
+        "desired_state",
+        "desired_replicas",
+        "target_revision",
+        "applied_revision",
+        "current_revision",
+        "ready_replicas",
+        "total_replicas",
+        "replica_facts",
+        "first_ready_at",
+        "failed_at",
+        "rollout_started_at",
+        "generation",
+        "observed_generation",
+    }
+)
+_FACT_COLUMNS = FACT_FIELDS | {f"{name}_id" for name in FACT_FIELDS if name.endswith("revision")}
+# What the gateway's route table holds of an endpoint (``gateway.loader``): a write that leaves
+# these unchanged needs no change notification.
+ROUTE_FIELDS = ("slug", "organization_id", "status", "desired_state", "ready_replicas", "router_url")
+
+
+class DeploymentQuerySet(models.QuerySet["Deployment"]):
+    def update(self, **kwargs: Any) -> int:
+        """An UPDATE that keeps the stored status equal to the derived one.
+
+        When a fact is written, the matching rows are locked first (so the same rows are
+        updated, under the same conditions), then their status is derived again from what they
+        hold now, in the same transaction. A caller that already knows the status passes it.
+        """
+        if "status" in kwargs or not _FACT_COLUMNS.intersection(kwargs):
+            return super().update(**kwargs)
+        with transaction.atomic(using=self.db):
+            ids = list(self.select_for_update(of=("self",)).values_list("pk", flat=True))
+            updated = super().update(**kwargs)
+            store_statuses(ids)
+        return updated
+
+    def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> list[Deployment]:
+        objs = list(objs)
+        for deployment in objs:
+            deployment.status = derive_status(deployment.facts())
+        return super().bulk_create(objs, *args, **kwargs)
+
+
+def store_statuses(ids: list[Any]) -> None:
+    """Derive the status of these endpoints from their rows and store it where it differs."""
+    if not ids:
+        return
+    rows = (
+        Deployment.objects.filter(pk__in=ids)
+        .select_related("target_revision", "applied_revision", "current_revision")
+        .only(
+            "status",
+            *FACT_FIELDS,
+            *(f"{name}__number" for name in FACT_FIELDS if name.endswith("revision")),
+        )
+    )
+    changed: dict[str, list[Any]] = {}
+    for row in rows:
+        status = derive_status(row.facts())
+        if status != row.status:
+            changed.setdefault(status, []).append(row.pk)
+    for status, pks in changed.items():  # one UPDATE per status, at most ten
+        Deployment.objects.filter(pk__in=pks).update(status=status)
+
+
 class Deployment(models.Model):
     """An endpoint: what should run (target revision, replicas, state) and what was observed."""
 
@@ -120,18 +192,43 @@ class Deployment(models.Model):
     failed_at = models.DateTimeField(null=True, blank=True)
     observed_at = models.DateTimeField(null=True, blank=True)
     last_probe_at = models.DateTimeField(null=True, blank=True)
-    next_reconcile_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # When the sweep should next reconcile it; None: not until something changes (a stopped or
+    # scaled-to-zero endpoint at rest costs nothing while idle).
+    next_reconcile_at = models.DateTimeField(
+        default=timezone.now, null=True, blank=True, db_index=True
+    )
+    # derive_status(facts()), stored by every writer of a fact: filterable and countable in SQL.
+    status = models.CharField(max_length=16, default="pending", editable=False)
 
     # --- autoscaling facts ---
     last_request_at = models.DateTimeField(null=True, blank=True)
     last_scaled_at = models.DateTimeField(null=True, blank=True)
 
+    objects = DeploymentQuerySet.as_manager()
+
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["organization", "-created_at"])]
+        indexes = [
+            models.Index(fields=["organization", "-created_at"]),
+            models.Index(fields=["organization", "status", "-created_at"]),
+        ]
 
     def __str__(self) -> str:
         return self.slug
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Saves with the status derived from the facts being saved."""
+        fields = kwargs.get("update_fields")
+        if fields is None or _FACT_COLUMNS.intersection(fields):
+            self.status = derive_status(self.facts())
+            if fields is not None:
+                kwargs["update_fields"] = {*fields, "status"}
+        super().save(*args, **kwargs)
+
+    def route_state(self) -> tuple[Any, ...]:
+        """What the gateway's route table holds of this endpoint (compared before and after a
+        write: a change notification is sent only when it differs)."""
+        return tuple(getattr(self, name) for name in ROUTE_FIELDS)
 
     def desired_snapshot(self) -> dict[str, Any]:
         """What is asked of the endpoint, as the audit log records it before and after a change."""
@@ -159,10 +256,6 @@ class Deployment(models.Model):
             observed_generation=self.observed_generation,
             **replica_counts(self.replica_facts or [], applied),
         )
-
-    @property
-    def status(self) -> str:
-        return derive_status(self.facts())
 
     @property
     def settled(self) -> bool:

@@ -1,4 +1,5 @@
-"""What a client asked for: which endpoint and route, who is asking, and a checked body.
+"""What a client asked for: which endpoint and route, and a checked body. Who is asking (the
+bearer key) is ``gateway.app``'s to check, against the route table's keys.
 
 Addressing is ``/endpoints/<slug>/<route>`` on any host, or ``<route>`` on
 ``<slug>.<INFERENCE_DOMAIN>`` when a wildcard domain is configured. Bodies are read with a size

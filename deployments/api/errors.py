@@ -3,14 +3,16 @@
 ``{"error": {"code": "...", "message": "...", "fields": [{"field", "code", "message", "fix"}]}}``
 whatever went wrong: schema validation (422), a refused change (422), a conflict (409), missing
 or foreign objects (404), roles (403), credentials (401), body size (413), rate (429). Nothing
-internal (tracebacks, SQL, secret values) ever reaches a response.
+internal (tracebacks, SQL, secret values) ever reaches a response. The shape itself
+(``error_body``, ``error_response``) lives in ``controlplane.error_pages``, which answers outside
+the API too.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from django.core.exceptions import RequestDataTooBig
 from django.db import DataError
@@ -22,8 +24,10 @@ from pydantic_core import ErrorDetails
 from controlplane.access import AccessDenied, NotFound
 from controlplane.error_pages import (
     DATABASE_UNAVAILABLE,
+    STATUS_CODES,
     UNSTORABLE_MESSAGE,
     database_unavailable,
+    error_body,
 )
 from controlplane.services import Conflict, ServiceError
 from deployments.specs import SpecInvalid, issue_dict
@@ -32,17 +36,10 @@ from runtime.validate import issue_from_error
 
 logger = logging.getLogger(__name__)
 
-_STATUS_CODES = {
-    400: "bad_request",
-    401: "unauthenticated",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "conflict",
-    413: "too_large",
-    422: "invalid",
-    429: "rate_limited",
-}
+# A handler as written here: it also takes the API, which builds the response. ``Any`` because
+# each handler takes its own exception class.
+Handler = Callable[[HttpRequest, Any, NinjaAPI], HttpResponse]
+
 UNAUTHENTICATED = (
     "send 'Authorization: Bearer <management key>' (create one in the console or with "
     "`manage.py plinth_create_key`), or sign in to the console"
@@ -51,24 +48,6 @@ UNAUTHENTICATED = (
 
 class CsrfFailed(Exception):
     """A console-session request that changes state came without a valid CSRF token."""
-
-
-def error_body(
-    code: str, message: str, fields: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "fields": fields or []}}
-
-
-def error_response(
-    status: int,
-    message: str,
-    *,
-    code: str | None = None,
-    fields: list[dict[str, Any]] | None = None,
-) -> HttpResponse:
-    """The error shape as a plain Django response (for code paths outside ninja)."""
-    body = error_body(code or _STATUS_CODES.get(status, "error"), message, fields)
-    return HttpResponse(json.dumps(body), status=status, content_type="application/json")
 
 
 def _spec_issue(err: ErrorDetails) -> Issue | None:
@@ -96,7 +75,7 @@ def _field_error(err: ErrorDetails) -> dict[str, Any]:
 
 
 def _validation(request: HttpRequest, exc: ValidationError, api: NinjaAPI) -> HttpResponse:
-    errors: list[ErrorDetails] = exc.errors  # type: ignore[assignment]
+    errors = cast(list[ErrorDetails], exc.errors)  # ninja types them as plain dicts
     spec_issues = [_spec_issue(err) for err in errors]
     if errors and all(spec_issues):
         # Settings that do not parse are the same class as settings that break a rule.
@@ -128,14 +107,14 @@ def _http_error(request: HttpRequest, exc: HttpError, api: NinjaAPI) -> HttpResp
     if status == 400 and "parse request body" in message:
         message = "the request body is not valid JSON"
     response = api.create_response(
-        request, error_body(_STATUS_CODES.get(status, "error"), message), status=status
+        request, error_body(STATUS_CODES.get(status, "error"), message), status=status
     )
     return response  # ninja sets Retry-After on 429 itself
 
 
-def _simple(status: int, message: str | None = None):  # type: ignore[no-untyped-def]
+def _simple(status: int, message: str | None = None) -> Handler:
     def handler(request: HttpRequest, exc: Exception, api: NinjaAPI) -> HttpResponse:
-        body = error_body(_STATUS_CODES[status], message or str(exc) or "not found")
+        body = error_body(STATUS_CODES[status], message or str(exc) or "not found")
         return api.create_response(request, body, status=status)
 
     return handler
@@ -161,7 +140,7 @@ def _unexpected(request: HttpRequest, exc: Exception, api: NinjaAPI) -> HttpResp
 
 def install(api: NinjaAPI) -> None:
     """Register every handler on ``api`` (ninja picks the most specific exception class)."""
-    handlers: dict[type[Exception], Any] = {
+    handlers: dict[type[Exception], Handler] = {
         ValidationError: _validation,
         ServiceError: _service_error,
         HttpError: _http_error,
@@ -175,4 +154,12 @@ def install(api: NinjaAPI) -> None:
     }
     handlers.update(dict.fromkeys(DATABASE_UNAVAILABLE, _database_unavailable))
     for exc_class, handler in handlers.items():
-        api.add_exception_handler(exc_class, lambda r, e, h=handler: h(r, e, api))
+        api.add_exception_handler(exc_class, _bound(handler, api))
+
+
+def _bound(handler: Handler, api: NinjaAPI) -> Callable[[HttpRequest, Any], HttpResponse]:
+    # Any: ninja types the exception as "E or type[E]"; it passes the instance raised.
+    def bound(request: HttpRequest, exc: Any) -> HttpResponse:
+        return handler(request, exc, api)
+
+    return bound

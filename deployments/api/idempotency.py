@@ -24,7 +24,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
 from controlplane.access import AccessDenied, Actor
-from deployments.api.errors import error_response
+from controlplane.error_pages import error_response
 from deployments.models import IdempotencyRecord
 
 HEADER = "Idempotency-Key"
@@ -43,6 +43,7 @@ def _body_hash(request: HttpRequest) -> str:
 def mark_secret(response: HttpResponse, object_id: str) -> None:
     """Flag a response that carries a value shown once (a new API key): never stored, so a
     replay answers 409 naming the object instead of returning the value again."""
+    # An attribute of our own on the response, read back by the idempotency layer.
     response.plinth_shown_once = object_id  # type: ignore[attr-defined]
 
 

@@ -15,7 +15,6 @@ from controlplane.models import ApiKey
 from deployments.api import idempotency
 from deployments.api.auth import actor_of
 from deployments.api.schemas import StrictIn, UtcDatetime
-from deployments.selectors import check_endpoint_ids
 
 router = Router(tags=["api-keys"])
 
@@ -67,10 +66,7 @@ def create_key(
 ) -> Status[dict[str, Any]]:
     """Developers create inference keys; admins create management keys (up to their role).
     The key's value is in this response only; an Idempotency-Key replay answers 409."""
-    fields = payload.model_dump()
-    actor = actor_of(request)
-    check_endpoint_ids(actor, fields.get("allowed_deployment_ids"))
-    created = services.create_api_key(actor, **fields)
+    created = services.create_api_key(actor_of(request), **payload.model_dump())
     idempotency.mark_secret(response, f"API key {created.api_key.pk}")
     return Status(201, {**key_out(created.api_key), "key": created.plaintext})
 

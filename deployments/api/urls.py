@@ -17,11 +17,13 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver, path
+from django.views.decorators.csrf import csrf_exempt
 
+from controlplane.error_pages import error_response
 from deployments.api import idempotency
 from deployments.api.app import api
 from deployments.api.auth import resolve_actor
-from deployments.api.errors import CsrfFailed, error_response
+from deployments.api.errors import CsrfFailed
 
 View = Callable[..., HttpResponse]
 
@@ -100,11 +102,9 @@ def _read_only(view: View) -> View:
     return wrapped
 
 
+@csrf_exempt
 def _unknown(request: HttpRequest, rest: str = "") -> HttpResponse:
     return error_response(404, f"no API route at {request.path}; see /api/v1/docs")
-
-
-_unknown.csrf_exempt = True  # type: ignore[attr-defined]
 
 
 def _wrapped_patterns() -> list[URLPattern | URLResolver]:
@@ -115,7 +115,7 @@ def _wrapped_patterns() -> list[URLPattern | URLResolver]:
             callback = pattern.callback
             if pattern.name in _DOCUMENTS:
                 callback = _read_only(callback)
-            pattern.callback = wrap(callback)  # type: ignore[misc]
+            pattern.callback = wrap(callback)
         out.append(pattern)
     out.append(path("<path:rest>", _unknown))
     return out

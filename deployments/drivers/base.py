@@ -14,10 +14,11 @@ terminating.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from runtime.launch import LaunchPlan
+from runtime.launch import LaunchPlan, RolePlan
 
 PENDING = "pending"
 STARTING = "starting"
@@ -28,14 +29,43 @@ FAILED = "failed"
 TERMINATING = "terminating"
 PHASES = (PENDING, STARTING, LOADING, RUNNING, READY, FAILED, TERMINATING)
 
+# The variable engines read the model hub token from (huggingface_hub's own name for it).
+HF_TOKEN_ENV = "HF_TOKEN"
+# SGLang logs its whole ServerArgs at start (``api_key='...'``) and the local driver logs each
+# command line (``--api-key ...``): log lines are shown with these values masked.
+_SECRET_IN_LOG = re.compile(
+    r"((?:api_key|admin_api_key)['\"]?\s*[=:]\s*['\"]?|--(?:admin-)?api-key[ =])[^'\"\s,)}]+"
+)
+
+
+_KEY_FLAGS = frozenset({"--api-key", "--admin-api-key"})
+
+
+def redact_log_line(line: str) -> str:
+    """``line`` with any engine or router API key in it replaced by ``***``."""
+    return _SECRET_IN_LOG.sub(r"\1***", line)
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """``argv`` with the value of every API key flag replaced by ``***``."""
+    return [
+        "***" if index and argv[index - 1] in _KEY_FLAGS else token
+        for index, token in enumerate(argv)
+    ]
+
 
 @dataclass(frozen=True)
 class DeploymentRef:
-    """Which endpoint: its id (labels, directories) and slug (object names, log lines)."""
+    """Which endpoint: its id (labels, directories) and slug (object names, log lines).
+
+    ``api_key`` is the bearer token its engines and router demand (``--api-key``); empty runs
+    them open. Kept out of ``repr`` so a logged ref never shows it.
+    """
 
     id: str
     slug: str
     namespace: str = "plinth"
+    api_key: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)
@@ -46,8 +76,16 @@ class RevisionPlan:
     plan: LaunchPlan
     replicas: int
     spec_hash: str = ""
-    # Name of the Secret holding the model hub token, when the model is gated.
+    # The model hub token itself, when the model is gated: reconcile reveals it from the Secret
+    # named by ``model.hf_token_secret``. Engines get it in their environment (HF_TOKEN), never
+    # in argv, a manifest's plain fields or a log.
     hf_token: str | None = None
+
+    def replicas_of(self, role: RolePlan) -> int:
+        """How many replicas ``role`` runs: the endpoint's desired count for a plain engine (the
+        user and the autoscaler set it), the pool's own size for prefill and decode, which the
+        spec fixes per role, and the plan's for the router."""
+        return self.replicas if role.role == "engine" else role.replicas
 
 
 @dataclass(frozen=True)
@@ -112,8 +150,11 @@ class Observation:
 
 @dataclass(frozen=True)
 class LogLines:
+    """One replica's last log lines, and the names of every replica that has a log to ask for."""
+
     replica: str
     lines: list[str] = field(default_factory=list)
+    replicas: tuple[str, ...] = ()
 
 
 class Driver(Protocol):
@@ -132,7 +173,8 @@ class Driver(Protocol):
         """Remove everything the endpoint owns; True once nothing is left (absent counts)."""
 
     def logs(self, ref: DeploymentRef, replica: str | None = None, tail: int = 200) -> LogLines:
-        """The last ``tail`` lines of one replica's log (the first engine's when not named)."""
+        """The last ``tail`` lines of one replica's log; the first replica's when ``replica``
+        is not one of the names it has (a name is matched, never used as a path)."""
 
     def close(self) -> None:
         """Release connections (the kube client's pool); running endpoints are unaffected."""

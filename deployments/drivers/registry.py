@@ -1,4 +1,5 @@
-"""The driver of a cluster: the local driver for the built-in cluster, the kube driver otherwise.
+"""The driver of a cluster (the local driver for the built-in cluster, the kube driver
+otherwise), and how an endpoint is named to it.
 
 Options come from settings (``PLINTH_LOCAL_*``), so tests and ``make run`` can make simulated
 engines fast without touching endpoints' settings.
@@ -10,14 +11,15 @@ from pathlib import Path
 
 from django.conf import settings
 
+from controlplane.crypto import engine_api_key
 from controlplane.services import reveal_secret
-from deployments.drivers.base import Driver
+from deployments.drivers.base import DeploymentRef, Driver
 from deployments.drivers.errors import PermanentDriverError
 from deployments.drivers.kube.client import KubeClient
 from deployments.drivers.kube.driver import KubeDriver
 from deployments.drivers.local.driver import LocalDriver, LocalOptions
 from deployments.kubeconfig import kubeconfig_policy
-from deployments.models import Cluster, ClusterKind
+from deployments.models import Cluster, ClusterKind, Deployment
 
 
 def local_options() -> LocalOptions:
@@ -38,3 +40,12 @@ def driver_for(cluster: Cluster) -> Driver:
         reveal_secret(cluster.kubeconfig), policy=kubeconfig_policy()
     )
     return KubeDriver(client)
+
+
+def ref_for(deployment: Deployment) -> DeploymentRef:
+    return DeploymentRef(
+        id=str(deployment.pk),
+        slug=deployment.slug,
+        namespace=deployment.cluster.namespace,
+        api_key=engine_api_key(str(deployment.pk)),
+    )

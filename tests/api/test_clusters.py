@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import IntegrityError, transaction
 
+from deployments.models import Cluster
 from tests.api.conftest import SPEC, Clients, error_of, fields_of
 
 CLUSTER = {"name": "gpu-east", "namespace": "inference", "kubeconfig_secret_id": "kubeconfig"}
@@ -21,6 +23,13 @@ def test_the_local_cluster_is_there_for_everyone(api: Clients) -> None:
     assert api.bob.get(f"clusters/{local['id']}").json()["name"] == "local"
     refused = api.alice.delete(f"clusters/{local['id']}")
     assert refused.status_code == 409 and error_of(refused)["code"] == "built_in"
+
+
+def test_a_shared_cluster_name_is_unique_too(api: Clients) -> None:
+    # No organization is NULL, and NULLs compare equal in this constraint: one shared "local".
+    shared = Cluster.objects.get(organization=None)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Cluster.objects.create(name=shared.name, kind="local", namespace="local")
 
 
 def test_an_admin_adds_a_kubernetes_cluster_and_endpoints_can_use_it(api: Clients) -> None:

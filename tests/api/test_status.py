@@ -64,3 +64,16 @@ def test_scale_stop_and_start_are_unsettled_until_observed(
     assert _state(api)["settled"] is True
     assert api.dave.post("deployments/chat/stop").status_code == 200
     assert _state(api)["settled"] is False
+
+
+def test_observed_generation_trails_generation_until_a_pass_sees_the_change(
+    api: Clients, endpoint: Deployment
+) -> None:
+    observe(endpoint, serving=1, ready={1: 1})
+    seen = api.carol.get("deployments/chat").json()
+    assert seen["observed_generation"] == seen["generation"]
+    scaled = api.dave.post("deployments/chat/scale", {"replicas": 2}).json()
+    assert scaled["observed_generation"] == seen["generation"] < scaled["generation"]
+    observe(endpoint, serving=1, ready={1: 2})
+    after = api.carol.get("deployments/chat").json()
+    assert after["observed_generation"] == after["generation"] == scaled["generation"]

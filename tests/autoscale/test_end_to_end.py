@@ -17,7 +17,8 @@ from deployments.models import Deployment
 from deployments.status import ACTIVE
 from deployments.tasks import scaling
 from tests.conftest import Cast
-from tests.engine.conftest import refresh, wait_for
+from tests.engine.conftest import refresh
+from tests.waiting import wait_until
 
 # A hundred times slower than life: a few hundred tokens keep a request running for minutes,
 # so the probe sees it in flight however loaded the machine is.
@@ -37,7 +38,7 @@ def converge(deployment: Deployment, ready: int) -> Deployment:
         now = refresh(deployment)
         return now.status == ACTIVE and now.ready_replicas == ready
 
-    wait_for(step, f"active with {ready} ready replicas", timeout=120)
+    wait_until(step, f"active with {ready} ready replicas", timeout=120)
     return refresh(deployment)
 
 
@@ -73,7 +74,7 @@ def test_requests_in_flight_add_a_replica_that_serves(cast: Cast, fast_local: Pa
             sample = probe.probe(str(deployment.pk))
             return sample is not None and sample.running + sample.queued >= 2
 
-        wait_for(both_in_flight, "two requests in flight")
+        wait_until(both_in_flight, "two requests in flight", timeout=90)
         assert scaling.autoscale() == {"checked": 1, "scaled": 1}
         event = refresh(deployment).events.get(reason="Autoscaled")
         assert "1 -> 2" in event.message and event.data["inputs"]["peak"] >= 2

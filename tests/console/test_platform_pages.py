@@ -61,6 +61,13 @@ def test_a_held_key_shows_only_in_its_organization(alice: Client, cast: Cast) ->
     assert b'id="created-key"' not in alice.get("/keys/").content
 
 
+def test_a_key_cannot_be_scoped_to_another_orgs_endpoint(bob: Client, endpoint: Deployment) -> None:
+    response = bob.post("/keys/", {"name": "x", "kind": "inference", "endpoints": [endpoint.pk]})
+    assert response.status_code == 422
+    assert b"names endpoints that do not exist in this organization" in response.content
+    assert not ApiKey.objects.exists()
+
+
 def test_a_refused_key_names_its_field(alice: Client, cast: Cast) -> None:
     response = alice.post("/keys/", {"name": "", "kind": "inference"})
     assert response.status_code == 422

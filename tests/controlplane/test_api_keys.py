@@ -11,6 +11,7 @@ from django.utils import timezone
 from controlplane import keys, services
 from controlplane.access import AccessDenied, NotFound
 from controlplane.models import ApiKey, AuditEvent, Membership, Role
+from deployments import services as domain
 from tests.conftest import Cast
 
 
@@ -134,6 +135,29 @@ def test_management_keys_cannot_be_scoped_to_endpoints(cast: Cast) -> None:
             allowed_deployment_ids=[uuid.uuid4()],
         )
     assert err.value.field == "allowed_deployment_ids"
+
+
+def test_a_key_is_scoped_only_to_endpoints_of_its_organization(cast: Cast) -> None:
+    # The service checks a scope itself: no front-end has to remember to.
+    spec = {
+        "model": {"source": "meta-llama/Llama-3.1-8B-Instruct"},
+        "hardware": {"gpu": "H100-SXM"},
+    }
+    acme = cast.actor(cast.alice, cast.acme)
+    ours = domain.create_deployment(acme, slug="ours", name="Ours", spec=spec)
+    theirs = domain.create_deployment(
+        cast.actor(cast.bob, cast.globex), slug="theirs", name="Theirs", spec=spec
+    )
+    scoped = services.create_api_key(
+        acme, name="scoped", kind="inference", allowed_deployment_ids=[ours.pk]
+    )
+    assert scoped.api_key.allowed_deployment_ids == [ours.pk]
+    with pytest.raises(services.ServiceError) as err:
+        services.create_api_key(
+            acme, name="x", kind="inference", allowed_deployment_ids=[ours.pk, theirs.pk]
+        )
+    assert err.value.field == "allowed_deployment_ids"
+    assert not ApiKey.objects.filter(name="x").exists()
 
 
 def test_each_key_mutation_writes_one_audit_event(cast: Cast) -> None:

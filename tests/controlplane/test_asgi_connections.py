@@ -27,7 +27,8 @@ from controlplane import services as platform
 from controlplane.models import Role
 from runtime.sim.launcher import REPO_ROOT, free_port
 from tests.conftest import Cast
-from tests.gateway.conftest import stop_process, subprocess_env, wait_until
+from tests.gateway.conftest import stop_process, subprocess_env
+from tests.waiting import wait_until
 
 # Unique: other test runs may be bursting at their own server on the same PostgreSQL.
 APPLICATION_NAME = f"plinth-burst-{uuid.uuid4().hex[:12]}"
@@ -62,7 +63,7 @@ def console(tmp_path: Path) -> Iterator[str]:
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: server.poll() is not None or _answers(f"{url}/healthz"), 30, "uvicorn")
+        wait_until(lambda: server.poll() is not None or _answers(f"{url}/healthz"), "uvicorn", 30)
         assert server.poll() is None, log.read_text()
         yield url
     finally:

@@ -12,9 +12,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,16 +22,10 @@ from celery import Celery
 from django.conf import settings
 
 from tests.controlplane.scripts import EmbeddedRedis
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-
-
-def wait_until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"never {what}"
-        time.sleep(0.1)
 
 
 @dataclass

@@ -21,7 +21,8 @@ import pytest
 from controlplane.keys import generate_key
 from runtime.sim.launcher import REPO_ROOT, free_port
 from tests.api.conftest import error_of
-from tests.gateway.conftest import stop_process, subprocess_env, wait_until
+from tests.gateway.conftest import stop_process, subprocess_env
+from tests.waiting import wait_until
 
 
 def _answers(url: str) -> bool:
@@ -49,7 +50,7 @@ def console_without_database(tmp_path_factory: pytest.TempPathFactory) -> Iterat
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: server.poll() is not None or _answers(f"{url}/healthz"), 30, "uvicorn")
+        wait_until(lambda: server.poll() is not None or _answers(f"{url}/healthz"), "uvicorn", 30)
         assert server.poll() is None, Path(log).read_text()
         yield url, db_port
     finally:

@@ -251,6 +251,9 @@ def test_logs_read_the_pod_log(driver: KubeDriver, emulator: RunningEmulator) ->
     lines = driver.logs(REF)
     assert lines.replica == "chat-engine-a"
     assert lines.lines == ["loading weights", "ready"]
+    assert lines.replicas == ("chat-engine-a",)
+    # A name the driver does not have falls back to the first pod's log.
+    assert driver.logs(REF, "../kube-system/etcd").replica == "chat-engine-a"
 
 
 def test_without_the_lws_crd_multi_node_is_refused_and_the_rest_works(

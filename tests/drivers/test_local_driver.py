@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from deployments.drivers.local.processes import ProcessTable, stop_all
 from runtime import launch
 from runtime.client import RouterClient
 from runtime.spec import RuntimeSpec
+from tests.waiting import wait_until
 
 REF = base.DeploymentRef(id="5f0c8e0a-0000-4000-8000-000000000001", slug="local-chat")
 SIM_ENV = {"PLINTH_SIM_TIME_SCALE": "200", "PLINTH_SIM_DRAIN_TIMEOUT": "2"}
@@ -35,19 +36,11 @@ def revision(number: int, replicas: int = 1, **env: str) -> base.RevisionPlan:
     return base.RevisionPlan(number=number, plan=launch.plan(spec), replicas=replicas)
 
 
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never {what}")
-        time.sleep(0.2)
-
-
 @pytest.fixture
 def driver(tmp_path: Path) -> Iterator[LocalDriver]:
     local = LocalDriver(LocalOptions(run_dir=tmp_path, env=SIM_ENV, stop_grace_s=3))
     yield local
-    wait_for(lambda: local.delete(REF), "deleted in teardown", timeout=30)
+    wait_until(lambda: local.delete(REF), "deleted in teardown", timeout=30)
 
 
 def settle(
@@ -61,7 +54,7 @@ def settle(
         seen.append(driver.observe(REF))
         return check(seen[-1])
 
-    wait_for(step, "settled")
+    wait_until(step, "settled")
     return seen[-1]
 
 
@@ -85,6 +78,7 @@ def test_engines_come_up_behind_the_router_and_answer(driver: LocalDriver) -> No
         assert len(router.workers()) == 2
     logs = driver.logs(REF, "r1-engine-0")
     assert logs.lines and "r1-engine-0" in logs.lines[0]
+    assert logs.replicas == ("r1-engine-0", "r1-engine-1", "router")
 
     # A worker restart: a new driver finds the same processes and starts nothing new.
     before = pids(driver)
@@ -101,14 +95,14 @@ def test_a_killed_engine_is_reported_then_restarted(driver: LocalDriver) -> None
     observed = settle(driver, revision(1), lambda o: o.ready_count() == 1 and o.router_ready)
     pid = pids(driver)["r1-engine-0"]
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: driver.observe(REF).replicas[0].phase == "failed", "seen as failed")
+    wait_until(lambda: driver.observe(REF).replicas[0].phase == "failed", "seen as failed")
     failed = driver.observe(REF)
     assert failed.replicas[0].reason == "Exited"
     assert failed.events and failed.events[0].reason == "EngineExited"
     observed = settle(driver, revision(1), lambda o: o.ready_count() == 1)
     assert observed.replicas[0].restarts == 1
     assert pids(driver)["r1-engine-0"] != pid
-    wait_for(lambda: chat(observed.router_url).status_code == 200, "answering again")
+    wait_until(lambda: chat(observed.router_url).status_code == 200, "answering again")
 
 
 def test_surge_rollout_then_rollback_keeps_the_old_revision_serving(driver: LocalDriver) -> None:
@@ -136,7 +130,7 @@ def test_surge_rollout_then_rollback_keeps_the_old_revision_serving(driver: Loca
 def test_delete_stops_every_process(driver: LocalDriver) -> None:
     settle(driver, revision(1), lambda o: o.ready_count() == 1 and o.router_ready)
     started = list(pids(driver).values())
-    wait_for(lambda: driver.delete(REF), "deleted")
+    wait_until(lambda: driver.delete(REF), "deleted")
     for pid in started:
         assert (
             not Path(f"/proc/{pid}").exists()
@@ -157,6 +151,21 @@ def test_engines_do_not_inherit_the_control_planes_secrets(
         assert b"control-plane-secret-key" not in environ
         assert b"control-plane-fernet-key" not in environ
         assert b"DATABASE_URL=" not in environ
+
+
+def test_a_gated_models_token_reaches_engines_in_their_environment_only(
+    driver: LocalDriver,
+) -> None:
+    token = "hf_gatedModelToken0123456789"
+    gated = dataclasses.replace(revision(1), hf_token=token)
+    settle(driver, gated, lambda o: o.ready_count() == 1 and o.router_ready)
+    table = ProcessTable(driver.options.run_dir / REF.id)
+    for record in table.records():
+        environ = Path(f"/proc/{record.pid}/environ").read_bytes().split(b"\0")
+        # Engines download the weights; the router never needs the token.
+        assert (f"HF_TOKEN={token}".encode() in environ) == (record.role != "router")
+        assert token.encode() not in Path(f"/proc/{record.pid}/cmdline").read_bytes()
+    assert all(token not in path.read_text() for path in table.root.glob("*"))
 
 
 def test_stop_all_stops_every_endpoints_processes(driver: LocalDriver) -> None:
@@ -202,6 +211,39 @@ def test_prefill_and_decode_pools_come_up_behind_one_router(driver: LocalDriver)
     assert answer.status_code == 200
 
 
+def test_an_endpoint_with_a_key_refuses_callers_without_it(tmp_path: Path) -> None:
+    key = "pek_" + "3c" * 32
+    keyed = dataclasses.replace(REF, api_key=key)
+    local = LocalDriver(LocalOptions(run_dir=tmp_path, env=SIM_ENV, stop_grace_s=3))
+
+    def step() -> base.Observation:
+        local.apply(keyed, revision(1))
+        return local.observe(keyed)
+
+    try:
+        wait_until(lambda: step().ready_count() == 1 and step().router_ready, "keyed and up")
+        observed = local.observe(keyed)
+        [engine] = observed.replicas
+        bearer = {"Authorization": f"Bearer {key}"}
+        # Neither the engine nor the router answers a caller without the key...
+        assert httpx.get(f"{engine.url}/v1/models", timeout=5).status_code == 401
+        assert chat(observed.router_url).status_code == 401
+        # ...and the router hands the key on to the engine it was given.
+        body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        answer = httpx.post(
+            f"{observed.router_url}/v1/chat/completions", json=body, headers=bearer, timeout=30
+        )
+        assert answer.status_code == 200
+        for name in ("r1-engine-0", "router"):
+            lines = local.logs(keyed, name).lines
+            assert lines and "--api-key ***" in lines[0]
+            assert not [line for line in lines if key in line], name
+        table = ProcessTable(tmp_path / REF.id)
+        assert key not in "".join(p.read_text() for p in table.root.glob("*.json"))
+    finally:
+        wait_until(lambda: local.delete(keyed), "deleted", timeout=30)
+
+
 # A pool worker that starts one process through the process table and then sits idle: it never
 # looks at that process again, as a Celery pool process that took no further task would not.
 SPAWNER = """
@@ -232,12 +274,12 @@ def test_a_process_stopped_by_another_worker_leaves_no_zombie(tmp_path: Path) ->
     )
     try:
         table = ProcessTable(root)
-        wait_for(lambda: bool(table.records()), "spawned")
+        wait_until(lambda: bool(table.records()), "spawned")
         [record] = table.records()
         assert record.alive() and _state(record.pid) != "Z"
         # This process is not its parent: it can signal it, only the spawner can reap it.
-        wait_for(lambda: table.terminate(record, grace_s=3), "stopped")
-        wait_for(lambda: _state(record.pid) is None, "reaped by the process that started it")
+        wait_until(lambda: table.terminate(record, grace_s=3), "stopped")
+        wait_until(lambda: _state(record.pid) is None, "reaped by the process that started it")
         assert spawner.poll() is None  # reaped while the spawner lives on, idle
     finally:
         spawner.kill()

@@ -4,8 +4,7 @@ with an endpoint on it, and a spec that runs on the simulator."""
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from deployments.drivers.local.driver import LocalDriver, LocalOptions
 from deployments.models import Deployment
 from tests.conftest import Cast
 from tests.drivers.kube_emulator import RunningEmulator, running_emulator
+from tests.waiting import wait_until
 
 # Simulated engines 200 times faster than life, and drains that do not linger.
 FAST_SIM_ENV = {
@@ -33,14 +33,6 @@ def small_spec(**runtime_env: str) -> dict[str, Any]:
         "hardware": {"gpu": "H100-SXM"},
         "runtime": {"env": runtime_env},
     }
-
-
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never {what}")
-        time.sleep(0.25)
 
 
 @pytest.fixture
@@ -64,7 +56,7 @@ def stop_everything(run_dir: Path) -> None:
     for child in run_dir.iterdir():
         if child.is_dir():
             ref = DeploymentRef(id=child.name, slug=child.name)
-            wait_for(lambda r=ref: driver.delete(r), "stopped in teardown", timeout=30)
+            wait_until(lambda r=ref: driver.delete(r), "stopped in teardown", timeout=30)
 
 
 NS = "team-a"

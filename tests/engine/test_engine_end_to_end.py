@@ -30,7 +30,8 @@ from deployments.models import Deployment
 from deployments.status import ACTIVE, DEGRADED
 from tests.conftest import Cast
 from tests.engine import processes
-from tests.engine.conftest import refresh, small_spec, stop_everything, wait_for
+from tests.engine.conftest import refresh, small_spec, stop_everything
+from tests.waiting import wait_until
 
 
 @dataclass
@@ -91,7 +92,7 @@ def chat(url: str) -> int:
 
 
 def wait_status(deployment: Deployment, status: str, timeout: float = 90.0) -> Deployment:
-    wait_for(lambda: refresh(deployment).status == status, f"{status}", timeout)
+    wait_until(lambda: refresh(deployment).status == status, f"{status}", timeout)
     return refresh(deployment)
 
 
@@ -119,7 +120,7 @@ def test_create_kill_recover_and_roll_back_through_the_api(stack: Stack) -> None
         assert chat(deployment.router_url) == 200
         return deployment.events.filter(reason="RolloutFailed").exists()
 
-    wait_for(rolled_back, "rolled back", timeout=60)
+    wait_until(rolled_back, "rolled back", timeout=60)
     deployment = wait_status(deployment, ACTIVE)
     assert (deployment.current_revision.number, deployment.target_revision.number) == (1, 2)
     event = deployment.events.get(reason="RolloutFailed")
@@ -134,7 +135,7 @@ def test_a_worker_killed_mid_deploy_is_replaced_without_duplicates(stack: Stack)
     )
     deployment = Deployment.objects.get(pk=created["id"])
     home = stack.run_dir / str(deployment.pk)
-    wait_for(lambda: processes.processes_of(home), "engine started")
+    wait_until(lambda: processes.processes_of(home), "engine started", timeout=90)
     stack.worker.kill()  # SIGKILL: no cleanup, a task may be half done
     stack.worker.wait(10)
     assert refresh(deployment).status != ACTIVE

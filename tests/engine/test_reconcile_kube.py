@@ -22,7 +22,8 @@ from deployments.models import Deployment
 from deployments.status import ACTIVE, DEGRADED, DEPLOYING, FAILED
 from tests.conftest import Cast
 from tests.drivers.kube_emulator import RunningEmulator
-from tests.engine.conftest import NS, kubeconfig, refresh, wait_for
+from tests.engine.conftest import NS, kubeconfig, refresh
+from tests.waiting import wait_until
 
 
 def put_pod(emulator: RunningEmulator, deployment: Deployment, name: str, status: dict[str, Any],
@@ -108,7 +109,7 @@ def test_an_unschedulable_first_revision_fails_with_the_schedulers_words(
     assert "Insufficient nvidia.com/gpu" in timeline.message and timeline.level == "warning"
     assert deployment.replica_facts[0]["reason"] == "Unschedulable"
 
-    wait_for(lambda: step(deployment).status == FAILED, "failed after its window", timeout=20)
+    wait_until(lambda: step(deployment).status == FAILED, "failed after its window", timeout=20)
     deployment = refresh(deployment)
     assert "not ready within its startup window" in deployment.failure_reason
     assert "Unschedulable: 0/3 nodes are available" in deployment.failure_reason
@@ -133,7 +134,7 @@ def test_deleting_removes_every_object_then_the_row(
 ) -> None:
     step(endpoint)
     services.delete_deployment(cast.actor(cast.alice, cast.acme), endpoint.pk)
-    wait_for(lambda: not reconcile.reconcile(str(endpoint.pk)), "deleted")
+    wait_until(lambda: not reconcile.reconcile(str(endpoint.pk)), "deleted", timeout=90)
     assert not Deployment.objects.filter(pk=endpoint.pk).exists()
     assert emulator.get("apps/v1", "Deployment", NS, "kchat-engine") is None
     assert emulator.get("v1", "Service", NS, "kchat-router") is None

@@ -16,7 +16,8 @@ from deployments import reconcile, services
 from deployments.models import Deployment
 from deployments.status import ACTIVE, DEGRADED
 from tests.conftest import Cast
-from tests.engine.conftest import refresh, small_spec, wait_for
+from tests.engine.conftest import refresh, small_spec
+from tests.waiting import wait_until
 
 
 def converge(deployment: Deployment, status: str, timeout: float = 90.0) -> Deployment:
@@ -24,7 +25,7 @@ def converge(deployment: Deployment, status: str, timeout: float = 90.0) -> Depl
         reconcile.reconcile(str(deployment.pk))
         return refresh(deployment).status == status
 
-    wait_for(step, f"{status}", timeout)
+    wait_until(step, f"{status}", timeout)
     return refresh(deployment)
 
 
@@ -57,7 +58,7 @@ def test_an_endpoint_becomes_active_and_its_rollback_keeps_serving(
         assert chat(deployment.router_url) == 200  # never a gap while it tries
         return refresh(deployment).events.filter(reason="RolloutFailed").exists()
 
-    wait_for(rolled_back, "rolled back", timeout=60)
+    wait_until(rolled_back, "rolled back", timeout=60)
     deployment = converge(deployment, ACTIVE)
     failed = deployment.events.get(reason="RolloutFailed")
     assert "revision 2 was not ready within its startup window" in failed.message
@@ -68,7 +69,7 @@ def test_an_endpoint_becomes_active_and_its_rollback_keeps_serving(
         reconcile.reconcile(str(deployment.pk))
         return {f["revision"] for f in refresh(deployment).replica_facts} == {1}
 
-    wait_for(only_revision_1_left, "revision 2 stopped")
+    wait_until(only_revision_1_left, "revision 2 stopped", timeout=90)
 
     # Another pass does not retry the abandoned revision.
     reconcile.reconcile(str(deployment.pk))
@@ -81,7 +82,7 @@ def test_delete_tears_down_and_removes_the_row(cast: Cast, fast_local: Path) -> 
     deployment = services.create_deployment(actor, slug="gone", name="Gone", spec=small_spec())
     converge(deployment, ACTIVE)
     services.delete_deployment(actor, deployment.pk)
-    wait_for(lambda: not reconcile.reconcile(str(deployment.pk)), "deleted")
+    wait_until(lambda: not reconcile.reconcile(str(deployment.pk)), "deleted", timeout=90)
     assert not Deployment.objects.filter(pk=deployment.pk).exists()
     assert not (fast_local / str(deployment.pk)).exists()
 
@@ -96,7 +97,9 @@ def test_a_replica_that_dies_makes_it_degraded_until_restarted(
     record = fast_local / str(deployment.pk) / "r1-engine-0.json"
     pid = int(json.loads(record.read_text())["pid"])
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not Path(f"/proc/{pid}/cmdline").exists() or _zombie(pid), "dead")
+    wait_until(
+        lambda: not Path(f"/proc/{pid}/cmdline").exists() or _zombie(pid), "dead", timeout=90
+    )
     reconcile.reconcile(str(deployment.pk))
     assert refresh(deployment).status == DEGRADED
     deployment = converge(deployment, ACTIVE)
@@ -193,7 +196,7 @@ def test_a_start_after_an_unfinished_stop_comes_up_never_degraded(
             seen.append(refresh(deployment).status)
             return seen[-1] == ACTIVE
 
-        wait_for(step, "active again")
+        wait_until(step, "active again", timeout=90)
         assert set(seen) <= {DEPLOYING, LOADING, ACTIVE}, seen
         assert chat(refresh(deployment).router_url) == 200
         assert not _alive(router)  # the frozen router was stopped for good, not left running

@@ -30,7 +30,8 @@ from deployments.tasks.engine import reconcile_deployment, sweep
 from tests.conftest import Cast, queued
 from tests.drivers.kube_emulator import RunningEmulator
 from tests.engine import processes
-from tests.engine.conftest import NS, refresh, small_spec, wait_for
+from tests.engine.conftest import NS, refresh, small_spec
+from tests.waiting import wait_until
 
 
 @pytest.mark.django_db
@@ -149,7 +150,7 @@ def _overtaken(
     with transaction.atomic():
         Deployment.objects.select_for_update().get(pk=deployment.pk)
         worker.start()
-        wait_for(_blocked_by_me, "the pass waiting at its save")
+        wait_until(_blocked_by_me, "the pass waiting at its save", timeout=90)
         change()
     worker.join(timeout=120)
     assert not worker.is_alive() and not errors, errors
@@ -208,7 +209,7 @@ def test_a_starting_worker_observes_the_local_endpoints_at_once(
     worker = processes.start("worker", env, tmp_path / "worker.log")
     try:
         due = lambda: refresh(deployment).next_reconcile_at <= timezone.now()  # noqa: E731
-        wait_for(due, "due once a worker started", timeout=120)
+        wait_until(due, "due once a worker started", timeout=120)
     finally:
         processes.stop(worker)
         broker.delete(queue)

@@ -34,6 +34,7 @@ from deployments.models import Deployment, UsageRecord
 from deployments.usage import flush_usage
 from runtime.sim.launcher import REPO_ROOT, SimCluster, free_port, http_get
 from tests.conftest import Cast
+from tests.waiting import wait_until
 
 TIME_SCALE = 100.0
 INFERENCE_DOMAIN = "inference.test"
@@ -188,16 +189,6 @@ def inference_key(cast: Cast, *, org: str = "acme", **options: Any) -> str:
     return platform.create_api_key(actor, name="test", kind="inference", **options).plaintext
 
 
-def wait_until(check: Any, timeout: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not reached within {timeout} s")
-
-
 def flushed_usage(slug: str, requests: int) -> UsageRecord:
     """Flush until the endpoint's record counts ``requests``: the gateway meters each request
     just after answering it, so a test can be a moment ahead of the counters."""
@@ -206,7 +197,7 @@ def flushed_usage(slug: str, requests: int) -> UsageRecord:
         flush_usage(include_current=True, client=redis_client())
         return UsageRecord.objects.filter(deployment_slug=slug, requests__gte=requests).first()
 
-    return wait_until(flushed, 10, f"{requests} requests counted for {slug}")
+    return wait_until(flushed, f"{requests} requests counted for {slug}", 10)
 
 
 def wait_routable(gateway: GatewayProcess, slug: str, key: str) -> None:
@@ -216,7 +207,7 @@ def wait_routable(gateway: GatewayProcess, slug: str, key: str) -> None:
         status, _ = http_get(f"{gateway.base_url(slug)}/models", api_key=key)
         return status == 200
 
-    wait_until(ready, 10, f"endpoint {slug} routable")
+    wait_until(ready, f"endpoint {slug} routable", 10)
 
 
 def run_async(coroutine: Any) -> Any:

@@ -12,8 +12,8 @@ from tests.gateway.conftest import (
     inference_key,
     mark_serving,
     wait_routable,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 BODY = {"model": "sim/llama-test", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
@@ -47,7 +47,7 @@ def test_a_key_scoped_to_one_endpoint_is_refused_on_another(cast, gateway, two_e
 def test_another_organizations_endpoint_looks_missing(cast, sim_cluster, gateway, two_endpoints):
     globex_key = inference_key(cast, org="globex")
     mark_serving(create_endpoint(cast, "globex-own", org="globex"), sim_cluster.url)
-    wait_until(lambda: chat(gateway, "alpha", globex_key).status_code == 404, 10, "key loaded")
+    wait_until(lambda: chat(gateway, "alpha", globex_key).status_code == 404, "key loaded", 10)
 
     answer = chat(gateway, "alpha", globex_key)
     assert answer.json()["error"] == {
@@ -76,7 +76,7 @@ def test_a_revoked_key_stops_working_within_two_seconds(cast, gateway, two_endpo
     wait_routable(gateway, "alpha", created.plaintext)
 
     platform.revoke_api_key(cast.actor(cast.alice, cast.acme), key_id=created.api_key.pk)
-    wait_until(lambda: chat(gateway, "alpha", created.plaintext).status_code == 401, 2, "revoked")
+    wait_until(lambda: chat(gateway, "alpha", created.plaintext).status_code == 401, "revoked", 2)
 
 
 def test_a_deleted_endpoint_stops_answering_within_two_seconds(cast, gateway, two_endpoints):
@@ -84,5 +84,5 @@ def test_a_deleted_endpoint_stops_answering_within_two_seconds(cast, gateway, tw
     wait_routable(gateway, "beta", key)
 
     deployment_services.delete_deployment(cast.actor(cast.alice, cast.acme), "beta")
-    wait_until(lambda: chat(gateway, "beta", key).status_code == 404, 2, "deleted")
+    wait_until(lambda: chat(gateway, "beta", key).status_code == 404, "deleted", 2)
     assert chat(gateway, "alpha", key).status_code == 200

@@ -10,9 +10,9 @@ from tests.gateway.conftest import (
     inference_key,
     mark_serving,
     wait_routable,
-    wait_until,
 )
 from tests.sim.scrape import metric_sum
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,8 +52,8 @@ def test_client_disconnect_mid_stream_aborts_the_upstream_request(cast, sim_clus
 
     wait_until(
         lambda: engines_sum(sim_cluster, "sglang:num_running_reqs") == 0,
-        20,
         "the engine to stop generating",
+        20,
     )
     assert engines_sum(sim_cluster, "sglang:num_aborted_requests_total") == aborted_before + 1
     assert engines_sum(sim_cluster, "sglang:generation_tokens_total") < 60000

@@ -26,8 +26,8 @@ from tests.gateway.conftest import (
     redis_client,
     run_async,
     wait_routable,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 BODY = {"model": "sim/llama-test", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
@@ -65,7 +65,7 @@ def test_a_key_used_through_the_gateway_shows_when(
         )
         assert answer.status_code == 200
     # The gateway meters just after answering and sends its batch within a second.
-    wait_until(lambda: flush_key_last_used() or _key_row(key).last_used_at, 10, "last used")
+    wait_until(lambda: flush_key_last_used() or _key_row(key).last_used_at, "last used", 10)
     used = _key_row(key).last_used_at
     assert used is not None and used >= before
     client = Client()

@@ -12,8 +12,8 @@ from tests.gateway.conftest import (
     inference_key,
     mark_serving,
     wait_routable,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MODEL = "sim/llama-test"
@@ -68,8 +68,8 @@ def test_tokens_per_minute_refuses_once_spent_and_recovers(limited):
                 == 429
                 and r
             ),
-            5,
             "the token limit to apply",
+            5,
         )
         assert "tokens per minute" in refused.json()["error"]["message"]
         retry_after = int(refused.headers["retry-after"])
@@ -79,6 +79,6 @@ def test_tokens_per_minute_refuses_once_spent_and_recovers(limited):
         # charged after it. The key recovers soon after, without being reset.
         wait_until(
             lambda: client.post("/completions", json={**body, "max_tokens": 1}).status_code == 200,
-            5,
             "the token limit to recover",
+            5,
         )

@@ -13,8 +13,8 @@ from tests.gateway.conftest import (
     inference_key,
     mark_serving,
     wait_routable,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 BODY = {"model": "sim/llama-test", "prompt": "hello", "max_tokens": 3, "ignore_eos": True}
@@ -41,7 +41,7 @@ def test_the_request_id_is_echoed_or_made_and_the_access_log_never_holds_the_key
                 return json.loads(line)
         return None
 
-    line = wait_until(logged, 5, "the access log line")
+    line = wait_until(logged, "the access log line", 5)
     assert line["endpoint"] == "observed"
     assert line["key_prefix"] == key[:16]
     assert line["status"] == 200
@@ -75,4 +75,5 @@ def test_metrics_are_served_on_their_own_port(gateway, key):
     assert 'plinth_gateway_requests_total{endpoint="observed",status="400"}' in text
     assert 'plinth_gateway_tokens_total{endpoint="observed",kind="completion"}' in text
     assert "plinth_gateway_added_latency_seconds_bucket" in text
+    assert "\nplinth_gateway_route_table_age_seconds " in text
     assert httpx.get(f"{gateway.url}/metrics").status_code == 404  # not on the public port

@@ -21,8 +21,8 @@ from tests.gateway.conftest import (
     stop_process,
     subprocess_env,
     wait_routable,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -71,8 +71,8 @@ def test_a_request_wakes_a_scaled_to_zero_endpoint_and_is_answered(
     # The worker ran services.wake: one replica is wanted again.
     woken = wait_until(
         lambda: Deployment.objects.filter(pk=endpoint.pk, desired_replicas__gte=1).first(),
-        30,
         "the endpoint to be woken",
+        30,
     )
     assert not answers, "the request was answered before a replica was ready"
     mark_serving(woken, sim_cluster.url)

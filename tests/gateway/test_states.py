@@ -27,8 +27,8 @@ from tests.gateway.conftest import (
     mark_serving,
     run_async,
     wait_routable,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 BODY = {"model": "sim/llama-test", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -45,7 +45,7 @@ def chat(gateway, slug: str, key: str) -> httpx.Response:
 def test_an_endpoint_without_a_ready_replica_answers_503(cast, gateway):
     create_endpoint(cast, "coming-up")  # created, never observed ready
     key = inference_key(cast)
-    wait_until(lambda: chat(gateway, "coming-up", key).status_code == 503, 10, "endpoint loaded")
+    wait_until(lambda: chat(gateway, "coming-up", key).status_code == 503, "endpoint loaded", 10)
 
     error = chat(gateway, "coming-up", key).json()["error"]
     assert error["code"] == "no_ready_replica"
@@ -61,7 +61,7 @@ def test_a_stopped_endpoint_answers_409_that_clients_do_not_retry(cast, sim_clus
     wait_routable(gateway, "resting", key)
 
     deployment_services.stop(cast.actor(cast.alice, cast.acme), endpoint.pk)
-    wait_until(lambda: chat(gateway, "resting", key).status_code == 409, 2, "stop seen")
+    wait_until(lambda: chat(gateway, "resting", key).status_code == 409, "stop seen", 2)
     response = chat(gateway, "resting", key)
     assert response.json()["error"]["code"] == "endpoint_stopped"
     assert response.headers["x-should-retry"] == "false" and "retry-after" not in response.headers
@@ -133,7 +133,7 @@ def test_an_unreachable_router_answers_503_with_retry_after(cast, gateway):
     endpoint = create_endpoint(cast, "router-down")
     mark_serving(endpoint, f"http://127.0.0.1:{free_port()}")  # nothing listens there
     key = inference_key(cast)
-    wait_until(lambda: chat(gateway, "router-down", key).status_code == 503, 10, "endpoint loaded")
+    wait_until(lambda: chat(gateway, "router-down", key).status_code == 503, "endpoint loaded", 10)
 
     response = chat(gateway, "router-down", key)
     error = response.json()["error"]

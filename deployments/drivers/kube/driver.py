@@ -28,6 +28,7 @@ OWNED_KINDS = [
     ("apps/v1", "Deployment"),
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
     ("policy/v1", "PodDisruptionBudget"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
     ("v1", "Service"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
     ("rbac.authorization.k8s.io/v1", "Role"),
@@ -139,11 +140,12 @@ class KubeDriver:
         names = sorted(p["metadata"]["name"] for p in pods)
         name = replica if replica in names else (names[0] if names else None)
         if name is None:
-            return base.LogLines(replica=replica or "", lines=[])
+            return base.LogLines(replica="")
         pod = next(p for p in pods if p["metadata"]["name"] == name)
         container = "router" if pod["metadata"]["labels"].get(L.ROLE) == "router" else "engine"
         text = self.client.pod_log(ref.namespace, name, container=container, tail=tail)
-        return base.LogLines(replica=name, lines=text.splitlines()[-tail:])
+        lines = [base.redact_log_line(line) for line in text.splitlines()[-tail:]]
+        return base.LogLines(replica=name, lines=lines, replicas=tuple(names))
 
 
 def _config_hash(obj: dict[str, Any]) -> str | None:

@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from controlplane import invitations
 from controlplane.access import NotFound
-from controlplane.guard import actor_of, console_view
+from controlplane.guard import actor_of, console_view, user_of
 from controlplane.middleware import SESSION_ORG_KEY
 from controlplane.services import ServiceError
 
@@ -33,7 +33,7 @@ def invitation_revoke(request: HttpRequest, invitation_id: uuid.UUID) -> HttpRes
 @require_GET
 @login_required
 def my_invitations(request: HttpRequest) -> HttpResponse:
-    pending = invitations.pending_for_user(request.user)
+    pending = invitations.pending_for_user(user_of(request))
     return render(request, "controlplane/invitations.html", {"invitations": pending})
 
 
@@ -41,14 +41,15 @@ def my_invitations(request: HttpRequest) -> HttpResponse:
 @login_required
 def invitation_respond(request: HttpRequest, invitation_id: uuid.UUID) -> HttpResponse:
     """Accept (join, and switch the console to that organization) or decline."""
+    user = user_of(request)
     try:
         if request.POST.get("action") == "accept":
-            membership = invitations.accept_invitation(request.user, invitation_id=invitation_id)
+            membership = invitations.accept_invitation(user, invitation_id=invitation_id)
             request.session[SESSION_ORG_KEY] = str(membership.organization_id)
             org = membership.organization.name
             messages.success(request, f"You joined {org} as {membership.role}.")
             return redirect("home")
-        invitation = invitations.decline_invitation(request.user, invitation_id=invitation_id)
+        invitation = invitations.decline_invitation(user, invitation_id=invitation_id)
         messages.success(request, f"Invitation to {invitation.organization.name} declined.")
     except NotFound as exc:
         raise Http404(str(exc)) from exc

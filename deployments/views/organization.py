@@ -1,7 +1,10 @@
-"""Console pages of platform-wide state: API keys, members and roles, secrets, the audit log.
+"""Console pages of the organization's own state: API keys, members and roles, secrets, the
+audit log.
 
-Each POST is one ``controlplane.services`` call; a refused request re-renders the page with the
-message next to the field it names (status 422), never a traceback.
+Each POST is one ``controlplane.services`` (or ``controlplane.invitations``) call; a refused
+request re-renders the page with the message next to the field it names (status 422), never a
+traceback. They live with the console's other pages, above the platform layer, because the key
+page offers the organization's endpoints to scope a key to.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from controlplane.guard import actor_of, console_view
 from controlplane.models import ApiKey, ApiKeyKind, AuditEvent, Membership, Role, Secret
 from controlplane.services import CreatedKey, ServiceError
 from deployments.models import Deployment
-from deployments.selectors import check_endpoint_ids
 
 
 def _form(request: HttpRequest, *names: str) -> dict[str, str]:
@@ -77,9 +79,7 @@ def key_list(request: HttpRequest) -> HttpResponse:
             name=form["name"],
             kind=form["kind"],
             role=form["role"] or Role.DEVELOPER,
-            allowed_deployment_ids=check_endpoint_ids(
-                actor_of(request), _uuids(request.POST.getlist("endpoints"))
-            ),
+            allowed_deployment_ids=_uuids(request.POST.getlist("endpoints")),
             expires_at=_date(form["expires"]),
         )
     except ServiceError as exc:
@@ -100,10 +100,10 @@ def _hold_created_key(request: HttpRequest, created: CreatedKey) -> None:
 def _take_created_key(request: HttpRequest, actor: Actor) -> CreatedKey | None:
     """The key held by ``_hold_created_key``, removed from the session as it is read."""
     held = request.session.pop(CREATED_KEY_SLOT, None)
-    if not isinstance(held, dict):
+    if not isinstance(held, dict) or not isinstance(held.get("id"), str):
         return None
     # Scoped like every read: after an organization switch the key is not shown there.
-    key = ApiKey.objects.filter(pk=held.get("id"), organization=actor.organization).first()
+    key = ApiKey.objects.filter(pk=held["id"], organization=actor.organization).first()
     if key is None:
         return None
     try:

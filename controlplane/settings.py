@@ -157,6 +157,22 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "plinth")
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# One queue, two priorities (kombu keeps a Redis list per priority step and a worker takes from
+# the lowest number first): what a person or the autoscaler asked for, and wake-ups, never wait
+# behind the sweep's routine passes or the probes, however many of those are queued. Every
+# worker consumes both by consuming the one queue.
+PLINTH_URGENT_PRIORITY = 0
+PLINTH_ROUTINE_PRIORITY = 9
+CELERY_TASK_ROUTES = {
+    # Sent by services after a change; the sweep queues its own passes at routine priority.
+    "deployments.reconcile_deployment": {"priority": PLINTH_URGENT_PRIORITY},
+    "deployments.autoscale": {"priority": PLINTH_URGENT_PRIORITY},
+    "deployments.wake_deployment": {"priority": PLINTH_URGENT_PRIORITY},
+    "deployments.sweep": {"priority": PLINTH_ROUTINE_PRIORITY},
+    "deployments.probe_due": {"priority": PLINTH_ROUTINE_PRIORITY},
+    "deployments.probe_deployment": {"priority": PLINTH_ROUTINE_PRIORITY},
+    "deployments.purge_samples": {"priority": PLINTH_ROUTINE_PRIORITY},
+}
 # kombu's Redis transport with a fix that keeps the worker alive across a Redis restart
 # (controlplane/broker.py). Naming the transport skips kombu's rediss:// default of not checking
 # the server's certificate: say what TLS wants instead (check it).
@@ -301,6 +317,10 @@ if PLINTH_AUTOSCALE_INTERVAL_S < 1:
     from django.core.exceptions import ImproperlyConfigured
 
     raise ImproperlyConfigured("PLINTH_AUTOSCALE_INTERVAL_S must be at least 1 (seconds)")
+# Seconds between looks at each Kubernetes cluster's GPU nodes (two LISTs per cluster).
+PLINTH_INVENTORY_INTERVAL_S = env_int("PLINTH_INVENTORY_INTERVAL_S", 60)
+if PLINTH_INVENTORY_INTERVAL_S < 1:
+    raise ImproperlyConfigured("PLINTH_INVENTORY_INTERVAL_S must be at least 1 (seconds)")
 # How often beat moves the gateway's usage counters and keys' last-used times from Redis to the
 # database. Fixed: the README's promise (usage shows within about 80 s) rests on it.
 PLINTH_USAGE_FLUSH_S = 15
@@ -315,6 +335,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(PLINTH_PROBE_INTERVAL_S),
     },
     "deployments.purge_samples": {"task": "deployments.purge_samples", "schedule": 3600.0},
+    "deployments.observe_clusters": {
+        "task": "deployments.observe_clusters",
+        "schedule": float(PLINTH_INVENTORY_INTERVAL_S),
+        "options": {"expires": float(PLINTH_INVENTORY_INTERVAL_S)},
+    },
     "deployments.autoscale": {
         "task": "deployments.autoscale",
         "schedule": float(PLINTH_AUTOSCALE_INTERVAL_S),

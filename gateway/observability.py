@@ -43,6 +43,29 @@ HELD = Gauge(
     ["endpoint"],
 )
 
+ROUTE_TABLE_AGE = Gauge(
+    "plinth_gateway_route_table_age_seconds",
+    "Seconds since this gateway's route table was last loaded (since it started, before the "
+    "first load). Grows past the refresh period only while loads fail.",
+)
+
+
+class RouteTableClock:
+    """When the route table was last loaded; read by the age gauge at scrape time."""
+
+    def __init__(self) -> None:
+        self.loaded_at = time.monotonic()  # the gateway's start stands in for the first load
+
+    def loaded(self) -> None:
+        self.loaded_at = time.monotonic()
+
+    def age(self) -> float:
+        return time.monotonic() - self.loaded_at
+
+
+ROUTE_TABLE_CLOCK = RouteTableClock()
+ROUTE_TABLE_AGE.set_function(ROUTE_TABLE_CLOCK.age)
+
 
 @lru_cache(maxsize=4096)
 def requests_counter(endpoint: str, status: int) -> Any:

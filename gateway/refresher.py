@@ -1,26 +1,36 @@
 """Keeps the route table fresh in the background: on change notifications and periodically.
 
-Loads run in one worker thread (the Django ORM is blocking) and replace the table whole. A
-notification on ``plinth:changes`` (``controlplane.notify``) marks the table dirty; bursts of
-notifications coalesce into one reload. A full reload also runs every ``refresh_seconds``, so a
-lost notification only delays, and every ``hold_refresh_seconds`` while requests are held for
-an endpoint that is waking up.
+Loads run in one worker thread (the Django ORM is blocking). A notification on
+``plinth:changes`` (``controlplane.notify``, ``{"kind": "deployment"|"api_key", "id": ...}``)
+names what changed: only those endpoints and keys are read again and swapped into a copy of the
+table, so one endpoint's change costs the same at 10 endpoints as at 1,000. Bursts coalesce into
+one load of every id named meanwhile. A notification this process cannot read, and every
+(re)subscription (anything may have changed while unsubscribed), reloads the table whole; so
+does the periodic refresh every ``refresh_seconds``, the safety net that makes a lost
+notification only a delay, and every ``hold_refresh_seconds`` while requests are held for an
+endpoint that is waking up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 
 import redis.asyncio as aioredis
 
-from gateway.routes import RouteTable
+from gateway.observability import ROUTE_TABLE_CLOCK
+from gateway.routes import RouteChanges, RouteTable
 
 CHANNEL = "plinth:changes"  # controlplane.notify.CHANNEL; not imported to keep Django out
 logger = logging.getLogger("plinth.gateway")
+# The kinds of change notification that name one route (controlplane.notify's publishers).
+_KINDS = ("deployment", "api_key")
+LoadChanges = Callable[[Collection[str], Collection[str]], RouteChanges]
 
 
 class RouteRefresher:
@@ -32,6 +42,7 @@ class RouteRefresher:
         refresh_seconds: float,
         hold_refresh_seconds: float,
         close: Callable[[], None] | None = None,
+        load_changes: LoadChanges | None = None,
     ) -> None:
         self.table = RouteTable()
         self.holding = 0  # requests waiting for an endpoint to wake; shortens the interval
@@ -40,7 +51,11 @@ class RouteRefresher:
         self._client = client
         self._refresh_seconds = refresh_seconds
         self._hold_refresh_seconds = hold_refresh_seconds
+        # None: every notification reloads the whole table (a loader that reads no single route).
+        self._load_changes = load_changes
         self._dirty = asyncio.Event()
+        self._full = True  # the next load reads the whole table
+        self._changed: dict[str, set[str]] = {kind: set() for kind in _KINDS}
         self._reloaded = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="route-table")
         self._tasks: list[asyncio.Task[None]] = []
@@ -71,10 +86,31 @@ class RouteRefresher:
             logger.exception("route table reload failed; keeping the previous table")
             return False
         self.table = table
+        ROUTE_TABLE_CLOCK.loaded()  # plinth_gateway_route_table_age_seconds
+        self._announce()
+        return True
+
+    async def apply_changes(self, deployment_ids: set[str], key_ids: set[str]) -> bool:
+        """Read these endpoints' and keys' routes again and swap them into the table."""
+        assert self._load_changes is not None
+        load = self._load_changes
+        try:
+            changes = await asyncio.get_running_loop().run_in_executor(
+                self._executor, load, deployment_ids, key_ids
+            )
+        except Exception:
+            logger.exception("route update failed; reloading the whole table next")
+            self._full = True
+            self._dirty.set()
+            return False
+        self.table = self.table.with_changes(changes)
+        self._announce()
+        return True
+
+    def _announce(self) -> None:
         # Wake everyone waiting for a change, then arm a fresh event for the next one.
         reloaded, self._reloaded = self._reloaded, asyncio.Event()
         reloaded.set()
-        return True
 
     async def wait_reload(self, timeout: float) -> None:
         """Until the next reload finishes, or ``timeout`` seconds."""
@@ -82,15 +118,45 @@ class RouteRefresher:
             await asyncio.wait_for(self._reloaded.wait(), timeout)
 
     def mark_dirty(self) -> None:
+        """Reload the whole table soon."""
+        self._full = True
+        self._dirty.set()
+
+    def mark_changed(self, message: bytes | str) -> None:
+        """A change notification: the route it names is read again soon (the whole table when
+        it names none this process knows how to read alone)."""
+        try:
+            body = json.loads(message)
+            kind, object_id = body["kind"], str(body["id"])
+        except (ValueError, TypeError, KeyError):
+            kind, object_id = "", ""
+        if self._load_changes is None or kind not in self._changed or not object_id:
+            self.mark_dirty()
+            return
+        self._changed[kind].add(object_id)
         self._dirty.set()
 
     async def _refresh_loop(self) -> None:
+        last_full = time.monotonic()
         while True:
             interval = self._hold_refresh_seconds if self.holding else self._refresh_seconds
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._dirty.wait(), interval)
+            remaining = last_full + interval - time.monotonic()
+            if remaining > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._dirty.wait(), remaining)
             self._dirty.clear()
-            await self.reload()
+            if self._full or time.monotonic() >= last_full + interval:
+                self._full = False
+                self._take_changed()  # the whole table reads them too
+                last_full = time.monotonic()
+                await self.reload()
+            elif any(self._changed.values()):
+                await self.apply_changes(*self._take_changed())
+
+    def _take_changed(self) -> tuple[set[str], set[str]]:
+        deployments, keys = self._changed["deployment"], self._changed["api_key"]
+        self._changed = {kind: set() for kind in _KINDS}
+        return deployments, keys
 
     async def _listen(self) -> None:
         backoff = 0.5
@@ -101,8 +167,8 @@ class RouteRefresher:
                     # Anything may have changed while we were not subscribed.
                     self.mark_dirty()
                     backoff = 0.5
-                    async for _message in pubsub.listen():
-                        self.mark_dirty()
+                    async for message in pubsub.listen():
+                        self.mark_changed(message.get("data", b""))
             except (aioredis.RedisError, OSError):
                 logger.warning("change notifications lost; resubscribing in %.1fs", backoff)
                 await asyncio.sleep(backoff)

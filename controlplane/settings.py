@@ -80,6 +80,7 @@ MIDDLEWARE = [
     # First: times everything below it, and answers /metrics before anything checks the Host
     # header (Prometheus scrapes pods by address). Who may read it: PLINTH_METRICS_TOKEN below.
     "controlplane.metrics.MetricsMiddleware",
+    "controlplane.middleware.LivenessMiddleware",  # /healthz before the Host check (kubelet probes)
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",  # Content-Security-Policy on every answer, errors too
     "whitenoise.middleware.WhiteNoiseMiddleware",

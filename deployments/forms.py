@@ -132,6 +132,26 @@ SECTIONS: tuple[Section, ...] = (
         ),
     ),
     Section(
+        "disaggregation",
+        "Prefill/decode pools",
+        (
+            FormField(
+                "disaggregation.enabled",
+                "Split prefill and decode",
+                "separate GPU pools; replicas are then fixed per pool, not autoscaled",
+            ),
+            FormField("disaggregation.prefill.replicas", "Prefill replicas"),
+            FormField("disaggregation.prefill.tp", "Prefill tp", "default: parallelism tp"),
+            FormField("disaggregation.decode.replicas", "Decode replicas"),
+            FormField("disaggregation.decode.tp", "Decode tp", "default: parallelism tp"),
+            FormField("disaggregation.transfer_backend", "KV transfer backend"),
+            FormField("disaggregation.bootstrap_port", "Bootstrap port"),
+            FormField("disaggregation.ib_device", "InfiniBand device(s)", "e.g. mlx5_0,mlx5_1"),
+            FormField("disaggregation.decode_radix_cache", "Radix cache on decode"),
+        ),
+        advanced=True,
+    ),
+    Section(
         "batching",
         "Batching",
         (

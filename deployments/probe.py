@@ -18,6 +18,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
+from controlplane.crypto import engine_api_key
 from deployments.models import Deployment, MetricSample
 from runtime.client import EngineClient, RuntimeUnavailable
 from runtime.metrics import MetricsSnapshot, merge
@@ -38,13 +39,15 @@ def _series(replica: dict[str, Any]) -> str:
     return f"{replica['url']}#{replica.get('restarts') or 0}"
 
 
-def _scrape(replicas: dict[str, str]) -> tuple[dict[str, MetricsSnapshot], float]:
+def _scrape(
+    replicas: dict[str, str], api_key: str = ""
+) -> tuple[dict[str, MetricsSnapshot], float]:
     """Snapshots per series (``replicas`` maps series to URL), and the queued requests
-    /v1/loads reports (summed)."""
+    /v1/loads reports (summed). /v1/loads is behind the endpoint's engine key."""
     snapshots: dict[str, MetricsSnapshot] = {}
     queued = 0.0
     for series, url in replicas.items():
-        with EngineClient(url, timeout=2.0) as engine:
+        with EngineClient(url, timeout=2.0, api_key=api_key) as engine:
             try:
                 snapshots[series] = engine.metrics()
                 loads = engine.loads().get("loads") or []
@@ -65,7 +68,7 @@ def probe(deployment_id: str) -> MetricSample | None:
         if r.get("ready") and r.get("url")
     }
     now = timezone.now()
-    snapshots, queued = _scrape(replicas)
+    snapshots, queued = _scrape(replicas, engine_api_key(str(deployment.pk)))
     previous: dict[str, Any] = cache.get(_cache_key(deployment_id)) or {}
     cache.set(
         _cache_key(deployment_id),

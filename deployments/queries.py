@@ -14,11 +14,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django.core.paginator import Page as DjangoPage
+from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from controlplane.access import Actor, NotFound
 from deployments.models import Cluster, Deployment, DeploymentEvent, MetricSample, Revision
+from deployments.status import role_counts
 
 REVISION_FIELDS = ("target_revision", "current_revision", "applied_revision")
 
@@ -81,20 +84,32 @@ def list_deployments(
     limit: int = 50,
     offset: int = 0,
 ) -> Page:
-    """A page of the organization's endpoints, newest first, in two queries at most.
+    """A page of the organization's endpoints, newest first, in two queries whatever the
+    filters: every filter, the status one too (a stored column), runs in SQL before the page is
+    cut, so the count and the page agree."""
+    rows = _filtered(deployments_of(actor), search=search, cluster=cluster, status=status)
+    return Page(list(rows[offset : offset + limit]), rows.count())
 
-    Status is derived, so a status filter runs over the (search/cluster-filtered) rows in
-    Python; one query either way.
-    """
-    rows = deployments_of(actor)
+
+def _filtered(
+    rows: QuerySet[Deployment],
+    *,
+    search: str | None = None,
+    cluster: str | None = None,
+    status: str | None = None,
+    model: bool = False,
+) -> QuerySet[Deployment]:
+    """``rows`` narrowed by the list filters (``model``: search the model source too)."""
     if search:
-        rows = rows.filter(Q(name__icontains=search) | Q(slug__icontains=search.lower()))
+        matches = Q(name__icontains=search) | Q(slug__icontains=search.lower())
+        if model:
+            matches |= Q(target_revision__spec__model__source__icontains=search)
+        rows = rows.filter(matches)
     if cluster:
         rows = rows.filter(id_or_name(cluster, "cluster__"))
     if status:
-        matching = [d for d in rows if d.status == status]
-        return Page(matching[offset : offset + limit], len(matching))
-    return Page(list(rows[offset : offset + limit]), rows.count())
+        rows = rows.filter(status=status)
+    return rows
 
 
 @dataclass(frozen=True)
@@ -120,28 +135,69 @@ def _spec_summary(deployment: Deployment) -> tuple[str, str, int]:
     return spec.get("model", {}).get("source", "?"), hardware.get("gpu", "?"), int(gpus)
 
 
-def endpoint_rows(actor: Actor, *, search: str = "", status: str = "") -> list[EndpointRow]:
-    """The console's endpoints list: three queries whatever the number of endpoints."""
+ENDPOINTS_PER_PAGE = 50
+
+
+@dataclass(frozen=True)
+class EndpointRows:
+    """One page of the console's endpoint list (``page`` is Django's, for the page links)."""
+
+    rows: list[EndpointRow]
+    page: DjangoPage[Deployment]
+
+
+def endpoint_rows(
+    actor: Actor,
+    *,
+    search: str = "",
+    status: str = "",
+    page: int | str | None = 1,
+    per_page: int = ENDPOINTS_PER_PAGE,
+) -> EndpointRows:
+    """A page of the console's endpoints list: four queries whatever the number of endpoints
+    (count, page, latest rates, and none for status, a stored column filtered in SQL)."""
     # Endpoints being deleted stay listed (as Deleting) until their teardown is done.
-    qs = deployments_of(actor, with_specs=True)
-    if search:
-        qs = qs.filter(
-            Q(slug__icontains=search)
-            | Q(name__icontains=search)
-            | Q(target_revision__spec__model__source__icontains=search)
-        )
-    deployments = list(qs[:500])
+    qs = _filtered(deployments_of(actor, with_specs=True), search=search, status=status, model=True)
+    shown = Paginator(qs, per_page).get_page(page)
+    deployments = list(shown.object_list)
     rates = latest_rates([d.pk for d in deployments])
     rows = []
     for d in deployments:
         model, gpu, gpus = _spec_summary(d)
         rows.append(EndpointRow(d, d.status, model, gpu, gpus, rates.get(d.pk)))
-    if status:
-        rows = [r for r in rows if r.status == status]
-    return rows
+    return EndpointRows(rows, shown)
 
 
 # --- revisions -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PoolStatus:
+    """One prefill or decode pool of a split endpoint, as last observed."""
+
+    role: str
+    desired: int  # the pool's size in the applied revision's settings
+    ready: int
+    present: int  # replicas of the applied revision, ready or not
+
+
+def pool_status(deployment: Deployment) -> list[PoolStatus]:
+    """The prefill and decode pools of the revision reconcile places; empty when it does not
+    split them. Reads no more rows than the endpoint and its applied revision."""
+    applied = deployment.applied_revision
+    split = (applied.spec.get("disaggregation") or {}) if applied is not None else {}
+    if applied is None or not split.get("enabled"):
+        return []
+    counts = role_counts(deployment.replica_facts or [], applied.number)
+    return [
+        PoolStatus(
+            role=role,
+            desired=int((split.get(role) or {}).get("replicas", 1)),
+            ready=counts.get(role, (0, 0))[0],
+            present=counts.get(role, (0, 0))[1],
+        )
+        for role in ("prefill", "decode")
+    ]
 
 
 def get_revision(deployment: Deployment, number: int) -> Revision:

@@ -76,6 +76,9 @@ class Facts:
     other_replicas: int = 0
     # The applied revision splits prefill and decode into pools of their own size.
     pooled: bool = False
+    # ...and one of those pools has no ready replica: nothing can be served, however many of
+    # the other pool's replicas are ready.
+    pool_down: bool = False
 
     @property
     def serving_ready(self) -> int:
@@ -96,13 +99,31 @@ def replica_counts(replicas: Iterable[Mapping[str, Any]], applied: int | None) -
     starting = sum(1 for r in engines if not r.get("ready") and r.get("phase") in _COMING_UP)
     placed = [r for r in engines if r.get("revision") == applied]
     ready = sum(1 for r in placed if r.get("ready"))
+    pooled = any(r.get("role") in _POOL_ROLES for r in placed)
+    roles = role_counts(placed, applied)
     return {
         "starting_replicas": starting,
         "placed_ready": ready,
         "placed_unready": len(placed) - ready,
         "other_replicas": len(engines) - len(placed),
-        "pooled": any(r.get("role") in _POOL_ROLES for r in placed),
+        "pooled": pooled,
+        "pool_down": pooled and any(roles.get(role, (0, 0))[0] == 0 for role in _POOL_ROLES),
     }
+
+
+def role_counts(
+    replicas: Iterable[Mapping[str, Any]], applied: int | None
+) -> dict[str, tuple[int, int]]:
+    """(ready, present) engine replicas of the applied revision per role: ``engine``, or
+    ``prefill`` and ``decode`` (what the console and the API show of each pool)."""
+    counts: dict[str, tuple[int, int]] = {}
+    for replica in replicas:
+        role = str(replica.get("role") or "engine")
+        if role == "router" or replica.get("revision") != applied:
+            continue
+        ready, present = counts.get(role, (0, 0))
+        counts[role] = (ready + bool(replica.get("ready")), present + 1)
+    return counts
 
 
 def derive_status(facts: Facts) -> str:
@@ -122,7 +143,8 @@ def derive_status(facts: Facts) -> str:
             return DEPLOYING  # the previous revision keeps serving while the new one comes up
         # Nothing serves yet (a first deploy, or a start after a stop): coming up, not degraded.
         return LOADING if facts.starting_replicas > 0 else DEPLOYING
-    ready = facts.serving_ready
+    # A split endpoint with a pool down serves nothing, whatever the other pool holds.
+    ready = 0 if facts.pool_down else facts.serving_ready
     if ready >= facts.desired_replicas:
         return ACTIVE
     if ready > 0 or facts.first_ready_at is not None:

@@ -41,7 +41,7 @@ from gateway.inbound import (
 )
 from gateway.limits import RateLimiter
 from gateway.metering import Meter
-from gateway.refresher import RouteRefresher
+from gateway.refresher import LoadChanges, RouteRefresher
 from gateway.routes import Endpoint, InferenceKey, RouteTable
 from gateway.upstream import (
     Relay,
@@ -86,9 +86,11 @@ class Gateway:
         load: Callable[[], RouteTable],
         send_wake: Callable[[str], Awaitable[None]] = send_wake_task,
         close: Callable[[], None] | None = None,
+        load_changes: LoadChanges | None = None,
     ) -> None:
         self.config = config
         self._load = load
+        self._load_changes = load_changes
         self._close = close
         self._send_wake = send_wake
         self._unsettled: list[Exchange] = []
@@ -107,6 +109,7 @@ class Gateway:
             refresh_seconds=config.refresh_seconds,
             hold_refresh_seconds=config.hold_refresh_seconds,
             close=self._close,
+            load_changes=self._load_changes,
         )
         self.holds = Holds(
             self.refresher,
@@ -328,7 +331,9 @@ class Gateway:
         body = prepared.body if prepared is not None else None
         url = endpoint.router_url + route.path
         try:
-            return await open_upstream(self.pool, route.method, url, body, request_id)
+            return await open_upstream(
+                self.pool, route.method, url, body, request_id, endpoint.upstream_auth
+            )
         except GatewayError as error:
             obs.UPSTREAM_ERRORS.labels(endpoint.slug, error.code).inc()
             raise
@@ -430,12 +435,14 @@ class GatewayApp:
         import django
 
         django.setup()
-        from gateway.loader import close_connections, load_route_table
+        from gateway.loader import close_connections, load_changes, load_route_table
 
         config = GatewayConfig.from_environment()
         obs.configure_access_log()
         self._metrics_server = obs.start_metrics_server(config.metrics_host, config.metrics_port)
-        self.gateway = Gateway(config, load_route_table, close=close_connections)
+        self.gateway = Gateway(
+            config, load_route_table, close=close_connections, load_changes=load_changes
+        )
         await self.gateway.startup()
         # Django, the route table and the libraries are loaded for good: keep the collector
         # from walking them again and again (shorter pauses on the request path).

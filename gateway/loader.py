@@ -1,47 +1,30 @@
 """Builds a :class:`~gateway.routes.RouteTable` from the database (Django ORM, run in a thread).
 
 A bounded number of queries whatever the number of endpoints and keys: one for deployments
-(with their revision numbers, which the derived status needs) and one for inference keys.
+(their stored status is the derived one) and one for inference keys; ``load_changes`` reads
+only the endpoints and keys a change notification named, in as many queries.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 
 from django.db import close_old_connections, connections
 from django.utils import timezone
 
+from controlplane.crypto import engine_api_key
 from controlplane.models import ApiKey, ApiKeyKind
-from deployments.models import Deployment, DesiredState
-from gateway.routes import Endpoint, InferenceKey, RouteTable
-
-_DEPLOYMENT_FIELDS = (
-    "id",
-    "slug",
-    "organization_id",
-    "desired_state",
-    "desired_replicas",
-    "ready_replicas",
-    "total_replicas",
-    "replica_facts",
-    "router_url",
-    "first_ready_at",
-    "failed_at",
-    "rollout_started_at",
-    "generation",
-    "observed_generation",
-    "target_revision__number",
-    "applied_revision__number",
-    "current_revision__number",
-)
+from deployments.models import ROUTE_FIELDS, Deployment, DesiredState
+from gateway.routes import Endpoint, InferenceKey, RouteChanges, RouteTable
 
 
-def load_endpoints() -> dict[str, Endpoint]:
-    rows = (
-        Deployment.objects.exclude(desired_state=DesiredState.DELETED)
-        .select_related("target_revision", "applied_revision", "current_revision")
-        .only(*_DEPLOYMENT_FIELDS)
-    )
+def load_endpoints(ids: Collection[str] | None = None) -> dict[str, Endpoint]:
+    """Every endpoint by slug, or only those of ``ids`` (one query either way). The stored
+    status is what ``derive_status`` gave the facts, so no revision is read."""
+    rows = Deployment.objects.exclude(desired_state=DesiredState.DELETED).only("id", *ROUTE_FIELDS)
+    if ids is not None:
+        rows = rows.filter(pk__in=list(ids))
     endpoints: dict[str, Endpoint] = {}
     for row in rows:
         endpoints[row.slug] = Endpoint(
@@ -52,14 +35,18 @@ def load_endpoints() -> dict[str, Endpoint]:
             desired_state=row.desired_state,
             ready_replicas=row.ready_replicas,
             router_url=row.router_url.rstrip("/"),
+            upstream_auth=b"Bearer " + engine_api_key(str(row.id)).encode(),
         )
     return endpoints
 
 
-def load_keys() -> dict[str, InferenceKey]:
+def load_keys(ids: Collection[str] | None = None) -> dict[str, InferenceKey]:
+    """Every usable inference key by prefix, or only those of ``ids`` (one query)."""
     rows = ApiKey.objects.filter(kind=ApiKeyKind.INFERENCE, revoked_at__isnull=True).exclude(
         expires_at__lte=timezone.now()
     )
+    if ids is not None:
+        rows = rows.filter(pk__in=list(ids))
     keys: dict[str, InferenceKey] = {}
     for row in rows.values_list(
         "id",
@@ -90,6 +77,19 @@ def load_route_table() -> RouteTable:
     # This thread serves no Django requests, so nothing else recycles a dropped connection.
     close_old_connections()
     return RouteTable(endpoints=load_endpoints(), keys=load_keys(), loaded_at=time.time())
+
+
+def load_changes(deployment_ids: Collection[str], key_ids: Collection[str]) -> RouteChanges:
+    """The routes of the endpoints and keys named by change notifications, read fresh: two
+    queries at most, whatever the size of the table. One that is gone (deleted, revoked,
+    expired) is None, so the table drops it. Blocking: call it from a worker thread."""
+    close_old_connections()
+    endpoints = {e.id: e for e in load_endpoints(deployment_ids).values()} if deployment_ids else {}
+    keys = {k.id: k for k in load_keys(key_ids).values()} if key_ids else {}
+    return RouteChanges(
+        endpoints={i: endpoints.get(i) for i in deployment_ids},
+        keys={i: keys.get(i) for i in key_ids},
+    )
 
 
 def close_connections() -> None:

@@ -1,6 +1,7 @@
 """The in-memory route table: which endpoints exist and which inference keys may call them.
 
-Pure data, rebuilt whole by ``gateway.loader`` and swapped in by ``gateway.refresher``; a
+Pure data, loaded whole by ``gateway.loader`` and swapped in by ``gateway.refresher``, which
+also swaps in a copy with one endpoint's or key's route changed when a notification names it; a
 request only reads it, so there is no database query and no lock on the request path.
 """
 
@@ -8,11 +9,14 @@ from __future__ import annotations
 
 import hmac
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from controlplane.keys import hash_key, split_prefix
 from deployments import status as statuses
 
+_Route = TypeVar("_Route", "Endpoint", "InferenceKey")
 # Compared against when a prefix is unknown, so a miss costs the same hashing as a hit.
 _DUMMY_HASH = "0" * 64
 
@@ -26,6 +30,9 @@ class Endpoint:
     desired_state: str
     ready_replicas: int
     router_url: str
+    # ``Authorization`` toward the router: the endpoint's engine key, which smg demands of its
+    # callers (and passes on to the engines). Computed when the table is loaded, not per request.
+    upstream_auth: bytes = field(default=b"", repr=False)
 
     @property
     def serving(self) -> bool:
@@ -59,10 +66,28 @@ class InferenceKey:
 
 
 @dataclass(frozen=True)
+class RouteChanges:
+    """Fresh routes of the endpoints and keys a change notification named, by id; None for one
+    that is gone (deleted, revoked, expired)."""
+
+    endpoints: Mapping[str, Endpoint | None] = field(default_factory=dict)
+    keys: Mapping[str, InferenceKey | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class RouteTable:
     endpoints: dict[str, Endpoint] = field(default_factory=dict)  # by slug
     keys: dict[str, InferenceKey] = field(default_factory=dict)  # by public prefix
-    loaded_at: float = 0.0
+    loaded_at: float = 0.0  # when it was last loaded whole
+
+    def with_changes(self, changes: RouteChanges) -> RouteTable:
+        """A new table with ``changes`` applied; this one is left as it is, so a request that
+        already holds it reads one consistent table."""
+        return RouteTable(
+            endpoints=_replaced(self.endpoints, changes.endpoints, lambda e: e.slug),
+            keys=_replaced(self.keys, changes.keys, lambda k: k.prefix),
+            loaded_at=self.loaded_at,
+        )
 
     def authenticate(self, presented: str, now: float | None = None) -> InferenceKey | None:
         """The active inference key matching ``presented``, compared in constant time."""
@@ -75,3 +100,16 @@ class RouteTable:
         if key.expires_at is not None and key.expires_at <= (now or time.time()):
             return None
         return key
+
+
+def _replaced(
+    entries: dict[str, _Route], changed: Mapping[str, _Route | None], name: Callable[[_Route], str]
+) -> dict[str, _Route]:
+    """``entries`` (by name) without the changed ids' old entries, plus their new ones."""
+    if not changed:
+        return entries
+    out = {n: entry for n, entry in entries.items() if entry.id not in changed}
+    for entry in changed.values():
+        if entry is not None:
+            out[name(entry)] = entry
+    return out

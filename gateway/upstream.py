@@ -72,9 +72,11 @@ class Relay:
 
 
 async def open_upstream(
-    pool: Pool, method: str, url: str, body: bytes | None, request_id: str
+    pool: Pool, method: str, url: str, body: bytes | None, request_id: str, auth: bytes = b""
 ) -> Response:
     headers = [(b"x-request-id", request_id.encode())]
+    if auth:
+        headers.append((b"authorization", auth))
     if body is not None:
         headers.append((b"content-type", b"application/json"))
     try:

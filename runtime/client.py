@@ -3,11 +3,15 @@
 Used by the probe task (metrics, loads), the local driver (readiness, router worker list) and
 tests. Every call has a short timeout and raises ``RuntimeUnavailable`` on connection errors,
 timeouts and unexpected statuses, so callers handle one exception.
+
+``api_key`` is the endpoint's engine key (``--api-key`` of SGLang and smg): sent as a bearer
+token on every call. Probes (``/health*``, ``/ready``, ``/metrics``; smg's ``/liveness`` and
+``/readiness``) answer without it; ``/v1/loads``, ``/server_info`` and smg's ``/workers`` do not.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -21,14 +25,19 @@ class RuntimeUnavailable(Exception):
 
 
 class _HttpClient:
-    def __init__(self, base_url: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self, base_url: str, *, timeout: float = DEFAULT_TIMEOUT_S, api_key: str = ""
+    ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, trust_env=False)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        self._http = httpx.Client(
+            base_url=self.base_url, timeout=timeout, trust_env=False, headers=headers
+        )
 
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> _HttpClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -100,9 +109,14 @@ class RouterClient(_HttpClient):
     """The smg router: health, its worker list, and its metrics on a separate port."""
 
     def __init__(
-        self, base_url: str, *, metrics_url: str | None = None, timeout: float = DEFAULT_TIMEOUT_S
+        self,
+        base_url: str,
+        *,
+        metrics_url: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        api_key: str = "",
     ) -> None:
-        super().__init__(base_url, timeout=timeout)
+        super().__init__(base_url, timeout=timeout, api_key=api_key)
         self.metrics_url = metrics_url
 
     def live(self) -> bool:

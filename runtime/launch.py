@@ -5,8 +5,9 @@ emitted (`--tp-size`, never `--tp`), and every argv is checked against the flag 
 pinned SGLang version (and of smg for the router) by `runtime.validate`.
 
 What the plan leaves to the driver: worker discovery flags of the router (`--worker-urls` locally,
-`--service-discovery --selector ...` on Kubernetes), and `--node-rank` / `--dist-init-addr` of
-multi-node groups. Both are set with `with_flag`.
+`--service-discovery --selector ...` on Kubernetes), `--node-rank` / `--dist-init-addr` of
+multi-node groups, and the endpoint's `--api-key` (engines and router: a secret, so a plan never
+holds it; Kubernetes passes `$(PLINTH_API_KEY)` from a Secret). All are set with `with_flag`.
 
 This module is the one home of argv: the local driver, the Kubernetes render and `python -m runtime
 plan` all take their argv from `plan` (and `with_flag`), and both refuse to hand out a token the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import datetime
 from typing import Any
@@ -36,6 +37,13 @@ class ClusterRef(Schema):
     kind: str
 
 
+class PoolOut(Schema):
+    role: str = Field(description="prefill or decode")
+    desired: int = Field(description="the pool's size in the serving settings")
+    ready: int
+    present: int = Field(description="replicas running, ready or not")
+
+
 class DeploymentOut(Schema):
     id: uuid.UUID
     slug: str
@@ -64,6 +72,11 @@ class DeploymentOut(Schema):
 
 class DeploymentDetailOut(DeploymentOut):
     spec: dict[str, Any] = Field(description="the target revision's RuntimeSpec")
+    pools: list[PoolOut] = Field(
+        default_factory=list,
+        description="a prefill/decode split's pools (size, ready and running replicas); empty "
+        "for an endpoint that does not split them",
+    )
     warnings: list[dict[str, Any]]
 
 
@@ -117,6 +130,7 @@ def deployment_out(deployment: Deployment, *, detail: bool = False) -> dict[str,
     }
     if detail:
         body["spec"] = target.spec if target else {}
+        body["pools"] = [dataclasses.asdict(pool) for pool in queries.pool_status(deployment)]
         body["warnings"] = target.warnings if target else []
     return body
 

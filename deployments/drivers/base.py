@@ -15,10 +15,13 @@ terminating.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
 
 from runtime.launch import LaunchPlan, RolePlan
+from runtime.spec import RuntimeSpec
 
 PENDING = "pending"
 STARTING = "starting"
@@ -80,6 +83,38 @@ class RevisionPlan:
     # named by ``model.hf_token_secret``. Engines get it in their environment (HF_TOKEN), never
     # in argv, a manifest's plain fields or a log.
     hf_token: str | None = None
+    # What the cluster's settings are chosen by: the catalogue GPU the spec asks for (node
+    # affinity) and its SGLang version (the cluster's engine image for it). "" when unknown.
+    gpu: str = ""
+    sglang_version: str = ""
+    # The images the spec itself names (``runtime.image``, ``runtime.router_image``), which win
+    # over the cluster's only where its operator lets tenants override them.
+    engine_image: str | None = None
+    router_image: str | None = None
+
+    @classmethod
+    def for_spec(
+        cls,
+        spec: RuntimeSpec,
+        plan: LaunchPlan,
+        *,
+        number: int,
+        replicas: int,
+        spec_hash: str = "",
+        hf_token: str | None = None,
+    ) -> RevisionPlan:
+        """The plan of ``spec``'s revision ``number``, with what placement needs of the spec."""
+        return cls(
+            number=number,
+            plan=plan,
+            replicas=replicas,
+            spec_hash=spec_hash,
+            hf_token=hf_token,
+            gpu=spec.hardware.gpu,
+            sglang_version=spec.runtime.sglang_version,
+            engine_image=spec.runtime.image,
+            router_image=spec.runtime.router_image,
+        )
 
     def replicas_of(self, role: RolePlan) -> int:
         """How many replicas ``role`` runs: the endpoint's desired count for a plain engine (the
@@ -148,13 +183,84 @@ class Observation:
         return not self.replicas and not self.router_url
 
 
+# A log read returns at most this many lines, and reads at most LOG_READ_BYTES of log text.
+MAX_LOG_LINES = 5000
+LOG_READ_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class LogQuery:
+    """Which lines of one replica's log to read.
+
+    ``replica``: a name the driver lists (matched, never used as a path); None: the first of
+    ``role`` (or of all). ``after``: a cursor from an earlier read; the lines written after it
+    are returned, the oldest first, at most ``tail`` of them (``more`` says whether others
+    follow), so a follower never skips a line. Without it: the last ``tail`` lines. ``since``
+    keeps lines stamped at or after it. ``previous``: the container's previous run (Kubernetes).
+    """
+
+    replica: str | None = None
+    role: str | None = None
+    tail: int = 200
+    since: datetime | None = None
+    previous: bool = False
+    after: str | None = None
+    # A ``replica`` that is not listed (any more) picks as if none were named (the console,
+    # whose replica menu may be older than the pods).
+    fallback: bool = False
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of text, with the time it was written when the log says (None: unknown)."""
+
+    text: str
+    ts: datetime | None = None
+
+
+@dataclass(frozen=True)
+class LogSource:
+    """A replica that has a log: its name, role, restarts, and whether a previous run's log
+    can be read separately (a restarted Kubernetes container)."""
+
+    name: str
+    role: str
+    restarts: int = 0
+    has_previous: bool = False
+
+
 @dataclass(frozen=True)
 class LogLines:
-    """One replica's last log lines, and the names of every replica that has a log to ask for."""
+    """Lines of one replica's log, and every replica that has a log to ask for.
+
+    ``replica`` is empty when none matched the query (no read was made). ``cursor`` continues
+    after the last line returned (pass it back as ``LogQuery.after``); ``continued`` says the
+    lines follow that cursor (False: it could not be used, e.g. the file was replaced, and the
+    lines are a fresh tail); ``more``: lines after these are already written.
+    """
 
     replica: str
-    lines: list[str] = field(default_factory=list)
-    replicas: tuple[str, ...] = ()
+    lines: list[LogLine] = field(default_factory=list)
+    replicas: tuple[LogSource, ...] = ()
+    cursor: str = ""
+    continued: bool = False
+    more: bool = False
+
+    @property
+    def source(self) -> LogSource | None:
+        return next((s for s in self.replicas if s.name == self.replica), None)
+
+
+def pick_source(sources: Sequence[LogSource], query: LogQuery) -> LogSource | None:
+    """The source ``query`` asks for: by name (of ``query.role`` when both are given), else
+    the first of the role, else the first; None when the name is not one of them (unless
+    ``query.fallback``) or nothing has a log."""
+    of_role = [s for s in sources if query.role is None or s.role == query.role]
+    if query.replica is not None:
+        named = next((s for s in of_role if s.name == query.replica), None)
+        if named is not None or not query.fallback:
+            return named
+    return of_role[0] if of_role else None
 
 
 class Driver(Protocol):
@@ -172,9 +278,9 @@ class Driver(Protocol):
     def delete(self, ref: DeploymentRef) -> bool:
         """Remove everything the endpoint owns; True once nothing is left (absent counts)."""
 
-    def logs(self, ref: DeploymentRef, replica: str | None = None, tail: int = 200) -> LogLines:
-        """The last ``tail`` lines of one replica's log; the first replica's when ``replica``
-        is not one of the names it has (a name is matched, never used as a path)."""
+    def logs(self, ref: DeploymentRef, query: LogQuery) -> LogLines:
+        """Lines of the replica ``query`` picks (``pick_source``), every line redacted with
+        ``redact_log_line``; no read when it picks none."""
 
     def close(self) -> None:
         """Release connections (the kube client's pool); running endpoints are unaffected."""

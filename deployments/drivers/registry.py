@@ -13,10 +13,12 @@ from django.conf import settings
 
 from controlplane.crypto import engine_api_key
 from controlplane.services import reveal_secret
+from deployments.cluster_settings import SettingsInvalid, parse_settings
 from deployments.drivers.base import DeploymentRef, Driver
 from deployments.drivers.errors import PermanentDriverError
 from deployments.drivers.kube.client import KubeClient
 from deployments.drivers.kube.driver import KubeDriver
+from deployments.drivers.kube.render import KubeOptions
 from deployments.drivers.local.driver import LocalDriver, LocalOptions
 from deployments.kubeconfig import kubeconfig_policy
 from deployments.models import Cluster, ClusterKind, Deployment
@@ -36,10 +38,21 @@ def driver_for(cluster: Cluster) -> Driver:
         return LocalDriver(local_options())
     if cluster.kubeconfig is None:
         raise PermanentDriverError(f"cluster {cluster.name} has no kubeconfig")
+    options = kube_options(cluster)
     client = KubeClient.from_kubeconfig(
         reveal_secret(cluster.kubeconfig), policy=kubeconfig_policy()
     )
-    return KubeDriver(client)
+    return KubeDriver(client, options)
+
+
+def kube_options(cluster: Cluster) -> KubeOptions:
+    """What the renderers need of ``cluster``: its operator settings, as saved."""
+    try:
+        return KubeOptions(cluster=parse_settings(cluster.operator_settings))
+    except SettingsInvalid as exc:  # saved before a rule Plinth now makes: an admin must act
+        raise PermanentDriverError(
+            f"cluster {cluster.name}'s settings are invalid: {exc}"
+        ) from None
 
 
 def ref_for(deployment: Deployment) -> DeploymentRef:

@@ -18,7 +18,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.access import NotFound
-from controlplane.guard import actor_of, console_view
+from controlplane.guard import HtmxHttpRequest, actor_of, console_view
 from controlplane.services import ServiceError
 from deployments import queries, services
 from deployments.models import Deployment
@@ -31,20 +31,23 @@ def _list_context(request: HttpRequest) -> dict[str, object]:
     search = request.GET.get("q", "").strip()[:100]
     status = request.GET.get("status", "")
     status = status if status in ALL_STATUSES else ""
-    rows = queries.endpoint_rows(actor_of(request), search=search, status=status)
+    listed = queries.endpoint_rows(
+        actor_of(request), search=search, status=status, page=request.GET.get("page")
+    )
     return {
-        "rows": rows,
+        "rows": listed.rows,
+        "page": listed.page,
         "search": search,
         "status_filter": status,
         "statuses": ALL_STATUSES,
-        "polling": any(not r.settled for r in rows),
+        "polling": any(not r.settled for r in listed.rows),
     }
 
 
 @require_GET
 @never_cache  # live status: a back-button copy would show it stale
 @console_view
-def endpoint_list(request: HttpRequest) -> HttpResponse:
+def endpoint_list(request: HtmxHttpRequest) -> HttpResponse:
     context = _list_context(request)
     if request.htmx:
         response = render(request, "deployments/endpoint_list.html#rows", context)
@@ -114,6 +117,7 @@ def _card_context(endpoint: Deployment) -> dict[str, object]:
         "status": endpoint.status,
         "settled": endpoint.settled,
         "target_note": _target_note(endpoint),
+        "pools": queries.pool_status(endpoint),
         "events": queries.recent_events(endpoint, limit=5),
     }
 

@@ -23,11 +23,12 @@ from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
 from controlplane import services as platform
+from controlplane.crypto import engine_api_key
+from controlplane.error_pages import error_response
 from controlplane.guard import actor_of, console_view
 from controlplane.models import ApiKeyKind
 from controlplane.services import ServiceError
 from deployments import queries
-from deployments.api.errors import error_response
 from deployments.models import Deployment
 from deployments.views.endpoints import inference_url
 
@@ -119,9 +120,12 @@ def _parse(request: HttpRequest) -> dict[str, Any]:
     return {"key": key, "prompt": prompt, "max_tokens": max_tokens}
 
 
-def _upstream(request: HttpRequest, endpoint: Deployment, key: str) -> str:
+def _upstream(request: HttpRequest, endpoint: Deployment, key: str) -> tuple[str, str]:
+    """Where the call goes, and the bearer token it carries there: the user's key to the
+    gateway; to the router, which knows no Plinth key, the endpoint's engine key once the
+    user's key is checked here."""
     if settings.PLINTH_PLAYGROUND_UPSTREAM != "router":
-        return inference_url(endpoint.slug) + "/chat/completions"
+        return inference_url(endpoint.slug) + "/chat/completions", key
     found = platform.authenticate_key(key, kind=ApiKeyKind.INFERENCE)
     if (
         found is None
@@ -131,16 +135,17 @@ def _upstream(request: HttpRequest, endpoint: Deployment, key: str) -> str:
         raise ServiceError("this key cannot call this endpoint", field="key")
     if not endpoint.router_url:
         raise ServiceError("the endpoint is not serving yet", field="prompt")
-    return endpoint.router_url.rstrip("/") + "/v1/chat/completions"
+    url = endpoint.router_url.rstrip("/") + "/v1/chat/completions"
+    return url, engine_api_key(str(endpoint.pk))
 
 
 @require_POST
 @console_view
-def playground_chat(request: HttpRequest, slug: str) -> HttpResponse:
+def playground_chat(request: HttpRequest, slug: str) -> HttpResponse | StreamingHttpResponse:
     endpoint = queries.get_endpoint(actor_of(request), slug)
     try:
         params = _parse(request)
-        url = _upstream(request, endpoint, params["key"])
+        url, bearer = _upstream(request, endpoint, params["key"])
     except PlaygroundInvalid as exc:
         return error_response(422, str(exc), code="invalid", fields=exc.fields)
     except ServiceError as exc:
@@ -155,9 +160,7 @@ def playground_chat(request: HttpRequest, slug: str) -> HttpResponse:
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    response = StreamingHttpResponse(
-        _relay(url, params["key"], body), content_type="text/event-stream"
-    )
+    response = StreamingHttpResponse(_relay(url, bearer, body), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response

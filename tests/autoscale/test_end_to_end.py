@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from controlplane.crypto import engine_api_key
 from deployments import probe, reconcile, services
 from deployments.models import Deployment
 from deployments.status import ACTIVE
@@ -42,11 +43,16 @@ def converge(deployment: Deployment, ready: int) -> Deployment:
     return refresh(deployment)
 
 
-def long_request(url: str, stop: threading.Event) -> None:
+def engine_key(deployment: Deployment) -> dict[str, str]:
+    """The endpoint's router and engines refuse callers without its key (the gateway has it)."""
+    return {"Authorization": f"Bearer {engine_api_key(str(deployment.pk))}"}
+
+
+def long_request(url: str, headers: dict[str, str], stop: threading.Event) -> None:
     body = {"model": "chat", "messages": [{"role": "user", "content": "count"}], "max_tokens": 400}
     try:
         with httpx.stream("POST", f"{url}/v1/chat/completions", json={**body, "stream": True},
-                          timeout=300) as response:  # fmt: skip
+                          headers=headers, timeout=300) as response:  # fmt: skip
             for _ in response.iter_bytes():
                 if stop.is_set():
                     return
@@ -62,7 +68,11 @@ def test_requests_in_flight_add_a_replica_that_serves(cast: Cast, fast_local: Pa
 
     stop = threading.Event()
     clients = [
-        threading.Thread(target=long_request, args=(deployment.router_url, stop), daemon=True)
+        threading.Thread(
+            target=long_request,
+            args=(deployment.router_url, engine_key(deployment), stop),
+            daemon=True,
+        )
         for _ in range(2)
     ]
     for client in clients:
@@ -86,6 +96,9 @@ def test_requests_in_flight_add_a_replica_that_serves(cast: Cast, fast_local: Pa
         for url in urls:  # the new replica answers as the first one does
             body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}],
                     "max_tokens": 1}  # fmt: skip
-            assert httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60).is_success
+            answer = httpx.post(
+                f"{url}/v1/chat/completions", json=body, headers=engine_key(deployment), timeout=60
+            )
+            assert answer.is_success
     finally:
         stop.set()

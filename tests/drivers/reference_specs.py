@@ -11,7 +11,11 @@ from runtime import launch, validate
 from runtime.spec import RuntimeSpec
 
 GOLDEN = Path(__file__).resolve().parent.parent / "runtime" / "golden"
-REF = DeploymentRef(id="0b6f8a2e-4c1d-4e8f-9a7b-2d3c4e5f6a7b", slug="chat", namespace="team-a")
+# The endpoint's engine key, as controlplane.crypto.engine_api_key derives one.
+ENGINE_KEY = "pek_" + "5e" * 32
+REF = DeploymentRef(
+    id="0b6f8a2e-4c1d-4e8f-9a7b-2d3c4e5f6a7b", slug="chat", namespace="team-a", api_key=ENGINE_KEY
+)
 
 
 def golden_names() -> list[str]:
@@ -29,4 +33,6 @@ def deployable(name: str) -> bool:
 def revision_plan(spec: RuntimeSpec, number: int = 1, hf_token: str | None = None) -> RevisionPlan:
     plan = launch.plan(spec, deployment_labels={"deployment": REF.slug})
     engine = next(r for r in plan.roles if r.role != "router")
-    return RevisionPlan(number=number, plan=plan, replicas=engine.replicas, hf_token=hf_token)
+    return RevisionPlan.for_spec(
+        spec, plan, number=number, replicas=engine.replicas, hf_token=hf_token
+    )

@@ -21,20 +21,22 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from deployments.drivers.base import RevisionPlan
-from deployments.drivers.kube.render import KubeOptions, render_revision
+from deployments.drivers.kube.render import API_KEY_ENV, KubeOptions, render_revision
 from deployments.drivers.local.driver import LocalDriver, LocalOptions
 from runtime.argv import parses_as_flag, unprintable
 from runtime.catalog import FlagCatalog, sglang_flags, smg_flags
 from runtime.catalog.flags import arity_problem, split_argv
 from runtime.extra_flags import EXTRA_FLAG_ALLOWLIST, EXTRA_FLAG_DENYLIST
-from runtime.launch import LaunchPlan, plan
+from runtime.launch import LaunchPlan, plan, with_flag
 from runtime.spec import RuntimeSpec
 from runtime.validate import check, has_errors
-from tests.drivers.reference_specs import REF
+from tests.drivers.reference_specs import ENGINE_KEY, REF
 
 SECRET = "hf_SENTINEL_never_in_argv"
 # What the drivers add to a plan's engine argv (local: loopback and a free port; LWS: the group).
-DRIVER_ENGINE_FLAGS = {"--host", "--port", "--dist-init-addr", "--nnodes", "--node-rank"}
+DRIVER_ENGINE_FLAGS = {
+    "--host", "--port", "--dist-init-addr", "--nnodes", "--node-rank", "--api-key"
+}  # fmt: skip
 ENGINES = sglang_flags()
 ROUTER = smg_flags()
 
@@ -201,7 +203,12 @@ def _kube_argvs(revision: RevisionPlan) -> Iterator[tuple[str, list[str], FlagCa
     lws = {"LWS_LEADER_ADDRESS": "10.0.0.1", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "1"}
     for obj in render_revision(REF, revision, KubeOptions()):
         for container in _containers(obj):
-            env = {e["name"]: e.get("value", SECRET) for e in container.get("env", [])}
+            # A Secret reference expands to the Secret's value: the endpoint's key, or the token.
+            secrets = {API_KEY_ENV: ENGINE_KEY}
+            env = {
+                e["name"]: e.get("value", secrets.get(e["name"], SECRET))
+                for e in container.get("env", [])
+            }
             args = [kube_expand(arg, {**lws, **env}) for arg in container["args"]]
             router = container["name"] == "router"
             yield container["name"], args, ROUTER if router else ENGINES
@@ -229,11 +236,11 @@ def test_no_accepted_spec_smuggles_a_flag_into_any_argv(data: dict[str, Any]) ->
             flags = _assert_safe(role, args, catalog)
             if catalog is ENGINES:
                 _assert_engine_flags(spec, flags, managed)
-    # Single-node engines and the router reach Kubernetes exactly as planned.
+    # Single-node engines reach Kubernetes exactly as planned, plus the endpoint's key.
     kube = {name: args for name, args, _ in _kube_argvs(revision)}
     engine = launch.roles[0]
     if engine.role == "engine" and not engine.multi_node:
-        assert kube["engine"] == engine.args
+        assert kube["engine"] == with_flag(engine.args, "--api-key", ENGINE_KEY)
 
 
 def test_the_issue_repro_is_refused_and_a_dollar_reference_stays_literal() -> None:

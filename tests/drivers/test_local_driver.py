@@ -76,9 +76,16 @@ def test_engines_come_up_behind_the_router_and_answer(driver: LocalDriver) -> No
     assert chat(observed.router_url).status_code == 200
     with RouterClient(observed.router_url) as router:
         assert len(router.workers()) == 2
-    logs = driver.logs(REF, "r1-engine-0")
-    assert logs.lines and "r1-engine-0" in logs.lines[0]
-    assert logs.replicas == ("r1-engine-0", "r1-engine-1", "router")
+    logs = driver.logs(REF, base.LogQuery(replica="r1-engine-0"))
+    assert logs.lines and "r1-engine-0" in logs.lines[0].text
+    assert [(s.name, s.role) for s in logs.replicas] == [
+        ("r1-engine-0", "engine"),
+        ("r1-engine-1", "engine"),
+        ("router", "router"),
+    ]
+    # The start line and the engine's own lines carry their times.
+    assert logs.lines[0].ts is not None
+    assert any(line.ts for line in logs.lines if "fired up" in line.text)
 
     # A worker restart: a new driver finds the same processes and starts nothing new.
     before = pids(driver)
@@ -235,7 +242,7 @@ def test_an_endpoint_with_a_key_refuses_callers_without_it(tmp_path: Path) -> No
         )
         assert answer.status_code == 200
         for name in ("r1-engine-0", "router"):
-            lines = local.logs(keyed, name).lines
+            lines = [line.text for line in local.logs(keyed, base.LogQuery(replica=name)).lines]
             assert lines and "--api-key ***" in lines[0]
             assert not [line for line in lines if key in line], name
         table = ProcessTable(tmp_path / REF.id)

@@ -26,6 +26,7 @@ from django.test import Client
 
 from controlplane import services as platform
 from controlplane.celery import app
+from controlplane.crypto import engine_api_key
 from deployments.models import Deployment
 from deployments.status import ACTIVE, DEGRADED
 from tests.conftest import Cast
@@ -86,9 +87,13 @@ def stack(cast: Cast, tmp_path: Path, queue: str) -> Iterator[Stack]:
         stop_everything(run_dir)
 
 
-def chat(url: str) -> int:
+def chat(deployment: Deployment) -> int:
+    """A request straight to the endpoint's router, with the engine key the gateway presents
+    (the router refuses callers without it)."""
     body = {"model": "chat", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
-    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30).status_code
+    headers = {"Authorization": f"Bearer {engine_api_key(str(deployment.pk))}"}
+    url = f"{deployment.router_url}/v1/chat/completions"
+    return httpx.post(url, json=body, headers=headers, timeout=30).status_code
 
 
 def wait_status(deployment: Deployment, status: str, timeout: float = 90.0) -> Deployment:
@@ -102,7 +107,7 @@ def test_create_kill_recover_and_roll_back_through_the_api(stack: Stack) -> None
     created = stack.api("post", "/deployments", {"slug": "e2e-chat", "name": "E2E", "spec": spec})
     deployment = Deployment.objects.get(pk=created["id"])
     deployment = wait_status(deployment, ACTIVE)
-    assert chat(deployment.router_url) == 200
+    assert chat(deployment) == 200
 
     # Kill the engine: the endpoint is degraded, then the worker restarts it.
     record = stack.run_dir / str(deployment.pk) / "r1-engine-0.json"
@@ -110,14 +115,14 @@ def test_create_kill_recover_and_roll_back_through_the_api(stack: Stack) -> None
     wait_status(deployment, DEGRADED)
     deployment = wait_status(deployment, ACTIVE)
     assert deployment.replica_facts[0]["restarts"] == 1
-    assert chat(deployment.router_url) == 200
+    assert chat(deployment) == 200
 
     # A revision that never becomes ready is rolled back; revision 1 answers throughout.
     never = small_spec(PLINTH_SIM_STARTUP_DELAY="3600")
     stack.api("patch", f"/deployments/{deployment.pk}", {"spec": never, "base_revision": 1})
 
     def rolled_back() -> bool:
-        assert chat(deployment.router_url) == 200
+        assert chat(deployment) == 200
         return deployment.events.filter(reason="RolloutFailed").exists()
 
     wait_until(rolled_back, "rolled back", timeout=60)
@@ -145,4 +150,4 @@ def test_a_worker_killed_mid_deploy_is_replaced_without_duplicates(stack: Stack)
     assert len(pids) == 2  # one engine and one router: adopted, not started again
     records = sorted(p.stem for p in home.glob("*.json"))
     assert records == ["r1-engine-0", "router"]
-    assert chat(deployment.router_url) == 200
+    assert chat(deployment) == 200

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from controlplane.crypto import engine_api_key
 from deployments import reconcile, services
 from deployments.models import Deployment
 from deployments.status import ACTIVE, DEGRADED
@@ -29,9 +30,13 @@ def converge(deployment: Deployment, status: str, timeout: float = 90.0) -> Depl
     return refresh(deployment)
 
 
-def chat(url: str) -> int:
+def chat(deployment: Deployment) -> int:
+    """A request straight to the endpoint's router, with the engine key the gateway presents
+    (the router refuses callers without it)."""
     body = {"model": "chat", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
-    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30).status_code
+    headers = {"Authorization": f"Bearer {engine_api_key(str(deployment.pk))}"}
+    url = f"{deployment.router_url}/v1/chat/completions"
+    return httpx.post(url, json=body, headers=headers, timeout=30).status_code
 
 
 @pytest.mark.django_db
@@ -44,7 +49,7 @@ def test_an_endpoint_becomes_active_and_its_rollback_keeps_serving(
     deployment = converge(deployment, ACTIVE)
     assert deployment.current_revision.number == 1
     assert deployment.router_url.startswith("http://127.0.0.1:")
-    assert chat(deployment.router_url) == 200
+    assert chat(deployment) == 200
     reasons = list(deployment.events.values_list("reason", flat=True))
     assert "Deploying" in reasons and "Ready" in reasons
 
@@ -55,7 +60,7 @@ def test_an_endpoint_becomes_active_and_its_rollback_keeps_serving(
 
     def rolled_back() -> bool:
         reconcile.reconcile(str(deployment.pk))
-        assert chat(deployment.router_url) == 200  # never a gap while it tries
+        assert chat(deployment) == 200  # never a gap while it tries
         return refresh(deployment).events.filter(reason="RolloutFailed").exists()
 
     wait_until(rolled_back, "rolled back", timeout=60)
@@ -125,7 +130,7 @@ def test_the_probe_stores_a_sample_of_the_interval(cast: Cast, fast_local: Path)
     first = probe.probe(str(deployment.pk))  # nothing was asked yet
     assert first is not None and first.requests == 0
     for _ in range(3):
-        assert chat(deployment.router_url) == 200
+        assert chat(deployment) == 200
     sample = probe.probe(str(deployment.pk))
     assert sample is not None and sample.replicas_ready == 1
     assert sample.requests == 3
@@ -144,12 +149,12 @@ def test_the_first_sample_counts_the_requests_made_before_it(cast: Cast, fast_lo
     deployment = services.create_deployment(actor, slug="early", name="E", spec=small_spec())
     deployment = converge(deployment, ACTIVE)
     for _ in range(5):  # right after it became active, before any probe
-        assert chat(deployment.router_url) == 200
+        assert chat(deployment) == 200
     sample = probe.probe(str(deployment.pk))
     assert sample is not None and sample.requests == 5
     assert sample.generation_tokens > 0 and sample.interval_s > 0
     # The next sample holds its own interval only: nothing counted twice.
-    assert chat(deployment.router_url) == 200
+    assert chat(deployment) == 200
     later = probe.probe(str(deployment.pk))
     assert later is not None and later.requests == 1
 
@@ -167,7 +172,7 @@ def test_stop_then_start_comes_back_through_loading(cast: Cast, fast_local: Path
     assert deployment.router_url == "" and deployment.current_revision is None
     services.start(actor, deployment.pk)
     deployment = converge(deployment, ACTIVE)
-    assert chat(deployment.router_url) == 200
+    assert chat(deployment) == 200
 
 
 @pytest.mark.django_db
@@ -198,7 +203,7 @@ def test_a_start_after_an_unfinished_stop_comes_up_never_degraded(
 
         wait_until(step, "active again", timeout=90)
         assert set(seen) <= {DEPLOYING, LOADING, ACTIVE}, seen
-        assert chat(refresh(deployment).router_url) == 200
+        assert chat(refresh(deployment)) == 200
         assert not _alive(router)  # the frozen router was stopped for good, not left running
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -225,7 +230,7 @@ def test_after_plinth_local_stop_the_status_follows_what_runs(cast: Cast, fast_l
     assert halted.ready_replicas == 0 and halted.router_url == ""
     assert halted.next_reconcile_at <= timezone.now()  # the next run observes it at once
     deployment = converge(deployment, ACTIVE)  # and brings it back
-    assert chat(deployment.router_url) == 200
+    assert chat(deployment) == 200
 
 
 @pytest.mark.django_db

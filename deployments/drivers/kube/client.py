@@ -16,6 +16,7 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import yaml
@@ -79,11 +80,13 @@ KINDS: dict[tuple[str, str], Kind] = {
         Kind("v1", "Secret", "secrets"),
         Kind("v1", "Pod", "pods"),
         Kind("v1", "Event", "events"),
+        Kind("v1", "Node", "nodes", namespaced=False),
         Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
         Kind("apps/v1", "Deployment", "deployments"),
         Kind("rbac.authorization.k8s.io/v1", "Role", "roles"),
         Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
         Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+        Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
         Kind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets"),
     )
 }
@@ -94,6 +97,9 @@ def kind_of(api_version: str, kind: str) -> Kind:
         return KINDS[(api_version, kind)]
     except KeyError:
         raise KubePermanentError(f"Plinth does not manage {kind} ({api_version})") from None
+
+
+_Objects = list[dict[str, Any]]  # ``list`` is a method's name inside KubeClient
 
 
 class KubeClient:
@@ -170,10 +176,43 @@ class KubeClient:
         # act on other people's objects.
         return [o for o in items if _matches(o, selector or {})]
 
-    def pod_log(self, namespace: str, pod: str, *, container: str, tail: int) -> str:
+    def gpu_nodes_and_pods(self) -> tuple[_Objects, _Objects]:
+        """Every Node, and every pod of every namespace that is not finished (what holds GPUs):
+        two LISTs, for the cluster's GPU inventory. Needs cluster-wide list on both."""
+        nodes = self._call("GET", kind_of("v1", "Node").path(None)).get("items") or []
+        active = {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"}
+        pods = self._call("GET", kind_of("v1", "Pod").path(None), query=active).get("items")
+        return nodes, pods or []
+
+    def pod_log(
+        self,
+        namespace: str,
+        pod: str,
+        *,
+        container: str,
+        tail: int | None = None,
+        since: datetime | None = None,
+        previous: bool = False,
+        timestamps: bool = False,
+        limit_bytes: int | None = None,
+    ) -> str:
+        """A container's log (what ``read_namespaced_pod_log`` asks): its last ``tail`` lines,
+        those since ``since`` (whole seconds: the API's precision), the previous run's
+        (``previous``: a restarted container, e.g. in CrashLoopBackOff), each line prefixed by
+        its RFC 3339 time and a space (``timestamps``), at most ``limit_bytes`` bytes."""
         path = Kind("v1", "Pod", "pods").path(namespace, pod) + "/log"
-        query = {"container": container, "tailLines": str(tail)}
-        return str(self._call("GET", path, query=query, raw=True))
+        query = {"container": container}
+        if tail is not None:
+            query["tailLines"] = str(tail)
+        if since is not None:
+            query["sinceTime"] = since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if previous:
+            query["previous"] = "true"
+        if timestamps:
+            query["timestamps"] = "true"
+        if limit_bytes is not None:
+            query["limitBytes"] = str(limit_bytes)
+        return self._send("GET", path, query=query)
 
     # --- writes ---
 
@@ -208,8 +247,20 @@ class KubeClient:
         query: Mapping[str, str] | None = None,
         body: Any = None,
         headers: Mapping[str, str] | None = None,
-        raw: bool = False,
-    ) -> Any:
+    ) -> dict[str, Any]:
+        """One API call whose reply is a Kubernetes object."""
+        return _json_object(self._send(method, path, query=query, body=body, headers=headers))
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> str:
+        """One API call; the reply's text."""
         request = self._api.param_serialize(
             method,
             path,
@@ -231,10 +282,7 @@ class KubeClient:
         status = response.status
         if not 200 <= status < 300:
             raise _error(status)
-        text = response.data.decode("utf-8", "replace") if response.data else ""
-        if raw:
-            return text
-        return _json_object(text)
+        return response.data.decode("utf-8", "replace") if response.data else ""
 
 
 def _json_object(text: str) -> dict[str, Any]:

@@ -11,11 +11,14 @@ rolling update: applying the previous revision again is the rollback.
 from __future__ import annotations
 
 import logging
+import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from deployments.drivers import base
 from deployments.drivers.errors import ForeignObjectError
 from deployments.drivers.kube import labels as L
+from deployments.drivers.kube import placement
 from deployments.drivers.kube.client import Kind, KubeClient, KubePermanentError, kind_of
 from deployments.drivers.kube.observe import observation
 from deployments.drivers.kube.render import KubeOptions, render_revision, router_url
@@ -34,6 +37,7 @@ OWNED_KINDS = [
     ("rbac.authorization.k8s.io/v1", "Role"),
     ("v1", "ServiceAccount"),
     ("v1", "Secret"),
+    ("v1", "PersistentVolumeClaim"),  # the model cache of a cluster that asks for one each
 ]
 WORKLOAD_KINDS = OWNED_KINDS[:2]
 
@@ -115,6 +119,13 @@ class KubeDriver:
         events = self.client.list(kind_of("v1", "Event"), ref.namespace) if pods else []
         return observation(pods, events, router_url(ref, ROUTER_PORT))
 
+    # --- the cluster ---
+
+    def gpu_inventory(self) -> dict[str, Any]:
+        """The cluster's GPU nodes as ``placement.gpu_inventory`` summarises them."""
+        nodes, pods = self.client.gpu_nodes_and_pods()
+        return placement.gpu_inventory(nodes, pods, self.options.cluster)
+
     # --- stop / delete ---
 
     def stop(self, ref: base.DeploymentRef) -> bool:
@@ -133,19 +144,106 @@ class KubeDriver:
 
     # --- logs ---
 
-    def logs(
-        self, ref: base.DeploymentRef, replica: str | None = None, tail: int = 200
-    ) -> base.LogLines:
+    def logs(self, ref: base.DeploymentRef, query: base.LogQuery) -> base.LogLines:
+        """A pod's engine (or router) container log, read with ``timestamps=true`` so every line
+        has its time; a cursor is the time of the last line returned."""
         pods = self.client.list(kind_of("v1", "Pod"), ref.namespace, L.owner_selector(ref.id))
-        names = sorted(p["metadata"]["name"] for p in pods)
-        name = replica if replica in names else (names[0] if names else None)
-        if name is None:
-            return base.LogLines(replica="")
-        pod = next(p for p in pods if p["metadata"]["name"] == name)
-        container = "router" if pod["metadata"]["labels"].get(L.ROLE) == "router" else "engine"
-        text = self.client.pod_log(ref.namespace, name, container=container, tail=tail)
-        lines = [base.redact_log_line(line) for line in text.splitlines()[-tail:]]
-        return base.LogLines(replica=name, lines=lines, replicas=tuple(names))
+        by_name = {p["metadata"]["name"]: p for p in pods}
+        sources = tuple(_log_source(by_name[name]) for name in sorted(by_name))
+        source = base.pick_source(sources, query)
+        if source is None or (query.previous and not source.has_previous):
+            # No such replica, or no previous run to read: the caller says which.
+            return base.LogLines(replica=source.name if source else "", replicas=sources)
+        after = _stamp(query.after or "")
+        since = query.since
+        if after is not None and (since is None or after[0] > since):
+            since = after[0]  # whole seconds: the lines of that second up to the cursor repeat
+        text = self.client.pod_log(
+            ref.namespace,
+            source.name,
+            container=_log_container(by_name[source.name]),
+            tail=None if after is not None else query.tail,
+            since=since,
+            previous=query.previous,
+            timestamps=True,
+            limit_bytes=base.LOG_READ_BYTES,
+        )
+        raw = text.split("\n")
+        cut = len(text.encode()) >= base.LOG_READ_BYTES and len(raw) > 1
+        # The last piece is the start of a line still being written (or "" after the last
+        # newline), or the end of a reply cut at the byte limit: shown once it is whole.
+        stamped = [_stamped_line(line) for line in raw[:-1]]
+        if after is not None:
+            stamped = [(s, line) for s, line in stamped if s is None or s > after]
+        if query.since is not None:  # the API filters to the second; this to the nanosecond
+            stamped = [(s, ln) for s, ln in stamped if s is None or _as_datetime(s) >= query.since]
+        more = cut or len(stamped) > query.tail
+        stamped = stamped[: query.tail] if after is not None else stamped[-query.tail :]
+        last = next((s for s, _ in reversed(stamped) if s is not None), after)
+        lines = [
+            base.LogLine(base.redact_log_line(line), _as_datetime(s) if s else None)
+            for s, line in stamped
+        ]
+        return base.LogLines(
+            replica=source.name,
+            lines=lines,
+            replicas=sources,
+            cursor=_cursor(last) if last is not None else "",
+            continued=after is not None,
+            more=more,
+        )
+
+
+# A cursor and a stamp: (the time to the second, aware; nanoseconds within that second).
+Stamp = tuple[datetime, int]
+_RFC3339 = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?Z$")
+
+
+def _stamp(text: str) -> Stamp | None:
+    """The kubelet's RFC 3339 time with nanoseconds (``2025-06-01T12:00:00.123456789Z``)."""
+    match = _RFC3339.match(text)
+    if match is None:
+        return None
+    try:
+        second = datetime.fromisoformat(match[1]).replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return second, int((match[2] or "0").ljust(9, "0"))
+
+
+def _stamped_line(line: str) -> tuple[Stamp | None, str]:
+    stamp_text, _, rest = line.partition(" ")
+    stamp = _stamp(stamp_text)
+    return (stamp, rest.rstrip("\r")) if stamp is not None else (None, line.rstrip("\r"))
+
+
+def _cursor(stamp: Stamp) -> str:
+    return f"{stamp[0].strftime('%Y-%m-%dT%H:%M:%S')}.{stamp[1]:09d}Z"
+
+
+def _as_datetime(stamp: Stamp) -> datetime:
+    return stamp[0] + timedelta(microseconds=stamp[1] // 1000)
+
+
+def _log_container(pod: dict[str, Any]) -> str:
+    """The container whose log is the replica's: the router's or the engine's, else the first."""
+    wanted = "router" if pod["metadata"].get("labels", {}).get(L.ROLE) == "router" else "engine"
+    names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+    return wanted if wanted in names or not names else str(names[0])
+
+
+def _log_source(pod: dict[str, Any]) -> base.LogSource:
+    """A pod as a log source; a container that ran before (restarted) has a previous log."""
+    name = _log_container(pod)
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    status: dict[str, Any] = next((c for c in statuses if c.get("name") == name), {})
+    terminated = (status.get("lastState") or {}).get("terminated")
+    return base.LogSource(
+        name=pod["metadata"]["name"],
+        role=pod["metadata"].get("labels", {}).get(L.ROLE, "engine"),
+        restarts=int(status.get("restartCount") or 0),
+        has_previous=bool(terminated),
+    )
 
 
 def _config_hash(obj: dict[str, Any]) -> str | None:

@@ -10,12 +10,19 @@ from collections.abc import Mapping
 from typing import Any
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
+NAME = "app.kubernetes.io/name"
+COMPONENT = "app.kubernetes.io/component"
 PLINTH = "plinth"
 DEPLOYMENT = "plinth.dev/deployment"
 REVISION = "plinth.dev/revision"
 ROLE = "plinth.dev/role"
 CONFIG_HASH = "plinth.dev/config-hash"
+API_KEY_DIGEST = "plinth.dev/api-key-digest"
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+# Set by LWS on every pod of one group (a multi-node replica), unique per group.
+LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
+# The catalogue GPU type an engine pod was placed for (an unschedulable pod's reason names it).
+GPU = "plinth.dev/gpu"
 
 
 def owner_selector(deployment_id: str) -> dict[str, str]:
@@ -36,6 +43,11 @@ def object_labels(slug: str, deployment_id: str, revision: int, role: str) -> di
         REVISION: str(revision),
         ROLE: role,
     }
+
+
+def platform_labels(component: str) -> dict[str, str]:
+    """The labels of Plinth's own pods (k8s/base): ``gateway``, ``worker``, ``web``..."""
+    return {NAME: PLINTH, COMPONENT: component}
 
 
 def is_ours(obj: Mapping[str, Any], deployment_id: str) -> bool:

@@ -6,6 +6,14 @@ when one replica spans nodes) with a rolling update that surges one replica and 
 ready one away, a Service and a PodDisruptionBudget. For the router: smg discovering engine pods by
 label, with the ServiceAccount, Role and RoleBinding that lets it list pods, and its Service. A
 Secret carries the model hub token when the model is gated.
+
+Fences: a Secret holds the endpoint's API key, which engines and the router get as ``--api-key
+$(PLINTH_API_KEY)`` (Kubernetes expands the reference from the Secret at start, so the key is in
+no manifest); two NetworkPolicies let only the endpoint's own pods reach its engines (router,
+and the other ranks and pools for NCCL and KV transfer) plus the worker's probe on the HTTP
+port, and only the gateway and the worker reach its router. Pods run with a read-only root
+filesystem (writable: the model cache, /dev/shm and an emptyDir /tmp); the router as non-root,
+engines as the user ``KubeOptions.engine_run_as_user`` names (the SGLang image runs as root).
 """
 
 from __future__ import annotations
@@ -15,12 +23,16 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from deployments.drivers.base import DeploymentRef, RevisionPlan
+from deployments.cluster_settings import ClaimCache, ClusterSettings, SharedClaimCache
+from deployments.drivers.base import HF_TOKEN_ENV, DeploymentRef, RevisionPlan
 from deployments.drivers.kube import labels as L
-from runtime.launch import DIST_INIT_PORT, Probe, RolePlan, with_flag
-from runtime.spec import MODEL_CACHE_PATH
+from runtime.launch import DIST_INIT_PORT, ROUTER_IMAGE, Probe, RolePlan, with_flag
+from runtime.spec import MODEL_CACHE_PATH, default_engine_image
 
-HF_TOKEN_KEY = "HF_TOKEN"
+HF_TOKEN_KEY = HF_TOKEN_ENV  # the Secret's key, named as the variable it becomes
+# The variable engines and the router read the endpoint's API key from, and the Secret's key.
+API_KEY_ENV = "PLINTH_API_KEY"
+ROUTER_USER = 65532  # smg needs no user of its own: any non-root id
 PRESTOP_SLEEP_S = 15  # lets the router see the pod go unready before the engine drains
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 
@@ -29,15 +41,19 @@ LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 class KubeOptions:
     """Per-cluster choices an operator makes once."""
 
-    # Node labels per GPU type; every GPU pod also needs nodes with the NVIDIA device plugin.
-    gpu_node_selector: dict[str, str] = field(
-        default_factory=lambda: {"nvidia.com/gpu.present": "true"}
-    )
-    gpu_resource: str = "nvidia.com/gpu"
-    # A ReadWriteMany claim for the model cache; without one each node caches on its own disk.
-    model_cache_claim: str | None = None
-    model_cache_host_path: str = "/var/lib/plinth/model-cache"
-    image_pull_secret: str | None = None
+    # What the cluster's admin saved (GPU map, tolerations, images, model cache, extra labels):
+    # validated when saved, so rendering never needs to refuse it.
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    # Where Plinth's gateway and worker run: the only pods outside an endpoint's own that its
+    # NetworkPolicies let in (k8s/base labels them app.kubernetes.io/component=gateway|worker).
+    platform_namespace: str = "plinth-system"
+    # A namespace whose pods may scrape engine and router metrics (Prometheus); None: none.
+    monitoring_namespace: str | None = None
+    # The SGLang image runs as root; an operator whose engine image has a user sets its id here
+    # and engines then run as non-root. None keeps the image's user.
+    engine_run_as_user: int | None = None
+    # Off only for an engine image that writes outside the cache, /tmp and /dev/shm.
+    read_only_root: bool = True
 
 
 def render_revision(
@@ -46,19 +62,69 @@ def render_revision(
     """Every object of ``ref`` at ``revision``, in apply order (dependencies first)."""
     options = options or KubeOptions()
     objects: list[dict[str, Any]] = []
+    if isinstance(options.cluster.model_cache, SharedClaimCache):
+        objects.append(model_cache_claim(ref, revision, options.cluster.model_cache))
     if revision.hf_token:
         objects.append(hf_token_secret(ref, revision))
+    if ref.api_key:
+        objects.append(api_key_secret(ref, revision))
     engines = [r for r in revision.plan.roles if r.role != "router"]
+    if engines:
+        objects.append(engine_network_policy(ref, revision, engines[0].port, options))
     for role in engines:
         objects.append(engine_workload(ref, revision, role, options))
         objects.append(engine_service(ref, revision, role))
         objects.append(disruption_budget(ref, revision, role))
     router = revision.plan.role("router")
     if router is not None:
+        objects.append(router_network_policy(ref, revision, router, options))
         objects += router_rbac(ref, revision)
-        objects.append(router_deployment(ref, revision, router, [r.role for r in engines]))
+        objects.append(router_deployment(ref, revision, router, [r.role for r in engines], options))
         objects.append(router_service(ref, revision, router))
-    return [with_config_hash(o) for o in objects]
+    return [with_config_hash(with_operator_metadata(o, options.cluster)) for o in objects]
+
+
+def with_operator_metadata(obj: dict[str, Any], cluster: ClusterSettings) -> dict[str, Any]:
+    """``obj`` with the operator's extra labels and annotations on it and on its pod templates.
+
+    Plinth's own keys win (the settings refuse its prefixes anyway): selectors and ownership
+    rest on them. Selectors themselves are never touched, so changing these rolls pods but
+    never orphans a workload.
+    """
+    if not cluster.labels and not cluster.annotations:
+        return obj
+    for meta in (obj["metadata"], *(t["metadata"] for t in _pod_templates(obj))):
+        meta["labels"] = {**cluster.labels, **meta.get("labels", {})}
+        if cluster.annotations:
+            meta["annotations"] = {**cluster.annotations, **meta.get("annotations", {})}
+    return obj
+
+
+def _pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = obj.get("spec") or {}
+    if "template" in spec:
+        return [spec["template"]]
+    group = spec.get("leaderWorkerTemplate") or {}
+    return [group[k] for k in ("leaderTemplate", "workerTemplate") if k in group]
+
+
+def model_cache_claim(
+    ref: DeploymentRef, revision: RevisionPlan, cache: SharedClaimCache
+) -> dict[str, Any]:
+    """The endpoint's own ReadWriteMany claim for weights: every replica, on any node, reads
+    what the first one downloaded. Removed with the endpoint."""
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": f"{cache.size_gib}Gi"}},
+    }
+    if cache.storage_class:
+        spec["storageClassName"] = cache.storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _meta(ref, revision, L.object_name(ref.slug, "model-cache"), "engine"),
+        "spec": spec,
+    }
 
 
 def with_config_hash(obj: dict[str, Any]) -> dict[str, Any]:
@@ -85,6 +151,120 @@ def hf_token_secret(ref: DeploymentRef, revision: RevisionPlan) -> dict[str, Any
         "type": "Opaque",
         "stringData": {HF_TOKEN_KEY: revision.hf_token or ""},
     }
+
+
+def api_key_secret(ref: DeploymentRef, revision: RevisionPlan) -> dict[str, Any]:
+    """The key engines and the router demand of every caller but probes (SGLANG.md 2.1)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(ref, revision, L.object_name(ref.slug, "api-key"), "router"),
+        "type": "Opaque",
+        "stringData": {API_KEY_ENV: ref.api_key},
+    }
+
+
+def _api_key_env(ref: DeploymentRef) -> list[dict[str, Any]]:
+    if not ref.api_key:
+        return []
+    secret = {"secretKeyRef": {"name": L.object_name(ref.slug, "api-key"), "key": API_KEY_ENV}}
+    return [{"name": API_KEY_ENV, "valueFrom": secret}]
+
+
+def _with_api_key(ref: DeploymentRef, args: list[str]) -> list[str]:
+    """``args`` (already escaped) with ``--api-key`` read from the Secret when the pod starts:
+    the one ``$(...)`` of a container's args that is the renderer's own."""
+    return with_flag(args, "--api-key", f"$({API_KEY_ENV})") if ref.api_key else args
+
+
+def _pod_annotations(ref: DeploymentRef) -> dict[str, str]:
+    """A digest of the API key on the pod template: the key reaches a container only when it
+    starts, so a new key (a rotated PLINTH_ENCRYPTION_KEY) must roll the pods."""
+    if not ref.api_key:
+        return {}
+    return {L.API_KEY_DIGEST: hashlib.sha256(ref.api_key.encode()).hexdigest()[:16]}
+
+
+def _platform_pods(options: KubeOptions, component: str) -> dict[str, Any]:
+    namespace = {"kubernetes.io/metadata.name": options.platform_namespace}
+    return {
+        "namespaceSelector": {"matchLabels": namespace},
+        "podSelector": {"matchLabels": L.platform_labels(component)},
+    }
+
+
+def _monitoring(options: KubeOptions, port: int) -> list[dict[str, Any]]:
+    if not options.monitoring_namespace:
+        return []
+    namespace = {"kubernetes.io/metadata.name": options.monitoring_namespace}
+    return [
+        {
+            "from": [{"namespaceSelector": {"matchLabels": namespace}}],
+            "ports": [{"port": port, "protocol": "TCP"}],
+        }
+    ]
+
+
+def engine_network_policy(
+    ref: DeploymentRef, revision: RevisionPlan, port: int, options: KubeOptions
+) -> dict[str, Any]:
+    """Engines take traffic from this endpoint's own pods only (its router; its other ranks and
+    pools, which use NCCL, bootstrap and KV-transfer ports of their own), plus the worker's
+    probe on the HTTP port. Everything else is dropped before the API key is even asked for."""
+    engines = {
+        "matchLabels": {L.DEPLOYMENT: ref.id},
+        "matchExpressions": [{"key": L.ROLE, "operator": "NotIn", "values": ["router"]}],
+    }
+    own = {"podSelector": {"matchLabels": {L.DEPLOYMENT: ref.id}}}
+    http = [{"port": port, "protocol": "TCP"}]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(ref, revision, L.object_name(ref.slug, "fence-engines"), "engine"),
+        "spec": {
+            "podSelector": engines,
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [own]},
+                {"from": [_platform_pods(options, "worker")], "ports": http},
+                *_monitoring(options, port),
+            ],
+        },
+    }
+
+
+def router_network_policy(
+    ref: DeploymentRef, revision: RevisionPlan, router: RolePlan, options: KubeOptions
+) -> dict[str, Any]:
+    """The router takes requests from the gateway and the worker only; its metrics port also
+    from the monitoring namespace when there is one."""
+    callers = [_platform_pods(options, "gateway"), _platform_pods(options, "worker")]
+    ports = [{"port": router.port, "protocol": "TCP"}]
+    if router.metrics_port:
+        ports.append({"port": router.metrics_port, "protocol": "TCP"})
+    rules = [{"from": callers, "ports": ports}]
+    if router.metrics_port:
+        rules += _monitoring(options, router.metrics_port)
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(ref, revision, L.object_name(ref.slug, "fence-router"), "router"),
+        "spec": {
+            "podSelector": {"matchLabels": L.role_selector(ref.id, "router")},
+            "policyTypes": ["Ingress"],
+            "ingress": rules,
+        },
+    }
+
+
+def _container_security(*, read_only: bool, run_as_user: int | None) -> dict[str, Any]:
+    security: dict[str, Any] = {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": read_only,
+    }
+    if run_as_user is not None:
+        security.update(runAsNonRoot=True, runAsUser=run_as_user, runAsGroup=run_as_user)
+    return security
 
 
 def _probe(probe: Probe) -> dict[str, Any]:
@@ -127,7 +307,11 @@ def _env(ref: DeploymentRef, revision: RevisionPlan, role: RolePlan) -> list[dic
         secret = L.object_name(ref.slug, "hf-token")
         ref_ = {"secretKeyRef": {"name": secret, "key": HF_TOKEN_KEY}}
         env.append({"name": HF_TOKEN_KEY, "valueFrom": ref_})
-    return env
+    if role.role != "router":
+        # The root filesystem is read-only: Triton, FlashInfer and torch write their JIT caches
+        # under $HOME, which /tmp (an emptyDir) stands in for.
+        env.append({"name": "HOME", "value": "/tmp"})  # noqa: S108 - an emptyDir, not shared
+    return env + _api_key_env(ref)
 
 
 def _engine_container(
@@ -140,25 +324,30 @@ def _engine_container(
     probes: bool,
 ) -> dict[str, Any]:
     gpus = str(role.gpus_per_node)
+    resource = options.cluster.gpu_resource
     container: dict[str, Any] = {
         "name": "engine",
-        "image": role.image,
+        "image": engine_image(role, revision, options.cluster),
         "imagePullPolicy": "IfNotPresent",
         "command": list(role.command),
         "args": args,
         "ports": _ports(role),
         "env": _env(ref, revision, role),
         "resources": {
-            "requests": {options.gpu_resource: gpus},
-            "limits": {options.gpu_resource: gpus},
+            "requests": {resource: gpus},
+            "limits": {resource: gpus},
         },
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},  # noqa: S108 - a volume mount, not a temp file
             {"name": "model-cache", "mountPath": MODEL_CACHE_PATH},
+            {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - a volume mount
         ],
         "lifecycle": {
             "preStop": {"exec": {"command": ["/bin/sh", "-c", f"sleep {PRESTOP_SLEEP_S}"]}}
         },
+        "securityContext": _container_security(
+            read_only=options.read_only_root, run_as_user=options.engine_run_as_user
+        ),
     }
     if probes:
         for key, probe in (
@@ -171,31 +360,118 @@ def _engine_container(
     return container
 
 
-def _engine_volumes(role: RolePlan, options: KubeOptions) -> list[dict[str, Any]]:
+def engine_image(role: RolePlan, revision: RevisionPlan, cluster: ClusterSettings) -> str:
+    """The spec's own image where the operator allows it; else the cluster's image for the
+    SGLang version; else the public one (``role.image`` when the plan knows no version)."""
+    if revision.engine_image and cluster.allows("engine_image"):
+        return revision.engine_image
+    if not revision.sglang_version:
+        return role.image
+    own = cluster.engine_images.get(revision.sglang_version)
+    return own or default_engine_image(revision.sglang_version)
+
+
+def router_image(revision: RevisionPlan, cluster: ClusterSettings) -> str:
+    """As ``engine_image``: the spec's where allowed, else the cluster's, else smg's own."""
+    if revision.router_image and cluster.allows("router_image"):
+        return revision.router_image
+    return cluster.router_image or ROUTER_IMAGE
+
+
+def _engine_volumes(
+    ref: DeploymentRef, role: RolePlan, options: KubeOptions
+) -> list[dict[str, Any]]:
     shm: dict[str, Any] = {"medium": "Memory"}
     if role.shm_size_gib:
         shm["sizeLimit"] = f"{role.shm_size_gib}Gi"
     cache: dict[str, Any]
-    if options.model_cache_claim:
-        cache = {"persistentVolumeClaim": {"claimName": options.model_cache_claim}}
+    chosen = options.cluster.model_cache
+    if isinstance(chosen, ClaimCache):
+        cache = {"persistentVolumeClaim": {"claimName": chosen.claim_name}}
+    elif isinstance(chosen, SharedClaimCache):
+        claim = L.object_name(ref.slug, "model-cache")
+        cache = {"persistentVolumeClaim": {"claimName": claim}}
     else:
-        cache = {"hostPath": {"path": options.model_cache_host_path, "type": "DirectoryOrCreate"}}
-    return [{"name": "dshm", "emptyDir": shm}, {"name": "model-cache", **cache}]
+        cache = {"hostPath": {"path": chosen.path, "type": "DirectoryOrCreate"}}
+    return [
+        {"name": "dshm", "emptyDir": shm},
+        {"name": "model-cache", **cache},
+        {"name": "tmp", "emptyDir": {}},
+    ]
 
 
-def _pod_spec(role: RolePlan, options: KubeOptions, container: dict[str, Any]) -> dict[str, Any]:
+def gpu_affinity(
+    ref: DeploymentRef, revision: RevisionPlan, role: RolePlan, cluster: ClusterSettings
+) -> dict[str, Any]:
+    """Engine pods only on nodes of the spec's GPU type (required: an H100 endpoint never lands
+    on an H200 node). The pods of one multi-node replica share that affinity, so a group is all
+    one type; with a topology label they also prefer the domain (rack, NVLink clique) of the
+    rest of their group (``matchLabelKeys``: the same LWS group; where that is not enabled,
+    the endpoint's other pods of the role)."""
+    if not revision.gpu:
+        return {}
+    selector = cluster.gpu_selector(revision.gpu)
+    affinity: dict[str, Any] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [selector.node_selector_term()]
+            }
+        }
+    }
+    if role.multi_node and cluster.topology_label:
+        term = {
+            "labelSelector": {"matchLabels": L.role_selector(ref.id, role.role)},
+            "matchLabelKeys": [L.LWS_GROUP_KEY],
+            "topologyKey": cluster.topology_label,
+        }
+        affinity["podAffinity"] = {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": term}
+            ]
+        }
+    return affinity
+
+
+def _scheduling(cluster: ClusterSettings) -> dict[str, Any]:
+    """What every pod of the cluster gets: node selector, priority class, pull secrets."""
+    spec: dict[str, Any] = {}
+    if cluster.node_selector:
+        spec["nodeSelector"] = dict(cluster.node_selector)
+    if cluster.priority_class_name:
+        spec["priorityClassName"] = cluster.priority_class_name
+    if cluster.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": name} for name in cluster.image_pull_secrets]
+    return spec
+
+
+def _pod_spec(
+    ref: DeploymentRef,
+    revision: RevisionPlan,
+    role: RolePlan,
+    options: KubeOptions,
+    container: dict[str, Any],
+) -> dict[str, Any]:
+    cluster = options.cluster
+    tolerations = [t.manifest() for t in (*cluster.gpu_tolerations, *cluster.tolerations)]
     spec: dict[str, Any] = {
         "containers": [container],
-        "volumes": _engine_volumes(role, options),
-        "nodeSelector": dict(options.gpu_node_selector),
-        "tolerations": [
-            {"key": options.gpu_resource, "operator": "Exists", "effect": "NoSchedule"}
-        ],
+        "volumes": _engine_volumes(ref, role, options),
         "terminationGracePeriodSeconds": role.drain_seconds + PRESTOP_SLEEP_S,
         "enableServiceLinks": False,
+        **_scheduling(cluster),
     }
-    if options.image_pull_secret:
-        spec["imagePullSecrets"] = [{"name": options.image_pull_secret}]
+    affinity = gpu_affinity(ref, revision, role, cluster)
+    if affinity:
+        spec["affinity"] = affinity
+    if tolerations:
+        spec["tolerations"] = tolerations
+    if cluster.runtime_class_name:
+        spec["runtimeClassName"] = cluster.runtime_class_name
+    if cluster.service_account_name:
+        spec["serviceAccountName"] = cluster.service_account_name
+    if options.engine_run_as_user is not None:
+        # The cache volume and emptyDirs become writable by the engine's group.
+        spec["securityContext"] = {"fsGroup": options.engine_run_as_user}
     return spec
 
 
@@ -205,7 +481,7 @@ def engine_workload(
     if role.multi_node:
         return leader_worker_set(ref, revision, role, options)
     meta = _meta(ref, revision, L.object_name(ref.slug, role.role), role.role)
-    args = literal_args(role.args)
+    args = _with_api_key(ref, literal_args(role.args))
     container = _engine_container(ref, revision, role, options, args=args, probes=True)
     startup = role.startup_probe
     deadline = startup.period_s * startup.failure_threshold + 600 if startup else 1800
@@ -214,7 +490,7 @@ def engine_workload(
         "kind": "Deployment",
         "metadata": meta,
         "spec": {
-            "replicas": revision.replicas,
+            "replicas": revision.replicas_of(role),
             "revisionHistoryLimit": 5,
             "progressDeadlineSeconds": deadline,
             "selector": {"matchLabels": L.role_selector(ref.id, role.role)},
@@ -225,16 +501,27 @@ def engine_workload(
                 "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
             },
             "template": {
-                "metadata": {"labels": meta["labels"]},
-                "spec": _pod_spec(role, options, container),
+                "metadata": _template_meta(ref, _engine_pod_labels(revision, meta["labels"])),
+                "spec": _pod_spec(ref, revision, role, options, container),
             },
         },
     }
 
 
-def _multi_node_args(role: RolePlan) -> list[str]:
-    # Escaped first: the LWS variables below are the only references Kubernetes should expand.
-    args = literal_args(role.args)
+def _engine_pod_labels(revision: RevisionPlan, labels: dict[str, str]) -> dict[str, str]:
+    """Engine pods name their GPU type, which an unschedulable pod's reason then names."""
+    return {**labels, L.GPU: revision.gpu} if revision.gpu else labels
+
+
+def _template_meta(ref: DeploymentRef, labels: dict[str, str]) -> dict[str, Any]:
+    annotations = _pod_annotations(ref)
+    return {"labels": labels, "annotations": annotations} if annotations else {"labels": labels}
+
+
+def _multi_node_args(ref: DeploymentRef, role: RolePlan) -> list[str]:
+    # Escaped first: the LWS variables and the API key below are the only references Kubernetes
+    # should expand.
+    args = _with_api_key(ref, literal_args(role.args))
     args = with_flag(args, "--dist-init-addr", f"$(LWS_LEADER_ADDRESS):{DIST_INIT_PORT}")
     args = with_flag(args, "--nnodes", "$(LWS_GROUP_SIZE)")
     return with_flag(args, "--node-rank", "$(LWS_WORKER_INDEX)")
@@ -249,13 +536,18 @@ def _lws_template(
     leader: bool,
 ) -> dict[str, Any]:
     container = _engine_container(
-        ref, revision, role, options, args=_multi_node_args(role), probes=leader
+        ref, revision, role, options, args=_multi_node_args(ref, role), probes=leader
     )
     # LWS <= 0.5 does not inject the index; the Downward API label works on every version.
     index = {"fieldRef": {"fieldPath": f"metadata.labels['{L.LWS_WORKER_INDEX}']"}}
     container["env"] = [*container["env"], {"name": "LWS_WORKER_INDEX", "valueFrom": index}]
-    labels = L.object_labels(ref.slug, ref.id, revision.number, role.role)
-    return {"metadata": {"labels": labels}, "spec": _pod_spec(role, options, container)}
+    labels = _engine_pod_labels(
+        revision, L.object_labels(ref.slug, ref.id, revision.number, role.role)
+    )
+    return {
+        "metadata": _template_meta(ref, labels),
+        "spec": _pod_spec(ref, revision, role, options, container),
+    }
 
 
 def leader_worker_set(
@@ -267,7 +559,7 @@ def leader_worker_set(
         "kind": "LeaderWorkerSet",
         "metadata": _meta(ref, revision, L.object_name(ref.slug, role.role), role.role),
         "spec": {
-            "replicas": revision.replicas,
+            "replicas": revision.replicas_of(role),
             "startupPolicy": "LeaderCreated",
             "rolloutStrategy": {
                 "type": "RollingUpdate",
@@ -336,7 +628,7 @@ def router_rbac(ref: DeploymentRef, revision: RevisionPlan) -> list[dict[str, An
 def router_args(ref: DeploymentRef, router: RolePlan, engine_roles: list[str]) -> list[str]:
     """The plan's smg flags plus pod discovery by this endpoint's labels."""
     port = "30000"
-    args = [*literal_args(router.args), "--service-discovery"]
+    args = [*_with_api_key(ref, literal_args(router.args)), "--service-discovery"]
     args += ["--service-discovery-namespace", ref.namespace]
     args += ["--service-discovery-port", port]
     for role in engine_roles:
@@ -346,21 +638,31 @@ def router_args(ref: DeploymentRef, router: RolePlan, engine_roles: list[str]) -
 
 
 def _router_container(
-    ref: DeploymentRef, router: RolePlan, engine_roles: list[str]
+    ref: DeploymentRef,
+    revision: RevisionPlan,
+    router: RolePlan,
+    engine_roles: list[str],
+    cluster: ClusterSettings,
 ) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": "router",
-        "image": router.image,
+        "image": router_image(revision, cluster),
         "imagePullPolicy": "IfNotPresent",
         "command": list(router.command),
         "args": router_args(ref, router, engine_roles),
         "ports": _ports(router),
-        "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}],
+        # smg sends its --api-key to every worker it discovers: one key both ways.
+        "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}, *_api_key_env(ref)],
         "resources": {
             "requests": {"cpu": "500m", "memory": "512Mi"},
             "limits": {"memory": "2Gi"},
         },
         "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "sleep 5"]}}},
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],  # noqa: S108 - a volume mount
+        "securityContext": {
+            **_container_security(read_only=True, run_as_user=ROUTER_USER),
+            "capabilities": {"drop": ["ALL"]},
+        },
     }
     probes = (("readinessProbe", router.readiness_probe), ("livenessProbe", router.liveness_probe))
     for key, probe in probes:
@@ -370,15 +672,27 @@ def _router_container(
 
 
 def router_deployment(
-    ref: DeploymentRef, revision: RevisionPlan, router: RolePlan, engine_roles: list[str]
+    ref: DeploymentRef,
+    revision: RevisionPlan,
+    router: RolePlan,
+    engine_roles: list[str],
+    options: KubeOptions | None = None,
 ) -> dict[str, Any]:
+    cluster = (options or KubeOptions()).cluster
     meta = _meta(ref, revision, L.object_name(ref.slug, "router"), "router")
-    pod = {
+    pod: dict[str, Any] = {
+        # Its own account (pod discovery), never the operator's engine account.
         "serviceAccountName": meta["name"],
-        "containers": [_router_container(ref, router, engine_roles)],
+        "containers": [_router_container(ref, revision, router, engine_roles, cluster)],
+        "volumes": [{"name": "tmp", "emptyDir": {}}],
         "terminationGracePeriodSeconds": router.drain_seconds + 5,
         "enableServiceLinks": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        # CPU only: the cluster's node selector and tolerations, not the GPU affinity.
+        **_scheduling(cluster),
     }
+    if cluster.tolerations:
+        pod["tolerations"] = [t.manifest() for t in cluster.tolerations]
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -391,7 +705,7 @@ def router_deployment(
                 "type": "RollingUpdate",
                 "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
             },
-            "template": {"metadata": {"labels": meta["labels"]}, "spec": pod},
+            "template": {"metadata": _template_meta(ref, meta["labels"]), "spec": pod},
         },
     }
 

@@ -5,14 +5,22 @@ Processes are named ``r<revision>-<role>-<index>`` and ``router``; their records
 revision's missing or dead engines, stop other revisions' engines only as this revision's become
 ready (surge; applying the previous revision again is the rollback), scale down extra replicas,
 keep the router running and its worker list equal to the ready engines.
+
+The endpoint's API key (``ref.api_key``) guards its engines and router here too: on a shared
+machine any local process (or a web page, by DNS rebinding) can reach a loopback port. SGLang and
+smg read the key from argv only, so it is on their command lines (a local user who can list
+processes can read it); it is masked in the log's command line, and smg is handed it for each
+worker it is told to add (it sends a worker no key of its own otherwise).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -22,6 +30,7 @@ from pathlib import Path
 
 from deployments.drivers import base
 from deployments.drivers.errors import PermanentDriverError, TemporaryDriverError
+from deployments.drivers.local.logfile import read_log
 from deployments.drivers.local.processes import ProcessRecord, ProcessTable, free_port
 from runtime.client import EngineClient, RouterClient, RuntimeUnavailable
 from runtime.launch import RolePlan, with_flag
@@ -46,6 +55,11 @@ def _digest(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _key_digest(api_key: str) -> str:
+    """Stands for the key in a config hash: a new key restarts engines, the record keeps none."""
+    return hashlib.sha256(api_key.encode()).hexdigest()[:16] if api_key else ""
+
+
 class LocalDriver:
     def __init__(self, options: LocalOptions) -> None:
         self.options = options
@@ -63,16 +77,17 @@ class LocalDriver:
         records = table.records()
         self._finish_stops(table, records)
         live = [r for r in records if r.stopping_since is None]
-        desired = self._ensure_engines(table, revision, live)
-        router = self._ensure_router(table, revision, live)
+        key = ref.api_key
+        desired = self._ensure_engines(table, revision, live, key)
+        router = self._ensure_router(table, revision, live, key)
         engines = {r.name: r for r in [*live, *desired] if r.role != ROUTER}
         ready = {name for name, r in engines.items() if _ready(r)}
-        routed = self._sync_router(router, [engines[n] for n in sorted(ready)])
+        routed = self._sync_router(router, [engines[n] for n in sorted(ready)], key)
         # Old engines retire only once new ones are routed, and leave the router before SIGTERM.
         retiring = self._retiring(revision, list(engines.values()), desired, routed)
         if retiring:
             names = {r.name for r in retiring}
-            self._sync_router(router, [engines[n] for n in sorted(ready - names)])
+            self._sync_router(router, [engines[n] for n in sorted(ready - names)], key)
         for record in retiring:
             table.terminate(record, self.options.stop_grace_s)
 
@@ -83,10 +98,14 @@ class LocalDriver:
 
     def _engine_roles(self, revision: base.RevisionPlan) -> list[tuple[RolePlan, int]]:
         roles = [r for r in revision.plan.roles if r.role != "router"]
-        return [(r, revision.replicas if r.role == "engine" else r.replicas) for r in roles]
+        return [(r, revision.replicas_of(r)) for r in roles]
 
     def _ensure_engines(
-        self, table: ProcessTable, revision: base.RevisionPlan, live: list[ProcessRecord]
+        self,
+        table: ProcessTable,
+        revision: base.RevisionPlan,
+        live: list[ProcessRecord],
+        api_key: str,
     ) -> list[ProcessRecord]:
         by_name = {r.name: r for r in live}
         desired: list[ProcessRecord] = []
@@ -98,7 +117,7 @@ class LocalDriver:
                     desired.append(record)
                     continue
                 restarts = record.restarts + 1 if record is not None else 0
-                desired.append(self._start_engine(table, name, revision, role, restarts))
+                desired.append(self._start_engine(table, name, revision, role, restarts, api_key))
         return desired
 
     def _start_engine(
@@ -108,11 +127,16 @@ class LocalDriver:
         revision: base.RevisionPlan,
         role: RolePlan,
         restarts: int,
+        api_key: str,
     ) -> ProcessRecord:
         port = free_port()
-        argv = self.engine_argv(role, port)
+        argv = self.engine_argv(role, port, api_key)
         env = {**_inherited_env(), **self.options.env, **role.env, **_identity(table, name)}
         env["PYTHONPATH"] = str(REPO_ROOT)
+        if revision.hf_token:
+            # A gated model's token: in the environment only, never in argv, which the log's
+            # first line and every process listing show.
+            env[base.HF_TOKEN_ENV] = revision.hf_token
         record = ProcessRecord(
             name=name,
             role=role.role,
@@ -120,15 +144,18 @@ class LocalDriver:
             pid=0,
             port=port,
             start_ticks=0,
-            config=_digest(role.args, role.env),
+            config=_digest(role.args, role.env, _key_digest(api_key)),
             started_at=0.0,
             restarts=restarts,
         )
         return table.spawn(record, argv, env, table.root)
 
-    def engine_argv(self, role: RolePlan, port: int) -> list[str]:
-        """The command line of one engine process: the plan's argv, on loopback at ``port``."""
+    def engine_argv(self, role: RolePlan, port: int, api_key: str = "") -> list[str]:
+        """The command line of one engine process: the plan's argv, on loopback at ``port``,
+        demanding ``api_key`` when there is one."""
         args = with_flag(with_flag(role.args, "--host", "127.0.0.1"), "--port", port)
+        if api_key:
+            args = with_flag(args, "--api-key", api_key)
         return [*self._engine_command(), *args]
 
     def _engine_command(self) -> list[str]:
@@ -167,25 +194,33 @@ class LocalDriver:
 
     # --- router ---
 
-    def _router_args(self, revision: base.RevisionPlan) -> list[str]:
+    def _router_args(self, revision: base.RevisionPlan, api_key: str = "") -> list[str]:
         router = revision.plan.role("router")
         args = list(router.args) if router else []
+        if api_key:
+            args = with_flag(args, "--api-key", api_key)
         args = with_flag(args, "--host", "127.0.0.1")
         args = with_flag(args, "--prometheus-host", "127.0.0.1")
         args = with_flag(args, "--health-check-interval-secs", self.options.router_health_check_s)
         # smg waits 180 s for in-flight requests by default; stop must not outlast its grace.
         return with_flag(args, "--shutdown-grace-period-secs", int(self.options.stop_grace_s))
 
-    def router_argv(self, revision: base.RevisionPlan, port: int, metrics_port: int) -> list[str]:
+    def router_argv(
+        self, revision: base.RevisionPlan, port: int, metrics_port: int, api_key: str = ""
+    ) -> list[str]:
         """The command line of the router process, serving on ``port``."""
-        args = self._router_args(revision)
+        args = self._router_args(revision, api_key)
         args = with_flag(with_flag(args, "--port", port), "--prometheus-port", metrics_port)
         return [self.options.smg or _smg_binary(), "launch", *args]
 
     def _ensure_router(
-        self, table: ProcessTable, revision: base.RevisionPlan, live: list[ProcessRecord]
+        self,
+        table: ProcessTable,
+        revision: base.RevisionPlan,
+        live: list[ProcessRecord],
+        api_key: str,
     ) -> ProcessRecord:
-        args = self._router_args(revision)
+        args = self._router_args(revision, api_key)
         config = _digest(args)
         current = next((r for r in live if r.role == ROUTER), None)
         if current is not None and current.alive() and current.config == config:
@@ -199,7 +234,7 @@ class LocalDriver:
             if not table.terminate(old, self.options.stop_grace_s):
                 table.kill(old)
         port, metrics_port = free_port(), free_port()
-        argv = self.router_argv(revision, port, metrics_port)
+        argv = self.router_argv(revision, port, metrics_port, api_key)
         record = ProcessRecord(
             name=ROUTER,
             role=ROUTER,
@@ -215,10 +250,12 @@ class LocalDriver:
         env = {**_inherited_env(), "HF_HUB_OFFLINE": "1", **_identity(table, ROUTER)}
         return table.spawn(record, argv, env, table.root)
 
-    def _sync_router(self, router: ProcessRecord, engines: Iterable[ProcessRecord]) -> set[str]:
+    def _sync_router(
+        self, router: ProcessRecord, engines: Iterable[ProcessRecord], api_key: str
+    ) -> set[str]:
         """Make smg's worker list the ready engines: add the new, remove the gone. Returns the
         URLs it routed to (healthy) before this call's changes."""
-        with RouterClient(router.url, timeout=2.0) as client:
+        with RouterClient(router.url, timeout=2.0, api_key=api_key) as client:
             if not _wait(client.live, 10.0):
                 if not router.alive():
                     raise TemporaryDriverError("the router exited right after starting")
@@ -229,9 +266,11 @@ class LocalDriver:
                 for url, engine in wanted.items():
                     if url not in registered:
                         extra = {} if engine.role == "engine" else {"worker_type": engine.role}
+                        if api_key:
+                            extra["api_key"] = api_key  # what smg sends the worker
                         client.add_worker(url, **extra)
-                for url, worker in registered.items():
-                    if url not in wanted and worker.get("id"):
+                for known, worker in registered.items():
+                    if known not in wanted and worker.get("id"):
                         client.remove_worker(str(worker["id"]))
             except RuntimeUnavailable as exc:
                 raise TemporaryDriverError(f"router worker update failed: {exc}") from exc
@@ -242,7 +281,7 @@ class LocalDriver:
     def observe(self, ref: base.DeploymentRef) -> base.Observation:
         records = self._table(ref).records()
         router = next((r for r in records if r.role == ROUTER and r.stopping_since is None), None)
-        router_url, router_ready, routed = _router_state(router)
+        router_url, router_ready, routed = _router_state(router, ref.api_key)
         facts: list[base.ReplicaFacts] = []
         events: list[base.ObservedEvent] = []
         for record in records:
@@ -273,16 +312,35 @@ class LocalDriver:
         shutil.rmtree(self._table(ref).root, ignore_errors=True)
         return True
 
-    def logs(
-        self, ref: base.DeploymentRef, replica: str | None = None, tail: int = 200
-    ) -> base.LogLines:
+    def logs(self, ref: base.DeploymentRef, query: base.LogQuery) -> base.LogLines:
+        """One process' log file. Every run of a process appends to it (each run begins with a
+        ``--- starting`` line), so there is no separate previous log to read."""
         table = self._table(ref)
-        names = sorted(p.stem for p in table.root.glob("*.log")) if table.root.is_dir() else []
-        name = replica if replica in names else (names[0] if names else None)
-        if name is None:
-            return base.LogLines(replica=replica or "")
-        text = table.log_path(name).read_text(errors="replace")
-        return base.LogLines(replica=name, lines=text.splitlines()[-tail:])
+        sources = tuple(_log_source(name) for name in table.log_names())
+        source = base.pick_source(sources, query)
+        if source is None:
+            return base.LogLines(replica="", replicas=sources)
+        try:
+            found = read_log(
+                table.log_path(source.name),
+                tail=query.tail,
+                after=query.after,
+                since=query.since,
+                max_bytes=base.LOG_READ_BYTES,
+            )
+        except FileNotFoundError:  # removed since it was listed: the endpoint was deleted
+            return base.LogLines(replica=source.name, replicas=sources)
+        except OSError as exc:
+            raise TemporaryDriverError(f"the log of {source.name} cannot be read") from exc
+        lines = [base.LogLine(base.redact_log_line(text), ts) for text, ts in found.lines]
+        return base.LogLines(
+            replica=source.name,
+            lines=lines,
+            replicas=sources,
+            cursor=found.cursor,
+            continued=found.continued,
+            more=found.more,
+        )
 
 
 # What engines and routers inherit from the worker. Never its whole environment: that holds
@@ -299,6 +357,15 @@ def _inherited_env() -> dict[str, str]:
     }
 
 
+_PROCESS_NAME = re.compile(r"^r\d+-(?P<role>[a-z]+)-\d+$")
+
+
+def _log_source(name: str) -> base.LogSource:
+    """A log file's process: ``r<revision>-<role>-<index>`` or the router."""
+    match = _PROCESS_NAME.match(name)
+    return base.LogSource(name=name, role=match["role"] if match else name)
+
+
 def _identity(table: ProcessTable, name: str) -> dict[str, str]:
     """Marks every process with its endpoint, so an operator (or a test) can find them all."""
     return {"PLINTH_DEPLOYMENT_ID": table.root.name, "PLINTH_REPLICA": name}
@@ -311,11 +378,11 @@ def _ready(record: ProcessRecord) -> bool:
         return client.ready()
 
 
-def _router_state(router: ProcessRecord | None) -> tuple[str, bool, set[str] | None]:
+def _router_state(router: ProcessRecord | None, api_key: str) -> tuple[str, bool, set[str] | None]:
     """(url, ready, URLs of the healthy workers it routes to); no URL when it is not up."""
     if router is None or not router.alive():
         return "", False, None
-    with RouterClient(router.url, timeout=1.0) as client:
+    with RouterClient(router.url, timeout=1.0, api_key=api_key) as client:
         if not client.live():
             return "", False, None
         try:
@@ -328,27 +395,26 @@ def _router_state(router: ProcessRecord | None) -> tuple[str, bool, set[str] | N
 
 def _engine_facts(record: ProcessRecord, routed: set[str] | None) -> base.ReplicaFacts:
     """An engine is ready when it answers /ready and the router sends it traffic."""
-    common = {
-        "name": record.name,
-        "revision": record.revision,
-        "role": record.role,
-        "restarts": record.restarts,
-        "url": record.url,
-    }
+    facts = functools.partial(
+        base.ReplicaFacts,
+        name=record.name,
+        revision=record.revision,
+        role=record.role,
+        restarts=record.restarts,
+        url=record.url,
+    )
     if not record.alive():
         code = f" with code {record.exit_code}" if record.exit_code is not None else ""
         message = f"{record.name} exited{code}"
-        return base.ReplicaFacts(
-            phase=base.FAILED, ready=False, reason="Exited", message=message, **common
-        )
+        return facts(phase=base.FAILED, ready=False, reason="Exited", message=message)
     if record.stopping_since is not None:
-        return base.ReplicaFacts(phase=base.TERMINATING, ready=False, **common)
+        return facts(phase=base.TERMINATING, ready=False)
     with EngineClient(record.url, timeout=1.0) as client:
         state = client.ready_state()
     if state == "ready" and routed is not None and record.url not in routed:
-        return base.ReplicaFacts(phase=base.RUNNING, ready=False, **common)  # not routed yet
+        return facts(phase=base.RUNNING, ready=False)  # not routed yet
     phase = {"ready": base.READY, "unready": base.LOADING}.get(state, base.STARTING)
-    return base.ReplicaFacts(phase=phase, ready=state == "ready", **common)
+    return facts(phase=phase, ready=state == "ready")
 
 
 def _wait(check: Callable[[], bool], timeout: float) -> bool:

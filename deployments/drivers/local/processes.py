@@ -23,7 +23,10 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
+
+from deployments.drivers.base import redact_argv
 
 # Popen objects of processes this worker started: their exit codes, once reaped.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -110,6 +113,13 @@ class ProcessTable:
     def log_path(self, name: str) -> Path:
         return self.root / f"{name}.log"
 
+    def log_names(self) -> list[str]:
+        """Names of the processes that left a log here, sorted; links are not followed."""
+        if not self.root.is_dir():
+            return []
+        logs = self.root.glob("*.log")
+        return sorted(p.stem for p in logs if p.is_file() and not p.is_symlink())
+
     def spawn(
         self,
         record: ProcessRecord,
@@ -124,7 +134,11 @@ class ProcessTable:
         """
         self.root.mkdir(parents=True, exist_ok=True)
         with self.log_path(record.name).open("ab") as log:
-            log.write(f"--- starting {record.name}: {' '.join(argv)}\n".encode())
+            # No API key in the log the console shows, nor in the record.
+            shown = redact_argv(argv)
+            # Stamped (UTC, ISO 8601) so a reader knows when each run began.
+            now = datetime.now(UTC).isoformat(timespec="seconds")
+            log.write(f"{now} --- starting {record.name}: {' '.join(shown)}\n".encode())
             log.flush()
             popen = subprocess.Popen(
                 argv,
@@ -139,7 +153,7 @@ class ProcessTable:
         record.pid = popen.pid
         record.start_ticks = _start_ticks(popen.pid) or 0
         record.started_at = time.time()
-        record.argv = argv
+        record.argv = shown
         self.save(record)
         return record
 

@@ -27,11 +27,17 @@ urlpatterns: list[URLPattern] = [
     path("endpoints/<slug:slug>/metrics/", history.endpoint_metrics, name="endpoint-metrics"),
     path("endpoints/<slug:slug>/events/", history.endpoint_events, name="endpoint-events"),
     path("endpoints/<slug:slug>/logs/", history.endpoint_logs, name="endpoint-logs"),
+    path(
+        "endpoints/<slug:slug>/logs/download/",
+        history.endpoint_logs_download,
+        name="endpoint-logs-download",
+    ),
     path("endpoints/<slug:slug>/playground/key/", playground.playground_key, name="playground-key"),
     path(
         "endpoints/<slug:slug>/playground/chat/", playground.playground_chat, name="playground-chat"
     ),
     path("clusters/", fleet.cluster_list, name="cluster-list"),
     path("clusters/<uuid:cluster_id>/delete/", fleet.cluster_delete, name="cluster-delete"),
+    path("clusters/<uuid:cluster_id>/settings/", fleet.cluster_settings, name="cluster-settings"),
     path("usage/", fleet.usage, name="usage"),
 ]

@@ -12,6 +12,7 @@ from ninja import NinjaAPI
 from ninja.openapi.schema import OpenAPISchema
 
 from deployments.api import (
+    audit,
     catalog,
     clusters,
     deployments,
@@ -86,6 +87,7 @@ def build_api() -> PlinthAPI:
         secrets,
         clusters,
         members,
+        audit,
     ):
         api.add_router("", module.router)
     errors.install(api)

@@ -1,22 +1,25 @@
-"""What happened to an endpoint: its events, metric samples over a time range, and key usage."""
+"""What happened to an endpoint: its events, metric samples over a time range, key usage, and
+its replicas' logs."""
 
 from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from django.db.models import F, Max, QuerySet, Sum
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from ninja import Query, Router, Schema
 from pydantic import Field
 
-from controlplane.access import Actor
+from controlplane.access import Actor, require_role
+from controlplane.error_pages import error_response
+from controlplane.models import Role
 from controlplane.services import ServiceError
-from deployments import queries
+from deployments import logs, queries
 from deployments.api.auth import actor_of
-from deployments.api.schemas import PageQuery, UtcDatetime, page_body, page_schema
+from deployments.api.schemas import ErrorOut, PageQuery, UtcDatetime, page_body, page_schema
 from deployments.models import DeploymentEvent, EventLevel, MetricSample, UsageRecord
 
 router = Router(tags=["observability"])
@@ -167,3 +170,92 @@ def deployment_usage(
 @router.get("/usage", response=UsageOut, summary="Usage of every endpoint by key")
 def usage(request: HttpRequest, query: Query[RangeQuery]) -> dict[str, Any]:
     return _usage(actor_of(request), query, None)
+
+
+# --- logs ---------------------------------------------------------------------------------------
+
+# Seconds a client should wait before asking again when the cluster did not answer.
+LOGS_RETRY_AFTER_S = 10
+
+
+class LogsQuery(Schema):
+    replica: str | None = Field(
+        None, max_length=253, description="a name from replicas; default: the first (of role)"
+    )
+    role: Literal["engine", "prefill", "decode", "router"] | None = Field(
+        None, description="pick the first replica of this role (or check the named one's)"
+    )
+    tail: int = Field(200, ge=1, le=logs.MAX_LINES, description="at most this many lines")
+    since: str | None = Field(
+        None,
+        max_length=64,
+        description="lines written since: an RFC 3339 time with its zone, or seconds before now",
+    )
+    previous: bool = Field(
+        False,
+        description="the previous run of a restarted container (Kubernetes, e.g. in "
+        "CrashLoopBackOff); the local cluster keeps every run in one log",
+    )
+    after: str | None = Field(
+        None,
+        max_length=64,
+        description="a cursor from an earlier answer: the lines written after it, oldest first "
+        "(follow by passing each answer's cursor back)",
+    )
+
+
+class LogLineOut(Schema):
+    ts: datetime | None = Field(description="when it was written, where the log says")
+    text: str
+
+
+class LogSourceOut(Schema):
+    name: str
+    role: str
+    restarts: int
+    has_previous: bool = Field(description="a previous run's log can be read (previous=true)")
+
+
+class LogsOut(Schema):
+    replica: str = Field(description="the replica read; empty when the endpoint has none yet")
+    role: str
+    previous: bool
+    replicas: list[LogSourceOut] = Field(description="every replica that has a log")
+    lines: list[LogLineOut] = Field(description="oldest first; API keys are masked")
+    cursor: str = Field(description="pass as after= for the lines written next; may be empty")
+    continued: bool = Field(
+        description="the lines follow the cursor sent; false: it could not be used (a new file "
+        "or container) and the lines are a fresh tail"
+    )
+    more: bool = Field(description="more lines are already written after these: ask again")
+
+
+@router.get(
+    "/deployments/{deployment_id}/logs",
+    response={200: LogsOut, 503: ErrorOut},
+    summary="Logs of a replica",
+    description="Developers and up: a log can hold what users sent. 503 `logs_unavailable` "
+    "when the cluster cannot be asked (with Retry-After when it may answer later).",
+)
+def deployment_logs(
+    request: HttpRequest, deployment_id: str, query: Query[LogsQuery]
+) -> logs.Logs | HttpResponse:
+    actor = actor_of(request)
+    require_role(actor, Role.DEVELOPER)
+    deployment = queries.get_deployment(actor, deployment_id)
+    since = logs.parse_since(query.since) if query.since else None
+    try:
+        return logs.read_logs(
+            deployment,
+            replica=query.replica,
+            role=query.role,
+            tail=query.tail,
+            since=since,
+            previous=query.previous,
+            after=query.after,
+        )
+    except logs.LogsUnavailable as exc:
+        response = error_response(503, exc.message, code="logs_unavailable")
+        if exc.temporary:
+            response["Retry-After"] = str(LOGS_RETRY_AFTER_S)
+        return response

@@ -1,18 +1,24 @@
 """Console pages of an endpoint's history and telemetry: revisions (diff, rollback), metrics
-charts, the events timeline and per-replica log tails."""
+charts, the events timeline and per-replica logs (follow, timestamps, download)."""
 
 from __future__ import annotations
 
 import itertools
+import re
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from controlplane.access import require_role
+from controlplane.error_pages import error_answer
 from controlplane.guard import HtmxHttpRequest, actor_of, console_view
+from controlplane.models import Role
 from controlplane.services import ServiceError
 from deployments import logs, queries, services
 from deployments.charts import Chart, Series
@@ -131,19 +137,125 @@ def endpoint_events(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     return render(request, "deployments/events.html", {**context, "tab": "events"})
 
 
+# --- logs --------------------------------------------------------------------------------------
+
+LOG_TAIL_CHOICES = (100, 300, 1000, 5000)
+LOG_TAIL_DEFAULT = 300
+# How often a followed log asks for new lines (htmx polling: works under WSGI and ASGI alike,
+# and each poll is one short read rather than a connection held per viewer).
+LOG_FOLLOW_INTERVAL_S = 2
+_UNSAFE_IN_FILENAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
+@dataclass(frozen=True)
+class LogOptions:
+    """The logs page's controls, read from its query string (unknown values: the defaults)."""
+
+    replica: str | None
+    tail: int
+    timestamps: bool
+    follow: bool
+    previous: bool
+
+    @classmethod
+    def of(cls, request: HttpRequest) -> LogOptions:
+        tail = _number(request.GET.get("tail"))
+        return cls(
+            replica=request.GET.get("replica") or None,
+            tail=tail if tail in LOG_TAIL_CHOICES else LOG_TAIL_DEFAULT,
+            timestamps=request.GET.get("timestamps") == "1",
+            follow=request.GET.get("follow") == "1",
+            previous=request.GET.get("previous") == "1",
+        )
+
+    def query(self, replica: str, **extra: str) -> str:
+        """These options (for ``replica``) as a query string, with ``extra`` parameters."""
+        params = QueryDict(mutable=True)
+        params["replica"] = replica
+        params["tail"] = str(self.tail)
+        for name in ("timestamps", "follow", "previous"):
+            if getattr(self, name):
+                params[name] = "1"
+        params.update(extra)
+        return params.urlencode()
+
+
 @require_GET
 @console_view
 def endpoint_logs(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    endpoint = queries.get_endpoint(actor_of(request), slug)
-    found = logs.read_logs(endpoint, request.GET.get("replica"), lines=300)
-    context = {
+    """One replica's log, with controls; following polls for the lines after a cursor.
+
+    Developers and up: a log can hold what users sent (the API's rule too).
+    """
+    actor = actor_of(request)
+    require_role(actor, Role.DEVELOPER)
+    endpoint = queries.get_endpoint(actor, slug)
+    options = LogOptions.of(request)
+    polling = bool(request.htmx) and "after" in request.GET
+    after = request.GET.get("after") or None
+    context: dict[str, Any] = {
         "endpoint": endpoint,
-        "replicas": found.replicas,
-        "replica": found.replica,
-        "lines": found.lines,
-        "unavailable": found.unavailable,
+        "options": options,
+        "tail_choices": LOG_TAIL_CHOICES,
+        "follow_interval": LOG_FOLLOW_INTERVAL_S,
         "tab": "logs",
     }
+    try:
+        found = logs.read_logs(
+            endpoint,
+            replica=options.replica,
+            tail=options.tail,
+            previous=options.previous,
+            after=after if polling else None,
+            fallback=True,  # the menu may name a pod that was replaced since
+        )
+    except logs.LogsUnavailable as exc:
+        found, context["unavailable"] = None, exc.message
+    except ServiceError as exc:  # e.g. previous of a replica that has not restarted
+        found, context["problem"] = None, exc.detail
+    replica = found.replica if found else options.replica or ""
+    context |= {
+        "found": found,
+        "replica": replica,
+        "cursor": found.cursor if found else after or "",
+        "download_query": options.query(replica),
+    }
+    context["follow_query"] = options.query(replica, after=context["cursor"])
+    if polling:
+        return render(request, "deployments/logs.html#poll", context)
     if request.htmx:
         return render(request, "deployments/logs.html#tail", context)
     return render(request, "deployments/logs.html", context)
+
+
+@require_GET
+@console_view
+def endpoint_logs_download(request: HttpRequest, slug: str) -> HttpResponse:
+    """The replica's last lines (as many as one read gives) as a text file."""
+    actor = actor_of(request)
+    require_role(actor, Role.DEVELOPER)
+    endpoint = queries.get_endpoint(actor, slug)
+    options = LogOptions.of(request)
+    try:
+        found = logs.read_logs(
+            endpoint,
+            replica=options.replica,
+            tail=logs.MAX_LINES,
+            previous=options.previous,
+            fallback=True,
+        )
+    except logs.LogsUnavailable as exc:
+        return error_answer(request, 503, f"Logs cannot be read right now: {exc.message}")
+    except ServiceError as exc:
+        return error_answer(request, 400, exc.detail)
+    text = "".join(
+        f"{line.ts.isoformat()} {line.text}\n"
+        if options.timestamps and line.ts
+        else f"{line.text}\n"
+        for line in found.lines
+    )
+    suffix = "-previous" if options.previous else ""
+    name = _UNSAFE_IN_FILENAME.sub("_", f"{endpoint.slug}-{found.replica or 'none'}{suffix}.log")
+    response = HttpResponse(text, content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response

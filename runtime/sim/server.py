@@ -326,4 +326,5 @@ def _loads_prometheus(document: dict[str, Any]) -> str:
 
 
 def _log(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    # Stamped as SGLang's logging stamps its lines (local time), so log readers find the time.
+    print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {line}", file=sys.stderr, flush=True)

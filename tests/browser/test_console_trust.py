@@ -176,6 +176,35 @@ def bounds(width: int, height: int, rows: list[bytes], match: Any) -> tuple[int,
     return min(xs), min(ys), max(xs) + 1, max(ys) + 1
 
 
+def test_a_followed_log_shows_lines_as_they_are_written(
+    desktop: Page, live_console: LiveConsole, cast: Cast
+) -> None:
+    endpoint = _stopped_endpoint(cast, "tail")
+    log_dir = Path(live_console.run_dir) / str(endpoint.pk)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / "r1-engine-0.log"
+    log.write_text("2025-06-01T12:00:00Z first line\n")
+    page = desktop
+    sign_in(page, live_console)
+    page.goto(f"{live_console.url}/endpoints/tail/logs/")
+    lines = page.locator("#log-lines .log-line")
+    expect(lines).to_have_count(1)
+    page.get_by_label("Follow").check()  # the controls re-render the card, now polling
+    expect(page.locator("#log-follow")).to_have_count(1)
+    with log.open("a") as handle:
+        handle.write("second line\n")
+    expect(lines).to_have_count(2)  # appended by a poll: the first line is not repeated
+    expect(lines.nth(1)).to_have_text("second line")
+    page.get_by_label("Timestamps").check()
+    expect(page.locator("#log-lines time.log-ts").first).to_have_attribute(
+        "datetime", re.compile("^2025-06-01T")
+    )
+    with log.open("a") as handle:
+        handle.write("third line\n")
+    expect(lines).to_have_count(3)
+    assert axe_violations(page) == []
+
+
 def _usage_and_logs(cast: Cast, live_console: LiveConsole) -> str:
     """An endpoint with one usage hour, one metric sample, a key and a log tail."""
     endpoint = _stopped_endpoint(cast, "axe")

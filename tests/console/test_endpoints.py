@@ -153,6 +153,44 @@ def test_logs_tail_the_replica_files(
     assert "root:" not in sneaky and "line 999" in sneaky
 
 
+def test_logs_download_as_a_text_file_with_times_on_request(
+    alice: Client, endpoint: Deployment, settings: Any, tmp_path: Any
+) -> None:
+    settings.PLINTH_LOCAL_RUN_DIR = tmp_path
+    (tmp_path / str(endpoint.pk)).mkdir()
+    log = "2025-06-01T12:00:00Z engine up --api-key sk-live-value\ncontinued\n"
+    (tmp_path / str(endpoint.pk) / "r1-engine-0.log").write_text(log)
+    plain = alice.get("/endpoints/chat/logs/download/?replica=r1-engine-0")
+    assert plain["Content-Type"] == "text/plain; charset=utf-8"
+    assert plain["Content-Disposition"] == 'attachment; filename="chat-r1-engine-0.log"'
+    assert plain.content.decode() == "2025-06-01T12:00:00Z engine up --api-key ***\ncontinued\n"
+    stamped = alice.get("/endpoints/chat/logs/download/?timestamps=1").content.decode()
+    assert stamped.splitlines()[1] == "2025-06-01T12:00:00+00:00 continued"
+    page = alice.get("/endpoints/chat/logs/").content.decode()
+    assert "/endpoints/chat/logs/download/?replica=r1-engine-0&amp;tail=300" in page
+
+
+def test_a_followed_log_starts_over_when_its_file_was_replaced(
+    alice: Client, endpoint: Deployment, settings: Any, tmp_path: Any
+) -> None:
+    settings.PLINTH_LOCAL_RUN_DIR = tmp_path
+    root = tmp_path / str(endpoint.pk)
+    root.mkdir()
+    (root / "r1-engine-0.log").write_text("old run\n")
+    page = alice.get("/endpoints/chat/logs/?follow=1").content.decode()
+    poll_url = page.split('id="log-follow" hx-get="', 1)[1].split('"', 1)[0].replace("&amp;", "&")
+    (root / "r1-engine-0.log").unlink()
+    (root / "r1-engine-0.log").write_text("new run\n")
+    poll = alice.get(poll_url, **HTMX).content.decode()
+    assert 'hx-swap-oob="innerHTML:#log-lines"' in poll and "new run" in poll
+
+
+def test_viewers_neither_see_nor_open_logs(carol: Client, endpoint: Deployment) -> None:
+    assert "/logs/" not in carol.get("/endpoints/chat/").content.decode()
+    assert carol.get("/endpoints/chat/logs/").status_code == 403
+    assert carol.get("/endpoints/chat/logs/download/").status_code == 403
+
+
 def test_the_status_card_of_a_removed_endpoint_stops_polling(
     cast: Cast, alice: Client, endpoint: Deployment
 ) -> None:

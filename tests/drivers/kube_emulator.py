@@ -3,8 +3,12 @@
 kmock 0.8 keeps objects and serves get/list/patch/delete over real HTTP, so the official client
 is exercised for real. What this subclass adds (see TESTING.md): server-side apply of a missing
 object creates it (kmock answers 404); objects get uid, resourceVersion, generation and a creation
-time; and faults can be injected per method and path (an HTTP status, or a stall longer than the
-client's timeout). It runs in a background thread because the driver's code is synchronous.
+time; faults can be injected per method and path (an HTTP status, or a stall longer than the
+client's timeout); and pods' container logs are served as the kubelet serves them (``log``
+subresource: container, previous, tailLines, sinceSeconds, sinceTime, timestamps, limitBytes;
+400 for a container waiting to start or a previous run that is not there), from lines a test
+writes (``RunningEmulator.write_log``). It runs in a background thread because
+the driver's code is synchronous.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp.web
@@ -43,6 +47,8 @@ class PlinthKubeEmulator(kmock.KubernetesEmulator):
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self.faults: list[Fault] = []
+        # (namespace, pod, container, previous) -> [(time written, line)], oldest first.
+        self.pod_logs: dict[tuple[str, str, str, bool], list[tuple[datetime, str]]] = {}
         self._versions = itertools.count(1)
         for kind in KINDS.values():
             group = "" if kind.api_version == "v1" else kind.api_version.rsplit("/", 1)[0]
@@ -66,6 +72,8 @@ class PlinthKubeEmulator(kmock.KubernetesEmulator):
             raise kmock.KubernetesError(status=fault.status, reason="Injected", message="injected")
         if request.action == enums.action.UPDATE and request.name and _is_apply(request):
             return await self._apply(request)
+        if request.action == enums.action.FETCH and request.subresource == "log":
+            return await self._serve_pod_log(request)
         return await super()._handle(request)
 
     def _take_fault(self, request: rendering.Request) -> Fault | None:
@@ -97,6 +105,71 @@ class PlinthKubeEmulator(kmock.KubernetesEmulator):
             obj["metadata"] = meta
             raw = plain(obj.raw)
         return aiohttp.web.json_response(raw, status=200 if existing else 201)
+
+    async def _serve_pod_log(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        """A container's log as the kubelet answers through the API server (plain text)."""
+        key = (request.resource, request.namespace, request.name)
+        async with self._lock:
+            if key not in self._objects or self._objects[key].deleted:
+                raise kmock.KubernetesObjectNotFoundError()
+            pod = plain(self._objects[key].raw)
+        containers = [c["name"] for c in (pod.get("spec") or {}).get("containers") or []]
+        params = request.params
+        container = params.get("container") or (containers[0] if len(containers) == 1 else "")
+        if container not in containers:
+            raise kmock.KubernetesError(
+                status=400, reason="BadRequest", message=f"container {container!r} is not valid"
+            )
+        previous = params.get("previous") == "true"
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        status = next((c for c in statuses if c.get("name") == container), {})
+        if (
+            not previous
+            and "waiting" in (status.get("state") or {})
+            and not status.get("lastState")
+        ):
+            raise kmock.KubernetesError(
+                status=400,
+                reason="BadRequest",
+                message=f'container "{container}" in pod "{request.name}" is waiting to start',
+            )
+        lines = self.pod_logs.get(
+            (request.namespace or "", request.name or "", container, previous)
+        )
+        if lines is None and previous:
+            raise kmock.KubernetesError(
+                status=400,
+                reason="BadRequest",
+                message=f'previous terminated container "{container}" in pod "{request.name}" '
+                "not found",
+            )
+        lines = list(lines or [])
+        since = _since(params)
+        if since is not None:
+            lines = [(ts, text) for ts, text in lines if ts >= since]
+        if "tailLines" in params:
+            lines = lines[-int(params["tailLines"]) :] if int(params["tailLines"]) else []
+        stamped = params.get("timestamps") == "true"
+        body = "".join(
+            f"{kubelet_time(ts)} {text}\n" if stamped else f"{text}\n" for ts, text in lines
+        )
+        data = body.encode()
+        if "limitBytes" in params:
+            data = data[: int(params["limitBytes"])]
+        return aiohttp.web.Response(body=data, content_type="text/plain")
+
+
+def kubelet_time(ts: datetime) -> str:
+    """The kubelet's stamp: RFC 3339 in UTC with nine fraction digits."""
+    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z"
+
+
+def _since(params: Mapping[str, str]) -> datetime | None:
+    if "sinceSeconds" in params:
+        return datetime.now(UTC) - timedelta(seconds=int(params["sinceSeconds"]))
+    if "sinceTime" in params:
+        return datetime.fromisoformat(params["sinceTime"].replace("Z", "+00:00"))
+    return None
 
 
 def plain(value: Any) -> Any:
@@ -158,6 +231,26 @@ class RunningEmulator:
             for r in list(self.emulator._requests)
             if r.method.value in {"PATCH", "POST", "PUT", "DELETE"}
         ]
+
+    def write_log(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        lines: list[str],
+        *,
+        previous: bool = False,
+        at: datetime | None = None,
+    ) -> None:
+        """Append ``lines`` to a container's log (``previous``: its last run's), written at
+        ``at`` (default now), one microsecond apart so each has its own time."""
+        start = at or datetime.now(UTC)
+
+        def append() -> None:
+            log = self.emulator.pod_logs.setdefault((namespace, pod, container, previous), [])
+            log.extend((start + timedelta(microseconds=i), text) for i, text in enumerate(lines))
+
+        self.call(append)
 
     def uninstall(self, api_version: str, kind: str) -> None:
         """Make a kind unknown to the API server, as a CRD that was never installed."""

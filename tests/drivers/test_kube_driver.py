@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -243,17 +244,114 @@ def test_observe_reports_probe_failures_and_events(
     assert observed.events[0].level == "warning"
 
 
-def test_logs_read_the_pod_log(driver: KubeDriver, emulator: RunningEmulator) -> None:
+def log_requests(emulator: RunningEmulator) -> list[dict[str, str]]:
+    return [dict(r.params) for r in emulator.emulator._requests if r.url.path.endswith("/log")]
+
+
+def test_logs_read_the_pod_log_with_times_and_list_every_pod(
+    driver: KubeDriver, emulator: RunningEmulator
+) -> None:
     emulator.put("v1", "Pod", NS, pod("chat-engine-a", 1, running(True)))
-    emulator.emulator["get", "/api/v1/namespaces/team-a/pods/chat-engine-a/log"] << (
-        b"loading weights\nready\n"
+    emulator.put("v1", "Pod", NS, pod("chat-router-a", 1, running(True), role="router"))
+    at = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
+    emulator.write_log(NS, "chat-engine-a", "engine", ["loading weights", "ready"], at=at)
+    emulator.write_log(NS, "chat-router-a", "router", ["router up --api-key sk-abc"], at=at)
+    found = driver.logs(REF, base.LogQuery())
+    assert found.replica == "chat-engine-a"
+    assert [(line.text, line.ts) for line in found.lines] == [
+        ("loading weights", at),
+        ("ready", at + timedelta(microseconds=1)),
+    ]
+    assert [(s.name, s.role) for s in found.replicas] == [
+        ("chat-engine-a", "engine"),
+        ("chat-router-a", "router"),
+    ]
+    [asked] = log_requests(emulator)
+    assert asked["container"] == "engine" and asked["timestamps"] == "true"
+    assert asked["tailLines"] == "200" and int(asked["limitBytes"]) == base.LOG_READ_BYTES
+    router = driver.logs(REF, base.LogQuery(role="router"))
+    assert [line.text for line in router.lines] == ["router up --api-key ***"]
+    assert log_requests(emulator)[-1]["container"] == "router"
+    # A name the driver does not list is never asked for.
+    before = len(log_requests(emulator))
+    assert driver.logs(REF, base.LogQuery(replica="../kube-system/etcd")).replica == ""
+    assert len(log_requests(emulator)) == before
+    fallback = driver.logs(REF, base.LogQuery(replica="chat-engine-gone", fallback=True))
+    assert fallback.replica == "chat-engine-a"
+
+
+def test_the_previous_container_of_a_crash_looping_pod_is_read(
+    driver: KubeDriver, emulator: RunningEmulator
+) -> None:
+    crashed = running(
+        False,
+        state={"waiting": {"reason": "CrashLoopBackOff"}},
+        restartCount=3,
+        lastState={"terminated": {"exitCode": 1, "reason": "Error"}},
     )
-    lines = driver.logs(REF)
-    assert lines.replica == "chat-engine-a"
-    assert lines.lines == ["loading weights", "ready"]
-    assert lines.replicas == ("chat-engine-a",)
-    # A name the driver does not have falls back to the first pod's log.
-    assert driver.logs(REF, "../kube-system/etcd").replica == "chat-engine-a"
+    emulator.put("v1", "Pod", NS, pod("chat-engine-a", 1, crashed))
+    emulator.put("v1", "Pod", NS, pod("chat-engine-b", 1, running(True)))
+    emulator.write_log(NS, "chat-engine-a", "engine", ["starting again"])
+    emulator.write_log(
+        NS, "chat-engine-a", "engine", ["torch.OutOfMemoryError: CUDA out of memory"], previous=True
+    )
+    emulator.write_log(NS, "chat-engine-b", "engine", ["serving"])
+    current = driver.logs(REF, base.LogQuery())
+    assert [line.text for line in current.lines] == ["starting again"]
+    assert current.source == base.LogSource("chat-engine-a", "engine", 3, has_previous=True)
+    previous = driver.logs(REF, base.LogQuery(previous=True))
+    assert [line.text for line in previous.lines] == ["torch.OutOfMemoryError: CUDA out of memory"]
+    assert log_requests(emulator)[-1]["previous"] == "true"
+    # A container that never restarted has no previous run: not asked (the API would say 400).
+    before = len(log_requests(emulator))
+    none = driver.logs(REF, base.LogQuery(replica="chat-engine-b", previous=True))
+    assert none.replica == "chat-engine-b" and none.lines == []
+    assert none.source is not None and not none.source.has_previous
+    assert len(log_requests(emulator)) == before
+    with pytest.raises(KubePermanentError) as refused:
+        driver.client.pod_log(NS, "chat-engine-b", container="engine", previous=True)
+    assert refused.value.status == 400
+
+
+def test_a_container_that_has_not_started_has_no_log_yet(
+    driver: KubeDriver, emulator: RunningEmulator
+) -> None:
+    pulling = running(False, state={"waiting": {"reason": "ContainerCreating"}})
+    emulator.put("v1", "Pod", NS, pod("chat-engine-a", 1, pulling))
+    found = driver.logs(REF, base.LogQuery())
+    assert found.replica == "chat-engine-a" and found.lines == []
+    assert not log_requests(emulator)  # the API would refuse it: 400, waiting to start
+    with pytest.raises(KubePermanentError) as refused:
+        driver.client.pod_log(NS, "chat-engine-a", container="engine")
+    assert refused.value.status == 400
+
+
+def test_following_a_pod_log_returns_each_line_once(
+    driver: KubeDriver, emulator: RunningEmulator
+) -> None:
+    emulator.put("v1", "Pod", NS, pod("chat-engine-a", 1, running(True)))
+    at = datetime.now(UTC).replace(microsecond=0)
+    emulator.write_log(NS, "chat-engine-a", "engine", ["one", "two"], at=at)
+    first = driver.logs(REF, base.LogQuery())
+    assert [line.text for line in first.lines] == ["one", "two"] and not first.continued
+    nothing = driver.logs(REF, base.LogQuery(after=first.cursor))
+    assert nothing.lines == [] and nothing.continued and nothing.cursor == first.cursor
+    # Later lines in the same second: the API's sinceTime repeats that second; we do not.
+    emulator.write_log(
+        NS,
+        "chat-engine-a",
+        "engine",
+        ["three", "four", "five"],
+        at=at + timedelta(microseconds=500),
+    )
+    following = driver.logs(REF, base.LogQuery(after=first.cursor, tail=2))
+    assert [line.text for line in following.lines] == ["three", "four"] and following.more
+    assert log_requests(emulator)[-1]["sinceTime"] == at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert "tailLines" not in log_requests(emulator)[-1]  # after a cursor: the oldest first
+    rest = driver.logs(REF, base.LogQuery(after=following.cursor, tail=2))
+    assert [line.text for line in rest.lines] == ["five"] and not rest.more
+    since = driver.logs(REF, base.LogQuery(since=at + timedelta(microseconds=2)))
+    assert [line.text for line in since.lines] == ["three", "four", "five"]
 
 
 def test_without_the_lws_crd_multi_node_is_refused_and_the_rest_works(

@@ -1,9 +1,10 @@
 """What every operation of the OpenAPI document must answer to whom: the role matrix of the README.
 
-README: viewer reads; developer creates, edits, scales, stops, starts, rolls back and deletes
-endpoints (and makes inference keys); admin manages members, keys, secrets and clusters; only
-owners make owners. Objects of another organization answer 404. An inference key is refused on
-the management API. The routes about a person (``/me/...``) take that person's session only.
+README: viewer reads (but logs); developer creates, edits, scales, stops, starts, rolls back and
+deletes endpoints (and makes inference keys) and reads logs; admin manages members, keys, secrets
+and clusters and reads the audit log; only owners make owners. Objects of another organization
+answer 404. An inference key is refused on the management API. The routes about a person
+(``/me/...``) take that person's session only.
 
 One entry per documented operation, keyed ``(METHOD, path)`` exactly as the document spells it.
 The sweep fails on a documented operation missing here, so a new route must be classified
@@ -108,6 +109,13 @@ EXPECTED: dict[tuple[str, str], tuple[Variant, ...]] = {
     ("GET", EP + "/metrics"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
     ("GET", EP + "/usage"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
     ("GET", "/api/v1/usage"): (V(R.VIEWER, Scope.COLLECTION),),
+    # A log can hold what users sent (prompts in errors, --log-requests): developers and up.
+    ("GET", EP + "/logs"): (
+        V(R.DEVELOPER, Scope.OBJECT, _endpoint),
+        V(R.DEVELOPER, Scope.OBJECT, _by_slug, query="role=engine&tail=50", label="by slug"),
+    ),
+    # The audit log shows every member's changes: admins.
+    ("GET", "/api/v1/audit"): (V(R.ADMIN, Scope.COLLECTION),),
     # --- catalogues ---
     ("GET", "/api/v1/gpus"): (V(R.VIEWER, Scope.PUBLIC),),
     ("GET", "/api/v1/models"): (V(R.VIEWER, Scope.PUBLIC),),
@@ -173,6 +181,14 @@ EXPECTED: dict[tuple[str, str], tuple[Variant, ...]] = {
     ),
     ("GET", "/api/v1/clusters/{cluster_id}"): (
         V(R.VIEWER, Scope.OBJECT, lambda w: {"cluster_id": str(w.cluster.pk)}),
+    ),
+    ("PATCH", "/api/v1/clusters/{cluster_id}"): (
+        V(
+            R.ADMIN,
+            Scope.OBJECT,
+            lambda w: {"cluster_id": str(w.cluster.pk)},
+            body=lambda w: {"settings": {"labels": {"sweep": "yes"}}},
+        ),
     ),
     ("DELETE", "/api/v1/clusters/{cluster_id}"): (
         V(R.ADMIN, Scope.OBJECT, lambda w: {"cluster_id": str(w.cluster.pk)}),

@@ -68,11 +68,13 @@ OBJECT_PAGES: dict[str, Page] = {
     "endpoint-metrics": Page(EMPTY),
     "endpoint-events": Page(EMPTY),
     "endpoint-logs": Page(EMPTY),
+    "endpoint-logs-download": Page(EMPTY),
     "playground-key": Page(EMPTY),
     "playground-chat": Page(
         lambda w: {"key": w.plaintext_keys["inference-key"], "prompt": "hi", "max_tokens": "4"}
     ),
     "cluster-delete": Page(EMPTY),
+    "cluster-settings": Page(lambda w: {"namespace": "globex", "settings": "labels: {a: b}"}),
     "key-revoke": Page(EMPTY),
     "member-change": Page(lambda w: {"role": "viewer"}),
     "invitation-revoke": Page(EMPTY),

@@ -154,6 +154,14 @@ class KubeDriver:
         if source is None or (query.previous and not source.has_previous):
             # No such replica, or no previous run to read: the caller says which.
             return base.LogLines(replica=source.name if source else "", replicas=sources)
+        if not query.previous and not _started(by_name[source.name]):
+            # Scheduling, pulling the image: the API refuses a log that does not exist yet (400).
+            return base.LogLines(
+                replica=source.name,
+                replicas=sources,
+                cursor=query.after or "",
+                continued=query.after is not None,
+            )
         after = _stamp(query.after or "")
         since = query.since
         if after is not None and (since is None or after[0] > since):
@@ -232,11 +240,24 @@ def _log_container(pod: dict[str, Any]) -> str:
     return wanted if wanted in names or not names else str(names[0])
 
 
-def _log_source(pod: dict[str, Any]) -> base.LogSource:
-    """A pod as a log source; a container that ran before (restarted) has a previous log."""
+def _log_status(pod: dict[str, Any]) -> dict[str, Any]:
     name = _log_container(pod)
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
     status: dict[str, Any] = next((c for c in statuses if c.get("name") == name), {})
+    return status
+
+
+def _started(pod: dict[str, Any]) -> bool:
+    """False only when the log container is known to be waiting for its first run (no status
+    yet: asked all the same); a crash-looping one has the log of its last run."""
+    status = _log_status(pod)
+    waiting = "waiting" in (status.get("state") or {})
+    return not waiting or bool((status.get("lastState") or {}).get("terminated"))
+
+
+def _log_source(pod: dict[str, Any]) -> base.LogSource:
+    """A pod as a log source; a container that ran before (restarted) has a previous log."""
+    status = _log_status(pod)
     terminated = (status.get("lastState") or {}).get("terminated")
     return base.LogSource(
         name=pod["metadata"]["name"],

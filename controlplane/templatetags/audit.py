@@ -6,6 +6,7 @@ from typing import Any
 
 from django import template
 
+from controlplane.audit import shown
 from controlplane.models import AuditEvent
 
 register = template.Library()
@@ -14,7 +15,9 @@ register = template.Library()
 @register.filter
 def audit_changes(event: AuditEvent) -> list[tuple[str, Any, Any]]:
     """(field, before, after) for each field that differs; creations list every field."""
-    before = event.before if isinstance(event.before, dict) else {}
-    after = event.after if isinstance(event.after, dict) else {}
+    # Masked as the API masks them: a secret-looking field never reaches the page, even if a
+    # writer once slipped one into a snapshot.
+    before = shown(event.before) if isinstance(event.before, dict) else {}
+    after = shown(event.after) if isinstance(event.after, dict) else {}
     keys = sorted(before.keys() | after.keys())
     return [(k, before.get(k), after.get(k)) for k in keys if before.get(k) != after.get(k)]

@@ -22,7 +22,7 @@ from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from controlplane import crypto, invitations, services
+from controlplane import audit, crypto, invitations, services
 from controlplane.access import Actor, require_role
 from controlplane.guard import actor_of, console_view
 from controlplane.models import ApiKey, ApiKeyKind, AuditEvent, Membership, Role, Secret
@@ -242,11 +242,10 @@ def secret_delete(request: HttpRequest, secret_id: str) -> HttpResponse:
 def audit_log(request: HttpRequest) -> HttpResponse:
     actor = actor_of(request)
     filters = {k: request.GET.get(k, "").strip()[:100] for k in ("action", "actor", "target")}
-    events = AuditEvent.objects.filter(organization=actor.organization)
-    if filters["action"]:
-        events = events.filter(action__startswith=filters["action"])
-    if filters["actor"]:
-        events = events.filter(actor_label__icontains=filters["actor"])
+    # The API's read (admins only, like GET /api/v1/audit): the page shows every member's changes.
+    events = audit.events_for(
+        actor, action=filters["action"] or None, actor_label=filters["actor"] or None
+    )
     if filters["target"]:
         events = events.filter(target_type__icontains=filters["target"])
     page = Paginator(events, 50).get_page(request.GET.get("page"))

@@ -13,9 +13,11 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from controlplane import audit
 from controlplane import services as platform
 from controlplane.models import ApiKey, AuditEvent, Membership, Secret
-from deployments.models import Deployment, UsageRecord
+from deployments import services
+from deployments.models import Cluster, Deployment, UsageRecord
 from tests.conftest import Cast
 
 
@@ -225,3 +227,56 @@ def test_every_page_links_its_icon(alice: Client, cast: Cast) -> None:
         head = page.content.decode().split("</head>")[0]
         assert 'rel="icon" href="/static/favicon.svg"' in head
         assert 'rel="icon" href="/favicon.ico"' in head
+
+
+def _kube_cluster(cast: Cast) -> Cluster:
+    actor = cast.actor(cast.alice, cast.acme)
+    secret = platform.set_secret(actor, name="kc", value="apiVersion: v1\nkind: Config\n")
+    return services.create_cluster(actor, name="gpu-east", kubeconfig_secret_id=secret.pk)
+
+
+def test_the_clusters_page_shows_observed_gpus(alice: Client, carol: Client, cast: Cast) -> None:
+    cluster = _kube_cluster(cast)
+    assert "not observed yet" in carol.get("/clusters/").content.decode()
+    Cluster.objects.filter(pk=cluster.pk).update(
+        gpu_inventory={"nodes": [], "gpus": {"H100-SXM": {"nodes": 2, "gpus": 16, "free": 5}},
+                       "error": ""},
+        inventory_observed_at=timezone.now(),
+    )  # fmt: skip
+    page = carol.get("/clusters/").content.decode()
+    assert "H100-SXM: 5 / 16 on 2 nodes" in page
+    assert f"/clusters/{cluster.pk}/settings/" not in page  # settings are for admins
+    assert f"/clusters/{cluster.pk}/settings/" in alice.get("/clusters/").content.decode()
+
+
+def test_an_admin_edits_a_clusters_settings_as_yaml(
+    alice: Client, carol: Client, cast: Cast
+) -> None:
+    cluster = _kube_cluster(cast)
+    url = f"/clusters/{cluster.pk}/settings/"
+    assert carol.get(url).status_code == 403
+    page = alice.get(url).content.decode()
+    assert "nvidia.com/gpu.product" in page and "NVIDIA-H100-80GB-HBM3" in page
+    form = {"namespace": "inference", "settings": "node_selector:\n  pool: llm\n"}
+    assert alice.post(url, form).status_code == 302
+    cluster.refresh_from_db()
+    assert cluster.namespace == "inference"
+    assert cluster.operator_settings["node_selector"] == {"pool": "llm"}
+    assert cluster.operator_settings["gpu_map"]["H200"]["values"] == ["NVIDIA-H200"]
+    bad = alice.post(url, {"namespace": "inference", "settings": "labels: {plinth.dev/x: y}"})
+    assert bad.status_code == 422 and "Plinth sets the keys" in bad.content.decode()
+    broken = alice.post(url, {"namespace": "inference", "settings": "labels: [unclosed"})
+    assert broken.status_code == 422 and "not valid YAML" in broken.content.decode()
+    cluster.refresh_from_db()
+    assert cluster.operator_settings["labels"] == {}
+
+
+def test_the_audit_log_is_for_admins_and_masks_secret_fields(
+    alice: Client, carol: Client, cast: Cast
+) -> None:
+    owner = cast.actor(cast.alice, cast.acme)
+    audit.record(owner, "test.slip", cast.acme, after={"token": "hf_slipped_value", "n": 1})
+    page = alice.get("/audit/").content.decode()
+    assert "test.slip" in page and "hf_slipped_value" not in page and "(write-only)" in page
+    assert carol.get("/audit/").status_code == 403
+    assert 'href="/audit/"' not in carol.get("/endpoints/").content.decode()

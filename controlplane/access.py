@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from controlplane.models import Role
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser
+    from django.contrib.auth.models import User
 
     from controlplane.models import ApiKey, Organization
 
@@ -37,7 +37,7 @@ class NotFound(Exception):
 class Actor:
     organization: Organization
     role: str
-    user: AbstractBaseUser | None = None
+    user: User | None = None
     api_key: ApiKey | None = None
 
     @property

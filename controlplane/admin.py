@@ -18,6 +18,8 @@ from controlplane import crypto
 from controlplane.models import ApiKey, AuditEvent, Membership, Organization, Secret
 
 
+# ``type: ignore[type-arg]`` on the admin classes here: ModelAdmin and ModelForm are generic in
+# django-stubs only; subscripting them at run time needs django-stubs-ext, a dev tool.
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Lists and shows rows; adding, changing and deleting belong to the services."""
 

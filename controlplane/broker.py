@@ -36,14 +36,19 @@ class Channel(kombu_redis.Channel):
     def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
         transport = self.connection
         if transport.client is not None:
-            return super()._connparams(asynchronous=asynchronous)
+            return self._kombu_connparams(asynchronous)
         # Collected: lend the transport its old connection just while kombu reads the
         # parameters. The worker's main process is single-threaded, so nothing sees it meanwhile.
         transport.client = self._opened_on
         try:
-            return super()._connparams(asynchronous=asynchronous)
+            return self._kombu_connparams(asynchronous)
         finally:
             transport.client = None
+
+    def _kombu_connparams(self, asynchronous: bool) -> dict[str, Any]:
+        # celery-types' kombu stubs leave out this private method, so it is typed here, once.
+        params: dict[str, Any] = super()._connparams(asynchronous=asynchronous)  # type: ignore[misc]
+        return params
 
 
 class Transport(kombu_redis.Transport):

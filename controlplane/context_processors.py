@@ -14,7 +14,7 @@ from controlplane.models import Membership, Role
 def console(request: HttpRequest) -> dict[str, Any]:
     actor = getattr(request, "actor", None)
     pending = _pending_invitations(request)
-    if actor is None:
+    if actor is None or not request.user.is_authenticated:
         return {
             "actor": None,
             "memberships": [],

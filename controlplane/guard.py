@@ -13,14 +13,18 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
 from django.db import DataError
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
+from django_htmx.middleware import HtmxDetails
 
 from controlplane.access import AccessDenied, Actor, NotFound
 from controlplane.error_pages import UNSTORABLE_MESSAGE, error_answer
 
-View = Callable[..., HttpResponse]
+View = Callable[..., HttpResponseBase]
 logger = logging.getLogger(__name__)
 
 
@@ -29,7 +33,7 @@ def console_view(view: View) -> View:
 
     @login_required
     @functools.wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         if getattr(request, "actor", None) is None:
             return render(request, "console/no_organization.html", status=403)
         try:
@@ -46,6 +50,22 @@ def console_view(view: View) -> View:
     return wrapper
 
 
+class HtmxHttpRequest(HttpRequest):
+    """A request as django-htmx's middleware leaves it: the annotation of views that read
+    ``request.htmx`` (django-htmx's documented way to type it; never instantiated)."""
+
+    htmx: HtmxDetails
+
+
 def actor_of(request: HttpRequest) -> Actor:
+    # CurrentOrganizationMiddleware sets ``actor``, which HttpRequest does not declare.
     actor: Actor = request.actor  # type: ignore[attr-defined]
     return actor
+
+
+def user_of(request: HttpRequest) -> User:
+    """The signed-in person of a page behind ``login_required``, typed for the services."""
+    user = request.user
+    if not user.is_authenticated:
+        raise PermissionDenied  # login_required sent anyone else to sign in first
+    return user

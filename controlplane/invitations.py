@@ -17,7 +17,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -129,7 +129,7 @@ def revoke_invitation(actor: Actor, *, invitation_id: uuid.UUID | str) -> Invita
 # --- the invitee's side: their own session, never an organization's key ----------------------
 
 
-def pending_for_user(user: AbstractBaseUser) -> QuerySet[Invitation]:
+def pending_for_user(user: User) -> QuerySet[Invitation]:
     """Open invitations addressed to this user's name, in every organization."""
     return Invitation.objects.filter(
         username=user.get_username(),
@@ -138,7 +138,7 @@ def pending_for_user(user: AbstractBaseUser) -> QuerySet[Invitation]:
     ).select_related("organization", "invited_by", "invited_by_key")
 
 
-def accept_invitation(user: AbstractBaseUser, *, invitation_id: uuid.UUID | str) -> Membership:
+def accept_invitation(user: User, *, invitation_id: uuid.UUID | str) -> Membership:
     """Join the inviting organization with the invited role."""
     membership = _accept(user, invitation_id)
     if membership is None:
@@ -151,7 +151,7 @@ def accept_invitation(user: AbstractBaseUser, *, invitation_id: uuid.UUID | str)
 
 
 @transaction.atomic
-def _accept(user: AbstractBaseUser, invitation_id: uuid.UUID | str) -> Membership | None:
+def _accept(user: User, invitation_id: uuid.UUID | str) -> Membership | None:
     """The new (or existing) membership, or None when the invitation turned out void (it is
     then marked revoked, and that is committed: it must not come back on the next look)."""
     invitation = _open_invitation(_addressed_to(user), invitation_id)
@@ -171,7 +171,7 @@ def _accept(user: AbstractBaseUser, invitation_id: uuid.UUID | str) -> Membershi
 
 
 @transaction.atomic
-def decline_invitation(user: AbstractBaseUser, *, invitation_id: uuid.UUID | str) -> Invitation:
+def decline_invitation(user: User, *, invitation_id: uuid.UUID | str) -> Invitation:
     invitation = _open_invitation(_addressed_to(user), invitation_id)
     _respond(invitation, InvitationStatus.DECLINED)
     actor = Actor(organization=invitation.organization, role=invitation.role, user=user)
@@ -179,7 +179,7 @@ def decline_invitation(user: AbstractBaseUser, *, invitation_id: uuid.UUID | str
     return invitation
 
 
-def _addressed_to(user: AbstractBaseUser) -> QuerySet[Invitation]:
+def _addressed_to(user: User) -> QuerySet[Invitation]:
     return Invitation.objects.filter(username=user.get_username())
 
 

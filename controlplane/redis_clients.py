@@ -16,7 +16,14 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
-__all__ = ["COMMAND_TIMEOUT_S", "async_client", "async_subscriber", "client", "command_options"]
+__all__ = [
+    "COMMAND_TIMEOUT_S",
+    "as_text",
+    "async_client",
+    "async_subscriber",
+    "client",
+    "command_options",
+]
 
 COMMAND_TIMEOUT_S = 5.0
 HEALTH_CHECK_INTERVAL_S = 30
@@ -51,6 +58,12 @@ def client(url: str) -> redis.Redis:
 def async_client(url: str) -> aioredis.Redis:
     """A command client for asyncio code; its owner closes it (``aclose``) with its loop."""
     return aioredis.Redis.from_url(url, **command_options())
+
+
+def as_text(value: bytes | str) -> str:
+    """A key or field read back from Redis, as text. These clients answer bytes (no
+    ``decode_responses``); redis-py's types allow either."""
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def async_subscriber(url: str) -> aioredis.Redis:

@@ -14,6 +14,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.cache import patch_cache_control
 from django.views.decorators.http import require_GET, require_POST
 
+from controlplane.guard import user_of
 from controlplane.middleware import SESSION_ORG_KEY
 from controlplane.models import Membership
 
@@ -33,7 +34,7 @@ def switch_organization(request: HttpRequest) -> HttpResponse:
         org_id = str(uuid.UUID(request.POST.get("organization", "")))
     except ValueError:
         return redirect("home")
-    if Membership.objects.filter(user=request.user, organization_id=org_id).exists():
+    if Membership.objects.filter(user=user_of(request), organization_id=org_id).exists():
         request.session[SESSION_ORG_KEY] = org_id
     return redirect("home")
 

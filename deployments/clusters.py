@@ -7,6 +7,8 @@ cluster is reached with a kubeconfig stored as a write-only Secret, named here b
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
 from django.db import transaction
 
@@ -15,6 +17,7 @@ from controlplane.access import Actor, require_role
 from controlplane.hygiene import full_pattern
 from controlplane.models import Role, Secret
 from controlplane.services import Conflict, ServiceError, reveal_secret
+from deployments.cluster_settings import SettingsInvalid, parse_settings
 from deployments.kubeconfig import kubeconfig_policy, kubeconfig_problems
 from deployments.models import SLUG_RE, Cluster, ClusterKind, Deployment, slug_validator
 from deployments.queries import clusters_for, get_cluster, id_or_name
@@ -62,8 +65,10 @@ def create_cluster(
     kind: str = ClusterKind.KUBERNETES,
     namespace: str = "plinth",
     kubeconfig_secret_id: uuid.UUID | str | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> Cluster:
-    """A Kubernetes cluster of the organization, reached with a kubeconfig stored as a Secret."""
+    """A Kubernetes cluster of the organization, reached with a kubeconfig stored as a Secret,
+    with its operator settings (every default when None)."""
     require_role(actor, Role.ADMIN)
     if kind != ClusterKind.KUBERNETES:
         raise ServiceError(
@@ -71,11 +76,8 @@ def create_cluster(
         )
     if not isinstance(name, str) or not SLUG_RE.match(name):
         raise ServiceError(f"cluster name: {slug_validator.message}", field="name")
-    if not _DNS_LABEL.match(namespace or ""):
-        raise ServiceError(
-            "namespace must be a DNS label: up to 63 lowercase letters, digits and hyphens",
-            field="namespace",
-        )
+    _check_namespace(namespace)
+    stored = checked_settings(settings)
     secret = _kubeconfig_secret(actor, kubeconfig_secret_id)
     if clusters_for(actor).filter(name=name).exists():
         raise Conflict(f"a cluster named {name!r} exists", field="name")
@@ -85,13 +87,82 @@ def create_cluster(
         kind=ClusterKind.KUBERNETES,
         namespace=namespace,
         kubeconfig=secret,
+        operator_settings=stored,
     )
     audit.record(
         actor,
         "cluster.create",
         cluster,
-        after={"name": name, "namespace": namespace, "kubeconfig_secret": secret.name},
+        after={
+            "name": name,
+            "namespace": namespace,
+            "kubeconfig_secret": secret.name,
+            "settings": stored,
+        },
     )
+    return cluster
+
+
+def _check_namespace(namespace: str | None) -> None:
+    if not isinstance(namespace, str) or not _DNS_LABEL.match(namespace):
+        raise ServiceError(
+            "namespace must be a DNS label: up to 63 lowercase letters, digits and hyphens",
+            field="namespace",
+        )
+
+
+def checked_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``settings`` validated, as stored (every field explicit, the GPU map complete); a
+    ServiceError naming the first field at fault (``settings.<path>``) and counting the rest."""
+    try:
+        return parse_settings(settings).stored()
+    except SettingsInvalid as exc:
+        path, message = exc.problems[0]
+        more = f" (and {len(exc.problems) - 1} more)" if len(exc.problems) > 1 else ""
+        field = f"settings.{path}" if path else "settings"
+        raise ServiceError(
+            f"{field}: {message}{more}", field=field, code="invalid_settings"
+        ) from None
+
+
+@transaction.atomic
+def update_cluster(
+    actor: Actor,
+    cluster_id: uuid.UUID | str,
+    *,
+    namespace: str | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> Cluster:
+    """Change a Kubernetes cluster's namespace or its operator settings (replaced whole).
+
+    Settings take effect at each endpoint's next reconcile pass (a changed manifest rolls its
+    pods). The namespace cannot change under running endpoints: their objects would be left
+    behind in the old one.
+    """
+    require_role(actor, Role.ADMIN)
+    cluster = _own_cluster(actor, cluster_id)
+    before = {"namespace": cluster.namespace, "settings": cluster.operator_settings}
+    if namespace is not None and namespace != cluster.namespace:
+        _check_namespace(namespace)
+        if Deployment.objects.filter(cluster=cluster).exists():
+            raise Conflict(
+                "endpoints run in this cluster's namespace; delete them before changing it",
+                field="namespace",
+            )
+        cluster.namespace = namespace
+    if settings is not None:
+        cluster.operator_settings = checked_settings(settings)
+    cluster.save(update_fields=["namespace", "operator_settings"])
+    after = {"namespace": cluster.namespace, "settings": cluster.operator_settings}
+    if after != before:
+        audit.record(actor, "cluster.update", cluster, before=before, after=after)
+    return cluster
+
+
+def _own_cluster(actor: Actor, cluster_id: uuid.UUID | str) -> Cluster:
+    cluster = get_cluster(actor, cluster_id)
+    if cluster.organization_id is None:
+        raise Conflict("the built-in local cluster has no settings to change", code="built_in")
     return cluster
 
 

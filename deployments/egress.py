@@ -258,6 +258,7 @@ class _GuardedConnectionMixin:
         try:
             addresses = checked_addresses(self._dns_host, self.port, self.egress_policy)
         except socket.gaierror as exc:
+            # arg-type here and below: a mixin, so not an HTTPConnection until it is mixed in.
             raise NameResolutionError(self.host, self, exc) from exc  # type: ignore[arg-type]
         last: OSError | None = None
         for address in addresses:

@@ -7,7 +7,7 @@ from typing import Any
 
 from controlplane.hygiene import MISSING, displayable, text_problem
 from controlplane.services import ServiceError
-from deployments.models import SLUG_MAX_LENGTH, slug_validator
+from deployments.models import SLUG_MAX_LENGTH, SLUG_RE, slug_validator
 from runtime.spec import RuntimeSpec
 
 MAX_REPLICAS = 1000
@@ -26,7 +26,7 @@ def clean_slug(slug: str) -> str:
         raise ServiceError(
             f"slug: {slug!r} is reserved; choose another", field="slug", code="reserved_slug"
         )
-    if len(slug) > SLUG_MAX_LENGTH or not slug_validator.regex.match(slug):
+    if len(slug) > SLUG_MAX_LENGTH or not SLUG_RE.match(slug):
         raise ServiceError(
             f"slug: {displayable(slug[:60])!r} is not DNS-safe: {slug_validator.message}",
             field="slug",

@@ -36,7 +36,7 @@ def flush_key_last_used(client: redis.Redis | None = None) -> int:
     written = 0
     for name in client.scan_iter(match=f"{PROCESSING_PREFIX}*"):
         times = {
-            key_id.decode(): datetime.fromtimestamp(int(epoch), tz=UTC)
+            redis_clients.as_text(key_id): datetime.fromtimestamp(int(epoch), tz=UTC)
             for key_id, epoch in client.hgetall(name).items()
         }
         written += platform.record_keys_used(times)

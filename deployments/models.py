@@ -55,6 +55,13 @@ class Cluster(models.Model):
     kubeconfig = models.ForeignKey(
         Secret, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
+    # What its admins set once (``deployments.cluster_settings.ClusterSettings``, validated by
+    # ``deployments.clusters`` when saved; {}: every default). Kubernetes clusters only.
+    operator_settings = models.JSONField(default=dict, blank=True)
+    # Its GPU nodes as the worker last saw them (``deployments.inventory``): {"nodes": [...],
+    # "gpus": {gpu: {"nodes", "gpus", "free"}}, "error": ""}; null until first observed.
+    gpu_inventory = models.JSONField(null=True, blank=True)
+    inventory_observed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -98,7 +105,14 @@ FACT_FIELDS = frozenset(
 _FACT_COLUMNS = FACT_FIELDS | {f"{name}_id" for name in FACT_FIELDS if name.endswith("revision")}
 # What the gateway's route table holds of an endpoint (``gateway.loader``): a write that leaves
 # these unchanged needs no change notification.
-ROUTE_FIELDS = ("slug", "organization_id", "status", "desired_state", "ready_replicas", "router_url")
+ROUTE_FIELDS = (
+    "slug",
+    "organization_id",
+    "status",
+    "desired_state",
+    "ready_replicas",
+    "router_url",
+)
 
 
 class DeploymentQuerySet(models.QuerySet["Deployment"]):

@@ -29,8 +29,9 @@ from controlplane.services import reveal_secret
 from deployments.drivers.base import Driver, Observation, RevisionPlan
 from deployments.drivers.errors import PermanentDriverError
 from deployments.drivers.registry import driver_for, ref_for
-from deployments.models import Deployment, DesiredState, Revision
+from deployments.models import ROUTE_FIELDS, Deployment, DesiredState, Revision
 from deployments.rollout import RolloutDecision, RolloutFacts, decide
+from deployments.status import SCALED_TO_ZERO, STOPPED, derive_status
 from deployments.timeline import record_event
 from runtime import launch
 from runtime.argv import UnsafeArgvError
@@ -39,6 +40,8 @@ from runtime.spec import RuntimeSpec
 log = logging.getLogger(__name__)
 
 ROLLOUT_FAILED = "RolloutFailed"
+# Settled at these, nothing runs and nothing is expected to change by itself: no next pass.
+AT_REST = frozenset({STOPPED, SCALED_TO_ZERO})
 # Timeline reasons that start a rollout's clock.
 DEPLOYING = "Deploying"
 ROLLOUT_STARTED = "RolloutStarted"
@@ -236,9 +239,10 @@ def revision_plan(deployment: Deployment, revision: Revision) -> RevisionPlan:
         plan = launch.plan(spec, deployment_labels={"deployment": deployment.slug})
     except UnsafeArgvError as exc:
         raise _refused(revision) from exc
-    return RevisionPlan(
+    return RevisionPlan.for_spec(
+        spec,
+        plan,
         number=revision.number,
-        plan=plan,
         replicas=deployment.desired_replicas,
         spec_hash=revision.spec_hash,
         hf_token=_hf_token(deployment, spec),
@@ -358,12 +362,18 @@ def _fail(work: Pass, reason: str) -> None:
 # --- saving ------------------------------------------------------------------------------------
 
 
-def _next_pass_in(work: Pass) -> float:
+def _next_pass_in(work: Pass) -> float | None:
+    """Seconds until the next pass; None for an endpoint at rest with nothing running (stopped
+    or scaled to zero): it costs nothing until something changes, since every change (a
+    person's, the autoscaler's, a wake-up) makes it due again."""
     deployment = work.deployment
     for name, value in work.facts.items():
         setattr(deployment, name, value)
     deployment.observed_generation = deployment.generation
+    deployment.status = derive_status(deployment.facts())
     settled = deployment.settled and not work.unfinished
+    if settled and deployment.status in AT_REST:
+        return None
     fast = float(settings.PLINTH_RECONCILE_INTERVAL_S)
     slow = float(settings.PLINTH_SETTLED_RECONCILE_S)
     return slow if settled and not deployment.rollout_deadline else fast
@@ -373,19 +383,28 @@ def _next_pass_in(work: Pass) -> float:
 def _save(work: Pass) -> None:
     deployment = work.deployment
     generation = deployment.generation
-    due = work.now + timedelta(seconds=_next_pass_in(work))
+    routed = deployment.route_state()  # as loaded, before this pass's facts
+    wait = _next_pass_in(work)
+    due = work.now + timedelta(seconds=wait) if wait is not None else None
     observed = {**work.facts, "observed_at": work.now, "observed_generation": generation}
     rows = Deployment.objects.filter(pk=deployment.pk)
-    if not rows.filter(generation=generation).update(**observed, next_reconcile_at=due):
+    # The status is derived from the row as this pass leaves it, which is only what is in
+    # memory while the generation is the one the pass read.
+    current = rows.filter(generation=generation)
+    if not current.update(**observed, status=deployment.status, next_reconcile_at=due):
         # A change was committed since this pass read the row: due at once, whatever a sweep
         # that claimed the row meanwhile set (its lease would hide the change for its length).
+        # The status is derived again from the row as it now is (the queryset's update does).
         rows.update(**observed, next_reconcile_at=work.now)
+        deployment.refresh_from_db(fields=list(ROUTE_FIELDS))
     for level, reason, message, revision, data in work.events:
         key = data.get("key")
         if key and deployment.events.filter(data__key=key).exists():
             continue
         record_event(deployment, level, reason, message, revision, data)
-    notify.publish_on_commit("deployment", str(deployment.pk))
+    if deployment.route_state() != routed:
+        # Only then: a pass that changed nothing the gateway routes by costs it nothing.
+        notify.publish_on_commit("deployment", str(deployment.pk))
 
 
 def change_pending(deployment_id: str) -> bool:

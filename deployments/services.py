@@ -34,10 +34,11 @@ from controlplane.celery import app as celery_app
 from controlplane.models import Role
 from controlplane.services import Conflict, ServiceError
 from deployments import clusters, fields, queries
-from deployments.clusters import create_cluster, delete_cluster
-from deployments.models import Cluster, Deployment, DesiredState, Revision
+from deployments.cluster_settings import cluster_issues
+from deployments.clusters import create_cluster, delete_cluster, update_cluster
+from deployments.models import Cluster, ClusterKind, Deployment, DesiredState, Revision
 from deployments.queries import REVISION_FIELDS, by_id_or_slug
-from deployments.specs import SpecInvalid, checked_spec
+from deployments.specs import SpecInvalid, checked_spec, issue_dict
 from deployments.timeline import record_event
 from runtime.spec import RuntimeSpec
 
@@ -55,6 +56,7 @@ __all__ = [
     "scale",
     "start",
     "stop",
+    "update_cluster",
     "update_settings",
     "wake",
 ]
@@ -107,7 +109,12 @@ def _send_reconcile(deployment_id: str) -> bool:
 def _commit_change(
     actor: Actor, deployment: Deployment, action: str, before: dict[str, Any] | None
 ) -> None:
-    """Save the desired state, audit it, and wake the reconciler and the gateway after commit."""
+    """Save the desired state, audit it, and wake the reconciler and the gateway after commit.
+
+    The gateway is told only when what it routes by changed: ``deployment.status`` is still the
+    stored one until ``save`` derives it again, and ``before`` holds the desired state as it was.
+    """
+    routed = None if before is None else (before["desired_state"], deployment.status)
     now = timezone.now()
     deployment.generation += 1
     deployment.next_reconcile_at = now
@@ -125,7 +132,8 @@ def _commit_change(
         ]
     )
     audit.record(actor, action, deployment, before=before, after=deployment.desired_snapshot())
-    notify.publish_on_commit("deployment", str(deployment.pk))
+    if routed != (deployment.desired_state, deployment.status):
+        notify.publish_on_commit("deployment", str(deployment.pk))
     _queue_reconcile(deployment.pk)
 
 
@@ -139,6 +147,17 @@ def _cluster_for(actor: Actor, cluster_id: uuid.UUID | str | None) -> Cluster:
         return queries.get_cluster(actor, cluster_id)
     except NotFound as exc:
         raise ServiceError("no such cluster", field="cluster_id", code="not_found") from exc
+
+
+def _cluster_warnings(cluster: Cluster, spec: RuntimeSpec, replicas: int) -> list[dict[str, Any]]:
+    """The cluster's word on ``spec``: :class:`SpecInvalid` for what its operator keeps, else
+    warnings (as a revision stores them) from its last observed GPU nodes."""
+    if cluster.kind != ClusterKind.KUBERNETES:
+        return []
+    issues = cluster_issues(cluster.operator_settings, cluster.gpu_inventory, spec, replicas)
+    if any(issue.is_error for issue in issues):
+        raise SpecInvalid(issues)
+    return [issue_dict(issue) for issue in issues]
 
 
 def _new_revision(
@@ -189,6 +208,7 @@ def create_deployment(
         else fields.check_replicas(replicas, stored)
     )
     cluster = _cluster_for(actor, cluster_id)
+    warnings += _cluster_warnings(cluster, parsed, desired)
     if Deployment.objects.filter(slug=slug).exists():
         raise Conflict(f"the slug {slug!r} is taken; choose another", field="slug")
     deployment = Deployment(
@@ -244,6 +264,9 @@ def update_settings(
         )
     parsed, warnings = checked_spec(spec)
     fields.check_limits(parsed)
+    warnings += _cluster_warnings(
+        deployment.cluster, parsed, _clamp_replicas(deployment.desired_replicas, parsed)
+    )
     before = deployment.desired_snapshot()
     renamed = name is not None and _rename(deployment, name)
     target = deployment.target_revision

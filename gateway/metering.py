@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
+from redis.typing import EncodableT, FieldT
 
 from gateway.limits import RateLimiter
 from gateway.routes import Endpoint, InferenceKey
@@ -55,6 +56,12 @@ class Usage:
 
 def minute_of(now: float) -> int:
     return int(now // 60) * 60
+
+
+def _hash_fields(times: dict[str, int]) -> dict[FieldT, EncodableT]:
+    # The same pairs typed as redis-py's hset takes them: a dict's key type is invariant, so a
+    # dict[str, int] is no Mapping[FieldT, EncodableT] although each str is a FieldT.
+    return {name: when for name, when in times.items()}
 
 
 def usage_hash(minute: int) -> str:
@@ -154,9 +161,9 @@ class Meter:
         for minute in {minute for minute, _ in batch.counts}:
             pipe.sadd(MINUTES_SET, minute)
         if batch.last_request:
-            pipe.hset(LAST_REQUEST_HASH, mapping=batch.last_request)
+            pipe.hset(LAST_REQUEST_HASH, mapping=_hash_fields(batch.last_request))
         if batch.key_last_used:
-            pipe.hset(KEY_LAST_USED_HASH, mapping=batch.key_last_used)
+            pipe.hset(KEY_LAST_USED_HASH, mapping=_hash_fields(batch.key_last_used))
         charges = list(batch.charges.items())
         for (key, now), used in charges:
             self._limiter.charge(pipe, key, now, used)

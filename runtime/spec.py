@@ -412,7 +412,12 @@ class RuntimeSettings(_Group):
 
     @property
     def engine_image(self) -> str:
-        return self.image or f"lmsysorg/sglang:v{self.sglang_version}"
+        return self.image or default_engine_image(self.sglang_version)
+
+
+def default_engine_image(sglang_version: str) -> str:
+    """The public SGLang image of a version: what runs unless the spec or the cluster says."""
+    return f"lmsysorg/sglang:v{sglang_version}"
 
 
 class RuntimeSpec(_Group):

@@ -23,9 +23,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from supervise import GaveUp, StopSignals, Supervisor
+from supervise import GaveUp, Launch, StopSignals, Supervisor
+
+if TYPE_CHECKING:
+    from pgserver.postgres_server import PostgresServer
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("PLINTH_DATA_DIR", ROOT / "data")).resolve()
@@ -65,13 +69,13 @@ def load_or_create_local_secrets(env: dict[str, str]) -> None:
         env.setdefault(name, value)
 
 
-def start_embedded_postgres(env: dict[str, str]) -> object:
-    import pgserver
+def start_embedded_postgres(env: dict[str, str]) -> PostgresServer:
+    from pgserver.postgres_server import get_server
 
     pgdata = DATA / "pg"
     pgdata.mkdir(parents=True, exist_ok=True)
     say(f"starting embedded PostgreSQL in {pgdata}")
-    server = pgserver.get_server(pgdata, cleanup_mode="stop")
+    server = get_server(pgdata, cleanup_mode="stop")
     exists = server.psql("SELECT 1 FROM pg_database WHERE datname = 'plinth';")
     if "1 row" not in exists:
         server.psql("CREATE DATABASE plinth;")
@@ -181,6 +185,15 @@ def manage(env: dict[str, str], *args: str) -> None:
     subprocess.run([PY, str(ROOT / "manage.py"), *args], env=env, check=True, cwd=ROOT)
 
 
+def launcher(cmd: list[str], env: dict[str, str]) -> Launch:
+    """How the supervisor starts (and restarts) one service."""
+
+    def launch() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(cmd, env=env, cwd=ROOT)
+
+    return launch
+
+
 def services(env: dict[str, str]) -> list[tuple[str, list[str]]]:
     uvicorn = [PY, "-m", "uvicorn"]
     celery = [PY, "-m", "celery", "-A", "controlplane"]
@@ -216,7 +229,9 @@ def services(env: dict[str, str]) -> list[tuple[str, list[str]]]:
     ]
 
 
-def shut_down(supervisor: Supervisor, env: dict[str, str], pg_server: object | None) -> None:
+def shut_down(
+    supervisor: Supervisor, env: dict[str, str], pg_server: PostgresServer | None
+) -> None:
     """Stop in dependency order; each step runs even if one before it failed."""
     apps = {name for name, _ in services(env)}
     steps: list[tuple[str, Callable[[], object]]] = [
@@ -232,9 +247,9 @@ def shut_down(supervisor: Supervisor, env: dict[str, str], pg_server: object | N
             say(f"could not stop {what}: {exc}")
 
 
-def stop_embedded_postgres(pg_server: object | None) -> None:
+def stop_embedded_postgres(pg_server: PostgresServer | None) -> None:
     if pg_server is not None:
-        pg_server.cleanup()  # type: ignore[attr-defined]
+        pg_server.cleanup()
 
 
 def stop_local_cluster(env: dict[str, str], supervisor: Supervisor) -> None:
@@ -252,7 +267,7 @@ def stop_local_cluster(env: dict[str, str], supervisor: Supervisor) -> None:
     )
 
 
-def start_stack(env: dict[str, str], supervisor: Supervisor) -> object | None:
+def start_stack(env: dict[str, str], supervisor: Supervisor) -> PostgresServer | None:
     """Servers, migrations, first admin, then the children; returns the embedded PostgreSQL."""
     pg_server = None
     if "DATABASE_URL" not in os.environ:
@@ -289,7 +304,7 @@ def main() -> int:
             manage(env, "migrate", "--no-input", "-v", "0")
             manage(env, "plinth_bootstrap")
             for name, cmd in services(env):
-                supervisor.start(name, lambda cmd=cmd: subprocess.Popen(cmd, env=env, cwd=ROOT))
+                supervisor.start(name, launcher(cmd, env))
             wait_for_port(WEB_PORT, "console", timeout=60)
         say(f"console:  http://127.0.0.1:{WEB_PORT}/  (API docs at /api/v1/docs)")
         say(f"gateway:  http://127.0.0.1:{GATEWAY_PORT}/endpoints/<slug>/v1/...")

@@ -116,14 +116,12 @@ class Supervisor:
     def stop(self, names: set[str] | None = None, timeout_s: float = 10.0) -> None:
         """SIGTERM the named children (all when None), then SIGKILL what is left at the timeout."""
         chosen = [c for c in self.children if names is None or c.name in names]
-        running = [c for c in chosen if c.proc is not None and c.proc.poll() is None]
-        for child in running:
+        running = [(c, c.proc) for c in chosen if c.proc is not None and c.proc.poll() is None]
+        for child, proc in running:
             child.restart_at = None
-            child.proc.terminate()  # type: ignore[union-attr]
+            proc.terminate()
         deadline = time.monotonic() + timeout_s
-        for child in running:
-            proc = child.proc
-            assert proc is not None
+        for child, proc in running:
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:

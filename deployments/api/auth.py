@@ -62,7 +62,8 @@ def resolve_actor(request: HttpRequest) -> Actor | None:
     Raises CsrfFailed for a session request that changes state without a valid token.
     """
     if hasattr(request, _RESOLVED):
-        return getattr(request, _RESOLVED)  # type: ignore[no-any-return]
+        resolved: Actor | None = getattr(request, _RESOLVED)
+        return resolved
     actor: Actor | None = None
     header = request.headers.get("Authorization", "")
     if header:

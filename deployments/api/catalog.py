@@ -7,9 +7,14 @@ from typing import Any
 
 from django.http import HttpRequest
 from ninja import Router, Schema
-from pydantic import Field
+from pydantic import Field, StrictStr
 
+from deployments import queries
+from deployments.api.auth import actor_of
 from deployments.api.schemas import FieldErrorOut, StrictIn
+from deployments.cluster_settings import cluster_issues
+from deployments.fields import initial_replicas
+from deployments.models import ClusterKind
 from deployments.specs import issue_dict
 from runtime.catalog import GpuType, ModelArch, list_gpus, list_models
 from runtime.spec import RuntimeSpec
@@ -21,6 +26,12 @@ logger = logging.getLogger(__name__)
 
 class ValidateIn(StrictIn):
     spec: dict[str, Any] = Field(description="a RuntimeSpec to check (see POST /deployments)")
+    cluster_id: StrictStr | None = Field(
+        default=None,
+        max_length=100,
+        description="also check against this cluster: what its operator keeps (errors) and its "
+        "observed GPU nodes (warnings)",
+    )
 
 
 class IssueOut(FieldErrorOut):
@@ -44,9 +55,16 @@ def models(request: HttpRequest) -> list[ModelArch]:
 
 
 @router.post("/validate", response=ValidateOut, summary="Check settings without deploying")
-def validate(request: HttpRequest, payload: ValidateIn) -> dict:
+def validate(request: HttpRequest, payload: ValidateIn) -> dict[str, Any]:
     """Every issue (errors and warnings, field by field), the memory fit and the cost."""
     spec, issues = check(payload.spec)
+    if spec is not None and payload.cluster_id is not None:
+        cluster = queries.get_cluster(actor_of(request), payload.cluster_id)
+        if cluster.kind == ClusterKind.KUBERNETES:
+            replicas = initial_replicas(spec)
+            issues += cluster_issues(
+                cluster.operator_settings, cluster.gpu_inventory, spec, replicas
+            )
     return {
         "valid": spec is not None and not has_errors(issues),
         "issues": [{**issue_dict(i), "severity": i.severity} for i in issues],

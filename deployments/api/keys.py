@@ -7,14 +7,14 @@ from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
-from ninja import Router, Schema, Status
+from ninja import Query, Router, Schema, Status
 from pydantic import Field, StrictInt, StrictStr
 
 from controlplane import services
 from controlplane.models import ApiKey
 from deployments.api import idempotency
 from deployments.api.auth import actor_of
-from deployments.api.schemas import StrictIn, UtcDatetime
+from deployments.api.schemas import PageQuery, StrictIn, UtcDatetime, page_of, page_schema
 
 router = Router(tags=["api-keys"])
 
@@ -54,10 +54,13 @@ def key_out(key: ApiKey) -> dict[str, Any]:
     return {**{name: getattr(key, name) for name in fields}, "active": key.is_active}
 
 
-@router.get("/api-keys", response=list[ApiKeyOut], summary="List keys")
-def list_keys(request: HttpRequest) -> list[dict[str, Any]]:
+ApiKeyPage = page_schema(ApiKeyOut, "ApiKeyPage")
+
+
+@router.get("/api-keys", response=ApiKeyPage, summary="List keys")
+def list_keys(request: HttpRequest, page: Query[PageQuery]) -> dict[str, Any]:
     rows = ApiKey.objects.filter(organization=actor_of(request).organization, is_temporary=False)
-    return [key_out(key) for key in rows.order_by("-created_at")]
+    return page_of(request, rows.order_by("-created_at", "id"), page, key_out)
 
 
 @router.post("/api-keys", response={201: ApiKeyCreatedOut}, summary="Create a key")

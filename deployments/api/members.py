@@ -13,13 +13,13 @@ from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import P, PathEx, Router, Schema, Status
+from ninja import P, PathEx, Query, Router, Schema, Status
 from pydantic import Field, StrictStr
 
 from controlplane import invitations, services
 from controlplane.models import Invitation, Membership
 from deployments.api.auth import SignedInUser, actor_of, user_of
-from deployments.api.schemas import StrictIn
+from deployments.api.schemas import PageQuery, StrictIn, page_of, page_schema
 
 router = Router(tags=["members"])
 MemberId = PathEx[int, P(ge=1, le=2**62)]
@@ -74,11 +74,11 @@ def invitation_out(invitation: Invitation) -> dict[str, Any]:
     }
 
 
-@router.get("/members", response=list[MemberOut], summary="List members")
-def list_members(request: HttpRequest) -> list[dict[str, Any]]:
+@router.get("/members", response=page_schema(MemberOut, "MemberPage"), summary="List members")
+def list_members(request: HttpRequest, page: Query[PageQuery]) -> dict[str, Any]:
     organization = actor_of(request).organization
     rows = Membership.objects.filter(organization=organization).select_related("user")
-    return [member_out(m) for m in rows.order_by("user__username")]
+    return page_of(request, rows.order_by("user__username", "id"), page, member_out)
 
 
 @router.post(
@@ -110,9 +110,13 @@ def remove_member(request: HttpRequest, member_id: MemberId) -> Status[None]:
 # --- the organization's invitations (admins) ----------------------------------------------------
 
 
-@router.get("/invitations", response=list[InvitationOut], summary="List pending invitations")
-def list_invitations(request: HttpRequest) -> list[dict[str, Any]]:
-    return [invitation_out(i) for i in invitations.pending_for_organization(actor_of(request))]
+InvitationPage = page_schema(InvitationOut, "InvitationPage")
+
+
+@router.get("/invitations", response=InvitationPage, summary="List pending invitations")
+def list_invitations(request: HttpRequest, page: Query[PageQuery]) -> dict[str, Any]:
+    rows = invitations.pending_for_organization(actor_of(request))
+    return page_of(request, rows.order_by("-created_at", "id"), page, invitation_out)
 
 
 @router.delete("/invitations/{invitation_id}", response={204: None}, summary="Revoke an invitation")
@@ -126,12 +130,13 @@ def revoke_invitation(request: HttpRequest, invitation_id: uuid.UUID) -> Status[
 
 @router.get(
     "/me/invitations",
-    response=list[InvitationOut],
+    response=InvitationPage,
     auth=SignedInUser(),
     summary="List invitations addressed to me",
 )
-def my_invitations(request: HttpRequest) -> list[dict[str, Any]]:
-    return [invitation_out(i) for i in invitations.pending_for_user(user_of(request))]
+def my_invitations(request: HttpRequest, page: Query[PageQuery]) -> dict[str, Any]:
+    rows = invitations.pending_for_user(user_of(request))
+    return page_of(request, rows.order_by("-created_at", "id"), page, invitation_out)
 
 
 @router.post(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from ninja import Schema
 from pydantic import AfterValidator, ConfigDict, Field, create_model
@@ -57,16 +59,29 @@ class PageQuery(Schema):
 
 def page_schema(item: type[Schema], name: str) -> type[Schema]:
     """``{"items": [...], "count": N, "next": url|null}`` for one item type, named for OpenAPI."""
-    return create_model(  # type: ignore[call-overload,no-any-return]
+    return create_model(
         name,
         __base__=Schema,
-        items=(list[item], ...),  # type: ignore[valid-type]
+        items=(list[item], ...),  # type: ignore[valid-type]  # a type made at run time
         count=(int, Field(description="items matching the filters, all pages")),
         next=(str | None, Field(None, description="URL of the next page, null on the last")),
     )
 
 
-def page_body(request: HttpRequest, items: list[Any], count: int, page: PageQuery) -> dict:
+def page_of(
+    request: HttpRequest,
+    rows: QuerySet[Any],
+    page: PageQuery,
+    out: Callable[[Any], Any] = lambda row: row,
+) -> dict[str, Any]:
+    """One page of ``rows`` (ordered) and their count: two queries whatever their number."""
+    items = [out(row) for row in rows[page.offset : page.offset + page.limit]]
+    return page_body(request, items, rows.count(), page)
+
+
+def page_body(
+    request: HttpRequest, items: list[Any], count: int, page: PageQuery
+) -> dict[str, Any]:
     """The page response with the ``next`` link (same filters, next offset)."""
     following = page.offset + page.limit
     next_url = None

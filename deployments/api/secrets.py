@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 
 from django.http import HttpRequest
-from ninja import Router, Schema, Status
+from ninja import Query, Router, Schema, Status
 from pydantic import Field, StrictStr
 
 from controlplane import services
 from controlplane.access import require_role
 from controlplane.models import Role, Secret
 from deployments.api.auth import actor_of
-from deployments.api.schemas import StrictIn
+from deployments.api.schemas import PageQuery, StrictIn, page_of, page_schema
 
 router = Router(tags=["secrets"])
 
@@ -26,18 +27,22 @@ class SecretOut(Schema):
     updated_at: datetime
 
 
+SecretPage = page_schema(SecretOut, "SecretPage")
+
+
 class SecretIn(StrictIn):
     name: StrictStr = Field(min_length=1, max_length=64, description="lowercase, digits, hyphens")
     value: StrictStr = Field(min_length=1, max_length=256 * 1024, description="write-only")
     description: StrictStr = Field("", max_length=200)
 
 
-@router.get("/secrets", response=list[SecretOut], summary="List secrets (names only)")
-def list_secrets(request: HttpRequest) -> list[Secret]:
+@router.get("/secrets", response=SecretPage, summary="List secrets (names only)")
+def list_secrets(request: HttpRequest, page: Query[PageQuery]) -> dict[str, Any]:
     # Developers reference secrets by name in settings (model.hf_token_secret).
     actor = actor_of(request)
     require_role(actor, Role.DEVELOPER)
-    return list(Secret.objects.filter(organization=actor.organization).order_by("name"))
+    rows = Secret.objects.filter(organization=actor.organization).order_by("name", "id")
+    return page_of(request, rows, page)
 
 
 @router.post("/secrets", response={201: SecretOut}, summary="Create or replace a secret")

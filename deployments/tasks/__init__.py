@@ -5,6 +5,7 @@ Split by concern so each module stays small; Celery discovers them through this 
 
 from __future__ import annotations
 
+from deployments.tasks.clusters import *  # noqa: F403
 from deployments.tasks.engine import *  # noqa: F403
 from deployments.tasks.scaling import *  # noqa: F403
 from deployments.tasks.traffic import *  # noqa: F403

@@ -7,8 +7,11 @@ driver errors with exponential backoff and jitter (permanent ones are marked fai
 ``PLINTH_RECONCILE_TIME_LIMIT_S`` is interrupted, releases its lock and is retried; one that
 ignores that is ended when the lock's TTL runs out, so no two passes ever act under one lock.
 Beat runs ``sweep``, which claims endpoints whose ``next_reconcile_at`` has passed with one
-conditional UPDATE and queues them, each message expiring with the claim: a lost or late message,
-or a worker killed mid-pass, only delays a deployment.
+conditional UPDATE and queues them at routine priority, each message expiring with the claim: a
+lost or late message, or a worker killed mid-pass, only delays a deployment. An endpoint at rest
+(stopped or scaled to zero) has no ``next_reconcile_at`` and is never swept until a change makes
+it due. Changes (services), autoscaling and wake-ups are sent at urgent priority
+(``CELERY_TASK_ROUTES``), so a backlog of routine passes never delays them.
 
 A change whose message finds the lock taken is not left to the sweep: the holder looks again
 after releasing the lock and runs another pass while a change is pending, so a stop made during
@@ -172,8 +175,11 @@ def sweep() -> list[str]:
         # Claimed until the lease ends: the next sweep does not queue them again meanwhile.
         Deployment.objects.filter(pk__in=ids).update(next_reconcile_at=lease)
     for deployment_id in ids:
-        # A message not started within the lease is one the next sweep has sent again.
-        reconcile_deployment.apply_async(args=(deployment_id,), expires=lease)
+        # A message not started within the lease is one the next sweep has sent again. Routine:
+        # a change someone asked for (sent by services, urgent) is taken before these.
+        reconcile_deployment.apply_async(
+            args=(deployment_id,), expires=lease, priority=settings.PLINTH_ROUTINE_PRIORITY
+        )
     return ids
 
 
@@ -190,9 +196,12 @@ def _reobserve_local_endpoints(**_: object) -> None:
 
 
 def make_local_endpoints_due() -> int:
-    return Deployment.objects.filter(cluster__kind=ClusterKind.LOCAL).update(
-        next_reconcile_at=timezone.now()
+    """Every local endpoint with a pass scheduled is due now. One at rest (stopped or scaled to
+    zero, no pass scheduled) ran nothing that a restart could have stopped: it stays at rest."""
+    rows = Deployment.objects.filter(
+        cluster__kind=ClusterKind.LOCAL, next_reconcile_at__isnull=False
     )
+    return rows.update(next_reconcile_at=timezone.now())
 
 
 # Probes hold nothing. One still running three intervals on is stuck, not slow (the next

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import yaml
 from django.contrib import messages
 from django.db.models import Count, QuerySet, Sum
 from django.db.models.functions import TruncHour
@@ -12,6 +14,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
+from controlplane.access import NotFound, require_role
 from controlplane.guard import actor_of, console_view
 from controlplane.models import Role, Secret
 from controlplane.services import ServiceError
@@ -55,6 +58,58 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
         "form": form,
     }
     return render(request, "deployments/clusters.html", context, status=422 if error else 200)
+
+
+SETTINGS_HELP = "YAML: only what differs from the defaults is needed; the GPU map merges."
+
+
+@require_http_methods(["GET", "POST"])
+@console_view
+def cluster_settings(request: HttpRequest, cluster_id: str) -> HttpResponse:
+    """An admin's view and edit of a Kubernetes cluster's namespace and operator settings
+    (YAML, checked by the same service as the API's PATCH)."""
+    actor = actor_of(request)
+    require_role(actor, Role.ADMIN)
+    cluster = queries.get_cluster(actor, cluster_id)
+    if cluster.kind != "kubernetes":
+        raise NotFound("cluster not found")
+    error: dict[str, str] = {}
+    namespace = cluster.namespace
+    stored = cluster.operator_settings
+    text = yaml.safe_dump(stored, sort_keys=False, allow_unicode=True) if stored else ""
+    if request.method == "POST":
+        namespace = request.POST.get("namespace", "").strip()
+        text = request.POST.get("settings", "")
+        try:
+            settings = _settings_yaml(text)
+            services.update_cluster(actor, cluster.pk, namespace=namespace, settings=settings)
+        except ServiceError as exc:
+            error = {"field": exc.field or "", "message": exc.message}
+        else:
+            messages.success(request, f"Settings of {cluster.name} saved.")
+            return redirect("cluster-settings", cluster_id=cluster.pk)
+    context = {
+        "cluster": cluster,
+        "namespace": namespace,
+        "settings_text": text,
+        "help": SETTINGS_HELP,
+        "error": error,
+    }
+    return render(
+        request, "deployments/cluster_settings.html", context, status=422 if error else 200
+    )
+
+
+def _settings_yaml(text: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ServiceError(f"the settings are not valid YAML{where}", field="settings") from None
+    if not isinstance(data, dict):
+        raise ServiceError("the settings must be a mapping of setting: value", field="settings")
+    return data
 
 
 @require_POST

@@ -12,11 +12,19 @@ from runtime.catalog.flags import (
     sglang_flags,
     smg_flags,
 )
-from runtime.catalog.gpus import GpuType, UnknownGpuError, get_gpu, gpu_ids, list_gpus
+from runtime.catalog.gpus import (
+    GPU_PRODUCT_LABEL,
+    GpuType,
+    UnknownGpuError,
+    get_gpu,
+    gpu_ids,
+    list_gpus,
+)
 from runtime.catalog.models import ModelArch, get_model, list_models
 
 __all__ = [
     "DEFAULT_SGLANG_VERSION",
+    "GPU_PRODUCT_LABEL",
     "SMG_VERSION",
     "SUPPORTED_SGLANG_VERSIONS",
     "FlagCatalog",

@@ -9,6 +9,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 _DATA = Path(__file__).with_name("gpus.yaml")
+# The node label NVIDIA GPU feature discovery sets to the product name of a node's GPUs.
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
 class UnknownGpuError(KeyError):
@@ -35,8 +37,10 @@ class GpuType(BaseModel):
     fp4_tflops: float | None = None
     gpus_per_node: int = Field(ge=1)
     price_per_gpu_hour: float = Field(ge=0)
+    # GPU_PRODUCT_LABEL's values on nodes with this GPU: a Kubernetes cluster's default GPU map.
+    gpu_products: tuple[str, ...] = Field(min_length=1)
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form for mypy
     @property
     def sm(self) -> int:
         """Compute capability as SGLang compares it: "9.0" -> 90, "10.3" -> 103."""

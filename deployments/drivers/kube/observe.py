@@ -52,11 +52,27 @@ def replica_facts(
         "url": _pod_url(pod),
     }
     phase, reason, message = _phase(pod, container)
+    if reason == "Unschedulable":
+        message = _unschedulable(pod, message)
     probe = (probe_failures or {}).get(meta.get("name", ""))
     if probe and phase in {base.LOADING, base.RUNNING} and not reason:
         reason, message = "ProbeFailed", probe
     ready = phase == base.READY
     return base.ReplicaFacts(phase=phase, ready=ready, reason=reason, message=message, **common)
+
+
+def _unschedulable(pod: Mapping[str, Any], message: str) -> str:
+    """The scheduler's message led by the GPU type and count the pod waits for: "0/5 nodes are
+    available: 3 node(s) didn't match Pod's node affinity" alone does not say which GPUs."""
+    gpu = (pod.get("metadata") or {}).get("labels", {}).get(L.GPU)
+    if not gpu:
+        return message
+    spec = (pod.get("spec") or {}).get("containers") or []
+    limits = next((c.get("resources", {}).get("limits") or {} for c in spec), {})
+    count = next((v for k, v in limits.items() if k.endswith("/gpu")), "")
+    wanted = f"{count} free {gpu} GPU(s)" if count else f"{gpu} GPUs"
+    head = f"no node with {wanted} can take this replica"
+    return f"{head}: {message}" if message else head
 
 
 def _phase(pod: Mapping[str, Any], container: Mapping[str, Any]) -> tuple[str, str, str]:

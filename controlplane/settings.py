@@ -80,12 +80,12 @@ MIDDLEWARE = [
     # First: times everything below it, and answers /metrics before anything checks the Host
     # header (Prometheus scrapes pods by address). Who may read it: PLINTH_METRICS_TOKEN below.
     "controlplane.metrics.MetricsMiddleware",
-    "controlplane.middleware.LivenessMiddleware",  # /healthz before the Host check (kubelet probes)
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",  # Content-Security-Policy on every answer, errors too
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Before anything reads a value: NUL and lone surrogates are refused with a 4xx.
     "controlplane.middleware.InputHygieneMiddleware",
+    "controlplane.middleware.LivenessMiddleware",  # /healthz before the Host check (kubelet probes)
     # A view that finds PostgreSQL down answers 503 + Retry-After (controlplane/error_pages.py).
     "controlplane.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import kubernetes_validate
 import pytest
 from django.db import IntegrityError, transaction
 
-from deployments.models import Cluster
-from tests.api.conftest import SPEC, Clients, error_of, fields_of
+from controlplane.models import AuditEvent
+from deployments.cluster_settings import parse_settings
+from deployments.drivers.kube.render import render_revision
+from deployments.drivers.registry import kube_options
+from deployments.models import Cluster, Deployment
+from tests.api.conftest import SPEC, Clients, error_of, fields_of, spec_with
+from tests.drivers.reference_specs import REF, load_spec, revision_plan
+from tests.drivers.test_manifests import K8S_VERSIONS
 
 CLUSTER = {"name": "gpu-east", "namespace": "inference", "kubeconfig_secret_id": "kubeconfig"}
 
@@ -89,7 +96,7 @@ def test_a_kubeconfig_that_would_run_commands_or_read_files_is_refused(api: Clie
 def test_a_secret_in_use_by_a_cluster_cannot_be_deleted(api: Clients) -> None:
     _kubeconfig(api)
     api.alice.post("clusters", CLUSTER)
-    [secret] = api.alice.get("secrets").json()
+    [secret] = api.alice.get("secrets").json()["items"]
     refused = api.alice.delete(f"secrets/{secret['id']}")
     assert refused.status_code == 409
     assert "in use" in error_of(refused)["message"]
@@ -162,3 +169,146 @@ def test_the_operator_may_allow_private_ranges_and_named_hosts(api: Clients, set
     settings.PLINTH_KUBE_ALLOW_HOSTS = ["127.0.0.1"]
     assert api.alice.delete(f"clusters/{private.json()['id']}").status_code == 204
     assert _attach(api, "https://127.0.0.1:6443").status_code == 201
+
+
+# --- operator settings and the GPU inventory ---------------------------------------------------
+
+OPERATOR_SETTINGS: dict[str, Any] = {
+    "gpu_map": {"h100": {"label": "cloud.google.com/gke-accelerator", "values": ["nvidia-h100"]}},
+    "topology_label": "topology.kubernetes.io/zone",
+    "node_selector": {"pool": "inference"},
+    "tolerations": [{"key": "dedicated", "value": "llm", "effect": "NoSchedule"}],
+    "priority_class_name": "llm-serving",
+    "runtime_class_name": "nvidia",
+    "service_account_name": "engine",
+    "image_pull_secrets": ["regcred"],
+    "engine_images": {"0.5.23": "registry.example.com/sglang:0.5.23"},
+    "router_image": "registry.example.com/smg:1.13.0",
+    "model_cache": {"type": "claim", "claim_name": "models"},
+    "labels": {"team": "ml"},
+    "annotations": {"example.com/owner": "ml-platform"},
+    "tenant_overrides": ["env"],
+}
+
+
+def test_operator_settings_round_trip_from_the_api_to_valid_manifests(api: Clients) -> None:
+    _kubeconfig(api)
+    cluster = api.alice.post("clusters", CLUSTER).json()
+    assert cluster["settings"]["tenant_overrides"] == [
+        "engine_image", "router_image", "env", "extra_flags",
+    ]  # fmt: skip  # the defaults: endpoints keep every override they had
+    changed = api.alice.patch(f"clusters/{cluster['id']}", {"settings": OPERATOR_SETTINGS})
+    assert changed.status_code == 200, changed.content
+    shown = api.alice.get(f"clusters/{cluster['id']}").json()["settings"]
+    assert shown == parse_settings(OPERATOR_SETTINGS).stored()  # every default made explicit
+    assert shown["tolerations"] == [
+        {"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule",
+         "toleration_seconds": None}
+    ]  # fmt: skip
+    # The H100 entry is the operator's; the rest of the catalogue keeps its defaults.
+    assert shown["gpu_map"]["H100-SXM"]["label"] == "cloud.google.com/gke-accelerator"
+    assert shown["gpu_map"]["H200"] == {
+        "label": "nvidia.com/gpu.product",
+        "values": ["NVIDIA-H200"],
+    }
+    # Only admins see settings; everyone sees where GPUs are.
+    assert api.carol.get(f"clusters/{cluster['id']}").json()["settings"] is None
+    assert AuditEvent.objects.filter(action="cluster.update").count() == 1
+
+    options = kube_options(Cluster.objects.get(pk=cluster["id"]))
+    for name in ("llama-3.1-8b-h100", "deepseek-v3-tp16-2x-h200"):
+        objs = render_revision(REF, revision_plan(load_spec(name)), options)
+        engine = next(o for o in objs if o["metadata"]["name"] == "chat-engine")
+        assert engine["metadata"]["labels"]["team"] == "ml"
+        for obj in objs:
+            if obj["kind"] != "LeaderWorkerSet":
+                for version in K8S_VERSIONS:
+                    kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_operator_settings_are_checked_when_saved_and_admins_only(
+    api: Clients, endpoint: Deployment
+) -> None:
+    _kubeconfig(api)
+    cluster = api.alice.post("clusters", CLUSTER).json()
+    path = f"clusters/{cluster['id']}"
+    assert api.dave.patch(path, {"settings": {}}).status_code == 403
+    assert api.bob.patch(path, {"settings": {}}).status_code == 404
+    refusals = {
+        "labels": {"plinth.dev/deployment": "x"},  # Plinth's own keys
+        "node_selector": {"pool": "not a label value"},
+        "image_pull_secrets": ["Not_A_Name"],
+        "engine_images": {"0.0.1": "x"},
+        "gpu_map": {"no-such-gpu": {"values": ["x"]}},
+        "tolerations": [{"operator": "Exists", "value": "x"}],
+        "model_cache": {"type": "host_path", "path": "../etc"},
+    }
+    for key, value in refusals.items():
+        refused = api.alice.patch(path, {"settings": {key: value}})
+        assert refused.status_code == 422, (key, refused.content)
+        assert fields_of(refused)[0].startswith(f"settings.{key}"), (key, fields_of(refused))
+    assert api.alice.patch(path, {"settings": {"surprise": 1}}).status_code == 422
+    local = next(c for c in api.alice.get("clusters").json() if c["kind"] == "local")
+    assert error_of(api.alice.patch(f"clusters/{local['id']}", {"settings": {}}))["code"] == (
+        "built_in"
+    )
+    assert local["settings"] is None
+    # The namespace moves only while nothing runs there.
+    assert api.alice.patch(path, {"namespace": "other"}).json()["namespace"] == "other"
+    api.dave.post("deployments", {"slug": "k", "spec": SPEC, "cluster_id": cluster["id"]})
+    in_use = api.alice.patch(path, {"namespace": "third"})
+    assert in_use.status_code == 409 and fields_of(in_use) == ["namespace"]
+
+
+def test_a_cluster_refuses_what_its_operator_keeps_and_warns_from_its_gpus(api: Clients) -> None:
+    _kubeconfig(api)
+    cluster = api.alice.post(
+        "clusters", {**CLUSTER, "settings": {"tenant_overrides": ["env"]}}
+    ).json()
+    own_image = spec_with(runtime={"image": "tenant.example.com/sglang:mine"})
+    refused = api.dave.post(
+        "deployments", {"slug": "chat", "spec": own_image, "cluster_id": cluster["id"]}
+    )
+    assert refused.status_code == 422 and fields_of(refused) == ["spec.runtime.image"]
+    # On the local cluster the spec's image is the spec's business.
+    assert api.dave.post("deployments", {"slug": "chat", "spec": own_image}).status_code == 201
+
+    h200_only = {
+        "nodes": [
+            {"name": "n1", "gpu": "H200", "product": "NVIDIA-H200", "allocatable": 8,
+             "allocated": 8, "schedulable": True},
+        ],
+        "gpus": {"H200": {"nodes": 1, "gpus": 8, "free": 0}},
+        "error": "",
+    }  # fmt: skip
+    Cluster.objects.filter(pk=cluster["id"]).update(gpu_inventory=h200_only)
+    seen = api.carol.get(f"clusters/{cluster['id']}").json()["gpu_inventory"]
+    assert seen["gpus"] == {"H200": {"nodes": 1, "gpus": 8, "free": 0}}
+    created = api.dave.post(
+        "deployments", {"slug": "h100", "spec": SPEC, "cluster_id": cluster["id"]}
+    )
+    assert created.status_code == 201
+    assert [w["code"] for w in created.json()["warnings"]] == ["no_gpu_nodes"]
+    assert "H100-SXM" in created.json()["warnings"][0]["message"]
+    busy = api.dave.post(
+        "deployments",
+        {"slug": "h200", "spec": spec_with(hardware={"gpu": "H200"}), "cluster_id": cluster["id"]},
+    )
+    assert [w["code"] for w in busy.json()["warnings"]] == ["too_few_free_gpus"]
+
+
+def test_the_dry_run_checks_against_a_chosen_cluster(api: Clients) -> None:
+    _kubeconfig(api)
+    cluster = api.alice.post("clusters", {**CLUSTER, "settings": {"tenant_overrides": []}}).json()
+    Cluster.objects.filter(pk=cluster["id"]).update(
+        gpu_inventory={"nodes": [], "gpus": {}, "error": ""}
+    )
+    spec = spec_with(runtime={"image": "tenant.example.com/sglang:mine"})
+    assert api.dave.post("validate", {"spec": spec}).json()["valid"] is True
+    checked = api.dave.post("validate", {"spec": spec, "cluster_id": cluster["id"]}).json()
+    assert checked["valid"] is False
+    assert {(i["field"], i["code"], i["severity"]) for i in checked["issues"]} >= {
+        ("spec.runtime.image", "not_allowed_on_cluster", "error"),
+        ("spec.hardware.gpu", "no_gpu_nodes", "warning"),
+    }
+    assert api.bob.post("validate", {"spec": spec, "cluster_id": cluster["id"]}).status_code == 404

@@ -78,3 +78,16 @@ def test_selectors_match_pod_labels() -> None:
                 <= p["spec"]["template"]["metadata"]["labels"].items()
                 for p in pods
             )
+
+
+def test_the_optional_gpu_inventory_rights_only_read_nodes_and_pods() -> None:
+    objects = build("gpu-inventory")
+    for obj in objects:
+        for version in VERSIONS:
+            kubernetes_validate.validate(obj, version, strict=True)
+    role = next(o for o in objects if o["kind"] == "ClusterRole")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list"]}]
+    binding = next(o for o in objects if o["kind"] == "ClusterRoleBinding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "plinth-worker", "namespace": "plinth-system"}
+    ]

@@ -16,6 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from deployments.cluster_settings import ClaimCache, ClusterSettings
 from deployments.drivers.kube import labels as L
 from deployments.drivers.kube.render import KubeOptions, render_revision
 from tests.drivers.reference_specs import REF, golden_names, load_spec, revision_plan
@@ -50,7 +51,10 @@ def test_builtin_kinds_validate_strictly(name: str, version: str) -> None:
 
 @pytest.mark.parametrize("name", golden_names())
 def test_model_cache_claim_variant_validates(name: str) -> None:
-    for obj in rendered(name, model_cache_claim="models", image_pull_secret="regcred"):
+    claim = ClusterSettings(
+        model_cache=ClaimCache(claim_name="models"), image_pull_secrets=("regcred",)
+    )
+    for obj in rendered(name, cluster=claim):
         if obj["kind"] != "LeaderWorkerSet":
             kubernetes_validate.validate(obj, K8S_VERSIONS[-1], strict=True)
 
@@ -112,7 +116,20 @@ def test_engine_deployment_has_surge_drain_gpu_shm_and_probes() -> None:
     pod = spec["template"]["spec"]
     container = pod["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
-    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    # Pinned to H100 nodes by GPU feature discovery's product label, the default GPU map.
+    required = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert required["nodeSelectorTerms"] == [
+        {
+            "matchExpressions": [
+                {
+                    "key": "nvidia.com/gpu.product",
+                    "operator": "In",
+                    "values": ["NVIDIA-H100-80GB-HBM3"],
+                }
+            ]
+        }
+    ]
+    assert "nodeSelector" not in pod
     assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
     assert container["startupProbe"]["httpGet"]["path"] == "/ready"
     assert container["livenessProbe"]["timeoutSeconds"] > 20

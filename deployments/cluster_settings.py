@@ -1,0 +1,489 @@
+"""What an operator sets once per Kubernetes cluster (``ClusterSettings``), and what a cluster's
+observed GPU inventory says about a spec before it is deployed there.
+
+Stored as JSON on ``Cluster.settings``, written only by ``deployments.clusters`` (admins), checked
+here when saved: every name is checked as Kubernetes would check it, so a saved setting never
+makes the API server refuse a manifest later. The pure renderers
+(``deployments.drivers.kube.render``) read it; nothing here knows the ORM or the client.
+
+The GPU map says which nodes hold each catalogue GPU: one node label and the values that mean
+that GPU. Defaults are the values NVIDIA GPU feature discovery sets on ``nvidia.com/gpu.product``
+(``runtime/catalog/gpus.yaml``); an operator's entries replace the default of their GPU only.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from runtime.catalog import GPU_PRODUCT_LABEL, SUPPORTED_SGLANG_VERSIONS, get_gpu, list_gpus
+from runtime.issues import Issue, warning
+from runtime.spec import RuntimeSpec
+from runtime.topology import engine_groups
+
+# Kubernetes' own rules (apimachinery validation): a DNS-1123 label and subdomain, and a
+# qualified name (an optional subdomain prefix, "/", then up to 63 name characters).
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_NAME_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+# An image reference: registry/path:tag or @digest, no whitespace and nothing a shell would read.
+_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}")
+# Label and annotation keys Plinth writes itself: selectors and ownership depend on them.
+RESERVED_PREFIXES = ("plinth.dev/", "app.kubernetes.io/", "leaderworkerset.sigs.k8s.io/")
+# What a tenant's spec may set that the operator otherwise decides (the spec field each names).
+TENANT_OVERRIDES = {
+    "engine_image": "runtime.image",
+    "router_image": "runtime.router_image",
+    "env": "runtime.env",
+    "extra_flags": "runtime.extra_flags",
+}
+TenantOverride = Literal["engine_image", "router_image", "env", "extra_flags"]
+
+
+def _fail(code: str, message: str) -> PydanticCustomError:
+    return PydanticCustomError(code, message)
+
+
+def qualified_name(value: str) -> str:
+    """A label or annotation key, or a taint key: ``[prefix/]name`` as Kubernetes accepts it."""
+    prefix, _, name = value.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
+        raise _fail("invalid_key", f"{value!r}: the prefix before '/' must be a DNS subdomain")
+    if not _NAME_PART.fullmatch(name):
+        raise _fail(
+            "invalid_key",
+            f"{value!r}: up to 63 letters, digits, '-', '_' and '.', starting and ending with "
+            "a letter or digit",
+        )
+    return value
+
+
+def label_value(value: str) -> str:
+    if not _LABEL_VALUE.fullmatch(value):
+        raise _fail(
+            "invalid_label_value",
+            f"{value!r}: up to 63 letters, digits, '-', '_' and '.', starting and ending with a "
+            "letter or digit",
+        )
+    return value
+
+
+def dns_subdomain(value: str) -> str:
+    if len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
+        raise _fail("invalid_name", f"{value!r} is not a Kubernetes object name (DNS subdomain)")
+    return value
+
+
+def dns_label(value: str) -> str:
+    if not _DNS_LABEL.fullmatch(value):
+        raise _fail("invalid_name", f"{value!r} is not a DNS label (up to 63 a-z, 0-9 and '-')")
+    return value
+
+
+def image_ref(value: str) -> str:
+    if not _IMAGE.fullmatch(value):
+        raise _fail("invalid_image", f"{value!r} is not an image reference")
+    return value
+
+
+def _own_key(value: str) -> str:
+    qualified_name(value)
+    if value.startswith(RESERVED_PREFIXES):
+        raise _fail("reserved_key", f"{value!r}: Plinth sets the keys under {value.split('/')[0]}")
+    return value
+
+
+Key = Annotated[str, Field(max_length=316)]
+Name = Annotated[str, StringConstraints(max_length=253)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class GpuSelector(_Strict):
+    """The nodes that hold one GPU type: ``label`` set to one of ``values``."""
+
+    label: Key = GPU_PRODUCT_LABEL
+    values: tuple[Annotated[str, StringConstraints(max_length=63)], ...] = Field(min_length=1)
+
+    @field_validator("label")
+    @classmethod
+    def _label(cls, value: str) -> str:
+        return qualified_name(value)
+
+    @field_validator("values")
+    @classmethod
+    def _values(cls, values: tuple[str, ...]) -> tuple[str, ...]:
+        for value in values:
+            if not value:
+                raise _fail("invalid_label_value", "a GPU's label value cannot be empty")
+            label_value(value)
+        return values
+
+    def node_selector_term(self) -> dict[str, Any]:
+        """The required node affinity term that pins a pod to these nodes."""
+        expression = {"key": self.label, "operator": "In", "values": list(self.values)}
+        return {"matchExpressions": [expression]}
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return labels.get(self.label) in self.values
+
+
+class Toleration(_Strict):
+    """A Kubernetes toleration (``operator`` Exists takes no ``value``)."""
+
+    key: Key | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: Annotated[str, StringConstraints(max_length=63)] | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Toleration:
+        if self.key is not None:
+            qualified_name(self.key)
+        if self.value is not None:
+            label_value(self.value)
+        if self.operator == "Exists" and self.value:
+            raise _fail("invalid_toleration", "a toleration with operator Exists has no value")
+        if self.key is None and self.operator != "Exists":
+            raise _fail("invalid_toleration", "a toleration without a key needs operator Exists")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise _fail("invalid_toleration", "toleration_seconds applies to NoExecute only")
+        return self
+
+    def manifest(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"operator": self.operator}
+        if self.key is not None:
+            out["key"] = self.key
+        if self.value is not None:
+            out["value"] = self.value
+        if self.effect is not None:
+            out["effect"] = self.effect
+        if self.toleration_seconds is not None:
+            out["tolerationSeconds"] = self.toleration_seconds
+        return out
+
+    def tolerates(self, taint: Mapping[str, Any]) -> bool:
+        """Whether this toleration lets a pod onto a node with ``taint`` (the scheduler's rule)."""
+        if self.effect is not None and self.effect != taint.get("effect"):
+            return False
+        if self.key is None:
+            return True
+        if self.key != taint.get("key"):
+            return False
+        return self.operator == "Exists" or (self.value or "") == (taint.get("value") or "")
+
+
+class HostPathCache(_Strict):
+    """Each node caches weights on its own disk: downloaded once per node."""
+
+    type: Literal["host_path"] = "host_path"
+    path: Annotated[str, StringConstraints(max_length=4096)] = "/var/lib/plinth/model-cache"
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        parts = value.split("/")
+        if not value.startswith("/") or value == "/" or ".." in parts or "\x00" in value:
+            raise _fail("invalid_path", "an absolute directory other than /, without '..'")
+        return value
+
+
+class ClaimCache(_Strict):
+    """An existing PersistentVolumeClaim in the namespace (ReadWriteMany so every node shares
+    it): weights downloaded once per claim."""
+
+    type: Literal["claim"] = "claim"
+    claim_name: Name
+
+    @field_validator("claim_name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return dns_subdomain(value)
+
+
+class SharedClaimCache(_Strict):
+    """A ReadWriteMany claim Plinth creates per endpoint (``<slug>-model-cache``), shared by its
+    replicas: weights downloaded once per endpoint, removed with it."""
+
+    type: Literal["rwx"] = "rwx"
+    storage_class: Name | None = None
+    size_gib: int = Field(default=500, ge=1, le=1_000_000)
+
+    @field_validator("storage_class")
+    @classmethod
+    def _class(cls, value: str | None) -> str | None:
+        return None if value is None else dns_subdomain(value)
+
+
+ModelCache = Annotated[HostPathCache | ClaimCache | SharedClaimCache, Field(discriminator="type")]
+
+
+def default_gpu_map() -> dict[str, GpuSelector]:
+    """Every catalogue GPU with the values GPU feature discovery gives its nodes."""
+    return {gpu.id: GpuSelector(values=gpu.gpu_products) for gpu in list_gpus()}
+
+
+class ClusterSettings(_Strict):
+    """Per-cluster choices an operator makes once, rendered into every endpoint's manifests."""
+
+    gpu_map: dict[str, GpuSelector] = Field(
+        default_factory=default_gpu_map,
+        description="catalogue GPU id -> the node label and values of nodes with that GPU",
+    )
+    gpu_resource: Key = Field(
+        default="nvidia.com/gpu", description="the device plugin's resource name"
+    )
+    gpu_tolerations: tuple[Toleration, ...] = Field(
+        default=(Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),),
+        description="tolerations of engine pods for GPU nodes' taints",
+    )
+    topology_label: Key | None = Field(
+        default=None,
+        description="node label of a topology domain (a rack, an NVLink clique): the nodes of "
+        "one multi-node replica prefer one domain",
+    )
+    node_selector: dict[Key, Annotated[str, StringConstraints(max_length=63)]] = Field(
+        default_factory=dict, description="extra node labels every pod needs"
+    )
+    tolerations: tuple[Toleration, ...] = Field(default=(), description="tolerations of every pod")
+    priority_class_name: Name | None = None
+    runtime_class_name: Name | None = Field(default=None, description="engine pods' RuntimeClass")
+    service_account_name: Name | None = Field(
+        default=None, description="engine pods' ServiceAccount"
+    )
+    image_pull_secrets: tuple[Name, ...] = Field(default=(), max_length=16)
+    engine_images: dict[str, Annotated[str, StringConstraints(max_length=255)]] = Field(
+        default_factory=dict, description="SGLang version -> the engine image to run for it"
+    )
+    router_image: Annotated[str, StringConstraints(max_length=255)] | None = None
+    model_cache: ModelCache = Field(default_factory=HostPathCache)
+    labels: dict[Key, Annotated[str, StringConstraints(max_length=63)]] = Field(
+        default_factory=dict, description="extra labels on every object and pod"
+    )
+    annotations: dict[Key, Annotated[str, StringConstraints(max_length=4096)]] = Field(
+        default_factory=dict, description="extra annotations on every object and pod"
+    )
+    tenant_overrides: tuple[TenantOverride, ...] = Field(
+        default=("engine_image", "router_image", "env", "extra_flags"),
+        description="what an endpoint's settings may set over the cluster's: engine_image "
+        "(runtime.image), router_image, env, extra_flags",
+    )
+
+    @field_validator("gpu_map")
+    @classmethod
+    def _gpu_map(cls, value: dict[str, GpuSelector]) -> dict[str, GpuSelector]:
+        """Keys as catalogue ids (an alias is accepted); the catalogue's defaults fill the rest."""
+        merged = default_gpu_map()
+        for name, selector in value.items():
+            try:
+                merged[get_gpu(name).id] = selector
+            except KeyError as exc:
+                raise _fail("unknown_gpu", str(exc)) from None
+        return merged
+
+    @field_validator("gpu_resource", "topology_label")
+    @classmethod
+    def _qualified(cls, value: str | None) -> str | None:
+        return None if value is None else qualified_name(value)
+
+    @field_validator("node_selector")
+    @classmethod
+    def _node_selector(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, item in value.items():
+            qualified_name(key)
+            label_value(item)
+        return value
+
+    @field_validator("priority_class_name", "runtime_class_name", "service_account_name")
+    @classmethod
+    def _object_name(cls, value: str | None) -> str | None:
+        return None if value is None else dns_subdomain(value)
+
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _secret_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(dns_subdomain(name) for name in value)
+
+    @field_validator("engine_images")
+    @classmethod
+    def _engine_images(cls, value: dict[str, str]) -> dict[str, str]:
+        for version, image in value.items():
+            if version not in SUPPORTED_SGLANG_VERSIONS:
+                raise _fail(
+                    "unsupported_version",
+                    f"SGLang {version!r} is not supported; use "
+                    + " or ".join(SUPPORTED_SGLANG_VERSIONS),
+                )
+            image_ref(image)
+        return value
+
+    @field_validator("router_image")
+    @classmethod
+    def _router_image(cls, value: str | None) -> str | None:
+        return None if value is None else image_ref(value)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, item in value.items():
+            _own_key(key)
+            label_value(item)
+        return value
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotations(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            _own_key(key)
+        return value
+
+    @field_validator("tenant_overrides")
+    @classmethod
+    def _unique(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(value))
+
+    def gpu_selector(self, gpu: str) -> GpuSelector:
+        """The nodes of catalogue GPU ``gpu`` (an id or alias) on this cluster."""
+        gpu_id = get_gpu(gpu).id
+        return self.gpu_map.get(gpu_id) or GpuSelector(values=get_gpu(gpu_id).gpu_products)
+
+    def gpu_of_node(self, labels: Mapping[str, str]) -> str:
+        """The catalogue GPU of a node with ``labels``; "" when none of the map matches."""
+        return next((gpu for gpu, sel in self.gpu_map.items() if sel.matches(labels)), "")
+
+    def allows(self, override: str) -> bool:
+        return override in self.tenant_overrides
+
+    def stored(self) -> dict[str, Any]:
+        """As kept in ``Cluster.settings`` and shown by the API."""
+        return self.model_dump(mode="json")
+
+
+class SettingsInvalid(ValueError):
+    """Settings that break a rule: ``problems`` as (field path, message), every one."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{f}: {m}" if f else m for f, m in problems))
+        self.problems = problems
+
+
+def parse_settings(data: Mapping[str, Any] | None) -> ClusterSettings:
+    """``data`` as ClusterSettings, or :class:`SettingsInvalid` naming every field at fault."""
+    try:
+        return ClusterSettings.model_validate(dict(data or {}))
+    except ValidationError as exc:
+        raise SettingsInvalid(
+            [(".".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()]
+        ) from None
+
+
+# --- what a cluster can take ---------------------------------------------------------------
+
+
+def tenant_override_issues(settings: ClusterSettings, spec: RuntimeSpec) -> list[Issue]:
+    """Errors for each field of ``spec`` that sets what the cluster's operator keeps."""
+    runtime = spec.runtime
+    set_by_spec = {
+        "engine_image": runtime.image is not None,
+        "router_image": runtime.router_image is not None,
+        "env": bool(runtime.env),
+        "extra_flags": bool(runtime.extra_flags),
+    }
+    return [
+        Issue(
+            "error",
+            TENANT_OVERRIDES[name],
+            "not_allowed_on_cluster",
+            "this cluster's operator does not let endpoints set this",
+            "remove it, or ask an admin to allow it in the cluster's settings",
+        )
+        for name, is_set in set_by_spec.items()
+        if is_set and not settings.allows(name)
+    ]
+
+
+def inventory_issues(
+    inventory: Mapping[str, Any] | None, spec: RuntimeSpec, replicas: int
+) -> list[Issue]:
+    """Warnings when the cluster's last observed nodes cannot run ``spec`` at ``replicas``: no
+    node of its GPU type, none big enough for one replica's share, or too few free GPUs.
+
+    Nothing when the cluster was never observed (or the last look failed): no news is not bad.
+    """
+    if not inventory or inventory.get("error") or "nodes" not in inventory:
+        return []
+    gpu = get_gpu(spec.hardware.gpu).id
+    nodes = [n for n in inventory["nodes"] if n.get("gpu") == gpu and n.get("schedulable", True)]
+    if not nodes:
+        return [
+            warning(
+                "hardware.gpu",
+                "no_gpu_nodes",
+                f"the cluster has no schedulable node with {gpu} GPUs; replicas will wait "
+                "unscheduled",
+                "choose a GPU type the cluster has, another cluster, or add nodes",
+            )
+        ]
+    issues: list[Issue] = []
+    free = [max(0, int(n.get("allocatable", 0)) - int(n.get("allocated", 0))) for n in nodes]
+    needed = 0
+    for group in engine_groups(spec):
+        count = replicas if group.role == "engine" else group.replicas_min
+        needed += group.gpus * count
+        per_node = group.gpus_per_node
+        largest = max(int(n.get("allocatable", 0)) for n in nodes)
+        if per_node > largest:
+            issues.append(
+                warning(
+                    "hardware.gpus_per_replica",
+                    "gpu_nodes_too_small",
+                    f"each node of a {group.role} replica needs {per_node} {gpu} GPUs; the "
+                    f"cluster's largest such node has {largest}",
+                    "use more nodes per replica or fewer GPUs per replica",
+                )
+            )
+    total_free = sum(free)
+    if needed > total_free:
+        issues.append(
+            warning(
+                "hardware.gpu",
+                "too_few_free_gpus",
+                f"{needed} {gpu} GPUs needed, {total_free} free on the cluster when last "
+                "observed; some replicas will wait until GPUs free up",
+                f"free {math.ceil(needed - total_free)} GPUs, or ask for fewer replicas",
+            )
+        )
+    return issues
+
+
+def cluster_issues(
+    operator_settings: Mapping[str, Any] | None,
+    inventory: Mapping[str, Any] | None,
+    spec: RuntimeSpec,
+    replicas: int,
+) -> list[Issue]:
+    """What a Kubernetes cluster says of ``spec`` before it is deployed there: errors for
+    settings its operator keeps, warnings from its observed GPU nodes. Settings that no longer
+    parse refuse nothing here (reconcile names them to the admin)."""
+    try:
+        settings = parse_settings(operator_settings)
+    except SettingsInvalid:
+        return inventory_issues(inventory, spec, replicas)
+    return [*tenant_override_issues(settings, spec), *inventory_issues(inventory, spec, replicas)]

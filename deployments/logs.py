@@ -30,7 +30,7 @@ MAX_LINES = MAX_LOG_LINES
 ROLES = ("engine", "prefill", "decode", "router")
 # How far back ``since`` may reach in seconds (a week: beyond any kubelet's log rotation).
 MAX_SINCE_SECONDS = 7 * 24 * 3600
-CURSOR = re.compile(r"^[0-9A-Za-z:.\-]{1,64}$")
+CURSOR = re.compile(r"\A[0-9A-Za-z:.\-]{1,64}\Z")
 
 __all__ = ["MAX_LINES", "LogLine", "LogSource", "Logs", "LogsUnavailable", "parse_since"]
 

@@ -204,7 +204,7 @@ class KubeDriver:
 
 # A cursor and a stamp: (the time to the second, aware; nanoseconds within that second).
 Stamp = tuple[datetime, int]
-_RFC3339 = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?Z$")
+_RFC3339 = re.compile(r"\A(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?Z\Z")
 
 
 def _stamp(text: str) -> Stamp | None:

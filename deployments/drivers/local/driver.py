@@ -357,7 +357,7 @@ def _inherited_env() -> dict[str, str]:
     }
 
 
-_PROCESS_NAME = re.compile(r"^r\d+-(?P<role>[a-z]+)-\d+$")
+_PROCESS_NAME = re.compile(r"\Ar\d+-(?P<role>[a-z]+)-\d+\Z")
 
 
 def _log_source(name: str) -> base.LogSource:

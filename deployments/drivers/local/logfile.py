@@ -29,7 +29,7 @@ _STAMP = re.compile(
     rb"^\[?(?P<date>\d{4}-\d{2}-\d{2})[T ](?P<time>\d{2}:\d{2}:\d{2})(?P<fraction>[.,]\d+)?"
     rb"(?P<zone>Z|[+-]\d{2}:?\d{2})?(?![\d.:])"
 )
-_CURSOR = re.compile(r"^(\d{1,20}):(\d{1,20}):([0-9a-f]{8})$")
+_CURSOR = re.compile(r"\A(\d{1,20}):(\d{1,20}):([0-9a-f]{8})\Z")
 # A cursor checks that the file still begins with the bytes it began with (up to this many).
 HEAD_BYTES = 256
 

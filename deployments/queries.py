@@ -81,13 +81,16 @@ def list_deployments(
     status: str | None = None,
     search: str | None = None,
     cluster: str | None = None,
+    labels: dict[str, str] | None = None,
     limit: int = 50,
     offset: int = 0,
 ) -> Page:
     """A page of the organization's endpoints, newest first, in two queries whatever the
     filters: every filter, the status one too (a stored column), runs in SQL before the page is
-    cut, so the count and the page agree."""
+    cut, so the count and the page agree. ``labels``: endpoints carrying all of them."""
     rows = _filtered(deployments_of(actor), search=search, cluster=cluster, status=status)
+    if labels:
+        rows = rows.filter(labels__contains=labels)
     return Page(list(rows[offset : offset + limit]), rows.count())
 
 

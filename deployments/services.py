@@ -33,7 +33,7 @@ from controlplane.access import Actor, NotFound, require_role, system_actor
 from controlplane.celery import app as celery_app
 from controlplane.models import Role
 from controlplane.services import Conflict, ServiceError
-from deployments import clusters, fields, queries
+from deployments import clusters, fields, queries, quotas
 from deployments.cluster_settings import cluster_issues
 from deployments.clusters import create_cluster, delete_cluster, update_cluster
 from deployments.models import Cluster, ClusterKind, Deployment, DesiredState, Revision
@@ -122,6 +122,7 @@ def _commit_change(
     deployment.save(
         update_fields=[
             "name",
+            "labels",
             "desired_state",
             "desired_replicas",
             "target_revision",
@@ -193,10 +194,12 @@ def create_deployment(
     cluster_id: uuid.UUID | str | None = None,
     replicas: int | None = None,
     message: str = "",
+    labels: dict[str, str] | None = None,
 ) -> Deployment:
     """A new endpoint with revision 1. Invalid settings are refused before anything is saved."""
     require_role(actor, Role.DEVELOPER)
     slug = fields.clean_slug(slug)
+    labels = fields.clean_labels(labels or {})
     name = fields.clean_text(name, "name", fields.NAME_MAX_LENGTH) or slug
     message = fields.clean_text(message, "message", fields.MESSAGE_MAX_LENGTH)
     parsed, warnings = checked_spec(spec)
@@ -211,10 +214,12 @@ def create_deployment(
     warnings += _cluster_warnings(cluster, parsed, desired)
     if Deployment.objects.filter(slug=slug).exists():
         raise Conflict(f"the slug {slug!r} is taken; choose another", field="slug")
+    quotas.check(actor.organization, deployment=None, spec=stored, replicas=desired)
     deployment = Deployment(
         organization=actor.organization,
         slug=slug,
         name=name,
+        labels=labels,
         cluster=cluster,
         created_by=actor.user if actor.user is not None else None,
         desired_replicas=desired,
@@ -244,14 +249,18 @@ def update_settings(
     base_revision: int,
     message: str = "",
     name: str | None = None,
+    labels: dict[str, str] | None = None,
 ) -> Revision:
     """A new revision with ``spec``, made the target; Conflict when ``base_revision`` is stale.
 
     ``base_revision`` is the revision the caller edited; if another revision was created since,
     the caller's change is refused (409) rather than silently overwriting the other one.
+    ``labels`` (when given) replace the endpoint's labels; they are not settings, so a change of
+    labels alone makes no revision.
     """
     require_role(actor, Role.DEVELOPER)
     message = fields.clean_text(message, "message", fields.MESSAGE_MAX_LENGTH)
+    new_labels = fields.clean_labels(labels) if labels is not None else None
     deployment = _locked(actor, deployment_id)
     _ensure_not_deleting(deployment)
     latest = deployment.revisions.aggregate(n=Max("number"))["n"] or 0
@@ -269,15 +278,23 @@ def update_settings(
     )
     before = deployment.desired_snapshot()
     renamed = name is not None and _rename(deployment, name)
+    if new_labels is not None and new_labels != deployment.labels:
+        deployment.labels = new_labels
+        renamed = True  # recorded with the rename's audit action: the endpoint's plain fields
     target = deployment.target_revision
     if target is not None and parsed.content_hash() == target.spec_hash:
         if renamed:
             _commit_change(actor, deployment, "deployment.rename", before)
         return target
     stored = parsed.model_dump(mode="json")
+    replicas = _clamp_replicas(deployment.desired_replicas, parsed)
+    quotas.check(
+        actor.organization, deployment=deployment, spec=stored, replicas=replicas, field="spec",
+        desired_state=deployment.desired_state,
+    )  # fmt: skip
     revision = _new_revision(actor, deployment, stored, parsed.content_hash(), warnings, message)
     deployment.target_revision = revision
-    deployment.desired_replicas = _clamp_replicas(deployment.desired_replicas, parsed)
+    deployment.desired_replicas = replicas
     record_event(
         deployment, "info", "SettingsChanged", f"revision {revision.number} by {actor.label}",
         revision.number,
@@ -316,6 +333,11 @@ def rollback(
     target = deployment.target_revision
     if target is not None and source.spec_hash == target.spec_hash:
         return target
+    quotas.check(
+        actor.organization, deployment=deployment, spec=source.spec,
+        replicas=deployment.desired_replicas, field="to_revision",
+        desired_state=deployment.desired_state,
+    )  # fmt: skip
     before = deployment.desired_snapshot()
     revision = _new_revision(
         actor,
@@ -348,6 +370,10 @@ def scale(actor: Actor, deployment_id: uuid.UUID | str, *, replicas: int) -> Dep
     fields.check_replicas(replicas, deployment.target_revision.spec)
     if replicas == deployment.desired_replicas:
         return deployment
+    quotas.check(
+        actor.organization, deployment=deployment, spec=deployment.target_revision.spec,
+        replicas=replicas, desired_state=deployment.desired_state,
+    )  # fmt: skip
     before = deployment.desired_snapshot()
     deployment.desired_replicas = replicas
     deployment.last_scaled_at = timezone.now()  # the autoscaler's cool-down starts again
@@ -364,11 +390,18 @@ def _set_state(actor: Actor, deployment_id: uuid.UUID | str, state: str, reason:
     if deployment.desired_state == state:
         return deployment
     before = deployment.desired_snapshot()
-    deployment.desired_state = state
-    if state == DesiredState.RUNNING and deployment.desired_replicas == 0:
+    replicas = deployment.desired_replicas
+    if state == DesiredState.RUNNING:
         assert deployment.target_revision is not None
-        spec = RuntimeSpec.model_validate(deployment.target_revision.spec)
-        deployment.desired_replicas = max(1, spec.autoscaling.min_replicas)
+        if replicas == 0:
+            spec = RuntimeSpec.model_validate(deployment.target_revision.spec)
+            replicas = max(1, spec.autoscaling.min_replicas)
+        quotas.check(
+            actor.organization, deployment=deployment, spec=deployment.target_revision.spec,
+            replicas=replicas, field="desired_state",
+        )  # fmt: skip
+    deployment.desired_state = state
+    deployment.desired_replicas = replicas
     record_event(deployment, "info", reason, f"{reason.lower()} by {actor.label}")
     action = "deployment.delete" if state == DesiredState.DELETED else f"deployment.{state}"
     _commit_change(actor, deployment, action, before)
@@ -412,14 +445,38 @@ def wake(deployment_id: uuid.UUID | str) -> bool:
     if deployment.desired_replicas > 0 or deployment.target_revision is None:
         return False
     spec = RuntimeSpec.model_validate(deployment.target_revision.spec)
+    replicas = max(1, spec.autoscaling.min_replicas)
+    try:
+        quotas.check(
+            deployment.organization, deployment=deployment,
+            spec=deployment.target_revision.spec, replicas=replicas,
+        )  # fmt: skip
+    except quotas.QuotaExceeded as exc:
+        _record_quota_hold(deployment, "ScaleFromZeroRefused", exc)
+        return False
     before = deployment.desired_snapshot()
-    deployment.desired_replicas = max(1, spec.autoscaling.min_replicas)
+    deployment.desired_replicas = replicas
     deployment.last_scaled_at = timezone.now()
     record_event(deployment, "info", "ScaleFromZero",
                  f"a request arrived; scaling to {deployment.desired_replicas}",
                  data={"replicas": deployment.desired_replicas})  # fmt: skip
     _commit_change(system_actor(deployment.organization), deployment, "deployment.wake", before)
     return True
+
+
+def _record_quota_hold(
+    deployment: Deployment, reason: str, exc: quotas.QuotaExceeded, wanted: int | None = None
+) -> None:
+    """A warning on the timeline that a system ask stopped at a quota, once per hold: the
+    autoscaler asks again every pass, and the same refusal need not be recorded each time."""
+    data = {
+        "quota": exc.quota, "limit": exc.limit, "in_use": exc.in_use,
+        "requested": exc.requested, "replicas": deployment.desired_replicas, "wanted": wanted,
+    }  # fmt: skip
+    last = deployment.events.order_by("-id").values_list("reason", "data").first()
+    if last == (reason, data):
+        return
+    record_event(deployment, "warning", reason, exc.message, data=data)
 
 
 @transaction.atomic
@@ -447,6 +504,15 @@ def autoscale_to(
     if expected is not None and deployment.desired_replicas != expected:
         return False
     fields.check_replicas(replicas, deployment.target_revision.spec)
+    if replicas > deployment.desired_replicas:
+        # The autoscaler stops at the quota: as far as it allows, and the reason on record.
+        allowed, held = quotas.headroom(deployment, replicas)
+        if held is not None:
+            _record_quota_hold(deployment, "QuotaLimited", held, wanted=replicas)
+            if allowed == deployment.desired_replicas:
+                return False
+            reason = f"{reason}; held at {allowed} by quota {held.quota}"
+            replicas = allowed
     if replicas == deployment.desired_replicas:
         return False
     before = deployment.desired_snapshot()

@@ -50,23 +50,31 @@ def cast(db: None) -> Cast:
     return Cast(alice=alice, bob=bob, carol=carol, dave=dave, acme=acme, globex=globex)
 
 
+def priority_lists(queue: str) -> list[str]:
+    """The Redis lists of one queue, in the order a worker takes from them: kombu keeps one per
+    priority step (0, the default, under the queue's own name), lowest number first."""
+    return [queue, *(f"{queue}\x06\x16{step}" for step in (3, 6, 9))]
+
+
 @pytest.fixture
 def broker() -> Iterator[redis.Redis]:
     """The real Celery broker (Redis), its default queue empty before and after the test."""
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    client.delete(settings.CELERY_TASK_DEFAULT_QUEUE)
+    client.delete(*priority_lists(settings.CELERY_TASK_DEFAULT_QUEUE))
     yield client
-    client.delete(settings.CELERY_TASK_DEFAULT_QUEUE)
+    client.delete(*priority_lists(settings.CELERY_TASK_DEFAULT_QUEUE))
     client.close()
 
 
 def queued(broker: redis.Redis) -> list[tuple[str, list[Any]]]:
-    """(task name, args) of every message waiting in the default queue, oldest first."""
+    """(task name, args) of every message waiting in the default queue, in the order a worker
+    takes them: by priority, then oldest first."""
     out = []
-    for raw in reversed(broker.lrange(settings.CELERY_TASK_DEFAULT_QUEUE, 0, -1)):
-        message = json.loads(raw)
-        args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
-        out.append((message["headers"]["task"], args))
+    for name in priority_lists(settings.CELERY_TASK_DEFAULT_QUEUE):
+        for raw in reversed(broker.lrange(name, 0, -1)):
+            message = json.loads(raw)
+            args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
+            out.append((message["headers"]["task"], args))
     return out
 
 

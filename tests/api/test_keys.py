@@ -19,7 +19,7 @@ def test_a_developer_creates_an_inference_key_shown_once(api: Clients) -> None:
     body = response.json()
     assert body["key"].startswith(body["prefix"]) and body["active"] is True
     listed = api.carol.get("api-keys").json()
-    mine = next(k for k in listed if k["id"] == body["id"])
+    mine = next(k for k in listed["items"] if k["id"] == body["id"])
     assert "key" not in mine and body["key"] not in str(listed)
     assert platform.authenticate_key(body["key"], kind="inference") is not None
 

@@ -13,7 +13,7 @@ def test_a_secret_is_written_and_never_read_back(api: Clients) -> None:
     assert response.status_code == 201
     assert VALUE not in response.content.decode()
     listed = api.dave.get("secrets")
-    assert [s["name"] for s in listed.json()] == ["hf-token"]
+    assert [s["name"] for s in listed.json()["items"]] == ["hf-token"]
     assert VALUE not in listed.content.decode()
     assert VALUE not in str(list(AuditEvent.objects.values()))
     again = api.alice.post("secrets", {"name": "hf-token", "value": "hf_new", "description": "v2"})

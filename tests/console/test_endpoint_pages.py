@@ -1,0 +1,83 @@
+"""The console's endpoint list at scale: pages cut on the server, filters (status included)
+applied before the cut, and the same number of queries for 5 endpoints as for 50."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.db import connection
+from django.db.models import F
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from deployments import services
+from deployments.models import Deployment
+from deployments.queries import ENDPOINTS_PER_PAGE
+from tests.conftest import Cast
+from tests.console.conftest import SPEC
+
+
+def make(cast: Cast, n: int, start: int = 0) -> list[Deployment]:
+    actor = cast.actor(cast.alice, cast.acme)
+    return [
+        services.create_deployment(actor, slug=f"ep-{i}", name=f"Endpoint {i}", spec=SPEC)
+        for i in range(start, start + n)
+    ]
+
+
+def mark_active(endpoints: list[Deployment]) -> None:
+    """Stand in for reconcile: one ready replica of the target revision each."""
+    for endpoint in endpoints:
+        Deployment.objects.filter(pk=endpoint.pk).update(
+            applied_revision=endpoint.target_revision, current_revision=endpoint.target_revision,
+            ready_replicas=1, total_replicas=1, first_ready_at=timezone.now(),
+            observed_generation=F("generation"),
+        )  # fmt: skip
+
+
+def slugs(page: str) -> list[str]:
+    return re.findall(r'data-slug="([^"]+)"', page)
+
+
+def test_the_list_is_cut_into_pages_with_links(alice: Client, cast: Cast) -> None:
+    make(cast, ENDPOINTS_PER_PAGE + 10)
+    first = alice.get("/endpoints/").content.decode()
+    assert len(slugs(first)) == ENDPOINTS_PER_PAGE
+    assert slugs(first)[0] == f"ep-{ENDPOINTS_PER_PAGE + 9}"  # newest first
+    assert "Page 1 of 2" in first and 'rel="next"' in first and "page=2" in first
+    second = alice.get("/endpoints/?page=2").content.decode()
+    assert slugs(second) == [f"ep-{i}" for i in range(9, -1, -1)]
+    assert 'rel="prev"' in second and 'rel="next"' not in second
+    # The live refresh of a page polls that page, not the first.
+    assert "page=2" in alice.get("/endpoints/?page=2", HTTP_HX_REQUEST="true").content.decode()
+
+
+def test_a_status_filter_applies_before_the_page_is_cut(alice: Client, cast: Cast) -> None:
+    oldest = make(cast, 5)  # the oldest: on the last page of the unfiltered list
+    make(cast, ENDPOINTS_PER_PAGE + 5, start=5)
+    mark_active(oldest)
+    page = alice.get("/endpoints/?status=active").content.decode()
+    assert sorted(slugs(page)) == sorted(e.slug for e in oldest)
+    assert "Page 1" not in page  # one page: no page links
+
+
+def queries_for(client: Client, url: str) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(url).status_code == 200
+    return len(captured)
+
+
+def test_the_list_takes_the_same_queries_for_5_endpoints_as_for_50(
+    alice: Client, cast: Cast, django_assert_num_queries: Any
+) -> None:
+    mark_active(make(cast, 5))
+    urls = ["/endpoints/", "/endpoints/?status=active", "/endpoints/?q=ep&page=1"]
+    alice.get("/endpoints/")  # the session's first request
+    few = {url: queries_for(alice, url) for url in urls}
+    assert all(few.values())  # counted, not a comparison of nothing with nothing
+    mark_active(make(cast, 45, start=5))
+    for url in urls:
+        with django_assert_num_queries(few[url]):
+            alice.get(url)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.catalog import FlagCatalog, FlagSpec, sglang_flags
+from runtime.sim.clock import CLOCK_MODES
 
 _HUMAN_INT = re.compile(r"\A\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]i?)?\s*\Z")
 _SI = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
@@ -51,9 +52,10 @@ class SimOptions:
 
     gpu: str = "H100-SXM"
     time_scale: float = 1.0
+    clock: str = "realtime"
     startup_delay: float = 0.0
     output_len_mean: int = 200
-    spec_accept_rate: float = 0.7
+    spec_accept_rate: float | None = None  # None: the catalogue's figure for (target, draft)
     crash_after_requests: int = 0
     error_rate: float = 0.0
     stall_after_tokens: int = 0
@@ -96,6 +98,7 @@ class EngineArgs:
     speculative_num_draft_tokens: int | None = None
     disaggregation_mode: str = "null"
     disaggregation_bootstrap_port: int = 8998
+    disaggregation_transfer_backend: str = "mooncake"
     api_key: str | None = None
     admin_api_key: str | None = None
     enable_metrics: bool = False
@@ -146,6 +149,7 @@ MODELLED_FLAGS: tuple[str, ...] = (
     "--speculative-num-draft-tokens",
     "--disaggregation-mode",
     "--disaggregation-bootstrap-port",
+    "--disaggregation-transfer-backend",
     "--api-key",
     "--admin-api-key",
     "--enable-metrics",
@@ -203,6 +207,12 @@ def _fraction(value: str) -> float:
     return number
 
 
+def _clock_mode(value: str) -> str:
+    if value not in CLOCK_MODES:
+        raise ValueError(value)
+    return value
+
+
 def _non_negative_int(value: str) -> int:
     number = int(value)
     if number < 0:
@@ -220,6 +230,13 @@ _SIM_FLAGS: tuple[_SimFlag, ...] = (
         _positive_float,
         "PLINTH_SIM_TIME_SCALE",
         "simulated seconds per real second (1)",
+    ),
+    (
+        ("--sim-clock",),
+        "clock",
+        _clock_mode,
+        "PLINTH_SIM_CLOCK",
+        "realtime: paced to real time x --time-scale; fast: busy periods never sleep (realtime)",
     ),
     (
         ("--sim-startup-delay",),
@@ -240,7 +257,8 @@ _SIM_FLAGS: tuple[_SimFlag, ...] = (
         "spec_accept_rate",
         _fraction,
         "PLINTH_SIM_SPEC_ACCEPT_RATE",
-        "probability that each draft token is accepted (0.7)",
+        "chance the first draft token is accepted, overriding the catalogue's figure for the "
+        "(target, draft) pair; deeper drafts decay per algorithm",
     ),
     (
         ("--sim-crash-after-requests",),
@@ -387,6 +405,8 @@ def check_engine_args(args: EngineArgs) -> None:
         raise StartupError("--mem-fraction-static must be in (0, 1)")
     if args.schedule_conservativeness < 0:
         raise StartupError("--schedule-conservativeness must be >= 0")
+    if args.disaggregation_mode == "prefill" and args.disaggregation_transfer_backend == "fake":
+        raise StartupError("the fake transfer backend is for decode-only benchmarking, not prefill")
     _check_speculative(args)
 
 

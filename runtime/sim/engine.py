@@ -1,23 +1,30 @@
 """The simulated engine: the scheduler driven in (scaled) real time, plus its observable state.
 
-``run`` is the step loop: plan a step, sleep its roofline duration divided by ``--time-scale``,
-commit it. Clock readings (``now``) are simulated seconds, so latencies in responses and metrics
-read as if the engine ran on the configured GPU. When the host cannot keep up (many engines on few
-cores at a large time scale), the simulated clock stays tied to real time and the engine simply
-runs slower.
+``run`` is the step loop: plan a step, let its roofline duration pass on the engine's own
+simulated clock (``runtime.sim.clock``), commit it. Clock readings (``now``) are simulated seconds
+that advance by exactly the step durations, so latencies in responses and metrics read as if the
+engine ran on the configured GPU, and do not change when the host is loaded: a late wake-up is owed
+and caught up (bounded debt) in real-time mode, and ``--sim-clock fast`` runs busy periods without
+sleeping at all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from runtime.perf.spec import SpecConfig, chain_rate
 from runtime.sim.args import EngineArgs
+from runtime.sim.clock import SimClock
+from runtime.sim.disagg import BootstrapFailed, KvHandoff, KvRegistry, fetch_handoff
 from runtime.sim.hardware import GpuShape, ModelShape
+from runtime.sim.kv_transfer import transfer_link
 from runtime.sim.kvpool import KvPool
 from runtime.sim.memory import MemoryPlan, output_noise
 from runtime.sim.metrics import EngineMetrics, FinishedRequest
@@ -38,22 +45,33 @@ class Engine:
     ) -> None:
         self.args, self.gpu, self.model, self.plan = args, gpu, model, plan
         self.time_scale = args.sim.time_scale
+        self.clock = SimClock(args.sim.time_scale, args.sim.clock)
         self.tokenizer = Tokenizer(max(model.vocab_size, 1024))
         cache = RadixCache(plan.page_size, disabled=args.disable_radix_cache)
         self.pool = KvPool(plan.max_total_num_tokens, cache)
-        self.scheduler = Scheduler(_scheduler_config(args, plan), self.pool, self.tokenizer)
         self.roofline = Roofline(args, gpu, model)
+        self.scheduler = Scheduler(
+            _scheduler_config(args, plan, self.roofline.engine.spec), self.pool, self.tokenizer
+        )
         engine_type = "unified" if args.disaggregation_mode == "null" else args.disaggregation_mode
         self.metrics = EngineMetrics(args.served_model_name, engine_type, args.extra_metric_labels)
         self.noise = output_noise(args.quantization, args.kv_cache_dtype)
         self.default_seed = args.random_seed if args.random_seed is not None else 0
         self._wake = asyncio.Event()
         self._window: deque[tuple[float, int, float]] = deque()  # (end, tokens, busy seconds)
+        # (accepted tokens, verify calls) when /metrics last published spec_accept_length.
+        self._spec_mark = (0, 0)
+        self._spec_interval_length = 0.0
+        # P/D: a prefill engine publishes KV by bootstrap room; a decode engine receives it.
+        self.kv_registry = KvRegistry()
+        self.link = transfer_link(gpu, args.disaggregation_transfer_backend)
+        self.transfers_in_flight = 0
+        self._receivers: set[asyncio.Task[None]] = set()
         self._report_static_metrics()
 
     # ---- clock and requests ------------------------------------------------------------------
     def now(self) -> float:
-        return time.monotonic() * self.time_scale
+        return self.clock.now()
 
     def new_request(
         self,
@@ -76,8 +94,58 @@ class Engine:
         )
 
     def submit(self, req: SimRequest) -> None:
-        self.scheduler.add(req)
+        mode = self.args.disaggregation_mode
+        if req.bootstrap is not None and mode == "decode":
+            task = asyncio.get_running_loop().create_task(self._receive_kv(req))
+            self._receivers.add(task)
+            task.add_done_callback(self._receivers.discard)
+            return
+        if req.bootstrap is not None and mode == "prefill":
+            # SGLang's prefill engine computes the prompt and the first token, nothing more.
+            req.params = dataclasses.replace(req.params, max_new_tokens=1)
+        self._enqueue(lambda: self.scheduler.add(req), req.arrival)
+
+    def _enqueue(self, add: Callable[[], None], at: float | None = None) -> None:
+        # Busy from the moment work arrives, not from when the host gets round to waking the loop:
+        # that wake-up latency is the host's, and becomes (bounded) debt instead of simulated time.
+        self.clock.start_busy(at)
+        add()
         self._wake.set()
+
+    async def _receive_kv(self, req: SimRequest) -> None:
+        """Decode side of P/D: wait for the prefill's KV, let the transfer pass, then decode."""
+        assert req.bootstrap is not None
+        self.transfers_in_flight += 1
+        asked = self.now()
+        try:
+            handoff = await fetch_handoff(req.bootstrap, self.args.disaggregation_bootstrap_port)
+            bootstrap_s = self.now() - asked
+            seconds = self.link.seconds(handoff.kv_bytes)
+            await asyncio.sleep(seconds / self.time_scale)
+        except BootstrapFailed as exc:
+            self.metrics.kv_failed("bootstrap")
+            self.scheduler.abort(req, f"KV bootstrap failed: {exc}")
+            return
+        finally:
+            self.transfers_in_flight -= 1
+        self.metrics.observe_kv_transfer(seconds, handoff.kv_bytes, bootstrap_s)
+        if req.finished is not None:
+            return  # the client went away during the transfer
+        req.cached_tokens = handoff.cached_tokens
+        self._enqueue(lambda: self.scheduler.add_transferred(req))
+
+    def _publish_kv(self, req: SimRequest) -> None:
+        """Prefill side of P/D: the prompt's KV is ready for the decode engine to take."""
+        req.kv_published = True
+        assert req.bootstrap is not None
+        self.kv_registry.publish(
+            KvHandoff(
+                room=req.bootstrap.room,
+                prompt_tokens=len(req.input_ids),
+                cached_tokens=req.cached_tokens or 0,
+                kv_bytes=len(req.input_ids) * self.roofline.kv_bytes_per_token,
+            )
+        )
 
     def abort(self, req: SimRequest) -> None:
         self.scheduler.abort(req, "client disconnected")
@@ -103,22 +171,23 @@ class Engine:
 
     # ---- the step loop -----------------------------------------------------------------------
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time()
         while True:
             if not self.scheduler.has_work():
+                self.clock.go_idle()
                 self._wake.clear()
                 await self._wake.wait()
-                deadline = loop.time()
                 continue
+            self.clock.start_busy()
+            if self.scheduler.transferred:
+                self.scheduler.admit_transferred(self.now())
+                if not self.scheduler.has_work():
+                    continue  # what arrived was aborted, or finished with its first token
             step = self.scheduler.plan()
             if step.work.empty:
                 self.scheduler.unstick()
                 continue
             seconds = self.roofline.step_seconds(step.work)
-            # Sleep to the step's end; never build up a debt when the host falls behind.
-            deadline = max(deadline, loop.time()) + seconds / self.time_scale
-            await asyncio.sleep(max(0.0, deadline - loop.time()))
+            await self.clock.run_step(seconds)
             self._commit(step, seconds)
 
     def _commit(self, step: Step, seconds: float) -> None:
@@ -126,6 +195,10 @@ class Engine:
         newly_admitted = [r for r, _ in step.prefill if r.admitted_at is None]
         previous = [(r, tokens, r.last_token_at) for r, tokens in step.decode]
         self.scheduler.commit(step, now)
+        for req, _ in step.prefill:
+            ready = req.first_token_at is not None and not req.kv_published
+            if req.bootstrap is not None and ready:
+                self._publish_kv(req)
         for _, tokens, last in previous:
             if last is not None:
                 self.metrics.observe_token_gap((now - last) / tokens)
@@ -158,10 +231,26 @@ class Engine:
             return 0.0
         return stats.spec_accepted_tokens_total / stats.spec_verify_calls_total
 
-    def spec_accept_rate(self) -> float:
+    def spec_accept_rate(self, length: float | None = None) -> float:
         steps = self.scheduler.config.spec_steps
-        length = self.spec_accept_length()
+        length = self.spec_accept_length() if length is None else length
         return max(0.0, (length - 1) / steps) if steps and length else 0.0
+
+    def spec_interval_accept_length(self) -> float:
+        """Mean accept length over the verify steps since the last call, as SGLang's gauge.
+
+        SGLang sets ``spec_accept_length`` from the decode batches of one logging interval and
+        then resets its counters; here an interval ends at each scrape. With no verify step in
+        the interval the gauge keeps its last value.
+        """
+        stats = self.scheduler.stats
+        accepted, calls = stats.spec_accepted_tokens_total, stats.spec_verify_calls_total
+        if calls > self._spec_mark[1]:
+            self._spec_interval_length = (accepted - self._spec_mark[0]) / (
+                calls - self._spec_mark[1]
+            )
+            self._spec_mark = (accepted, calls)
+        return self._spec_interval_length
 
     def token_usage(self) -> float:
         return self.pool.used / self.pool.capacity
@@ -208,6 +297,7 @@ class Engine:
                     "accept_rate": self.spec_accept_rate(),
                 },
             ),
+            "disagg": ("disaggregation", self._disaggregation_load()),
             "queues": (
                 "queues",
                 {
@@ -217,6 +307,19 @@ class Engine:
                     "retracted": sum(1 for r in sched.waiting if r.retractions),
                 },
             ),
+        }
+
+    def _disaggregation_load(self) -> dict[str, Any]:
+        """SGLang's ``disaggregation`` section of ``/v1/loads`` (queue sizes by PD role)."""
+        mode = self.args.disaggregation_mode
+        prefill, decode = mode == "prefill", mode == "decode"
+        return {
+            "mode": mode,
+            "prefill_prealloc_queue_reqs": 0,
+            "prefill_inflight_queue_reqs": self.kv_registry.pending if prefill else 0,
+            "decode_prealloc_queue_reqs": len(self.scheduler.transferred) if decode else 0,
+            "decode_transfer_queue_reqs": self.transfers_in_flight if decode else 0,
+            "decode_retracted_queue_reqs": 0,
         }
 
     def loads_document(self, include: set[str] | None) -> dict[str, Any]:
@@ -245,9 +348,18 @@ class Engine:
         set_gauge(
             "decode_sum_seq_lens", sum(len(r.input_ids) + len(r.output_ids) for r in sched.running)
         )
-        set_gauge("spec_accept_length", self.spec_accept_length())
-        set_gauge("spec_accept_rate", self.spec_accept_rate())
+        interval_length = self.spec_interval_accept_length()
+        set_gauge("spec_accept_length", interval_length)
+        set_gauge("spec_accept_rate", self.spec_accept_rate(interval_length))
         set_gauge("num_retracted_reqs", sum(1 for r in sched.waiting if r.retractions))
+        disagg = self._disaggregation_load()
+        for name in (
+            "prefill_inflight_queue_reqs",
+            "decode_prealloc_queue_reqs",
+            "decode_transfer_queue_reqs",
+        ):
+            set_gauge(f"num_{name}", disagg[name])
+        set_gauge("num_prefill_bootstrap_queue_reqs", 0)
         stats = sched.stats
         self.metrics.set_counter_total("num_retracted_requests", stats.retracted_requests_total)
         self.metrics.set_counter_total(
@@ -274,8 +386,11 @@ class Engine:
         self.refresh_metrics()
 
 
-def _scheduler_config(args: EngineArgs, plan: MemoryPlan) -> SchedulerConfig:
-    steps, draft = _speculative_shape(args)
+def _scheduler_config(
+    args: EngineArgs, plan: MemoryPlan, spec: SpecConfig | None
+) -> SchedulerConfig:
+    # The scheduler samples accept lengths from a chain; its rate keeps the physics' mean length.
+    steps = spec.shape.num_steps if spec else 0
     return SchedulerConfig(
         max_running_requests=plan.max_running_requests,
         max_prefill_tokens=args.max_prefill_tokens,
@@ -284,17 +399,7 @@ def _scheduler_config(args: EngineArgs, plan: MemoryPlan) -> SchedulerConfig:
         schedule_policy=args.schedule_policy,
         conservativeness=args.schedule_conservativeness,
         spec_steps=steps,
-        spec_draft_tokens=draft,
-        spec_accept_rate=args.sim.spec_accept_rate,
+        spec_draft_tokens=spec.shape.draft_tokens if spec else 0,
+        spec_accept_rate=chain_rate(spec.accept_length, steps) if spec else 0.0,
         stream_interval=max(1, args.stream_interval),
     )
-
-
-def _speculative_shape(args: EngineArgs) -> tuple[int, int]:
-    """(num_steps, num_draft_tokens) after SGLang's defaulting: (3, 1, 4) unless given."""
-    if args.speculative_algorithm is None:
-        return 0, 0
-    steps = args.speculative_num_steps or 3
-    topk = args.speculative_eagle_topk or 1
-    draft = steps + 1 if topk == 1 else (args.speculative_num_draft_tokens or steps + 1)
-    return steps, draft

@@ -186,11 +186,25 @@ def start_router(
     log_dir: Path | str | None = None,
     wait: bool = True,
     timeout: float = 30.0,
+    prefill: Sequence[tuple[str, int]] = (),
+    decode: Sequence[str] = (),
 ) -> ManagedProcess:
-    """Start ``smg launch`` in front of ``worker_urls``; with ``wait``, until all are healthy."""
+    """Start ``smg launch`` in front of ``worker_urls``; with ``wait``, until all are healthy.
+
+    With ``prefill`` ((url, bootstrap port) pairs) and ``decode`` urls instead, the router runs
+    in ``--pd-disaggregation`` mode.
+    """
     port = port or free_port()
     argv = [smg_binary(), "launch", "--host", "127.0.0.1", "--port", str(port)]
-    argv += ["--worker-urls", *worker_urls, "--policy", policy]
+    if worker_urls:
+        argv += ["--worker-urls", *worker_urls]
+    if prefill or decode:
+        argv.append("--pd-disaggregation")
+        for url, bootstrap_port in prefill:
+            argv += ["--prefill", url, str(bootstrap_port)]
+        for url in decode:
+            argv += ["--decode", url]
+    argv += ["--policy", policy]
     argv += ["--health-check-interval-secs", "1", "--prometheus-port", str(free_port())]
     argv += ["--prometheus-host", "127.0.0.1", "--log-level", "warn"]
     argv += ["--shutdown-grace-period-secs", "1"]
@@ -200,7 +214,7 @@ def start_router(
     router_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
     proc = _spawn(f"smg-{port}", argv, port, router_env, _log_dir(log_dir))
     if wait:
-        wait_router_ready(proc, len(worker_urls), timeout, api_key)
+        wait_router_ready(proc, len(worker_urls) + len(prefill) + len(decode), timeout, api_key)
     return proc
 
 

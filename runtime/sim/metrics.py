@@ -22,6 +22,10 @@ TOKEN_BUCKETS = (
     12000, 15000, 20000, 22000, 25000, 30000, 35000, 40000, 66000, 99000, 132000, 300000,
 )  # fmt: skip
 QUEUE_BUCKETS = (0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 60, 120, 300)
+# P/D KV transfer histograms (decode side), in SGLang's units: ms, GB/s, MB.
+KV_MS_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+KV_SPEED_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 20, 30, 40, 50, 75, 100, 200)
+KV_MB_BUCKETS = (0.1, 1, 5, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 
 SCHEDULER_GAUGES = (
     "num_running_reqs",
@@ -60,6 +64,8 @@ SCHEDULER_COUNTERS = (
     "num_retracted_input_tokens",
     "num_retracted_output_tokens",
     "evicted_tokens",
+    "num_bootstrap_failed_reqs",
+    "num_transfer_failed_reqs",
 )
 
 
@@ -109,6 +115,22 @@ class EngineMetrics:
             [*names, "mode"],
             registry=self.registry,
         )
+        self.kv_transfer = {
+            name: Histogram(
+                f"sglang:{name}",
+                name.replace("_", " "),
+                names,
+                buckets=buckets,
+                registry=self.registry,
+            )
+            for name, buckets in (
+                ("kv_transfer_latency_ms", KV_MS_BUCKETS),
+                ("kv_transfer_speed_gb_s", KV_SPEED_BUCKETS),
+                ("kv_transfer_total_mb", KV_MB_BUCKETS),
+                ("kv_transfer_bootstrap_ms", KV_MS_BUCKETS),
+                ("kv_transfer_alloc_ms", KV_MS_BUCKETS),
+            )
+        }
         self.queue_time = Histogram(
             "sglang:queue_time_seconds",
             "Time a request waited before its prefill started",
@@ -187,6 +209,22 @@ class EngineMetrics:
     def add_realtime_tokens(self, mode: str, tokens: int) -> None:
         if tokens > 0:
             self.realtime_tokens.labels(**self.scheduler_labels, mode=mode).inc(tokens)
+
+    def observe_kv_transfer(self, seconds: float, kv_bytes: float, bootstrap_s: float) -> None:
+        """One KV cache received from a prefill engine (simulated seconds, bytes per rank)."""
+        observed = {
+            "kv_transfer_latency_ms": seconds * 1e3,
+            "kv_transfer_speed_gb_s": kv_bytes / seconds / 1e9 if seconds > 0 else 0.0,
+            "kv_transfer_total_mb": kv_bytes / 1e6,
+            "kv_transfer_bootstrap_ms": bootstrap_s * 1e3,
+            "kv_transfer_alloc_ms": 0.0,
+        }
+        for name, value in observed.items():
+            self.kv_transfer[name].labels(**self.scheduler_labels).observe(value)
+
+    def kv_failed(self, stage: str) -> None:
+        """A P/D request that failed in ``bootstrap`` or ``transfer``."""
+        self.counters[f"num_{stage}_failed_reqs"].labels(**self.scheduler_labels).inc()
 
     def observe_queue_time(self, seconds: float) -> None:
         self.queue_time.labels(**self.scheduler_labels).observe(seconds)

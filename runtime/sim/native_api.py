@@ -9,6 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
+from runtime.sim.disagg import Bootstrap, bootstrap_of
 from runtime.sim.errors import (
     RequestError,
     int_list,
@@ -37,6 +38,7 @@ class NativeRequest:
     return_logprob: bool
     top_logprobs_num: int
     rid: str | None
+    bootstrap: Bootstrap | None = None
 
 
 async def handle_generate(ctx: ServingContext, request: web.Request) -> web.StreamResponse:
@@ -79,6 +81,7 @@ def parse_generate(ctx: ServingContext, body: dict[str, Any]) -> NativeRequest:
         return_logprob=optional_bool(body, "return_logprob"),
         top_logprobs_num=optional_int(body, "top_logprobs_num", minimum=0) or 0,
         rid=rid if isinstance(rid, str) else None,
+        bootstrap=bootstrap_of(body),
     )
 
 
@@ -150,6 +153,7 @@ def _start(ctx: ServingContext, parsed: NativeRequest, ids: list[int]) -> Reques
     )
     rid = None if parsed.batched else parsed.rid
     req = ctx.engine.new_request(ids, params, stream=parsed.stream, seed=parsed.seed, rid=rid)
+    req.bootstrap = parsed.bootstrap
     return RequestRun(ctx, req)
 
 

@@ -1,7 +1,9 @@
 """OpenAI-compatible ``/v1/completions`` and ``/v1/chat/completions``, in SGLang's shapes.
 
-Chat messages are rendered with a fixed toy template (``<|role|>\\ncontent\\n`` per message, then
-``<|assistant|>\\n``), so equal conversation prefixes give equal token prefixes and exact usage.
+Chat messages are tokenized as a real chat template does (``Tokenizer.encode_chat``: BOS, then per
+message a role-header token, the content's tokens and an end-of-turn token, then the assistant
+header), so turn n+1's prompt starts with exactly turn n's prompt plus its answer and the prefix
+cache reports both as cached.
 Streams are SSE ending in ``data: [DONE]``; with ``stream_options.include_usage`` (or
 ``--stream-response-default-include-usage``) a last chunk with ``choices: []`` carries the usage.
 """
@@ -15,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from runtime.sim.disagg import Bootstrap, bootstrap_of
 from runtime.sim.errors import (
     RequestError,
     int_list,
@@ -26,9 +29,8 @@ from runtime.sim.errors import (
 )
 from runtime.sim.generation import RequestRun, ServingContext, logprob_entries
 from runtime.sim.request import GenerationParams, SimRequest
-from runtime.sim.tokenizer import Tokenizer
+from runtime.sim.tokenizer import CHAT_ROLES, Tokenizer
 
-CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_TOP_LOGPROBS = 20
 
 
@@ -42,6 +44,7 @@ class OpenAIRequest:
     stream: bool
     include_usage: bool
     continuous_usage: bool
+    bootstrap: Bootstrap | None = None
 
 
 async def handle_chat(ctx: ServingContext, request: web.Request) -> web.StreamResponse:
@@ -64,6 +67,7 @@ async def _handle(ctx: ServingContext, request: web.Request, chat: bool) -> web.
         parsed.prompt_ids, parsed.params, stream=parsed.stream, seed=parsed.seed
     )
     req.rid = f"{prefix}-{req.rid}"
+    req.bootstrap = parsed.bootstrap
     run = RequestRun(ctx, req)
     if parsed.stream:
         return await _stream(ctx, request, run, parsed)
@@ -104,6 +108,7 @@ def parse_request(ctx: ServingContext, body: dict[str, Any], chat: bool) -> Open
         stream=stream,
         include_usage=bool(options.get("include_usage", default_usage)),
         continuous_usage=bool(options.get("continuous_usage_stats", False)),
+        bootstrap=bootstrap_of(body),
     )
 
 
@@ -113,11 +118,10 @@ def _chat_prompt(tokenizer: Tokenizer, body: dict[str, Any]) -> list[int]:
         raise RequestError("messages: Field required", param="messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError("Messages cannot be empty.", param="messages")
-    parts = [_render_message(i, m) for i, m in enumerate(messages)]
-    return tokenizer.encode("".join(parts) + "<|assistant|>\n")
+    return tokenizer.encode_chat([_message(i, m) for i, m in enumerate(messages)])
 
 
-def _render_message(index: int, message: Any) -> str:
+def _message(index: int, message: Any) -> tuple[str, str]:
     if not isinstance(message, dict):
         raise RequestError(f"messages.{index}: Input should be an object", param="messages")
     role = message.get("role")
@@ -126,7 +130,7 @@ def _render_message(index: int, message: Any) -> str:
             f"messages.{index}.role: Input should be one of {', '.join(CHAT_ROLES)}",
             param="messages",
         )
-    return f"<|{role}|>\n{_content_text(index, message.get('content'))}\n"
+    return str(role), _content_text(index, message.get("content"))
 
 
 def _content_text(index: int, content: Any) -> str:

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.sim.disagg import Bootstrap
 from runtime.sim.radix import RadixNode
 from runtime.sim.sampling import TokenSource
 
@@ -80,6 +81,9 @@ class SimRequest:
     first_token_at: float | None = None
     last_token_at: float | None = None
     spec_verify_ct: int = 0
+    # P/D disaggregation: where the KV comes from (decode) or goes to (prefill).
+    bootstrap: Bootstrap | None = None
+    kv_published: bool = False
 
     def __post_init__(self) -> None:
         if not self.fill_ids:

@@ -8,7 +8,9 @@ KV pool cannot hold the request plus a reserve for the decoding ones; a prompt l
 running request one token, or an accept length's worth under speculation; when the pool runs dry
 the request with the least progress is retracted to the front of the queue and later recomputed.
 The scheduler is synchronous and clock-free: ``plan`` picks a step, the caller waits for its
-simulated duration, ``commit`` applies it.
+simulated duration, ``commit`` applies it. On a P/D decode engine, requests whose KV arrived from a
+prefill engine join the running batch through ``add_transferred``/``admit_transferred`` without any
+prefill step (SGLang's decode prealloc queue).
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class Scheduler:
         self.waiting: deque[SimRequest] = deque()
         self.prefilling: list[SimRequest] = []
         self.running: list[SimRequest] = []
+        self.transferred: deque[SimRequest] = deque()  # KV received, waiting for pool space
         self.stats = SchedulerStats()
         self.new_token_ratio = config.init_new_token_ratio
         self._step_cached = 0
@@ -81,7 +84,38 @@ class Scheduler:
         self.waiting.append(req)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.prefilling or self.running)
+        return bool(self.waiting or self.prefilling or self.running or self.transferred)
+
+    def add_transferred(self, req: SimRequest) -> None:
+        """A request whose prompt KV (and first token) a prefill engine computed."""
+        self.transferred.append(req)
+
+    def admit_transferred(self, now: float) -> int:
+        """Move received requests into the running batch: their prompt KV takes pool slots, no
+        compute; the first token (the prefill engine's) is emitted now. Returns how many."""
+        admitted = 0
+        while self.transferred:
+            req = self.transferred[0]
+            if req.finished is not None:
+                self.transferred.popleft()
+                continue
+            if self.num_running >= self.config.max_running_requests:
+                break
+            prompt = len(req.fill_ids)
+            if not self._fits(prompt + 1 + self._reserve(req)) or not self._alloc(req, prompt):
+                if self.running or self.prefilling:
+                    break  # wait for running requests to free memory
+                self.transferred.popleft()
+                self._finish(req, FinishReason("abort", message="KV does not fit"), cache=False)
+                continue
+            self.transferred.popleft()
+            req.prefilled = prompt
+            req.admitted_at = now
+            self.running.append(req)
+            self._alloc(req, 1)
+            self._generate(req, 1, now)
+            admitted += 1
+        return admitted
 
     @property
     def num_running(self) -> int:
@@ -318,6 +352,8 @@ class Scheduler:
                 queue.remove(req)
         if req in self.waiting:
             self.waiting.remove(req)
+        if req in self.transferred:
+            self.transferred.remove(req)
         if reason.kind == "abort":
             self._emit(req, [])
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
+from runtime.sim.disagg import bootstrap_app
 from runtime.sim.engine import SGLANG_VERSION, Engine
 from runtime.sim.errors import openai_error, unauthorized
 from runtime.sim.faults import FaultInjector
@@ -56,6 +57,7 @@ class SimServer:
         site = web.TCPSite(runner, self.args.host, self.args.port, reuse_address=True)
         await site.start()
         self.log(f"runtime.sim: listening on http://{self.args.host}:{self.args.port}")
+        bootstrap_runner = await self._start_bootstrap_server()
         engine_task = asyncio.create_task(self.engine.run())
         engine_task.add_done_callback(self._engine_stopped)
         loop = asyncio.get_running_loop()
@@ -64,8 +66,21 @@ class SimServer:
         await self._load()
         await self._stopped.wait()
         engine_task.cancel()
+        if bootstrap_runner is not None:
+            await bootstrap_runner.cleanup()
         await runner.cleanup()
         self.log("runtime.sim: shut down")
+
+    async def _start_bootstrap_server(self) -> web.AppRunner | None:
+        """A P/D prefill engine serves its KV on ``--disaggregation-bootstrap-port``, as SGLang."""
+        if self.args.disaggregation_mode != "prefill":
+            return None
+        port = self.args.disaggregation_bootstrap_port
+        runner = web.AppRunner(bootstrap_app(self.engine.kv_registry), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, self.args.host, port, reuse_address=True).start()
+        self.log(f"runtime.sim: KV bootstrap server on {self.args.host}:{port}")
+        return runner
 
     def _engine_stopped(self, task: asyncio.Task[None]) -> None:
         """A dead step loop would hang every request: crash instead, as SGLang's scheduler does."""
@@ -238,6 +253,14 @@ class SimServer:
             frontend="python",
             simulated=True,
             sim={**dataclasses.asdict(args.sim), "gpu": dataclasses.asdict(engine.gpu)},
+            # The engine's own clock: latencies everywhere are in these simulated seconds.
+            sim_clock={
+                "mode": engine.clock.mode,
+                "time_scale": engine.clock.time_scale,
+                "simulated_seconds": round(engine.now(), 6),
+                "debt_s": round(engine.clock.debt(), 6),
+                "reanchored_s": round(engine.clock.reanchored_s, 6),
+            },
             sim_model=dataclasses.asdict(engine.model),
         )
         return info

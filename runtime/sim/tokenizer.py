@@ -16,7 +16,10 @@ PIECE_CHARS = 6
 # Ids below this are reserved: 0-9 specials, then the output words.
 WORD_ID_BASE = 10
 BOS_ID = 1
-EOS_ID = 2
+EOS_ID = 2  # also the chat template's end of turn, as Llama 3's <|eot_id|> ends a generation
+# One special token per chat role header (as <|start_header_id|>role<|end_header_id|> would be).
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
+ROLE_HEADER_IDS = {role: 3 + i for i, role in enumerate(CHAT_ROLES)}
 
 _PIECE = re.compile(rf"\s*\S{{1,{PIECE_CHARS}}}|\s+")
 
@@ -39,6 +42,7 @@ OUTPUT_WORDS: tuple[str, ...] = tuple(
 )
 _WORD_IDS = {w: WORD_ID_BASE + i for i, w in enumerate(OUTPUT_WORDS)}
 _HASH_BASE = WORD_ID_BASE + len(OUTPUT_WORDS)
+_HEADER_PIECES = {i: f"<|{role}|>" for role, i in ROLE_HEADER_IDS.items()}
 
 
 class Tokenizer:
@@ -53,6 +57,22 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         return [self._piece_id(p) for p in _PIECE.findall(text)]
 
+    def encode_chat(self, messages: list[tuple[str, str]]) -> list[int]:
+        """A chat prompt, as a real chat template tokenizes it.
+
+        Role headers and the end-of-turn separator are special tokens and each content is
+        tokenized on its own, so nothing merges across a boundary: the prompt of turn n+1 starts
+        with exactly turn n's prompt plus the answer's tokens (which end in EOS, the end of turn)
+        and the radix cache matches both.
+        """
+        ids = [BOS_ID]
+        for role, content in messages:
+            ids.append(ROLE_HEADER_IDS[role])
+            ids.extend(self.encode(content))
+            ids.append(EOS_ID)
+        ids.append(ROLE_HEADER_IDS["assistant"])
+        return ids
+
     def count(self, text: str) -> int:
         return len(_PIECE.findall(text))
 
@@ -65,6 +85,8 @@ class Tokenizer:
             return OUTPUT_WORDS[word]
         if token_id == EOS_ID:
             return ""
+        if token_id in _HEADER_PIECES:
+            return _HEADER_PIECES[token_id]
         # Prompt pieces hash one way; show an opaque but stable placeholder for them.
         return f" <{token_id}>"
 

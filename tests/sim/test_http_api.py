@@ -107,6 +107,26 @@ def test_cached_tokens_grow_on_a_repeated_prefix_and_reset_after_flush(
     assert third["prompt_tokens_details"]["cached_tokens"] == 0
 
 
+def test_a_second_chat_turn_caches_the_first_turns_prompt_and_answer(
+    sim_engine: ManagedProcess,
+) -> None:
+    messages = [
+        {"role": "system", "content": "You answer about rivers."},
+        {"role": "user", "content": "Name one long river, please."},
+    ]
+    body = {"model": "sim", "messages": messages, "max_tokens": 20, "seed": 3}
+    first = post(sim_engine, "/v1/chat/completions", body).json()
+    messages += [
+        {"role": "assistant", "content": first["choices"][0]["message"]["content"]},
+        {"role": "user", "content": "And a short one?"},
+    ]
+    second = post(sim_engine, "/v1/chat/completions", {**body, "messages": messages}).json()
+    usage = first["usage"]
+    # Everything the engine computed for turn one is a prefix of turn two, as real templates give.
+    cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
 def test_metric_counters_equal_the_usage_clients_saw(sim_engine: ManagedProcess) -> None:
     names: tuple[str, ...] = ("sglang:prompt_tokens_total", "sglang:generation_tokens_total")
     names += ("sglang:num_requests_total", "sglang:cached_tokens_total")
@@ -193,6 +213,8 @@ def test_info_routes_describe_the_model_and_server(sim_engine: ManagedProcess) -
     server_info = get_json(f"{sim_engine.url}/server_info")
     assert server_info["max_total_num_tokens"] > 0 and server_info["version"] == "0.5.23"
     assert server_info["simulated"] is True and server_info["tp_size"] == 1
+    assert server_info["sim_clock"]["mode"] == "realtime"
+    assert server_info["sim_clock"]["simulated_seconds"] > 0
     models = get_json(f"{sim_engine.url}/v1/models")
     assert models["data"][0]["id"] == model_info["served_model_name"]
     assert models["data"][0]["owned_by"] == "sglang"

@@ -3,6 +3,7 @@ refusing with a ServiceError that names the field, as the API and the console sh
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from controlplane.hygiene import MISSING, displayable, text_problem
@@ -33,6 +34,26 @@ def clean_slug(slug: str) -> str:
             code="invalid_slug",
         )
     return slug
+
+
+LABELS_MAX = 32
+LABEL_KEY_PATTERN = r"^[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?$"
+LABEL_VALUE_MAX_LENGTH = 100
+
+
+def clean_labels(labels: dict[str, str]) -> dict[str, str]:
+    """Labels checked: a few lowercase DNS-like keys with short printable values."""
+    if len(labels) > LABELS_MAX:
+        raise ServiceError(f"at most {LABELS_MAX} labels", field="labels")
+    for key, value in labels.items():
+        if not re.fullmatch(LABEL_KEY_PATTERN, key):
+            raise ServiceError(
+                f"label key {key!r} must be lowercase letters, digits, '.', '_', '/' or '-' "
+                "(at most 63, starting and ending with a letter or digit)",
+                field=f"labels.{key}",
+            )
+        clean_text(value, f"labels.{key}", LABEL_VALUE_MAX_LENGTH)
+    return {key: value.strip() for key, value in labels.items()}
 
 
 def clean_text(value: str, field: str, max_length: int, *, required: bool = False) -> str:

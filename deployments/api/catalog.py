@@ -9,8 +9,9 @@ from django.http import HttpRequest
 from ninja import Router, Schema
 from pydantic import Field, StrictStr
 
-from deployments import queries
+from deployments import diff, queries
 from deployments.api.auth import actor_of
+from deployments.api.revisions import FieldChangeOut
 from deployments.api.schemas import FieldErrorOut, StrictIn
 from deployments.cluster_settings import cluster_issues
 from deployments.fields import initial_replicas
@@ -32,6 +33,12 @@ class ValidateIn(StrictIn):
         description="also check against this cluster: what its operator keeps (errors) and its "
         "observed GPU nodes (warnings)",
     )
+    deployment: StrictStr | None = Field(
+        default=None,
+        max_length=100,
+        description="also compare with this endpoint's (id or slug) target revision: `changes` "
+        "lists what saving these settings would change, as the revision diff does",
+    )
 
 
 class IssueOut(FieldErrorOut):
@@ -42,6 +49,14 @@ class ValidateOut(Schema):
     valid: bool
     issues: list[IssueOut]
     estimate: Estimate | None = Field(description="memory fit and cost; null when unparsable")
+    target_revision: int | None = Field(
+        None, description="with `deployment`: the revision compared with (send it as base_revision)"
+    )
+    changes: list[FieldChangeOut] | None = Field(
+        None,
+        description="with `deployment`: every setting that differs from the target revision's "
+        "(empty: saving would change nothing); null when unparsable or without `deployment`",
+    )
 
 
 @router.get("/gpus", response=list[GpuType], summary="GPU catalogue")
@@ -65,11 +80,19 @@ def validate(request: HttpRequest, payload: ValidateIn) -> dict[str, Any]:
             issues += cluster_issues(
                 cluster.operator_settings, cluster.gpu_inventory, spec, replicas
             )
-    return {
+    body: dict[str, Any] = {
         "valid": spec is not None and not has_errors(issues),
         "issues": [{**issue_dict(i), "severity": i.severity} for i in issues],
         "estimate": _estimate(spec) if spec is not None else None,
     }
+    if payload.deployment is not None:
+        deployment = queries.get_deployment(actor_of(request), payload.deployment)
+        target = deployment.target_revision
+        body["target_revision"] = target.number if target else None
+        if spec is not None:
+            stored = target.spec if target else {}
+            body["changes"] = diff.diff_revisions(stored, spec.model_dump(mode="json"))
+    return body
 
 
 def _estimate(spec: RuntimeSpec) -> Estimate | None:

@@ -31,6 +31,12 @@ SLUG_DOC: JsonDict = {
 }
 
 
+LABELS_DOC = (
+    "key/value tags: keys lowercase letters, digits, '.', '_', '/', '-' (at most 63); "
+    "not settings, so changing them alone makes no revision"
+)
+
+
 class ClusterRef(Schema):
     id: uuid.UUID
     name: str
@@ -48,6 +54,9 @@ class DeploymentOut(Schema):
     id: uuid.UUID
     slug: str
     name: str
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="key/value tags (e.g. the owner `plinth apply` sets)"
+    )
     status: str = Field(description="derived: " + ", ".join(ALL_STATUSES))
     settled: bool = Field(
         description="true when nothing is expected to change by itself: every change is acted "
@@ -90,6 +99,7 @@ class DeploymentCreateIn(StrictIn):
     cluster_id: uuid.UUID | None = Field(None, description="default: the built-in local cluster")
     replicas: StrictInt | None = Field(None, description="default: autoscaling.min_replicas")
     message: StrictStr = Field("", description="why; shown in the revision list")
+    labels: dict[StrictStr, StrictStr] | None = Field(None, description=LABELS_DOC)
 
 
 class SettingsPatchIn(StrictIn):
@@ -97,6 +107,9 @@ class SettingsPatchIn(StrictIn):
     base_revision: StrictInt = Field(description="the revision number these settings edit")
     message: StrictStr = ""
     name: StrictStr | None = None
+    labels: dict[StrictStr, StrictStr] | None = Field(
+        None, description=LABELS_DOC + "; replace the endpoint's labels (omit to keep them)"
+    )
 
 
 class ScaleIn(StrictIn):
@@ -107,13 +120,17 @@ class DeploymentFilters(PageQuery):
     status: str | None = Field(None, description="one of: " + ", ".join(ALL_STATUSES))
     search: str | None = Field(None, max_length=100, description="in name or slug")
     cluster: str | None = Field(None, max_length=100, description="cluster id or name")
+    label: list[str] = Field(
+        default_factory=list,
+        description="key=value: endpoints carrying this label (repeat for several)",
+    )
 
 
 def deployment_out(deployment: Deployment, *, detail: bool = False) -> dict[str, Any]:
     status = deployment.status
     target, current = deployment.target_revision, deployment.current_revision
     body: dict[str, Any] = {
-        **{f: getattr(deployment, f) for f in ("id", "slug", "name", "desired_state")},
+        **{f: getattr(deployment, f) for f in ("id", "slug", "name", "labels", "desired_state")},
         "status": status,
         "settled": deployment.settled,
         "desired_replicas": deployment.desired_replicas,
@@ -149,11 +166,18 @@ def detail_body(request: HttpRequest, deployment_id: str) -> dict[str, Any]:
 def list_deployments(request: HttpRequest, filters: Query[DeploymentFilters]) -> dict[str, Any]:
     if filters.status and filters.status not in ALL_STATUSES:
         raise ServiceError(f"unknown status; use one of {', '.join(ALL_STATUSES)}", field="status")
+    labels = {}
+    for pair in filters.label:
+        key, equals, value = pair.partition("=")
+        if not equals:
+            raise ServiceError("write a label filter as key=value", field="label")
+        labels[key] = value
     page = queries.list_deployments(
         actor_of(request),
         status=filters.status,
         search=filters.search,
         cluster=filters.cluster,
+        labels=labels,
         limit=filters.limit,
         offset=filters.offset,
     )
@@ -171,6 +195,7 @@ def create_deployment(request: HttpRequest, payload: DeploymentCreateIn) -> Stat
         cluster_id=payload.cluster_id,
         replicas=payload.replicas,
         message=payload.message,
+        labels=payload.labels,
     )
     return Status(201, detail_body(request, str(deployment.pk)))
 
@@ -195,6 +220,7 @@ def update_settings(
         base_revision=payload.base_revision,
         message=payload.message,
         name=payload.name,
+        labels=payload.labels,
     )
     return detail_body(request, deployment_id)
 

@@ -1,0 +1,578 @@
+"""The ``plinth`` command: endpoints, revisions, logs, keys, usage, secrets and declarative apply.
+
+Exit codes (also in ``plinth --help``): 0 done; 1 ``diff`` found differences; 2 wrong usage;
+3 not found; 4 conflict (e.g. a revision saved by someone else: plan again); 5 refused input
+(the field and its fix are printed); 6 not signed in or not allowed; 7 the API is unreachable or
+failing; 8 any other API error.
+
+Not in the API yet, so not commands yet: ``optimize`` and ``bench`` (and canaries). They go here
+as sub-apps over ``client.optimize`` / ``client.benchmarks`` once those routes exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from pydantic import BaseModel
+
+from plinth import apply as declarative
+from plinth import config
+from plinth.client import Plinth
+from plinth.errors import (
+    AuthenticationFailed,
+    Conflict,
+    ConnectionFailed,
+    NotFound,
+    PermissionDenied,
+    PlinthError,
+    ServerError,
+    ValidationFailed,
+)
+
+EXIT_DIFFERENCES, EXIT_NOT_FOUND, EXIT_CONFLICT, EXIT_INVALID = 1, 3, 4, 5
+EXIT_AUTH, EXIT_UNAVAILABLE, EXIT_API = 6, 7, 8
+
+EPILOG = (
+    "Exit codes: 0 done, 1 diff found differences, 2 usage, 3 not found, 4 conflict, "
+    "5 refused input, 6 not signed in or not allowed, 7 API unreachable, 8 other API error."
+)
+
+app = typer.Typer(
+    name="plinth",
+    help="Plinth from the command line. Start with `plinth login URL`.",
+    epilog=EPILOG,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+)
+keys_app = typer.Typer(help="Management and inference keys.", no_args_is_help=True)
+secrets_app = typer.Typer(help="Secrets (values are write-only).", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+app.add_typer(secrets_app, name="secrets")
+
+
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table, json or yaml")]
+Endpoint = Annotated[str, typer.Argument(help="the endpoint's slug or id")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
+
+
+def _client() -> Plinth:
+    return Plinth()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def show(value: Any, output: Output, columns: list[str] | None = None) -> None:
+    """Print ``value`` as JSON, YAML, or a table of ``columns`` (a record: key/value lines)."""
+    data = _plain(value)
+    if output is Output.json:
+        typer.echo(json.dumps(data, indent=2, default=str))
+    elif output is Output.yaml:
+        typer.echo(yaml.safe_dump(data, sort_keys=False).rstrip())
+    elif isinstance(data, list):
+        cols = columns or (list(data[0]) if data else [])
+        rows = [[_cell(row.get(c)) for c in cols] for row in data]
+        widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
+        typer.echo(
+            "  ".join(c.upper().ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip()
+        )
+        for row in rows:
+            typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+    else:
+        for key in columns or list(data):
+            typer.echo(f"{key}: {_cell(data.get(key))}")
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, dict):
+        if "name" in value:
+            return str(value["name"])
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    return "" if value is None else str(value)
+
+
+def _fail(exc: PlinthError) -> typer.Exit:
+    typer.echo(f"error: {exc}", err=True)
+    codes: list[tuple[type[PlinthError], int]] = [
+        (NotFound, EXIT_NOT_FOUND),
+        (Conflict, EXIT_CONFLICT),
+        (ValidationFailed, EXIT_INVALID),
+        (AuthenticationFailed, EXIT_AUTH),
+        (PermissionDenied, EXIT_AUTH),
+        (ConnectionFailed, EXIT_UNAVAILABLE),
+        (ServerError, EXIT_UNAVAILABLE),
+    ]
+    for kind, code in codes:
+        if isinstance(exc, kind):
+            return typer.Exit(code)
+    return typer.Exit(EXIT_AUTH if exc.code == "not_configured" else EXIT_API)
+
+
+ENDPOINT_COLUMNS = [
+    "slug",
+    "status",
+    "desired_replicas",
+    "ready_replicas",
+    "target_revision",
+    "cluster",
+]
+
+
+@app.command()
+def login(
+    url: Annotated[
+        str, typer.Argument(help="the Plinth console URL, e.g. https://plinth.example.com")
+    ],
+    key_file: Annotated[Path | None, typer.Option(help="read the key from this file")] = None,
+) -> None:
+    """Store the URL and a management key (read from stdin, a file, or a hidden prompt).
+
+    Example: plinth login https://plinth.example.com < key.txt   (or pipe it in)
+    """
+    if key_file is not None:
+        key = key_file.read_text(encoding="utf-8").strip()
+    elif not sys.stdin.isatty():
+        key = sys.stdin.read().strip()
+    else:
+        key = typer.prompt("API key", hide_input=True).strip()
+    with Plinth(url, key) as client:
+        # One small authenticated call proves the URL and the key before they are saved.
+        next(iter(client.endpoints.list(page_size=1)), None)
+    path = config.save(config.Credentials(url=url.rstrip("/"), key=key))
+    typer.echo(f"signed in to {url}; saved to {path}")
+
+
+@app.command()
+def get(
+    endpoint: Annotated[
+        str | None, typer.Argument(help="one endpoint (default: list them)")
+    ] = None,
+    output: OutputOpt = Output.table,
+    label: Annotated[
+        list[str] | None, typer.Option("--label", "-l", help="key=value filter")
+    ] = None,
+    status: Annotated[str | None, typer.Option(help="only endpoints in this status")] = None,
+) -> None:
+    """List endpoints, or show one.
+
+    Example: plinth get -l team=search -o yaml
+    """
+    with _client() as client:
+        if endpoint:
+            show(
+                client.endpoints.get(endpoint),
+                output,
+                None if output is not Output.table else [*ENDPOINT_COLUMNS, "url", "labels"],
+            )
+            return
+        labels = dict(pair.split("=", 1) for pair in label or [])
+        rows = list(client.endpoints.list(labels=labels or None, status=status))
+        show(rows, output, ENDPOINT_COLUMNS)
+
+
+@app.command()
+def describe(endpoint: Endpoint, output: OutputOpt = Output.yaml) -> None:
+    """An endpoint with its settings, revisions and recent events.
+
+    Example: plinth describe llama-chat
+    """
+    with _client() as client:
+        detail = _plain(client.endpoints.get(endpoint))
+        detail["revisions"] = _plain(list(client.revisions.list(endpoint)))
+        events = client.endpoints.events(endpoint, page_size=20)
+        detail["events"] = _plain([e for _, e in zip(range(20), events, strict=False)])
+        show(detail, Output.json if output is Output.json else Output.yaml)
+
+
+def _read_document(path: Path) -> declarative.EndpointDocument:
+    documents = declarative.load_documents(path)
+    if len(documents) != 1:
+        raise declarative.DocumentError(
+            f"{path}: expected one Endpoint document", code="invalid_document"
+        )
+    return documents[0]
+
+
+@app.command()
+def create(
+    file: Annotated[Path, typer.Option("--file", "-f", help="an Endpoint document (YAML)")],
+    replicas: Annotated[int | None, typer.Option(help="initial replicas")] = None,
+    message: Annotated[str, typer.Option("--message", "-m")] = "",
+    output: OutputOpt = Output.table,
+) -> None:
+    """Create an endpoint from an Endpoint document (no ownership label: see `apply`).
+
+    Example: plinth create -f llama-chat.yaml
+    """
+    doc = _read_document(file)
+    with _client() as client:
+        created = client.endpoints.create(
+            doc.name,
+            doc.spec,
+            name=doc.display_name,
+            labels=doc.labels or None,
+            replicas=replicas,
+            message=message,
+        )
+        show(created, output, ENDPOINT_COLUMNS)
+
+
+@app.command()
+def edit(
+    endpoint: Endpoint,
+    file: Annotated[
+        Path | None, typer.Option("--file", "-f", help="the new spec (YAML); default: $EDITOR")
+    ] = None,
+    message: Annotated[str, typer.Option("--message", "-m")] = "",
+    output: OutputOpt = Output.table,
+) -> None:
+    """Edit an endpoint's settings as a new revision (a conflict if someone saved meanwhile).
+
+    Example: plinth edit llama-chat            # opens $EDITOR on the settings
+    """
+    with _client() as client:
+        current = client.endpoints.get(endpoint)
+        if file is not None:
+            spec = yaml.safe_load(file.read_text(encoding="utf-8"))
+        else:
+            spec = _edit_in_editor(current.spec)
+        if spec == current.spec:
+            typer.echo("no change")
+            return
+        updated = client.endpoints.update(
+            endpoint, spec, base_revision=current.target_revision or 0, message=message
+        )
+        show(updated, output, ENDPOINT_COLUMNS)
+
+
+def _edit_in_editor(spec: dict[str, Any]) -> Any:
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    with tempfile.NamedTemporaryFile(
+        "w+", suffix=".yaml", delete=False, encoding="utf-8"
+    ) as handle:
+        handle.write(yaml.safe_dump(spec, sort_keys=False))
+    try:
+        subprocess.run([*editor.split(), handle.name], check=True)
+        return yaml.safe_load(Path(handle.name).read_text(encoding="utf-8"))
+    finally:
+        os.unlink(handle.name)
+
+
+@app.command()
+def rollback(
+    endpoint: Endpoint,
+    to: Annotated[int, typer.Option("--to", help="the revision whose settings to restore")],
+    message: Annotated[str, typer.Option("--message", "-m")] = "",
+    output: OutputOpt = Output.table,
+) -> None:
+    """Restore an earlier revision's settings (as a new revision).
+
+    Example: plinth rollback llama-chat --to 3
+    """
+    with _client() as client:
+        show(client.endpoints.rollback(endpoint, to, message=message), output, ENDPOINT_COLUMNS)
+
+
+@app.command()
+def scale(
+    endpoint: Endpoint,
+    replicas: Annotated[int, typer.Argument(help="replicas wanted")],
+    output: OutputOpt = Output.table,
+) -> None:
+    """Set the replica count.
+
+    Example: plinth scale llama-chat 3
+    """
+    with _client() as client:
+        show(client.endpoints.scale(endpoint, replicas), output, ENDPOINT_COLUMNS)
+
+
+@app.command()
+def stop(endpoint: Endpoint, output: OutputOpt = Output.table) -> None:
+    """Stop an endpoint (its settings are kept).
+
+    Example: plinth stop llama-chat
+    """
+    with _client() as client:
+        show(client.endpoints.stop(endpoint), output, ENDPOINT_COLUMNS)
+
+
+@app.command()
+def start(endpoint: Endpoint, output: OutputOpt = Output.table) -> None:
+    """Start a stopped endpoint.
+
+    Example: plinth start llama-chat
+    """
+    with _client() as client:
+        show(client.endpoints.start(endpoint), output, ENDPOINT_COLUMNS)
+
+
+@app.command()
+def delete(endpoint: Endpoint, yes: YesOpt = False, output: OutputOpt = Output.table) -> None:
+    """Delete an endpoint.
+
+    Example: plinth delete llama-chat --yes
+    """
+    if not yes:
+        typer.confirm(f"delete {endpoint}?", abort=True)
+    with _client() as client:
+        show(client.endpoints.delete(endpoint), output, ENDPOINT_COLUMNS)
+
+
+@app.command()
+def logs(
+    endpoint: Endpoint,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing new lines")] = False,
+    replica: Annotated[str | None, typer.Option(help="one replica (default: the first)")] = None,
+    tail: Annotated[int | None, typer.Option(help="lines from the end to start with")] = None,
+) -> None:
+    """Print a replica's log (API keys masked); -f follows it until interrupted.
+
+    Example: plinth logs llama-chat -f --tail 100
+    """
+    with _client() as client:
+        try:
+            for line in client.logs.lines(endpoint, follow=follow, replica=replica, tail=tail):
+                typer.echo(line.text)
+        except KeyboardInterrupt:
+            pass
+
+
+@app.command()
+def usage(
+    endpoint: Annotated[str | None, typer.Argument(help="one endpoint (default: all)")] = None,
+    start: Annotated[str | None, typer.Option(help="ISO 8601 start")] = None,
+    end: Annotated[str | None, typer.Option(help="ISO 8601 end")] = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Requests and tokens by key.
+
+    Example: plinth usage llama-chat --start 2026-11-01T00:00:00Z
+    """
+    with _client() as client:
+        answer = client.usage.get(endpoint, start=start, end=end)
+        columns = [
+            "deployment_slug",
+            "api_key_name",
+            "requests",
+            "prompt_tokens",
+            "completion_tokens",
+        ]
+        show(answer.rows if output is Output.table else answer, output, columns)
+
+
+@keys_app.command("list")
+def keys_list(output: OutputOpt = Output.table) -> None:
+    """List keys.
+
+    Example: plinth keys list -o json
+    """
+    with _client() as client:
+        show(
+            list(client.keys.list()), output, ["id", "name", "kind", "role", "prefix", "revoked_at"]
+        )
+
+
+@keys_app.command("create")
+def keys_create(
+    name: str,
+    kind: Annotated[str, typer.Option(help="management or inference")] = "inference",
+    role: Annotated[
+        str, typer.Option(help="management keys: admin, developer or viewer")
+    ] = "developer",
+    output: OutputOpt = Output.table,
+) -> None:
+    """Create a key; its secret is printed this once.
+
+    Example: plinth keys create ci-bot --kind management --role developer
+    """
+    with _client() as client:
+        show(client.keys.create(name, kind=kind, role=role), output, ["id", "name", "kind", "key"])
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: str, output: OutputOpt = Output.table) -> None:
+    """Revoke a key.
+
+    Example: plinth keys revoke 3f2c...
+    """
+    with _client() as client:
+        show(client.keys.revoke(key_id), output, ["id", "name", "revoked_at"])
+
+
+@secrets_app.command("list")
+def secrets_list(output: OutputOpt = Output.table) -> None:
+    """List secrets (names only).
+
+    Example: plinth secrets list
+    """
+    with _client() as client:
+        show(list(client.secrets.list()), output, ["id", "name", "description", "updated_at"])
+
+
+@secrets_app.command("set")
+def secrets_set(
+    name: str,
+    from_file: Annotated[
+        Path | None, typer.Option("--from-file", help="read the value from this file")
+    ] = None,
+    description: str = "",
+) -> None:
+    """Create or replace a secret; the value comes from stdin or a file, never an argument
+    (arguments are visible to other users in the process list and shell history).
+
+    Example: plinth secrets set hf-token --from-file token.txt
+    """
+    value = from_file.read_text(encoding="utf-8") if from_file else sys.stdin.read()
+    value = value.rstrip("\n")
+    if not value:
+        typer.echo("error: empty value (pipe it in or use --from-file)", err=True)
+        raise typer.Exit(EXIT_INVALID)
+    with _client() as client:
+        secret = client.secrets.set(name, value, description=description)
+    typer.echo(f"secret {secret.name} saved")
+
+
+@secrets_app.command("delete")
+def secrets_delete(secret_id: str) -> None:
+    """Delete a secret by id.
+
+    Example: plinth secrets delete 3f2c...
+    """
+    with _client() as client:
+        client.secrets.delete(secret_id)
+
+
+@app.command()
+def clusters(output: OutputOpt = Output.table) -> None:
+    """List clusters.
+
+    Example: plinth clusters -o yaml
+    """
+    with _client() as client:
+        show(client.clusters.list(), output, ["id", "name", "kind"])
+
+
+@app.command()
+def revisions(endpoint: Endpoint, output: OutputOpt = Output.table) -> None:
+    """List an endpoint's revisions.
+
+    Example: plinth revisions llama-chat
+    """
+    with _client() as client:
+        show(
+            list(client.revisions.list(endpoint)),
+            output,
+            ["number", "author", "message", "rollback_of", "is_target", "is_current", "created_at"],
+        )
+
+
+FileOpt = Annotated[
+    Path, typer.Option("--file", "-f", help="a directory of Endpoint documents, or one file")
+]
+OwnerOpt = Annotated[
+    str,
+    typer.Option(
+        help=f"the ownership label's value ({declarative.OWNER_LABEL}=OWNER): one per repository"
+    ),
+]
+
+
+def _print_plan(actions: list[declarative.Action]) -> None:
+    for action in actions:
+        mark = {"create": "+", "update": "~", "delete": "-", "unchanged": "="}[action.kind]
+        typer.echo(f"{mark} {action.name}: {action.kind}")
+        for change in action.changes:
+            typer.echo(
+                f"    {change['path']}: "
+                f"{json.dumps(change['before'])} -> {json.dumps(change['after'])}"
+            )
+        if action.labels_changed:
+            typer.echo("    (labels)")
+
+
+@app.command()
+def diff(
+    file: FileOpt,
+    owner: OwnerOpt = declarative.DEFAULT_OWNER,
+    prune: Annotated[bool, typer.Option(help="also show what --prune would delete")] = False,
+) -> None:
+    """Field-level differences between the documents and what is deployed; exit code 1 when
+    any.
+
+    Example: plinth diff -f endpoints/ --prune
+    """
+    documents = declarative.load_documents(file)
+    with _client() as client:
+        actions = declarative.plan(client, documents, owner=owner, prune=prune)
+    _print_plan(actions)
+    if any(a.kind != "unchanged" for a in actions):
+        raise typer.Exit(EXIT_DIFFERENCES)
+
+
+@app.command("apply")
+def apply_command(
+    file: FileOpt,
+    owner: OwnerOpt = declarative.DEFAULT_OWNER,
+    prune: Annotated[
+        bool, typer.Option(help="delete endpoints with this owner label that no document names")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="print the plan, change nothing")
+    ] = False,
+    message: Annotated[
+        str, typer.Option("--message", "-m", help="revision message")
+    ] = "plinth apply",
+) -> None:
+    """Create or update endpoints from Endpoint documents: a new revision only where settings
+    changed, based on the revision diffed (a concurrent change is a conflict, exit code 4).
+
+    Example: plinth apply -f endpoints/ --prune --owner infra-repo
+    """
+    documents = declarative.load_documents(file)
+    with _client() as client:
+        actions = declarative.plan(client, documents, owner=owner, prune=prune)
+        if dry_run:
+            _print_plan(actions)
+            return
+        for action in declarative.apply(client, actions, owner=owner, message=message):
+            typer.echo(f"{action.name}: {action.result}")
+
+
+def main() -> None:
+    """Entry point: runs the app, turning API errors into a message and an exit code."""
+    try:
+        app()
+    except PlinthError as exc:
+        sys.exit(_fail(exc).exit_code)
+    except yaml.YAMLError as exc:  # a document or spec file that is not YAML
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_INVALID)
+    except OSError as exc:  # a file named on the command line cannot be read
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

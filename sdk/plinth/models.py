@@ -1,0 +1,1037 @@
+"""Typed models of the Plinth API, generated from /api/v1/openapi.json: do not edit.
+
+Regenerate with ``python sdk/generate_models.py openapi.json > sdk/plinth/models.py``. Models
+accept fields a newer server adds (``extra="allow"``) so an older SDK keeps working.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal, cast
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ApiModel(BaseModel):
+    """Base of every generated model."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, validate_default=True)
+
+
+class ApiKeyCreatedOut(ApiModel):
+    "ApiKeyCreatedOut"
+
+    id: UUID
+    name: str
+    kind: str
+    role: str
+    prefix: str
+    allowed_deployment_ids: list[UUID]
+    requests_per_minute: int | None
+    tokens_per_minute: int | None
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+    active: bool
+    key: str
+
+
+class ApiKeyIn(ApiModel):
+    "ApiKeyIn"
+
+    name: str
+    kind: str
+    role: str = 'developer'
+    allowed_deployment_ids: list[UUID] = Field(default_factory=lambda: [])
+    expires_at: datetime | None = None
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+
+
+class ApiKeyOut(ApiModel):
+    "ApiKeyOut"
+
+    id: UUID
+    name: str
+    kind: str
+    role: str
+    prefix: str
+    allowed_deployment_ids: list[UUID]
+    requests_per_minute: int | None
+    tokens_per_minute: int | None
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+    active: bool
+
+
+class ApiKeyPage(ApiModel):
+    "ApiKeyPage"
+
+    items: list[ApiKeyOut]
+    count: int
+    next: str | None = None
+
+
+class Architecture(ApiModel):
+    "The numbers of a model that is not in the catalogue (from its config.json)."
+
+    architecture: str = 'LlamaForCausalLM'
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    params_b: float
+    active_params_b: float | None = None
+    max_context: int
+    has_mtp: bool = False
+    num_experts: int | None = None
+    sliding_window_layers: int = 0
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    checkpoint_bytes_per_param: float = 2.0
+
+
+class AuditEventOut(ApiModel):
+    "AuditEventOut"
+
+    id: int
+    created_at: datetime
+    actor: str
+    action: str
+    target_type: str
+    target_id: str
+    target_repr: str
+    before: Any
+    after: Any
+
+
+class AuditPage(ApiModel):
+    "AuditPage"
+
+    items: list[AuditEventOut]
+    count: int
+    next: str | None = None
+
+
+class AuditQuery(ApiModel):
+    "AuditQuery"
+
+    limit: int = 50
+    offset: int = 0
+    action: str | None = None
+    actor: str | None = None
+    since: datetime | None = None
+    target_id: str | None = None
+
+
+class AutoscalingSettings(ApiModel):
+    "AutoscalingSettings"
+
+    min_replicas: int = 1
+    max_replicas: int = 1
+    concurrency_target: int = 32
+    target_utilization: float = 0.7
+    window_seconds: int = 60
+    scale_down_delay_seconds: int = 300
+    scale_to_zero: bool = False
+    scale_to_zero_after_seconds: int = 900
+
+
+class BatchingSettings(ApiModel):
+    "None means \"let SGLang choose\" (it sizes most of these from GPU memory)."
+
+    max_running_requests: int | None = None
+    max_prefill_tokens: int | None = None
+    chunked_prefill_size: int | None = None
+    schedule_policy: Literal['fcfs', 'lpm', 'random', 'dfs-weight', 'lof', 'priority', 'routing-key', 'hrrn', 'shortest-prefill-first'] | None = None
+    schedule_conservativeness: float | None = None
+    mem_fraction_static: float | None = None
+    cuda_graph_max_bs_decode: int | None = None
+    page_size: int | None = None
+    radix_cache: bool = True
+    mixed_chunk: bool = False
+    stream_interval: int | None = None
+
+
+class ClaimCache(ApiModel):
+    "An existing PersistentVolumeClaim in the namespace (ReadWriteMany so every node shares"
+
+    type: Literal['claim'] = 'claim'
+    claim_name: str
+
+
+class ClusterIn(ApiModel):
+    "ClusterIn"
+
+    name: str
+    kind: str = 'kubernetes'
+    namespace: str = 'plinth'
+    kubeconfig_secret_id: str
+    settings: ClusterSettings | None = None
+
+
+class ClusterOut(ApiModel):
+    "ClusterOut"
+
+    id: UUID
+    name: str
+    kind: str
+    namespace: str
+    shared: bool
+    created_at: datetime
+    gpu_inventory: InventoryOut | None
+    settings: ClusterSettings | None
+
+
+class ClusterPatch(ApiModel):
+    "ClusterPatch"
+
+    namespace: str | None = None
+    settings: ClusterSettings | None = None
+
+
+class ClusterRef(ApiModel):
+    "ClusterRef"
+
+    id: UUID
+    name: str
+    kind: str
+
+
+class ClusterSettings(ApiModel):
+    "Per-cluster choices an operator makes once, rendered into every endpoint's manifests."
+
+    gpu_map: dict[str, GpuSelector] | None = None
+    gpu_resource: str = 'nvidia.com/gpu'
+    gpu_tolerations: list[Toleration] = Field(default_factory=lambda: [Toleration.model_validate(v) for v in [{'key': 'nvidia.com/gpu', 'operator': 'Exists', 'value': None, 'effect': 'NoSchedule', 'toleration_seconds': None}]])
+    topology_label: str | None = None
+    node_selector: dict[str, str] | None = None
+    tolerations: list[Toleration] = Field(default_factory=lambda: [])
+    priority_class_name: str | None = None
+    runtime_class_name: str | None = None
+    service_account_name: str | None = None
+    image_pull_secrets: list[str] = Field(default_factory=lambda: [])
+    engine_images: dict[str, str] | None = None
+    router_image: str | None = None
+    model_cache: HostPathCache | ClaimCache | SharedClaimCache | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    tenant_overrides: list[Literal['engine_image', 'router_image', 'env', 'extra_flags']] = Field(default_factory=lambda: cast("list[Literal['engine_image', 'router_image', 'env', 'extra_flags']]", ['engine_image', 'router_image', 'env', 'extra_flags']))
+
+
+class DeploymentCreateIn(ApiModel):
+    "DeploymentCreateIn"
+
+    slug: str
+    name: str = ''
+    spec: RuntimeSpec
+    cluster_id: UUID | None = None
+    replicas: int | None = None
+    message: str = ''
+    labels: dict[str, str] | None = None
+
+
+class DeploymentDetailOut(ApiModel):
+    "DeploymentDetailOut"
+
+    id: UUID
+    slug: str
+    name: str
+    labels: dict[str, str] | None = None
+    status: str
+    settled: bool
+    desired_state: str
+    desired_replicas: int
+    ready_replicas: int
+    target_revision: int | None
+    current_revision: int | None
+    generation: int
+    observed_generation: int
+    failure_reason: str
+    cluster: ClusterRef
+    url: str
+    created_at: datetime
+    updated_at: datetime
+    spec: dict[str, Any]
+    pools: list[PoolOut] | None = None
+    warnings: list[dict[str, Any]]
+
+
+class DeploymentFilters(ApiModel):
+    "DeploymentFilters"
+
+    limit: int = 50
+    offset: int = 0
+    status: str | None = None
+    search: str | None = None
+    cluster: str | None = None
+    label: list[str] | None = None
+
+
+class DeploymentOut(ApiModel):
+    "DeploymentOut"
+
+    id: UUID
+    slug: str
+    name: str
+    labels: dict[str, str] | None = None
+    status: str
+    settled: bool
+    desired_state: str
+    desired_replicas: int
+    ready_replicas: int
+    target_revision: int | None
+    current_revision: int | None
+    generation: int
+    observed_generation: int
+    failure_reason: str
+    cluster: ClusterRef
+    url: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class DeploymentPage(ApiModel):
+    "DeploymentPage"
+
+    items: list[DeploymentOut]
+    count: int
+    next: str | None = None
+
+
+class DiffOut(ApiModel):
+    "DiffOut"
+
+    from_revision: int
+    to_revision: int
+    changes: list[FieldChangeOut]
+
+
+class DiffQuery(ApiModel):
+    "DiffQuery"
+
+    from_: int = Field(alias='from')
+    to: int
+
+
+class DisaggregationSettings(ApiModel):
+    "DisaggregationSettings"
+
+    enabled: bool = False
+    prefill: PoolSettings = Field(default_factory=lambda: PoolSettings.model_validate({'replicas': 1, 'tp': None}))
+    decode: PoolSettings = Field(default_factory=lambda: PoolSettings.model_validate({'replicas': 1, 'tp': None}))
+    transfer_backend: Literal['mooncake', 'mooncake_tcp', 'nixl', 'mori', 'fake'] = 'mooncake'
+    bootstrap_port: int = 8998
+    ib_device: str | None = None
+    decode_radix_cache: bool = False
+
+
+class ErrorDetailOut(ApiModel):
+    "ErrorDetailOut"
+
+    code: str
+    message: str
+    fields: list[FieldErrorOut] = Field(default_factory=lambda: [])
+
+
+class ErrorOut(ApiModel):
+    "ErrorOut"
+
+    error: ErrorDetailOut
+
+
+class Estimate(ApiModel):
+    "The figures the create form shows as a person types."
+
+    gpu: str
+    model_known: bool
+    context_length: int | None
+    weights_gib: float | None
+    kv_cache_gib: float | None
+    reserve_gib: float | None
+    total_gib: float | None
+    capacity_gib: float
+    mem_fraction_static: float | None
+    max_concurrent_tokens: int | None
+    gpus_per_replica: int
+    total_gpus_min: int
+    total_gpus_max: int
+    price_per_gpu_hour: float
+    cost_per_replica_hour: float
+    cost_per_hour_min: float
+    cost_per_hour_max: float
+    fits: bool
+    groups: list[GroupEstimate]
+
+
+class EventOut(ApiModel):
+    "EventOut"
+
+    id: int
+    created_at: datetime
+    level: str
+    reason: str
+    message: str
+    revision_number: int | None
+    data: dict[str, Any]
+
+
+class EventPage(ApiModel):
+    "EventPage"
+
+    items: list[EventOut]
+    count: int
+    next: str | None = None
+
+
+class EventQuery(ApiModel):
+    "EventQuery"
+
+    limit: int = 50
+    offset: int = 0
+    level: str | None = None
+
+
+class FieldChangeOut(ApiModel):
+    "FieldChangeOut"
+
+    path: str
+    before: Any | None = None
+    after: Any | None = None
+    added: bool = False
+    removed: bool = False
+
+
+class FieldErrorOut(ApiModel):
+    "FieldErrorOut"
+
+    field: str
+    code: str
+    message: str
+    fix: str | None = None
+
+
+class GpuNodeOut(ApiModel):
+    "GpuNodeOut"
+
+    name: str
+    gpu: str
+    product: str
+    allocatable: int
+    allocated: int
+    schedulable: bool
+
+
+class GpuSelector(ApiModel):
+    "The nodes that hold one GPU type: ``label`` set to one of ``values``."
+
+    label: str = 'nvidia.com/gpu.product'
+    values: list[str]
+
+
+class GpuTotalsOut(ApiModel):
+    "GpuTotalsOut"
+
+    nodes: int
+    gpus: int
+    free: int
+
+
+class GpuType(ApiModel):
+    "One GPU model as the memory and cost arithmetic sees it (dense figures, usable memory)."
+
+    id: str
+    name: str
+    aliases: list[str] = Field(default_factory=lambda: [])
+    memory_gib: float
+    compute_capability: str
+    hbm_bandwidth_gbs: float
+    bf16_tflops: float
+    fp8_tflops: float | None = None
+    fp4_tflops: float | None = None
+    gpus_per_node: int
+    price_per_gpu_hour: float
+    gpu_products: list[str]
+    sm: int
+
+
+class GroupEstimate(ApiModel):
+    "One engine group (engine, prefill or decode): memory of one of its GPUs, in GiB."
+
+    role: str
+    gpus_per_replica: int
+    nodes_per_replica: int
+    replicas_min: int
+    replicas_max: int
+    weights_gib: float | None = None
+    kv_cache_gib: float | None = None
+    reserve_gib: float | None = None
+    total_gib: float | None = None
+    capacity_gib: float
+    mem_fraction_static: float | None = None
+    kv_bytes_per_token: float | None = None
+    max_kv_tokens: int | None = None
+    max_concurrent_tokens: int | None = None
+    fits: bool
+
+
+class HardwareSettings(ApiModel):
+    "HardwareSettings"
+
+    gpu: str
+    gpus_per_replica: int | None = None
+    nodes_per_replica: int | None = None
+    price_per_gpu_hour: float | None = None
+
+
+class HostPathCache(ApiModel):
+    "Each node caches weights on its own disk: downloaded once per node."
+
+    type: Literal['host_path'] = 'host_path'
+    path: str = '/var/lib/plinth/model-cache'
+
+
+class InventoryOut(ApiModel):
+    "InventoryOut"
+
+    nodes: list[GpuNodeOut]
+    gpus: dict[str, GpuTotalsOut]
+    error: str
+    observed_at: datetime | None
+
+
+class InvitationOut(ApiModel):
+    "InvitationOut"
+
+    id: UUID
+    organization_id: UUID
+    organization: str
+    username: str
+    role: str
+    status: str
+    created_at: datetime
+    expires_at: datetime
+
+
+class InvitationPage(ApiModel):
+    "InvitationPage"
+
+    items: list[InvitationOut]
+    count: int
+    next: str | None = None
+
+
+class IssueOut(ApiModel):
+    "IssueOut"
+
+    field: str
+    code: str
+    message: str
+    fix: str | None = None
+    severity: str
+
+
+class LogLineOut(ApiModel):
+    "LogLineOut"
+
+    ts: datetime | None
+    text: str
+
+
+class LogSourceOut(ApiModel):
+    "LogSourceOut"
+
+    name: str
+    role: str
+    restarts: int
+    has_previous: bool
+
+
+class LogsOut(ApiModel):
+    "LogsOut"
+
+    replica: str
+    role: str
+    previous: bool
+    replicas: list[LogSourceOut]
+    lines: list[LogLineOut]
+    cursor: str
+    continued: bool
+    more: bool
+
+
+class LogsQuery(ApiModel):
+    "LogsQuery"
+
+    replica: str | None = None
+    role: Literal['engine', 'prefill', 'decode', 'router'] | None = None
+    tail: int = 200
+    since: str | None = None
+    previous: bool = False
+    after: str | None = None
+
+
+class MemberIn(ApiModel):
+    "MemberIn"
+
+    username: str
+    role: str
+
+
+class MemberOut(ApiModel):
+    "MemberOut"
+
+    id: int
+    username: str
+    role: str
+    created_at: datetime
+
+
+class MemberPage(ApiModel):
+    "MemberPage"
+
+    items: list[MemberOut]
+    count: int
+    next: str | None = None
+
+
+class MetricOut(ApiModel):
+    "MetricOut"
+
+    ts: datetime
+    interval_s: float
+    replicas_ready: int
+    requests_per_s: float
+    tokens_per_s: float
+    ttft_p50: float | None
+    ttft_p90: float | None
+    itl_p50: float | None
+    itl_p90: float | None
+    running: float
+    queued: float
+    kv_usage: float | None
+    cache_hit_rate: float | None
+    spec_accept_length: float | None
+
+
+class MetricsOut(ApiModel):
+    "MetricsOut"
+
+    start: datetime
+    end: datetime
+    truncated: bool
+    samples: list[MetricOut]
+
+
+class ModelArch(ApiModel):
+    "What Plinth needs to know about a model's shape; also the form of an inline description."
+
+    id: str
+    hf_repo: str = ''
+    aliases: list[str] = Field(default_factory=lambda: [])
+    architecture: str = 'LlamaForCausalLM'
+    num_layers: int
+    hidden_size: int
+    intermediate_size: int | None = None
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    params_b: float
+    active_params_b: float = 0.0
+    max_context: int
+    has_mtp: bool = False
+    num_experts: int | None = None
+    experts_per_token: int | None = None
+    sliding_window_layers: int = 0
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    checkpoint_quantization: str | None = None
+    checkpoint_bytes_per_param: float = 2.0
+    draft_algorithm: str | None = None
+    draft_for: list[str] = Field(default_factory=lambda: [])
+
+
+class ModelSettings(ApiModel):
+    "ModelSettings"
+
+    source: str
+    revision: str | None = None
+    served_name: str | None = None
+    trust_remote_code: bool = False
+    context_length: int | None = None
+    dtype: Literal['auto', 'bfloat16', 'float16'] = 'auto'
+    hf_token_secret: str | None = None
+    architecture: Architecture | None = None
+
+
+class NgramSettings(ApiModel):
+    "NgramSettings"
+
+    min_bfs_breadth: int | None = None
+    max_bfs_breadth: int | None = None
+    match_type: Literal['BFS', 'PROB'] | None = None
+    max_trie_depth: int | None = None
+    capacity: int | None = None
+
+
+class PageQuery(ApiModel):
+    "PageQuery"
+
+    limit: int = 50
+    offset: int = 0
+
+
+class ParallelismSettings(ApiModel):
+    "Inside one replica. Data parallelism is `autoscaling` replicas behind the router."
+
+    tp: int = 1
+    pp: int = 1
+    attn_dp: int = 1
+    ep: int = 1
+
+
+class PoolOut(ApiModel):
+    "PoolOut"
+
+    role: str
+    desired: int
+    ready: int
+    present: int
+
+
+class PoolSettings(ApiModel):
+    "One side of a prefill/decode split; `tp` None means parallelism.tp."
+
+    replicas: int = 1
+    tp: int | None = None
+
+
+class QuantizationSettings(ApiModel):
+    "QuantizationSettings"
+
+    method: str | None = None
+    kv_cache_dtype: str = 'auto'
+
+
+class QuotaIn(ApiModel):
+    "QuotaIn"
+
+    gpus: int | None = None
+    gpus_by_type: dict[str, int] | None = None
+    endpoints: int | None = None
+    replicas_per_endpoint: int | None = None
+
+
+class QuotaLineOut(ApiModel):
+    "QuotaLineOut"
+
+    quota: str
+    limit: int | None
+    in_use: int
+
+
+class QuotaUsageOut(ApiModel):
+    "QuotaUsageOut"
+
+    organization_id: UUID
+    quotas: list[QuotaLineOut]
+    updated_at: datetime | None
+    updated_by: str
+
+
+class RangeQuery(ApiModel):
+    "RangeQuery"
+
+    start: datetime | None = None
+    end: datetime | None = None
+
+
+class RevisionOut(ApiModel):
+    "RevisionOut"
+
+    number: int
+    spec_hash: str
+    author: str
+    message: str
+    rollback_of: int | None
+    warnings: list[dict[str, Any]]
+    created_at: datetime
+    is_target: bool
+    is_current: bool
+    spec: dict[str, Any]
+
+
+class RevisionPage(ApiModel):
+    "RevisionPage"
+
+    items: list[RevisionSummaryOut]
+    count: int
+    next: str | None = None
+
+
+class RevisionSummaryOut(ApiModel):
+    "RevisionSummaryOut"
+
+    number: int
+    spec_hash: str
+    author: str
+    message: str
+    rollback_of: int | None
+    warnings: list[dict[str, Any]]
+    created_at: datetime
+    is_target: bool
+    is_current: bool
+
+
+class RoleIn(ApiModel):
+    "RoleIn"
+
+    role: str
+
+
+class RollbackIn(ApiModel):
+    "RollbackIn"
+
+    to_revision: int
+    message: str = ''
+
+
+class RoutingSettings(ApiModel):
+    "The smg knobs that decide whether cache-aware routing keeps a prefix on its replica."
+
+    policy: Literal['cache_aware', 'round_robin', 'power_of_two', 'random'] = 'cache_aware'
+    cache_threshold: float | None = None
+    balance_abs_threshold: int | None = None
+    balance_rel_threshold: float | None = None
+    overload_protection: bool = False
+    warmup_seconds: int | None = None
+
+
+class RuntimeSettings(ApiModel):
+    "RuntimeSettings"
+
+    sglang_version: str = '0.5.23'
+    image: str | None = None
+    router_image: str | None = None
+    extra_flags: dict[str, bool | int | float | str] | None = None
+    env: dict[str, str] | None = None
+
+
+class RuntimeSpec(ApiModel):
+    "All settings of one endpoint; only `model.source` and `hardware.gpu` are required."
+
+    model: ModelSettings
+    hardware: HardwareSettings
+    parallelism: ParallelismSettings = Field(default_factory=lambda: ParallelismSettings.model_validate({'tp': 1, 'pp': 1, 'attn_dp': 1, 'ep': 1}))
+    batching: BatchingSettings = Field(default_factory=lambda: BatchingSettings.model_validate({'max_running_requests': None, 'max_prefill_tokens': None, 'chunked_prefill_size': None, 'schedule_policy': None, 'schedule_conservativeness': None, 'mem_fraction_static': None, 'cuda_graph_max_bs_decode': None, 'page_size': None, 'radix_cache': True, 'mixed_chunk': False, 'stream_interval': None}))
+    quantization: QuantizationSettings = Field(default_factory=lambda: QuantizationSettings.model_validate({'method': None, 'kv_cache_dtype': 'auto'}))
+    speculator: SpeculatorSettings = Field(default_factory=lambda: SpeculatorSettings.model_validate({'algorithm': 'none', 'draft_model': None, 'draft_model_revision': None, 'num_steps': None, 'eagle_topk': None, 'num_draft_tokens': None, 'ngram': {'capacity': None, 'match_type': None, 'max_bfs_breadth': None, 'max_trie_depth': None, 'min_bfs_breadth': None}}))
+    disaggregation: DisaggregationSettings = Field(default_factory=lambda: DisaggregationSettings.model_validate({'enabled': False, 'prefill': {'replicas': 1, 'tp': None}, 'decode': {'replicas': 1, 'tp': None}, 'transfer_backend': 'mooncake', 'bootstrap_port': 8998, 'ib_device': None, 'decode_radix_cache': False}))
+    routing: RoutingSettings = Field(default_factory=lambda: RoutingSettings.model_validate({'policy': 'cache_aware', 'cache_threshold': None, 'balance_abs_threshold': None, 'balance_rel_threshold': None, 'overload_protection': False, 'warmup_seconds': None}))
+    autoscaling: AutoscalingSettings = Field(default_factory=lambda: AutoscalingSettings.model_validate({'min_replicas': 1, 'max_replicas': 1, 'concurrency_target': 32, 'target_utilization': 0.7, 'window_seconds': 60, 'scale_down_delay_seconds': 300, 'scale_to_zero': False, 'scale_to_zero_after_seconds': 900}))
+    runtime: RuntimeSettings = Field(default_factory=lambda: RuntimeSettings.model_validate({'sglang_version': '0.5.23', 'image': None, 'router_image': None, 'extra_flags': {}, 'env': {}}))
+
+
+class ScaleIn(ApiModel):
+    "ScaleIn"
+
+    replicas: int
+
+
+class SecretIn(ApiModel):
+    "SecretIn"
+
+    name: str
+    value: str
+    description: str = ''
+
+
+class SecretOut(ApiModel):
+    "SecretOut"
+
+    id: UUID
+    name: str
+    description: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class SecretPage(ApiModel):
+    "SecretPage"
+
+    items: list[SecretOut]
+    count: int
+    next: str | None = None
+
+
+class SettingsPatchIn(ApiModel):
+    "SettingsPatchIn"
+
+    spec: RuntimeSpec
+    base_revision: int
+    message: str = ''
+    name: str | None = None
+    labels: dict[str, str] | None = None
+
+
+class SharedClaimCache(ApiModel):
+    "A ReadWriteMany claim Plinth creates per endpoint (``<slug>-model-cache``), shared by its"
+
+    type: Literal['rwx'] = 'rwx'
+    storage_class: str | None = None
+    size_gib: int = 500
+
+
+class SpeculatorSettings(ApiModel):
+    "SpeculatorSettings"
+
+    algorithm: Literal['none', 'EAGLE', 'EAGLE3', 'MTP', 'NGRAM', 'STANDALONE'] = 'none'
+    draft_model: str | None = None
+    draft_model_revision: str | None = None
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    num_draft_tokens: int | None = None
+    ngram: NgramSettings = Field(default_factory=lambda: NgramSettings.model_validate({'min_bfs_breadth': None, 'max_bfs_breadth': None, 'match_type': None, 'max_trie_depth': None, 'capacity': None}))
+
+
+class Toleration(ApiModel):
+    "A Kubernetes toleration (``operator`` Exists takes no ``value``)."
+
+    key: str | None = None
+    operator: Literal['Exists', 'Equal'] = 'Equal'
+    value: str | None = None
+    effect: Literal['NoSchedule', 'PreferNoSchedule', 'NoExecute'] | None = None
+    toleration_seconds: int | None = None
+
+
+class UsageOut(ApiModel):
+    "UsageOut"
+
+    start: datetime
+    end: datetime
+    rows: list[UsageRowOut]
+
+
+class UsageRowOut(ApiModel):
+    "UsageRowOut"
+
+    deployment_id: UUID
+    deployment_slug: str
+    api_key_id: UUID
+    api_key_name: str
+    api_key_prefix: str
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+
+
+class ValidateIn(ApiModel):
+    "ValidateIn"
+
+    spec: dict[str, Any]
+    cluster_id: str | None = None
+    deployment: str | None = None
+
+
+class ValidateOut(ApiModel):
+    "ValidateOut"
+
+    valid: bool
+    issues: list[IssueOut]
+    estimate: Estimate | None
+    target_revision: int | None = None
+    changes: list[FieldChangeOut] | None = None
+
+
+ApiKeyCreatedOut.model_rebuild()
+ApiKeyIn.model_rebuild()
+ApiKeyOut.model_rebuild()
+ApiKeyPage.model_rebuild()
+Architecture.model_rebuild()
+AuditEventOut.model_rebuild()
+AuditPage.model_rebuild()
+AuditQuery.model_rebuild()
+AutoscalingSettings.model_rebuild()
+BatchingSettings.model_rebuild()
+ClaimCache.model_rebuild()
+ClusterIn.model_rebuild()
+ClusterOut.model_rebuild()
+ClusterPatch.model_rebuild()
+ClusterRef.model_rebuild()
+ClusterSettings.model_rebuild()
+DeploymentCreateIn.model_rebuild()
+DeploymentDetailOut.model_rebuild()
+DeploymentFilters.model_rebuild()
+DeploymentOut.model_rebuild()
+DeploymentPage.model_rebuild()
+DiffOut.model_rebuild()
+DiffQuery.model_rebuild()
+DisaggregationSettings.model_rebuild()
+ErrorDetailOut.model_rebuild()
+ErrorOut.model_rebuild()
+Estimate.model_rebuild()
+EventOut.model_rebuild()
+EventPage.model_rebuild()
+EventQuery.model_rebuild()
+FieldChangeOut.model_rebuild()
+FieldErrorOut.model_rebuild()
+GpuNodeOut.model_rebuild()
+GpuSelector.model_rebuild()
+GpuTotalsOut.model_rebuild()
+GpuType.model_rebuild()
+GroupEstimate.model_rebuild()
+HardwareSettings.model_rebuild()
+HostPathCache.model_rebuild()
+InventoryOut.model_rebuild()
+InvitationOut.model_rebuild()
+InvitationPage.model_rebuild()
+IssueOut.model_rebuild()
+LogLineOut.model_rebuild()
+LogSourceOut.model_rebuild()
+LogsOut.model_rebuild()
+LogsQuery.model_rebuild()
+MemberIn.model_rebuild()
+MemberOut.model_rebuild()
+MemberPage.model_rebuild()
+MetricOut.model_rebuild()
+MetricsOut.model_rebuild()
+ModelArch.model_rebuild()
+ModelSettings.model_rebuild()
+NgramSettings.model_rebuild()
+PageQuery.model_rebuild()
+ParallelismSettings.model_rebuild()
+PoolOut.model_rebuild()
+PoolSettings.model_rebuild()
+QuantizationSettings.model_rebuild()
+QuotaIn.model_rebuild()
+QuotaLineOut.model_rebuild()
+QuotaUsageOut.model_rebuild()
+RangeQuery.model_rebuild()
+RevisionOut.model_rebuild()
+RevisionPage.model_rebuild()
+RevisionSummaryOut.model_rebuild()
+RoleIn.model_rebuild()
+RollbackIn.model_rebuild()
+RoutingSettings.model_rebuild()
+RuntimeSettings.model_rebuild()
+RuntimeSpec.model_rebuild()
+ScaleIn.model_rebuild()
+SecretIn.model_rebuild()
+SecretOut.model_rebuild()
+SecretPage.model_rebuild()
+SettingsPatchIn.model_rebuild()
+SharedClaimCache.model_rebuild()
+SpeculatorSettings.model_rebuild()
+Toleration.model_rebuild()
+UsageOut.model_rebuild()
+UsageRowOut.model_rebuild()
+ValidateIn.model_rebuild()
+ValidateOut.model_rebuild()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from deployments.views import endpoints, fleet, history, playground, wizard
+from deployments.views import endpoints, fleet, history, playground, quotas, wizard
 
 urlpatterns: list[URLPattern] = [
     path("endpoints/", endpoints.endpoint_list, name="endpoint-list"),
@@ -40,4 +40,5 @@ urlpatterns: list[URLPattern] = [
     path("clusters/<uuid:cluster_id>/delete/", fleet.cluster_delete, name="cluster-delete"),
     path("clusters/<uuid:cluster_id>/settings/", fleet.cluster_settings, name="cluster-settings"),
     path("usage/", fleet.usage, name="usage"),
+    path("quotas/", quotas.quota_admin, name="quota-admin"),
 ]

@@ -20,6 +20,7 @@ from deployments.api import (
     keys,
     members,
     observe,
+    quotas,
     revisions,
     secrets,
 )
@@ -88,6 +89,7 @@ def build_api() -> PlinthAPI:
         clusters,
         members,
         audit,
+        quotas,
     ):
         api.add_router("", module.router)
     errors.install(api)

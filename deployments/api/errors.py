@@ -95,7 +95,9 @@ def _service_error(request: HttpRequest, exc: ServiceError, api: NinjaAPI) -> Ht
     if isinstance(exc, SpecInvalid):
         fields = exc.issues
     elif exc.field:
-        fields = [{"field": exc.field, "code": exc.code, "message": exc.detail, "fix": None}]
+        # A refusal may say what to do (a quota: scale others down, or ask an admin).
+        fix = getattr(exc, "fix", None)
+        fields = [{"field": exc.field, "code": exc.code, "message": exc.detail, "fix": fix}]
     else:
         fields = []
     return api.create_response(request, error_body(exc.code, message, fields), status=status)

@@ -18,7 +18,7 @@ from controlplane.access import NotFound, require_role
 from controlplane.guard import actor_of, console_view
 from controlplane.models import Role, Secret
 from controlplane.services import ServiceError
-from deployments import queries, services
+from deployments import queries, quotas, services
 from deployments.charts import Chart, Series
 from deployments.models import UsageRecord
 
@@ -179,5 +179,6 @@ def usage(request: HttpRequest) -> HttpResponse:
         "chart": _usage_chart(records, since, until),
         "window": window,
         "windows": list(WINDOWS),
+        "quota": quotas.usage(actor.organization),
     }
     return render(request, "deployments/usage.html", context)

@@ -36,6 +36,9 @@ class Scope(Enum):
 
 
 PERSON = None  # min_role of the routes about a person: only the addressee succeeds
+# min_role of the instance admins' routes (a staff account's session): no caller of the sweep
+# is staff, so every one is refused (tests/api/test_quotas.py covers staff succeeding).
+STAFF = "staff"
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,10 @@ def _by_slug(w: World) -> dict[str, str]:
 
 def _invitation(w: World) -> dict[str, str]:
     return {"invitation_id": str(w.invitation.pk)}
+
+
+def _acme(w: World) -> dict[str, str]:
+    return {"organization_id": str(w.cast.acme.pk)}
 
 
 def _member(w: World) -> dict[str, str]:
@@ -214,6 +221,12 @@ EXPECTED: dict[tuple[str, str], tuple[Variant, ...]] = {
     ("DELETE", "/api/v1/members/{member_id}"): (V(R.ADMIN, Scope.OBJECT, _member),),
     ("GET", "/api/v1/invitations"): (V(R.ADMIN, Scope.COLLECTION),),
     ("DELETE", "/api/v1/invitations/{invitation_id}"): (V(R.ADMIN, Scope.OBJECT, _invitation),),
+    # --- quotas: members read their own; instance admins read and set anyone's ---
+    ("GET", "/api/v1/quota"): (V(R.VIEWER, Scope.COLLECTION),),
+    ("GET", "/api/v1/organizations/{organization_id}/quota"): (V(STAFF, Scope.OBJECT, _acme),),
+    ("PUT", "/api/v1/organizations/{organization_id}/quota"): (
+        V(STAFF, Scope.OBJECT, _acme, body=lambda w: {"gpus": 1}),
+    ),
     ("GET", "/api/v1/me/invitations"): (V(PERSON, Scope.COLLECTION),),
     ("POST", "/api/v1/me/invitations/{invitation_id}/accept"): (
         V(PERSON, Scope.OBJECT, _invitation, body=lambda w: {}),

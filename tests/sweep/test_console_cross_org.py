@@ -108,6 +108,8 @@ PAGES: dict[str, Page] = {
     "invitation-list": Page(),
     "secret-list": Page(lambda w: {"name": "acme-hf-token", "value": "globex value"}),
     "audit-log": Page(),
+    # Instance admins' page (staff only): bob, an organization's owner, may not set quotas.
+    "quota-admin": Page(lambda w: {"organization": str(w.cast.acme.pk), "gpus": "99"}, REFUSED),
 }
 # What each URL parameter names in Acme, and an object that exists nowhere.
 MISSING: dict[str, Any] = {

@@ -10,10 +10,7 @@ everyone else's by their application name.
 from __future__ import annotations
 
 import concurrent.futures
-import subprocess
-import sys
 import threading
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,10 +22,9 @@ from django.db import connection
 
 from controlplane import services as platform
 from controlplane.models import Role
-from runtime.sim.launcher import REPO_ROOT, free_port
 from tests.conftest import Cast
-from tests.gateway.conftest import stop_process, subprocess_env
-from tests.waiting import wait_until
+from tests.console_server import serve_console
+from tests.gateway.conftest import subprocess_env
 
 # Unique: other test runs may be bursting at their own server on the same PostgreSQL.
 APPLICATION_NAME = f"plinth-burst-{uuid.uuid4().hex[:12]}"
@@ -37,17 +33,8 @@ BURSTS, PARALLEL = 4, 60
 pytestmark = pytest.mark.django_db(transaction=True)  # the server is another process
 
 
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
 @pytest.fixture
 def console(tmp_path: Path) -> Iterator[str]:
-    port = free_port()
     log = tmp_path / "uvicorn.log"
     # PGAPPNAME is libpq's: every connection the server opens carries this name.
     env = subprocess_env(PGAPPNAME=APPLICATION_NAME, PLINTH_DATA_DIR=str(tmp_path))
@@ -56,18 +43,8 @@ def console(tmp_path: Path) -> Iterator[str]:
     # may wait longer than the default 10 s, which would answer 503 (a correct answer, but not
     # what this test is about).
     env["DB_POOL_TIMEOUT_S"] = "120"
-    server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "controlplane.asgi:application", "--host", "127.0.0.1",
-         "--port", str(port), "--no-access-log"],
-        cwd=REPO_ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: server.poll() is not None or _answers(f"{url}/healthz"), "uvicorn", 30)
-        assert server.poll() is None, log.read_text()
+    with serve_console(env, log) as url:
         yield url
-    finally:
-        stop_process(server)
 
 
 def server_connections() -> int:

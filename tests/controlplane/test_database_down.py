@@ -9,52 +9,29 @@ view (the DatabaseUnavailable middleware). None may reveal where the database is
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from controlplane.keys import generate_key
-from runtime.sim.launcher import REPO_ROOT, free_port
+from runtime.sim.launcher import free_port
 from tests.api.conftest import error_of
-from tests.gateway.conftest import stop_process, subprocess_env
-from tests.waiting import wait_until
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
+from tests.console_server import serve_console
+from tests.gateway.conftest import subprocess_env
 
 
 @pytest.fixture(scope="module")
 def console_without_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
     tmp = tmp_path_factory.mktemp("db-down")
-    db_port, port = free_port(), free_port()
-    log = tmp / "uvicorn.log"
+    db_port = free_port()
     env = subprocess_env(
         DATABASE_URL=f"postgres://postgres@127.0.0.1:{db_port}/plinth",
         PLINTH_DATA_DIR=str(tmp),
         DB_POOL_TIMEOUT_S="1",  # how long a request waits for a pooled connection
     )
-    server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "controlplane.asgi:application", "--host", "127.0.0.1",
-         "--port", str(port), "--no-access-log"],
-        cwd=REPO_ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: server.poll() is not None or _answers(f"{url}/healthz"), "uvicorn", 30)
-        assert server.poll() is None, Path(log).read_text()
+    with serve_console(env, tmp / "uvicorn.log") as url:
         yield url, db_port
-    finally:
-        stop_process(server)
 
 
 def assert_unavailable(response: httpx.Response, db_port: int) -> None:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
-import urllib.request
 import venv
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,10 +16,10 @@ import pytest
 
 from controlplane import services as platform
 from controlplane.models import Role
-from runtime.sim.launcher import REPO_ROOT, free_port
+from runtime.sim.launcher import REPO_ROOT
 from tests.conftest import Cast
-from tests.gateway.conftest import stop_process, subprocess_env
-from tests.waiting import wait_until
+from tests.console_server import serve_console
+from tests.gateway.conftest import subprocess_env
 
 SDK_DIR = REPO_ROOT / "sdk"
 
@@ -61,32 +59,12 @@ def sdk_env(tmp_path_factory: pytest.TempPathFactory) -> SdkEnv:
     return env
 
 
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
     """The control plane served by uvicorn as in production, on the test database."""
-    port = free_port()
-    log = tmp_path / "uvicorn.log"
     env = subprocess_env(PLINTH_DATA_DIR=str(tmp_path / "data"))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "controlplane.asgi:application", "--host", "127.0.0.1",
-         "--port", str(port), "--no-access-log"],
-        cwd=REPO_ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: process.poll() is not None or _answers(f"{url}/healthz"), "uvicorn", 60)
-        assert process.poll() is None, log.read_text()
+    with serve_console(env, tmp_path / "uvicorn.log", timeout=60) as url:
         yield url
-    finally:
-        stop_process(process)
 
 
 @pytest.fixture

@@ -1,14 +1,31 @@
-"""Cache-aware vs round-robin routing on a multi-tenant shared-prefix workload (not a test).
+"""Plinth's deployed routing vs smg's defaults vs round robin, on three workloads (not a test).
 
-Four simulated engines behind the real smg router. Each tenant has a long system prompt shared by
-all of its requests; questions are short. Closed-loop clients (the load level is their number)
-stream chat completions for a fixed wall-clock time per run; every run starts fresh engines and a
-fresh router. Printed per run: prefix-cache hit rate (engine counters: cached / prompt tokens),
-TTFT p50 and p90 as the clients saw them, and throughput, all in simulated time.
+Four simulated engines behind the real smg router. Closed-loop clients (the load level is their
+number) stream chat completions for a fixed wall-clock time per run; every run starts fresh engines
+and a fresh router. Workloads:
+
+- ``shared-prefix``: 16 tenants, each with a 3,000-token system prompt shared by all of its
+  requests; questions are short and tenants equally busy.
+- ``multi-turn``: each client holds a chat for six turns (a 1,000-token system prompt of one of 16
+  tenants, then every earlier question and answer), then starts a new one. Each turn's prompt
+  extends the previous turn's, so its cache lives on whichever engine served the conversation.
+- ``many-tenant``: 96 tenants with 1,500-token system prompts and Zipf-skewed traffic (a few hot
+  tenants, a long tail): more prefix tokens than the whole fleet's KV cache holds (96 x 1,500 vs
+  4 x ~18,000), so the tail misses whatever the router does, and hot tenants pull load.
+
+Router configurations: ``plinth`` is cache-aware with the flags a deployed endpoint gets
+(``runtime.launch.cache_aware_args`` of ``PLINTH_ROUTING``, the argv builder the local driver and
+the Kubernetes render use); ``smg`` is cache-aware with smg 1.13's own defaults (no flags);
+``round_robin`` is the baseline. Printed per run: prefix-cache hit rate (engine counters: cached /
+prompt tokens), TTFT p50 and p90 as the clients saw them, and throughput, in simulated time.
 
 The deployment is a real but memory-tight shape (Qwen3-32B in FP8 on one L40S per replica), so one
-replica's KV cache holds only a few tenants' prompts while the fleet's holds them all: the regime in
-which routing by prefix matters. Run: ``python bench/routing.py`` (about two and a half minutes).
+replica's KV cache holds only a few tenants' prompts while the fleet's holds them all (on
+shared-prefix): the regime in which routing by prefix matters. Without load-balance fallback the
+placement smg makes for a tenant's first request sticks, and it is uneven from run to run (3/4/6/3
+tenants per engine after the warm-up, seen): the engine given six thrashes its cache, so repeat runs
+differ. Run: ``python bench/routing.py`` (about seven minutes; ``--workloads`` and
+``--routers`` pick a subset).
 """
 
 from __future__ import annotations
@@ -20,6 +37,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,8 +45,10 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from runtime.launch import cache_aware_args
 from runtime.sim.launcher import SimCluster, http_get
 from runtime.sim.tokenizer import Tokenizer
+from runtime.spec import PLINTH_ROUTING
 
 WORDS = (
     *("account", "billing", "invoice", "refund", "policy", "order", "shipping", "warranty"),
@@ -37,29 +57,20 @@ WORDS = (
     *("security", "access", "report", "quarter", "forecast", "pipeline", "partner", "pricing"),
 )
 
-# smg 1.13 adds overload protection and warm-up diversion to cache-aware routing, and its
-# load-balance fallback compares loads in units far larger than requests (with 4k-token prompts the
-# default --balance-abs-threshold 64 abandons affinity on nearly every request). All of these move
-# requests off the worker that holds their prefix, so they are switched off: the comparison is of
-# the classic cache-aware policy the SGLang router published its gain with. Pass --router-args ""
-# to measure smg's defaults instead.
-ROUTER_ARGS = (
-    "--disable-worker-overload-protection",
-    "--worker-warmup-secs",
-    "0",
-    "--worker-warmup-divert-every",
-    "0",
-    "--balance-abs-threshold",
-    "1000000",
-    "--balance-rel-threshold",
-    "100",
-)
+WORKLOADS = ("shared-prefix", "multi-turn", "many-tenant")
+# Name -> (smg policy, extra smg flags). "smg" passes no flags: whatever smg 1.13 defaults to.
+CONFIGS: dict[str, tuple[str, list[str]]] = {
+    "round_robin": ("round_robin", []),
+    "smg": ("cache_aware", []),
+    "plinth": ("cache_aware", cache_aware_args(PLINTH_ROUTING)),
+}
 HIT_COUNTERS = ("sglang:prompt_tokens_total", "sglang:cached_tokens_total")
 
 
 @dataclass
 class RunResult:
-    policy: str
+    workload: str
+    config: str
     load: int
     ttfts: list[float] = field(default_factory=list)
     completed: int = 0
@@ -93,21 +104,56 @@ def system_prompts(tenants: int, tokens: int, seed: int) -> list[str]:
     return prompts
 
 
+@dataclass(frozen=True)
+class Workload:
+    """Who asks what: the tenants' system prompts, how they are picked, how long a chat lasts."""
+
+    name: str
+    prompts: list[str]
+    weights: list[float]
+    turns: int  # questions per conversation; 1: every request starts afresh
+
+    @classmethod
+    def named(cls, name: str, args: argparse.Namespace) -> Workload:
+        if name == "shared-prefix":
+            prompts = system_prompts(args.tenants, args.prefix_tokens, args.seed)
+            return cls(name, prompts, [1.0] * len(prompts), 1)
+        if name == "multi-turn":
+            prompts = system_prompts(args.tenants, args.prefix_tokens // 3, args.seed)
+            return cls(name, prompts, [1.0] * len(prompts), args.turns)
+        if name == "many-tenant":
+            prompts = system_prompts(args.tenants * 6, args.prefix_tokens // 2, args.seed)
+            # Zipf (s=1): tenant k gets traffic in proportion to 1/k.
+            return cls(name, prompts, [1 / (k + 1) for k in range(len(prompts))], 1)
+        raise ValueError(name)
+
+
+def question(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))) + "?"
+
+
 async def client_loop(
     session: aiohttp.ClientSession,
     url: str,
     model: str,
-    prompts: list[str],
+    workload: Workload,
     rng: random.Random,
     deadline: float,
     result: RunResult,
     args: argparse.Namespace,
 ) -> None:
     while time.monotonic() < deadline:
-        tenant = rng.randrange(len(prompts))
-        question = " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))) + "?"
-        body = request_body(model, prompts[tenant], question, args.output_tokens)
-        await one_request(session, url, body, result, args.time_scale)
+        (system,) = rng.choices(workload.prompts, workload.weights)
+        messages = [{"role": "system", "content": system}]
+        for _ in range(workload.turns):
+            if time.monotonic() >= deadline:
+                return
+            messages.append({"role": "user", "content": question(rng)})
+            body = request_body(model, messages, args.output_tokens)
+            answer = await one_request(session, url, body, result, args.time_scale)
+            if answer is None:
+                break
+            messages.append({"role": "assistant", "content": answer})
 
 
 async def one_request(
@@ -116,29 +162,33 @@ async def one_request(
     body: dict[str, object],
     result: RunResult,
     time_scale: float,
-) -> None:
-    start, first, usage = time.monotonic(), None, None
+) -> str | None:
+    """Stream one chat completion; its text, or None when it failed."""
+    start, first, usage, text = time.monotonic(), None, None, []
     try:
         async with session.post(f"{url}/v1/chat/completions", json=body) as response:
             if response.status != 200:
                 result.errors += 1
                 await response.read()
-                return
+                return None
             async for raw in response.content:
                 line = raw.decode().strip()
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
                 chunk = json.loads(line[6:])
-                if first is None and chunk.get("choices"):
-                    first = time.monotonic()
+                if chunk.get("choices"):
+                    first = first or time.monotonic()
+                    text.append(chunk["choices"][0].get("delta", {}).get("content") or "")
                 usage = chunk.get("usage") or usage
     except aiohttp.ClientError:
         result.errors += 1
-        return
-    if first is not None and usage is not None:
-        result.ttfts.append((first - start) * time_scale)
-        result.completed += 1
-        result.output_tokens += int(usage["completion_tokens"])
+        return None
+    if first is None or usage is None:
+        return None
+    result.ttfts.append((first - start) * time_scale)
+    result.completed += 1
+    result.output_tokens += int(usage["completion_tokens"])
+    return "".join(text)
 
 
 def counter(urls: list[str], name: str) -> float:
@@ -150,13 +200,12 @@ def counter(urls: list[str], name: str) -> float:
     return total
 
 
-def request_body(model: str, system: str, question: str, output_tokens: int) -> dict[str, object]:
+def request_body(
+    model: str, messages: list[dict[str, str]], output_tokens: int
+) -> dict[str, object]:
     return {
         "model": model,
-        "messages": [
-            {"role": "system", "content": system},
-            {"role": "user", "content": question},
-        ],
+        "messages": list(messages),
         "max_tokens": output_tokens,
         "ignore_eos": True,
         "stream": True,
@@ -172,11 +221,13 @@ async def warm_up(
     They go in waves of one per engine: a router deciding many cold requests at once sees the same
     loads for all of them and may stack them on one worker.
     """
-    scratch = RunResult("warm-up", 0)
+    scratch = RunResult("warm-up", "", 0)
     wave = len(cluster.engines)
     for start in range(0, len(prompts), wave):
         bodies = [
-            request_body(cluster.model, p, "Hello?", 1) for p in prompts[start : start + wave]
+            request_body(cluster.model, [{"role": "system", "content": p}, hello], 1)
+            for p in prompts[start : start + wave]
+            for hello in ({"role": "user", "content": "Hello?"},)
         ]
         await asyncio.gather(
             *(one_request(session, cluster.url, b, scratch, time_scale) for b in bodies)
@@ -184,12 +235,12 @@ async def warm_up(
 
 
 async def drive(cluster: SimCluster, result: RunResult, args: argparse.Namespace) -> None:
-    prompts = system_prompts(args.tenants, args.prefix_tokens, args.seed)
+    workload = Workload.named(result.workload, args)
     rng = random.Random(args.seed)
     timeout = aiohttp.ClientTimeout(total=600)
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        await warm_up(session, cluster, prompts, args.time_scale)
+        await warm_up(session, cluster, workload.prompts, args.time_scale)
         before = [counter(cluster.engine_urls, name) for name in HIT_COUNTERS]
         start = time.monotonic()
         deadline = start + args.duration
@@ -198,7 +249,7 @@ async def drive(cluster: SimCluster, result: RunResult, args: argparse.Namespace
                 session,
                 cluster.url,
                 cluster.model,
-                prompts,
+                workload,
                 random.Random(rng.random()),
                 deadline,
                 result,
@@ -214,7 +265,7 @@ async def drive(cluster: SimCluster, result: RunResult, args: argparse.Namespace
     result.hit_rate = cached / prompt if prompt else 0.0
 
 
-def run_once(policy: str, load: int, args: argparse.Namespace) -> RunResult:
+def run_once(workload: str, config: str, load: int, args: argparse.Namespace) -> RunResult:
     engine_args = [
         "--sim-gpu",
         args.gpu,
@@ -225,9 +276,12 @@ def run_once(policy: str, load: int, args: argparse.Namespace) -> RunResult:
         "--max-running-requests",
         "64",
     ]
-    result = RunResult(policy, load)
+    policy, router_args = CONFIGS[config]
+    if config == "plinth":
+        router_args = router_args + args.plinth_extra.split()
+    result = RunResult(workload, config, load)
     with SimCluster(
-        router_args=args.router_args.split(),
+        router_args=router_args,
         engines=args.engines,
         policy=policy,
         model=args.model,
@@ -242,52 +296,70 @@ def print_table(results: list[RunResult], args: argparse.Namespace) -> None:
     print()
     print(
         f"{args.engines} engines x {args.model} ({args.quantization}) on 1x {args.gpu} each, "
-        f"{args.tenants} tenants x {args.prefix_tokens}-token system prompts, "
         f"{args.output_tokens} output tokens, {args.duration:g} s wall per run, "
-        f"time scale {args.time_scale:g} (figures in simulated time); "
-        f"smg {args.router_args or '(defaults)'}"
+        f"time scale {args.time_scale:g} (figures in simulated time)"
     )
-    header = f"{'load':>5} {'policy':<12} {'hit rate':>8} {'TTFT p50':>9} {'TTFT p90':>9}"
-    header += f" {'req/s':>7} {'out tok/s':>9} {'done':>5} {'errors':>6}"
+    print(f"plinth = cache_aware {' '.join(CONFIGS['plinth'][1] + args.plinth_extra.split())}")
+    print("smg = cache_aware with smg's defaults")
+    header = f"{'workload':<14} {'load':>5} {'router':<12} {'hit rate':>8} {'TTFT p50':>9}"
+    header += f" {'TTFT p90':>9} {'req/s':>7} {'out tok/s':>9} {'done':>5} {'errors':>6}"
     print(header)
     for r in results:
         print(
-            f"{r.load:>5} {r.policy:<12} {r.hit_rate:>8.1%} {r.ttft(0.5):>8.2f}s "
-            f"{r.ttft(0.9):>8.2f}s {r.req_per_s:>7.2f} {r.tok_per_s:>9.1f} {r.completed:>5} "
-            f"{r.errors:>6}"
+            f"{r.workload:<14} {r.load:>5} {r.config:<12} {r.hit_rate:>8.1%} "
+            f"{r.ttft(0.5):>8.2f}s {r.ttft(0.9):>8.2f}s {r.req_per_s:>7.2f} {r.tok_per_s:>9.1f} "
+            f"{r.completed:>5} {r.errors:>6}"
         )
-    for load in args.loads:
-        rr = next(r for r in results if r.load == load and r.policy == "round_robin")
-        ca = next(r for r in results if r.load == load and r.policy == "cache_aware")
-        print(
-            f"load {load}: cache_aware / round_robin: "
-            f"throughput x{_ratio(ca.req_per_s, rr.req_per_s)}, "
-            f"hit rate x{_ratio(ca.hit_rate, rr.hit_rate)}, "
-            f"TTFT p50 x{_ratio(rr.ttft(0.5), ca.ttft(0.5))} lower"
-        )
+    for workload in args.workloads:
+        for load in args.loads:
+            runs = {r.config: r for r in results if r.workload == workload and r.load == load}
+            plinth = runs.get("plinth")
+            for peer in ("smg", "round_robin"):
+                other = runs.get(peer)
+                if plinth is None or other is None:
+                    continue
+                print(
+                    f"{workload} at load {load}: plinth / {peer}: "
+                    f"throughput x{_ratio(plinth.req_per_s, other.req_per_s)}, "
+                    f"hit rate x{_ratio(plinth.hit_rate, other.hit_rate)}, "
+                    f"TTFT p50 x{_ratio(other.ttft(0.5), plinth.ttft(0.5))} lower"
+                )
 
 
 def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}" if b else "inf"
 
 
+def _names(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        names = [n for n in text.split(",") if n]
+        if unknown := set(names) - set(choices):
+            raise argparse.ArgumentTypeError(f"unknown: {', '.join(sorted(unknown))}")
+        return names
+
+    return parse
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", type=_names(WORKLOADS), default=list(WORKLOADS))
+    parser.add_argument("--routers", type=_names(tuple(CONFIGS)), default=list(CONFIGS))
     parser.add_argument("--engines", type=int, default=4)
     parser.add_argument("--model", default="Qwen/Qwen3-32B")
     parser.add_argument("--gpu", default="L40S")
     parser.add_argument("--quantization", default="fp8")
     parser.add_argument("--tenants", type=int, default=16)
     parser.add_argument("--prefix-tokens", type=int, default=3000)
+    parser.add_argument("--turns", type=int, default=6, help="questions per multi-turn chat")
     parser.add_argument("--output-tokens", type=int, default=16)
-    parser.add_argument("--loads", type=lambda s: [int(x) for x in s.split(",")], default=[8, 64])
+    parser.add_argument("--loads", type=lambda s: [int(x) for x in s.split(",")], default=[64])
     parser.add_argument("--duration", type=float, default=25.0, help="wall seconds per run")
     parser.add_argument("--time-scale", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
-        "--router-args",
-        default=" ".join(ROUTER_ARGS),
-        help="extra smg flags for both policies (default: the classic cache-aware policy)",
+        "--plinth-extra",
+        default="",
+        help="smg flags appended to plinth's (the last of a flag wins): to measure other defaults",
     )
     return parser.parse_args()
 
@@ -295,15 +367,16 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     results = []
-    for load in args.loads:
-        for policy in ("round_robin", "cache_aware"):
-            result = run_once(policy, load, args)
-            print(
-                f"  {policy} at load {load}: {result.completed} requests, "
-                f"hit rate {result.hit_rate:.1%}",
-                flush=True,
-            )
-            results.append(result)
+    for workload in args.workloads:
+        for load in args.loads:
+            for config in args.routers:
+                result = run_once(workload, config, load, args)
+                print(
+                    f"  {workload} / {config} at load {load}: {result.completed} requests, "
+                    f"hit rate {result.hit_rate:.1%}",
+                    flush=True,
+                )
+                results.append(result)
     print_table(results, args)
 
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from runtime.catalog import list_gpus, list_models
 from runtime.issues import Issue, error
-from runtime.spec import KV_CACHE_DTYPES, QUANTIZATION_METHODS, RuntimeSpec
+from runtime.spec import KV_CACHE_DTYPES, PLINTH_ROUTING, QUANTIZATION_METHODS, RuntimeSpec
 
 CUSTOM_ARCH_TOGGLE = "model.custom_architecture"
 
@@ -196,7 +196,28 @@ SECTIONS: tuple[Section, ...] = (
         "Routing",
         (
             FormField("routing.policy", "Policy"),
-            FormField("routing.cache_threshold", "Cache threshold", "0 to 1"),
+            # Empty numbers take Plinth's measured defaults (runtime.spec.PLINTH_ROUTING), shown.
+            FormField(
+                "routing.cache_threshold",
+                "Cache threshold",
+                f"0 to 1; default {PLINTH_ROUTING.cache_threshold}",
+            ),
+            FormField(
+                "routing.balance_abs_threshold",
+                "Balance threshold (load gap)",
+                f"default {PLINTH_ROUTING.balance_abs_threshold}",
+            ),
+            FormField(
+                "routing.balance_rel_threshold",
+                "Balance threshold (load ratio)",
+                f"default {PLINTH_ROUTING.balance_rel_threshold}",
+            ),
+            FormField("routing.overload_protection", "Overload protection (moves requests off)"),
+            FormField(
+                "routing.warmup_seconds",
+                "Warm-up diversion to new replicas (s)",
+                f"default {PLINTH_ROUTING.warmup_seconds}",
+            ),
         ),
     ),
     Section(

@@ -30,8 +30,8 @@ from runtime.argv import UnsafeArgvError, token_problem
 from runtime.catalog import SMG_VERSION, FlagCatalog, sglang_flags, smg_flags
 from runtime.catalog.flags import arity_problem, split_argv
 from runtime.extra_flags import flag_argv
-from runtime.memory import GIB, weight_bytes_per_param
-from runtime.spec import RuntimeSpec
+from runtime.memory import GIB, model_weight_bytes
+from runtime.spec import RoutingDefaults, RuntimeSpec
 from runtime.topology import EngineGroup, engine_groups
 
 ENGINE_PORT = 30000
@@ -297,7 +297,7 @@ def startup_allowance_s(spec: RuntimeSpec) -> int:
     arch = spec.model.arch()
     if arch is None:
         return 1800
-    weights_gib = arch.weight_bytes(weight_bytes_per_param(spec, arch)) / GIB
+    weights_gib = model_weight_bytes(spec, arch) / GIB
     return int(min(3600, max(600, 600 + 3 * weights_gib)))
 
 
@@ -351,6 +351,26 @@ def engine_role(spec: RuntimeSpec, group: EngineGroup, labels: dict[str, str] | 
     )
 
 
+def cache_aware_args(knobs: RoutingDefaults) -> list[str]:
+    """smg flags for every cache-aware knob, always spelled out.
+
+    Always explicit, never left to smg: its defaults move requests off the replica holding their
+    prefix (bench/routing.py), and a new smg release could change them under a deployed endpoint.
+    """
+    args = ["--cache-threshold", str(knobs.cache_threshold)]
+    args += ["--balance-abs-threshold", str(knobs.balance_abs_threshold)]
+    args += ["--balance-rel-threshold", str(knobs.balance_rel_threshold)]
+    if knobs.overload_protection:
+        args.append("--worker-overload-protection")
+    else:
+        args.append("--disable-worker-overload-protection")
+    args += ["--worker-warmup-secs", str(knobs.warmup_seconds)]
+    if not knobs.warmup_seconds:
+        # Diversion to a warming replica has its own knob; off too, not left to a zero window.
+        args += ["--worker-warmup-divert-every", "0"]
+    return args
+
+
 def router_args(spec: RuntimeSpec) -> list[str]:
     """smg flags, without worker URLs or discovery (the driver adds those)."""
     route = spec.routing
@@ -358,13 +378,8 @@ def router_args(spec: RuntimeSpec) -> list[str]:
     if spec.disaggregation.enabled:
         args.append("--pd-disaggregation")
     args += ["--policy", route.policy]
-    valued = (
-        ("--cache-threshold", route.cache_threshold),
-        ("--balance-abs-threshold", route.balance_abs_threshold),
-        ("--balance-rel-threshold", route.balance_rel_threshold),
-    )
     if route.policy == "cache_aware":
-        args += _valued(valued)
+        args += cache_aware_args(route.resolved())
     args += ["--prometheus-host", "0.0.0.0", "--prometheus-port", str(ROUTER_METRICS_PORT)]  # noqa: S104
     args += ["--health-check-interval-secs", str(ROUTER_HEALTH_CHECK_SECONDS)]
     return args

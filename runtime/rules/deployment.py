@@ -149,12 +149,12 @@ def autoscaling(ctx: RuleContext) -> Iterator[Issue]:
 
 def routing(ctx: RuleContext) -> Iterator[Issue]:
     route = ctx.spec.routing
-    tuned = route.cache_threshold is not None or route.balance_abs_threshold is not None
-    if route.policy != "cache_aware" and (tuned or route.balance_rel_threshold is not None):
+    tuned = route.tuned()
+    if route.policy != "cache_aware" and tuned:
         yield warning(
             "routing.policy",
             "routing_thresholds_unused",
-            f"cache and balance thresholds apply to cache_aware routing, not {route.policy}",
+            f"{', '.join(tuned)} apply to cache_aware routing, not {route.policy}",
             "remove them or set routing.policy to cache_aware",
         )
     if route.policy == "cache_aware" and not ctx.spec.batching.radix_cache:

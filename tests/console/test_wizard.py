@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from deployments import forms, services
 from deployments.models import Deployment
+from runtime.spec import PLINTH_ROUTING
 from tests.conftest import Cast
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
@@ -82,6 +83,24 @@ def test_creating_an_endpoint(alice: Client, cast: Cast) -> None:
     endpoint = Deployment.objects.get(slug="chat")
     assert endpoint.organization == cast.acme
     assert endpoint.target_revision.spec["autoscaling"]["max_replicas"] == 3
+
+
+def test_routing_knobs_posted_in_the_wizard_are_stored(alice: Client, cast: Cast) -> None:
+    page = alice.get("/endpoints/new/").content.decode()
+    assert f'placeholder="default {PLINTH_ROUTING.balance_abs_threshold}"' in page
+    form = _form(
+        routing__warmup_seconds="30",
+        routing__overload_protection="true",
+        routing__balance_rel_threshold="",
+    )
+    response = alice.post("/endpoints/new/", {**form, "slug": "chat", "name": "Chat"})
+    assert response.status_code == 302
+    revision = Deployment.objects.get(slug="chat").target_revision
+    assert revision is not None
+    routing = revision.spec["routing"]
+    assert routing["warmup_seconds"] == 30
+    assert routing["overload_protection"] is True
+    assert routing["balance_rel_threshold"] is None  # empty: Plinth's default at launch
 
 
 def test_invalid_settings_are_refused_field_by_field(alice: Client, cast: Cast) -> None:

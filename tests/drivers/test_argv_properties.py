@@ -27,7 +27,7 @@ from runtime.argv import parses_as_flag, unprintable
 from runtime.catalog import FlagCatalog, sglang_flags, smg_flags
 from runtime.catalog.flags import arity_problem, split_argv
 from runtime.extra_flags import EXTRA_FLAG_ALLOWLIST, EXTRA_FLAG_DENYLIST
-from runtime.launch import LaunchPlan, plan, with_flag
+from runtime.launch import LaunchPlan, cache_aware_args, plan, with_flag
 from runtime.spec import RuntimeSpec
 from runtime.validate import check, has_errors
 from tests.drivers.reference_specs import ENGINE_KEY, REF
@@ -265,3 +265,21 @@ def test_the_issue_repro_is_refused_and_a_dollar_reference_stays_literal() -> No
     for name, args, _ in _kube_argvs(revision):
         if name == "engine":
             assert args[args.index("--served-model-name") + 1] == "$(HF_TOKEN)"
+
+
+def test_both_drivers_start_the_router_with_the_plans_routing_knobs() -> None:
+    spec, issues = check(
+        {
+            "model": {"source": "meta-llama/Llama-3.1-8B-Instruct"},
+            "hardware": {"gpu": "H100-SXM"},
+            "routing": {"warmup_seconds": 45},
+        }
+    )
+    assert spec is not None and not has_errors(issues)
+    knobs = cache_aware_args(spec.routing.resolved())
+    revision = RevisionPlan(number=1, plan=plan(spec), replicas=1, hf_token=SECRET)
+    for source in (_local_argvs(revision), _kube_argvs(revision)):
+        (router,) = [args for role, args, _ in source if role == "router"]
+        for flag, values in split_argv(knobs):
+            assert router[router.index(flag) + 1 : router.index(flag) + 1 + len(values)] == values
+        assert router[router.index("--worker-warmup-secs") + 1] == "45"

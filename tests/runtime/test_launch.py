@@ -17,8 +17,8 @@ import yaml
 
 from runtime.catalog import sglang_flags, smg_flags
 from runtime.catalog.flags import split_argv
-from runtime.launch import RolePlan, plan, with_flag
-from runtime.spec import RuntimeSpec
+from runtime.launch import RolePlan, cache_aware_args, plan, with_flag
+from runtime.spec import PLINTH_ROUTING, SMG_ROUTING, RuntimeSpec
 from runtime.validate import check
 from tests.runtime.conftest import SpecData
 
@@ -142,6 +142,57 @@ def test_router_args_leave_discovery_to_the_driver(spec_data: SpecData) -> None:
         assert flag in router.args
     assert router.args[router.args.index("--cache-threshold") + 1] == "0.4"
     assert router.readiness_probe and router.readiness_probe.path == "/readiness"
+
+
+def _flag(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+def test_router_gets_plinths_routing_defaults_not_smgs(spec_data: SpecData) -> None:
+    args = plan(_spec(spec_data())).roles[-1].args
+    assert float(_flag(args, "--cache-threshold")) == PLINTH_ROUTING.cache_threshold
+    assert int(_flag(args, "--balance-abs-threshold")) == PLINTH_ROUTING.balance_abs_threshold
+    assert float(_flag(args, "--balance-rel-threshold")) == PLINTH_ROUTING.balance_rel_threshold
+    assert "--disable-worker-overload-protection" in args
+    assert "--worker-overload-protection" not in args
+    assert _flag(args, "--worker-warmup-secs") == "0"
+    assert _flag(args, "--worker-warmup-divert-every") == "0"
+    # Every flag is smg's (the plan refuses others), and none is repeated.
+    flags = [flag for flag, _ in split_argv(args)]
+    assert len(flags) == len(set(flags))
+
+
+def test_smg_routing_is_what_the_smg_catalogue_defaults_to() -> None:
+    # The bench prints Plinth's defaults next to smg's: the comparison holds only if these are.
+    defaults = {spec.dest: spec.default for spec in smg_flags().flags()}
+    assert SMG_ROUTING.cache_threshold == defaults["cache_threshold"]
+    assert SMG_ROUTING.balance_abs_threshold == defaults["balance_abs_threshold"]
+    assert SMG_ROUTING.balance_rel_threshold == defaults["balance_rel_threshold"]
+    assert SMG_ROUTING.warmup_seconds == defaults["worker_warmup_secs"]
+    # Protection is on unless disabled: smg's "--worker-overload-protection" defaults to None.
+    assert defaults["disable_worker_overload_protection"] in (None, False)
+
+
+def test_routing_knobs_set_in_the_spec_reach_the_router(spec_data: SpecData) -> None:
+    routing = {
+        "balance_abs_threshold": 4096,
+        "balance_rel_threshold": 2.5,
+        "overload_protection": True,
+        "warmup_seconds": 30,
+    }
+    args = plan(_spec(spec_data(routing=routing))).roles[-1].args
+    assert _flag(args, "--balance-abs-threshold") == "4096"
+    assert _flag(args, "--balance-rel-threshold") == "2.5"
+    assert "--worker-overload-protection" in args
+    assert "--disable-worker-overload-protection" not in args
+    assert _flag(args, "--worker-warmup-secs") == "30"
+    # A warm-up window keeps smg's diversion cadence.
+    assert "--worker-warmup-divert-every" not in args
+
+
+def test_round_robin_router_carries_no_cache_aware_knobs(spec_data: SpecData) -> None:
+    args = plan(_spec(spec_data(routing={"policy": "round_robin"}))).roles[-1].args
+    assert not set(args) & set(cache_aware_args(SMG_ROUTING) + cache_aware_args(PLINTH_ROUTING))
 
 
 def test_scale_to_zero_router_stays_ready_without_workers(spec_data: SpecData) -> None:

@@ -92,6 +92,10 @@ def spec_dicts(draw: st.DrawFn) -> dict[str, Any]:
         "routing": {
             "policy": draw(st.sampled_from(["cache_aware", "round_robin", "power_of_two"])),
             "cache_threshold": draw(st.none() | st.floats(0, 1)),
+            "balance_abs_threshold": draw(st.none() | st.integers(0, 10**6)),
+            "balance_rel_threshold": draw(st.none() | st.floats(1, 100)),
+            "overload_protection": draw(st.booleans()),
+            "warmup_seconds": draw(st.none() | st.integers(0, 3600)),
         },
         "autoscaling": {"min_replicas": draw(st.integers(1, 2)), "max_replicas": 4},
     }

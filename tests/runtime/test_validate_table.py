@@ -93,6 +93,8 @@ CASES = [
     Case("min 0 without scale to zero", {"autoscaling": {"min_replicas": 0}}, ("error", "autoscaling_zero_without_scale_to_zero", "autoscaling.min_replicas")),
     Case("scale to zero with min 1", {"autoscaling": {"scale_to_zero": True}}, ("error", "autoscaling_scale_to_zero_min", "autoscaling.scale_to_zero")),
     Case("thresholds on round robin", {"routing": {"policy": "round_robin", "cache_threshold": 0.5}}, ("warning", "routing_thresholds_unused", "routing.policy")),
+    Case("overload protection on round robin", {"routing": {"policy": "round_robin", "overload_protection": True}}, ("warning", "routing_thresholds_unused", "routing.policy")),
+    Case("warm-up on power of two", {"routing": {"policy": "power_of_two", "warmup_seconds": 30}}, ("warning", "routing_thresholds_unused", "routing.policy")),
     # --- flags and runtime ---
     Case("managed flag as extra", {"runtime": {"extra_flags": {"--tp-size": 2}}}, ("error", "flag_not_allowed", "runtime.extra_flags.--tp-size")),
     Case("abbreviated flag", {"runtime": {"extra_flags": {"--tp": 2}}}, ("error", "flag_unknown", "runtime.extra_flags.--tp")),

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from runtime.launch import cache_aware_args
 from runtime.sim.launcher import ManagedProcess, SimCluster, start_engine
+from runtime.spec import PLINTH_ROUTING
 
 EngineFactory = Callable[..., ManagedProcess]
 TIME_SCALE = 100.0
@@ -43,14 +45,18 @@ def sim_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagedProc
     proc.stop(timeout=5)
 
 
-def _cluster(policy: str, tmp: Path) -> Iterator[SimCluster]:
-    with SimCluster(engines=2, policy=policy, time_scale=TIME_SCALE, log_dir=tmp) as cluster:
+def _cluster(policy: str, tmp: Path, router_args: Sequence[str] = ()) -> Iterator[SimCluster]:
+    with SimCluster(
+        engines=2, policy=policy, router_args=router_args, time_scale=TIME_SCALE, log_dir=tmp
+    ) as cluster:
         yield cluster
 
 
 @pytest.fixture(scope="module")
 def cache_aware_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
-    yield from _cluster("cache_aware", tmp_path_factory.mktemp("cache_aware"))
+    """Cache-aware routing with the knobs a deployed endpoint's router gets."""
+    args = cache_aware_args(PLINTH_ROUTING)
+    yield from _cluster("cache_aware", tmp_path_factory.mktemp("cache_aware"), args)
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import openai
 from openai.types.chat import ChatCompletionMessageParam
@@ -78,6 +79,30 @@ def test_identical_long_prefixes_land_on_one_engine_under_cache_aware(
 
     engines = {served_by(cache_aware_cluster, functools.partial(ask, i)) for i in range(6)}
     assert len(engines) == 1
+
+
+def test_concurrent_requests_keep_their_prefix_engine_with_plinths_router_flags(
+    cache_aware_cluster: SimCluster,
+) -> None:
+    # smg's own defaults divert every 8th request to a warming worker and fall back to load
+    # balancing when one engine holds all the in-flight work; Plinth's flags keep the prefix.
+    api = client(cache_aware_cluster)
+    system = "You are the front desk of the Example Harbour's ferry office. " * 60
+
+    def ask(i: int, max_tokens: int = 200) -> None:
+        api.chat.completions.create(
+            model=cache_aware_cluster.model,
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": f"Q{i}?"}],
+            max_tokens=max_tokens,
+        )
+
+    home = served_by(cache_aware_cluster, functools.partial(ask, 0, 1))
+    before = [metric_sum(url, REQUESTS) for url in cache_aware_cluster.engine_urls]
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        list(pool.map(ask, range(1, 33)))
+    after = [metric_sum(url, REQUESTS) for url in cache_aware_cluster.engine_urls]
+    grew = [a - b for a, b in zip(after, before, strict=True)]
+    assert grew[home] == 32, grew
 
 
 def test_requests_alternate_between_engines_under_round_robin(

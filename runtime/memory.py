@@ -17,16 +17,17 @@ from runtime.topology import EngineGroup
 GIB = 1024**3
 MIB = 1024**2
 
-# Average bytes per parameter once loaded, scales included. Embeddings and norms usually stay in
-# BF16; the figures lean a little high so the memory check errs towards refusing.
+# Average bytes per parameter of the quantized body once loaded, scales and BF16 norms included.
+# The input embedding and LM head stay in BF16 under FP8 and FP4 checkpoints and are counted apart
+# (`model_weight_bytes`); the figures lean a little high so the memory check errs towards refusing.
 WEIGHT_BYTES_PER_PARAM: dict[str, float] = {
-    "fp8": 1.05,
-    "mxfp8": 1.05,
-    "modelopt": 1.05,
-    "modelopt_fp8": 1.05,
-    "w8a8_fp8": 1.05,
-    "w8a8_int8": 1.05,
-    "compressed-tensors": 1.05,
+    "fp8": 1.02,
+    "mxfp8": 1.03,
+    "modelopt": 1.02,
+    "modelopt_fp8": 1.02,
+    "w8a8_fp8": 1.02,
+    "w8a8_int8": 1.02,
+    "compressed-tensors": 1.02,
     "modelopt_fp4": 0.5625,
     "modelopt_mixed": 0.8,
     "nvfp4_online": 0.6,
@@ -60,6 +61,25 @@ def weight_bytes_per_param(spec: RuntimeSpec, arch: ModelArch) -> float:
     if method is None:
         return arch.checkpoint_bytes_per_param
     return WEIGHT_BYTES_PER_PARAM.get(method, 2.0)
+
+
+def embedding_params(arch: ModelArch) -> float:
+    """Parameters of the input embedding plus the LM head (untied: the catalogue does not say)."""
+    return min(arch.params_b * 1e9 / 2, 2.0 * arch.vocab_size * arch.hidden_size)
+
+
+def model_weight_bytes(spec: RuntimeSpec, arch: ModelArch) -> float:
+    """All weight bytes before any parallel split.
+
+    A checkpoint as shipped is its on-disk size. Quantized on load (or a quantized method named),
+    the body takes the method's bytes while the embedding and LM head stay BF16 (~2.1 GB for a
+    Llama-3 70B), as FP8 and NVFP4 checkpoints keep them.
+    """
+    per_param = weight_bytes_per_param(spec, arch)
+    if spec.quantization.method is None or per_param >= 2.0:
+        return arch.weight_bytes(per_param)
+    embedding = embedding_params(arch)
+    return (arch.params_b * 1e9 - embedding) * per_param + embedding * 2.0
 
 
 def default_chunked_prefill(memory_gib: float) -> int:
@@ -168,7 +188,7 @@ def memory_fit(spec: RuntimeSpec, gpu: GpuType, arch: ModelArch, group: EngineGr
         fraction = max(0.0, (capacity - reserved_bytes(spec, gpu, group)) / capacity)
     kv_bytes = KV_DTYPE_BYTES[spec.quantization.kv_cache_dtype]
     attn_tp = max(1, group.tp // group.attn_dp)
-    weights = arch.weight_bytes(weight_bytes_per_param(spec, arch)) / (group.tp * group.pp)
+    weights = model_weight_bytes(spec, arch) / (group.tp * group.pp)
     draft_weights, draft_kv = _draft_costs(spec, arch, kv_bytes, group.tp)
     per_token = (arch.kv_bytes_per_token(kv_bytes, attn_tp) + draft_kv) / group.pp
     pool = max(0.0, fraction * capacity - weights - draft_weights)

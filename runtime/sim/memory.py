@@ -9,40 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The quantization arithmetic moved to runtime.perf.quant; re-exported here for existing callers.
+from runtime.perf.quant import bytes_per_param as bytes_per_param
+from runtime.perf.quant import compute_tflops as compute_tflops
+from runtime.perf.quant import kv_dtype_bytes as kv_dtype_bytes
 from runtime.sim.args import EngineArgs, StartupError
 from runtime.sim.hardware import GpuShape, ModelShape
 
 GIB = 1024**3
-_ONE_BYTE = {
-    "fp8",
-    "mxfp8",
-    "modelopt",
-    "modelopt_fp8",
-    "w8a8_fp8",
-    "w8a8_int8",
-    "compressed-tensors",
-    "quark",
-    "mlx_q8",
-    "auto-round-int8",
-}
-_FP4_COMPUTE = {"modelopt_fp4", "nvfp4_online", "mxfp4", "petit_nvfp4", "quark_mxfp4"}
-_FOUR_BIT = _FP4_COMPUTE | {
-    "awq",
-    "awq_marlin",
-    "gptq",
-    "gptq_marlin",
-    "moe_wna16",
-    "w4afp8",
-    "auto-round",
-    "mxfp_w4a8",
-    "quark_int4fp8_moe",
-    "mlx_q4",
-    "humming",
-    "bitsandbytes",
-    "gguf",
-    "modelslim",
-}
-_FP8_COMPUTE = {"fp8", "mxfp8", "modelopt", "modelopt_fp8", "w8a8_fp8", "w4afp8"}
 
 
 def effective_quantization(args: EngineArgs, model: ModelShape) -> str | None:
@@ -56,31 +30,11 @@ def weight_bytes_per_param(args: EngineArgs, model: ModelShape) -> float:
     return bytes_per_param(args.quantization, args.dtype)
 
 
-def bytes_per_param(quantization: str | None, dtype: str) -> float:
-    if quantization in _ONE_BYTE:
-        return 1.0
-    if quantization in _FOUR_BIT:
-        return 0.5625  # 4-bit values plus one scale per 16 or 32 of them
-    if quantization == "modelopt_mixed":
-        return 0.75
-    return 4.0 if dtype in ("float", "float32") else 2.0
-
-
-def kv_dtype_bytes(kv_cache_dtype: str, dtype: str) -> float:
-    if kv_cache_dtype in ("fp8_e5m2", "fp8_e4m3", "mxfp8"):
-        return 1.0
-    if kv_cache_dtype in ("nvfp4", "fp4_mx_block16"):
-        return 0.5625
-    return 4.0 if dtype in ("float", "float32") else 2.0
-
-
-def compute_tflops(gpu: GpuShape, quantization: str | None) -> float:
-    """Peak dense TFLOP/s of the GEMMs: FP8/FP4 only where the GPU has a native path."""
-    if quantization in _FP8_COMPUTE and gpu.sm >= 89 and gpu.fp8_tflops:
-        return gpu.fp8_tflops
-    if quantization in _FP4_COMPUTE and gpu.sm >= 100 and gpu.fp4_tflops:
-        return gpu.fp4_tflops
-    return gpu.bf16_tflops
+def model_weight_bytes(args: EngineArgs, model: ModelShape) -> float:
+    """All weight bytes: the checkpoint as shipped, or quantized on load with BF16 embeddings."""
+    if args.quantization is None and args.dtype not in ("float", "float32"):
+        return model.weight_bytes(model.checkpoint_bytes_per_param)
+    return model.quantized_weight_bytes(bytes_per_param(args.quantization, args.dtype))
 
 
 def output_noise(quantization: str | None, kv_cache_dtype: str) -> float:
@@ -127,7 +81,7 @@ def plan_memory(args: EngineArgs, gpu: GpuShape, model: ModelShape) -> MemoryPla
         chunked //= args.attn_dp_size
     shards = args.tp_size * args.pp_size
     fraction = args.mem_fraction_static or default_mem_fraction(gpu.memory_gib, shards, chunked)
-    weight_bytes = model.weight_bytes(weight_bytes_per_param(args, model)) / shards
+    weight_bytes = model_weight_bytes(args, model) / shards
     kv_bytes = _kv_bytes_per_token_per_gpu(args, model)
     free = gpu.memory_gib * GIB * fraction - weight_bytes
     tokens = int(free // kv_bytes) if free > 0 else 0

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from runtime.sim.args import StartupError, check_engine_args, parse_engine_args
-from runtime.sim.hardware import DEFAULT_MODEL, H100_SXM
+from runtime.sim.engine import Engine
+from runtime.sim.hardware import DEFAULT_MODEL, H100_SXM, ModelShape
 from runtime.sim.kvpool import KvPool
 from runtime.sim.memory import plan_memory
 from runtime.sim.radix import RadixCache
@@ -232,3 +235,36 @@ def test_start_up_checks_refuse_what_sglang_refuses() -> None:
         check_engine_args(args_for("--served-model-name", "a:b"))
     with pytest.raises(StartupError, match="Not enough memory"):
         plan_memory(args_for("--mem-fraction-static", "0.1"), H100_SXM, DEFAULT_MODEL)
+
+
+def _engine(*flags: str, model: ModelShape = DEFAULT_MODEL) -> Engine:
+    args = args_for(*flags)
+    return Engine(args, H100_SXM, model, plan_memory(args, H100_SXM, model))
+
+
+def test_speculation_without_a_shape_uses_sglangs_per_architecture_default() -> None:
+    llama = _engine("--speculative-algorithm", "EAGLE3").scheduler.config
+    qwen = replace(DEFAULT_MODEL, id="qwen-like", architecture="Qwen3ForCausalLM")
+    other = _engine("--speculative-algorithm", "EAGLE3", model=qwen).scheduler.config
+    ngram = _engine("--speculative-algorithm", "NGRAM").scheduler.config
+    assert (llama.spec_steps, llama.spec_draft_tokens) == (5, 8)
+    assert (other.spec_steps, other.spec_draft_tokens) == (3, 4)
+    assert ngram.spec_draft_tokens == 12
+
+
+def test_metrics_report_the_accept_length_of_each_interval() -> None:
+    engine = _engine("--speculative-algorithm", "EAGLE3")
+    stats = engine.scheduler.stats
+
+    def scraped() -> float | None:
+        engine.refresh_metrics()
+        return engine.metrics.registry.get_sample_value(
+            "sglang:spec_accept_length", engine.metrics.scheduler_labels
+        )
+
+    stats.spec_verify_calls_total, stats.spec_accepted_tokens_total = 10, 40
+    assert scraped() == 4.0
+    stats.spec_verify_calls_total, stats.spec_accepted_tokens_total = 20, 50  # 1 per call since
+    assert scraped() == 1.0
+    assert scraped() == 1.0  # no verify step in between: the last interval's value stays
+    assert engine.spec_accept_length() == 2.5  # /v1/loads keeps the running mean

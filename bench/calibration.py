@@ -1,0 +1,300 @@
+"""Calibration side by side: runtime/perf step times next to AIConfigurator, and published figures.
+
+Part 1 compares the model's decode step and prefill times with NVIDIA AIConfigurator 0.12.0's
+SGLang estimates (built from its measured per-kernel silicon data) over a grid of model x GPU x
+TP x GEMM dtype x batch x context. AIConfigurator is a ~850 MB tool, never a Plinth dependency:
+the bench creates its own venv (``bench/.venvs/aiconfigurator``, git-ignored) on first use and
+queries it in a subprocess. Targets: every decode step within 10%, every prefill within 15%.
+
+Part 2 reproduces end-to-end figures from cited sources (``published`` in
+``runtime/catalog/perf.yaml``): single-request decode speed with and without EAGLE-2/EAGLE-3 and
+FP8 against FP16. Target: each within 20%. It also prints what NGRAM and NEXTN give on the same
+model, so the algorithms can be seen to differ.
+
+    .venv/bin/python bench/calibration.py            # full grid
+    .venv/bin/python bench/calibration.py --quick    # a few points per model
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import venv
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from runtime.catalog import get_gpu, get_model  # noqa: E402
+from runtime.catalog.perf import PublishedFigure, perf_catalog  # noqa: E402
+from runtime.perf.hardware import ModelShape, lookup_model, resolve_gpu  # noqa: E402
+from runtime.perf.quant import bytes_per_param, kv_dtype_bytes  # noqa: E402
+from runtime.perf.spec import SpecConfig, resolve_spec  # noqa: E402
+from runtime.perf.step import EngineShape, StepModel, StepWork  # noqa: E402
+
+AIC_VERSION = "0.12.0"
+AIC_VENV = REPO / "bench" / ".venvs" / "aiconfigurator"
+DECODE_TARGET, PREFILL_TARGET, PUBLISHED_TARGET = 0.10, 0.15, 0.20
+
+# Catalogue model -> AIConfigurator's model path; GPU -> its system name.
+AIC_MODELS = {
+    "llama-3.1-8b": "meta-llama/Meta-Llama-3.1-8B",
+    "llama-3.1-70b": "meta-llama/Meta-Llama-3.1-70B",
+    "qwen3-8b": "Qwen/Qwen3-8B",
+    "qwen3-32b": "Qwen/Qwen3-32B",
+}
+AIC_SYSTEMS = {"H100-SXM": "h100_sxm", "H200": "h200_sxm", "B200": "b200_sxm"}
+AIC_GEMM = {None: None, "fp8": "fp8_block"}  # SGLang's FP8 checkpoints are block-scaled
+
+# (model, gpu, tp): the supported grid (AIConfigurator has SGLang data for these systems).
+CONFIGS = [
+    ("llama-3.1-8b", "H100-SXM", 1),
+    ("llama-3.1-8b", "H100-SXM", 2),
+    ("llama-3.1-8b", "H200", 1),
+    ("qwen3-8b", "H100-SXM", 1),
+    ("qwen3-32b", "H200", 1),
+    ("qwen3-32b", "H200", 2),
+    ("llama-3.1-70b", "H100-SXM", 4),
+    ("llama-3.1-70b", "H200", 2),
+    ("llama-3.1-8b", "B200", 1),
+    ("qwen3-32b", "B200", 1),
+    ("llama-3.1-70b", "B200", 2),
+]
+# (GEMM quantization, KV-cache dtype): BF16; FP8 weights with BF16 KV (SGLang's default); both FP8.
+DTYPES = ((None, "auto"), ("fp8", "auto"), ("fp8", "fp8_e4m3"))
+AIC_KV = {"auto": "bfloat16", "fp8_e4m3": "fp8"}
+BATCHES = (1, 8, 32, 128)
+CONTEXTS = (1024, 4096)
+PREFILLS = (512, 2048, 8192)
+
+# Runs inside the AIConfigurator venv: reads a JSON list of points, prints a JSON list of ms.
+_AIC_WORKER = r"""
+import json, logging, sys
+logging.disable(logging.CRITICAL)
+from aiconfigurator.cli.api import cli_estimate
+out = []
+for p in json.load(sys.stdin):
+    try:
+        r = cli_estimate(p["model"], p["system"], mode=p["mode"], backend_name="sglang",
+                         isl=p["isl"], osl=2, batch_size=p["batch"], tp_size=p["tp"],
+                         gemm_quant_mode=p["gemm"], kvcache_quant_mode=p["kv"], stride=1)
+        out.append({"ms": r.ttft if p["mode"] == "static_ctx" else r.tpot,
+                    "version": r.backend_version})
+    except Exception as exc:  # a point outside its data: reported, not fatal
+        out.append({"error": f"{type(exc).__name__}: {str(exc)[:120]}"})
+print(json.dumps(out))
+"""
+
+
+def ensure_aic() -> Path:
+    """The venv's python, creating the venv and installing the pinned AIConfigurator once."""
+    python = AIC_VENV / "bin" / "python"
+    if not python.exists():
+        print(f"creating {AIC_VENV} with aiconfigurator=={AIC_VERSION} (~850 MB, once)")
+        venv.create(AIC_VENV, with_pip=True)
+    probe = subprocess.run([python, "-c", "import aiconfigurator"], capture_output=True)
+    if probe.returncode != 0:
+        pip = [str(python), "-m", "pip", "install", "-q", f"aiconfigurator=={AIC_VERSION}"]
+        subprocess.run(pip, check=True)
+    return python
+
+
+@dataclass(frozen=True)
+class Point:
+    model: str
+    gpu: str
+    tp: int
+    quant: str | None
+    kv: str  # --kv-cache-dtype
+    mode: str  # decode | prefill
+    batch: int
+    tokens: int  # context (decode) or prompt length (prefill)
+
+
+def step_model(
+    model: str,
+    gpu: str,
+    tp: int,
+    quant: str | None,
+    kv: str = "auto",
+    spec: SpecConfig | None = None,
+) -> StepModel:
+    shape = _shape(model)
+    weights = shape.quantized_weight_bytes(bytes_per_param(quant, "auto"))
+    kv_bytes = kv_dtype_bytes(kv, "auto")
+    engine = EngineShape(
+        tp=tp, quantization=quant, weight_bytes=weights, kv_bytes_per_value=kv_bytes, spec=spec
+    )
+    return StepModel(resolve_gpu(gpu), shape, engine)
+
+
+def _shape(model: str) -> ModelShape:
+    shape = lookup_model(model)
+    if shape is None:
+        raise SystemExit(f"model {model!r} is not in the catalogue")
+    return shape
+
+
+def model_ms(point: Point) -> float:
+    physics = step_model(point.model, point.gpu, point.tp, point.quant, point.kv)
+    if point.mode == "decode":
+        return physics.decode_step_seconds(point.batch, point.tokens) * 1e3
+    return physics.prefill_seconds(point.tokens, point.batch) * 1e3
+
+
+def grid(quick: bool) -> list[Point]:
+    points: list[Point] = []
+    for model, gpu, tp in CONFIGS:
+        for quant, kv in DTYPES:
+            for batch in (1, 32) if quick else BATCHES:
+                for context in (1024,) if quick else CONTEXTS:
+                    points.append(Point(model, gpu, tp, quant, kv, "decode", batch, context))
+            if kv != "auto":
+                continue  # AIConfigurator has no SGLang context-attention data for an FP8 cache
+            for tokens in (2048,) if quick else PREFILLS:
+                points.append(Point(model, gpu, tp, quant, kv, "prefill", 1, tokens))
+    return points
+
+
+def query_aic(python: Path, points: list[Point]) -> list[dict[str, object]]:
+    request = [
+        {
+            "model": AIC_MODELS[p.model],
+            "system": AIC_SYSTEMS[p.gpu],
+            "mode": "static_gen" if p.mode == "decode" else "static_ctx",
+            "isl": p.tokens,
+            "batch": p.batch,
+            "tp": p.tp,
+            "gemm": AIC_GEMM[p.quant],
+            "kv": AIC_KV[p.kv],
+        }
+        for p in points
+    ]
+    done = subprocess.run(
+        [python, "-c", _AIC_WORKER],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result: list[dict[str, object]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def print_aic_table(points: list[Point], answers: list[dict[str, object]]) -> bool:
+    print("\n== runtime/perf vs AIConfigurator 0.12.0 (SGLang silicon data) ==")
+    header = f"{'model':<14}{'gpu':<9}{'tp':>3} {'w/kv':<10}{'phase':<8}{'batch':>6}"
+    print(header + f"{'tokens':>7}{'AIC ms':>10}{'model ms':>10}{'diff':>8}")
+    worst = {"decode": 0.0, "prefill": 0.0}
+    versions = set()
+    for p, answer in zip(points, answers, strict=True):
+        ours = model_ms(p)
+        dtype = f"{p.quant or 'bf16'}/{'fp8' if p.kv != 'auto' else 'bf16'}"
+        row = f"{p.model:<14}{p.gpu:<9}{p.tp:>3} {dtype:<10}{p.mode:<8}{p.batch:>6}"
+        if "error" in answer:
+            print(row + f"{p.tokens:>7}  n/a ({answer['error']})")
+            continue
+        theirs = float(answer["ms"])  # type: ignore[arg-type]
+        versions.add(str(answer.get("version")))
+        diff = ours / theirs - 1
+        worst[p.mode] = max(worst[p.mode], abs(diff))
+        print(row + f"{p.tokens:>7}{theirs:>10.2f}{ours:>10.2f}{diff:>+8.1%}")
+    decode_ok = worst["decode"] <= DECODE_TARGET
+    prefill_ok = worst["prefill"] <= PREFILL_TARGET
+    print(f"AIC SGLang data version(s): {', '.join(sorted(versions))}")
+    print(
+        f"worst decode {worst['decode']:.1%} (target {DECODE_TARGET:.0%}: "
+        f"{'met' if decode_ok else 'NOT met'}); worst prefill {worst['prefill']:.1%} "
+        f"(target {PREFILL_TARGET:.0%}: {'met' if prefill_ok else 'NOT met'})"
+    )
+    return decode_ok and prefill_ok
+
+
+def decode_tok_s(figure: PublishedFigure, quant: str | None, algorithm: str | None) -> float:
+    """Output tokens/s of one request (or `figure.batch` requests, per request) at `context`."""
+    target = _shape(figure.model)
+    spec = None
+    if algorithm:
+        draft = lookup_model(figure.draft) if figure.draft else None
+        spec = resolve_spec(algorithm, target, draft)
+    physics = step_model(figure.model, figure.gpu, figure.tp, quant, "auto", spec)
+    if spec is None:
+        return 1.0 / physics.decode_step_seconds(figure.batch, figure.context)
+    # A verify step checks every draft token of each sequence and includes the draft passes.
+    verify = StepWork(
+        decode_seqs=figure.batch,
+        decode_tokens=figure.batch * spec.shape.draft_tokens,
+        decode_context=figure.batch * figure.context,
+        draft_passes=spec.shape.num_steps,
+    )
+    return spec.accept_length / physics.step_seconds(verify)
+
+
+def print_published_table() -> bool:
+    print("\n== runtime/perf vs published end-to-end figures ==")
+    print(f"{'figure':<28}{'published':>11}{'model':>10}{'diff':>8}  source")
+    worst = 0.0
+    for figure in perf_catalog().published:
+        if figure.metric == "ratio":
+            ours = decode_tok_s(figure, figure.quantization, None) / decode_tok_s(
+                figure, figure.baseline_quantization, None
+            )
+        else:
+            ours = decode_tok_s(figure, figure.quantization, figure.speculative_algorithm)
+        diff = ours / figure.value - 1
+        worst = max(worst, abs(diff))
+        print(f"{figure.id:<28}{figure.value:>11.2f}{ours:>10.2f}{diff:>+8.1%}  {figure.source}")
+    ok = worst <= PUBLISHED_TARGET
+    print(f"worst {worst:.1%} (target {PUBLISHED_TARGET:.0%}: {'met' if ok else 'NOT met'})")
+    return ok
+
+
+def print_algorithms() -> None:
+    """Same model, GPU and batch: what each algorithm's default shape gives (not a target)."""
+    print("\n== speculative algorithms, Llama-3.1-8B on H100-SXM, batch 1, context 1024 ==")
+    print(f"{'algorithm':<11}{'draft':<22}{'shape':<10}{'accept len':>11}{'tok/s':>9}")
+    base = PublishedFigure(id="x", model="llama-3.1-8b", gpu="H100-SXM", metric="x", value=1,
+                           source="")  # fmt: skip
+    rows = [
+        (None, None),
+        ("EAGLE", "eagle-llama-3-8b"),
+        ("EAGLE3", "eagle3-llama-3.1-8b"),
+        ("STANDALONE", "llama-3.2-1b"),
+        ("NGRAM", None),
+        ("NEXTN", None),
+    ]
+    for algorithm, draft in rows:
+        figure = base.model_copy(update={"draft": draft})
+        tok_s = decode_tok_s(figure, None, algorithm)
+        if algorithm is None:
+            print(f"{'none':<11}{'':<22}{'':<10}{1.0:>11.2f}{tok_s:>9.1f}")
+            continue
+        spec = resolve_spec(algorithm, _shape("llama-3.1-8b"), lookup_model(draft or ""))
+        shape = f"{spec.shape.num_steps},{spec.shape.topk},{spec.shape.draft_tokens}"
+        line = f"{algorithm:<11}{draft or '-':<22}{shape:<10}{spec.accept_length:>11.2f}"
+        print(line + f"{tok_s:>9.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few points per configuration")
+    parser.add_argument("--no-aic", action="store_true", help="skip AIConfigurator (part 2 only)")
+    args = parser.parse_args()
+    for name in {m for m, _, _ in CONFIGS}:
+        assert get_model(name) is not None, name
+    for gpu in AIC_SYSTEMS:
+        get_gpu(gpu)
+    ok = True
+    if not args.no_aic:
+        points = grid(args.quick)
+        ok = print_aic_table(points, query_aic(ensure_aic(), points))
+    ok = print_published_table() and ok
+    print_algorithms()
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

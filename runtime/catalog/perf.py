@@ -1,0 +1,145 @@
+"""The performance-model catalogue: `PerfCatalog` over `perf.yaml`, constants with sources."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+_DATA = Path(__file__).with_name("perf.yaml")
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class KernelEfficiency(_Row):
+    generation: int  # compute capability x10, major only (80, 89, 90, 100)
+    dtype: str  # bf16, fp8, fp4
+    gpu: str | None = None  # a row for one GPU id overrides its generation's row
+    bandwidth: float = Field(gt=0, le=1)
+    compute: float = Field(gt=0, le=1)
+    layer_overhead_us: float = Field(ge=0)
+    # A GEMM of M tokens reaches compute * M / (M + compute_half_tokens) of peak: small M leaves
+    # tiles and SMs idle (wave quantization), so short prefills and mid-size batches run below it.
+    compute_half_tokens: float = Field(default=0.0, ge=0)
+    source: str
+
+
+class AttentionEfficiency(_Row):
+    kv_bytes: float = Field(gt=0)  # bytes per cached value: 2 (BF16), 1 (FP8), 0.5625 (FP4)
+    bandwidth: float = Field(gt=0, le=1)
+    source: str
+
+
+class Interconnect(_Row):
+    gpu: str
+    bus_gbs: float = Field(gt=0)
+    latency_us: float = Field(ge=0)
+
+
+class SpecAlgorithm(_Row):
+    acceptance: float = Field(gt=0, lt=1)
+    depth_decay: float = Field(gt=0, le=1)
+    tree_gain: float = Field(ge=0, le=1)
+    draft_overhead_us: float = Field(ge=0)
+    verify_overhead_us: float = Field(ge=0)
+    source: str
+
+
+class SpecShape(_Row):
+    num_steps: int = Field(ge=1)
+    topk: int = Field(ge=1)
+    draft_tokens: int = Field(ge=1)
+
+
+class ArchShape(SpecShape):
+    architectures: tuple[str, ...]
+
+
+class SpecPair(_Row):
+    target: str
+    draft: str
+    acceptance: float = Field(gt=0, lt=1)
+    source: str
+
+
+class Speculative(_Row):
+    algorithms: dict[str, SpecAlgorithm]
+    aliases: dict[str, str] = {}
+    default_shape: SpecShape
+    arch_shapes: tuple[ArchShape, ...] = ()
+    ngram_shape: SpecShape
+    pairs: tuple[SpecPair, ...] = ()
+
+
+class PublishedFigure(_Row):
+    """One end-to-end figure from a cited source that the model must reproduce."""
+
+    id: str
+    model: str
+    gpu: str
+    metric: str  # decode_tok_s | ratio
+    value: float = Field(gt=0)
+    source: str
+    tp: int = 1
+    batch: int = 1
+    context: int = 1024
+    quantization: str | None = None
+    baseline_quantization: str | None = None
+    speculative_algorithm: str | None = None
+    draft: str | None = None
+
+
+class PerfCatalog(_Row):
+    kernels: tuple[KernelEfficiency, ...]
+    step_overhead_us: float = Field(ge=0)
+    attention: tuple[AttentionEfficiency, ...] = Field(min_length=1)
+    attention_compute: float = Field(gt=0, le=1)
+    interconnect: tuple[Interconnect, ...]
+    default_interconnect: Interconnect
+    speculative: Speculative
+    published: tuple[PublishedFigure, ...] = ()
+
+    def kernel(self, sm: int, dtype: str, gpu_id: str = "") -> KernelEfficiency:
+        """The GPU's own row for `dtype`, else the newest generation's at or below `sm`."""
+        rows = [k for k in self.kernels if k.dtype == dtype and k.generation <= sm]
+        own = [k for k in rows if k.gpu is not None and k.gpu.lower() == gpu_id.lower()]
+        if own:
+            return own[0]
+        rows = [k for k in rows if k.gpu is None]
+        if not rows:  # no such path at this generation: the GEMMs run in BF16
+            bf16 = [k for k in self.kernels if k.dtype == "bf16" and k.gpu is None]
+            rows = [k for k in bf16 if k.generation <= sm] or [
+                min(bf16, key=lambda k: k.generation)
+            ]
+        return max(rows, key=lambda k: k.generation)
+
+    def attention_bandwidth(self, kv_bytes: float) -> float:
+        """Share of HBM bandwidth decode attention reaches reading a KV cache of this width."""
+        return min(self.attention, key=lambda row: abs(row.kv_bytes - kv_bytes)).bandwidth
+
+    def link(self, gpu_id: str) -> Interconnect:
+        for row in self.interconnect:
+            if row.gpu.lower() == gpu_id.lower():
+                return row
+        return self.default_interconnect
+
+    def algorithm(self, name: str) -> SpecAlgorithm | None:
+        key = name.upper()
+        key = self.speculative.aliases.get(key, key)
+        return self.speculative.algorithms.get(key)
+
+    def pair_acceptance(self, target: str, draft: str | None) -> float | None:
+        for pair in self.speculative.pairs:
+            if pair.target == target and pair.draft == draft:
+                return pair.acceptance
+        return None
+
+
+@cache
+def perf_catalog() -> PerfCatalog:
+    """The calibrated constants, loaded once."""
+    return PerfCatalog.model_validate(yaml.safe_load(_DATA.read_text()))

@@ -104,6 +104,21 @@ class EngineClient(_HttpClient):
     def metrics(self) -> MetricsSnapshot:
         return self._metrics()
 
+    def generate(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Native ``/generate`` (one request, not streamed); the smg router serves it too."""
+        try:
+            response = self._http.post("/generate", json=body)
+        except httpx.HTTPError as exc:
+            raise RuntimeUnavailable(f"{self.base_url}/generate: {type(exc).__name__}") from exc
+        if response.status_code != 200:
+            raise RuntimeUnavailable(
+                f"{self.base_url}/generate: HTTP {response.status_code}: {response.text[:200]}"
+            )
+        try:
+            return dict(response.json())
+        except ValueError as exc:
+            raise RuntimeUnavailable(f"{self.base_url}/generate: not JSON") from exc
+
 
 class RouterClient(_HttpClient):
     """The smg router: health, its worker list, and its metrics on a separate port."""

@@ -16,7 +16,7 @@ from runtime.sim.engine import Engine
 from runtime.sim.errors import RequestError
 from runtime.sim.faults import FaultInjector
 from runtime.sim.request import SimRequest, Update
-from runtime.sim.sampling import TokenSource
+from runtime.sim.sampling import TokenSource, teacher_forced_logprobs
 
 
 @dataclass
@@ -131,6 +131,28 @@ def logprob_entries(
         tops = source.top_logprobs(position, token, max(1, top))
         rows.append((position, token, [(t.token_id, t.logprob) for t in tops]))
     return rows
+
+
+def input_logprob_entries(
+    req: SimRequest, start: int, top: int
+) -> tuple[list[list[Any]], list[list[list[Any]] | None]]:
+    """SGLang's ``input_token_logprobs`` and ``input_top_logprobs`` from input position ``start``.
+
+    Each token row is ``[logprob, token_id, None]`` (``None`` text: the simulator never decodes
+    logprob tokens); the first row's logprob and top list are None, as SGLang pads them.
+    """
+    rows = teacher_forced_logprobs(req.input_ids, start, req.source.noise, max(1, top))
+    tokens: list[list[Any]] = []
+    tops: list[list[list[Any]] | None] = []
+    for token, row in zip(req.input_ids[start:], rows, strict=True):
+        if row is None:
+            tokens.append([None, token, None])
+            tops.append(None)
+            continue
+        own, candidates = row
+        tokens.append([own, token, None])
+        tops.append([[c.logprob, c.token_id, None] for c in candidates[:top]])
+    return tokens, tops
 
 
 def meta_spec(req: SimRequest) -> dict[str, Any]:

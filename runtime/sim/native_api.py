@@ -19,7 +19,13 @@ from runtime.sim.errors import (
     read_json_object,
     string_list,
 )
-from runtime.sim.generation import RequestRun, ServingContext, logprob_entries, meta_spec
+from runtime.sim.generation import (
+    RequestRun,
+    ServingContext,
+    input_logprob_entries,
+    logprob_entries,
+    meta_spec,
+)
 from runtime.sim.request import GenerationParams, SimRequest
 
 DEFAULT_MAX_NEW_TOKENS = 128
@@ -39,6 +45,8 @@ class NativeRequest:
     top_logprobs_num: int
     rid: str | None
     bootstrap: Bootstrap | None = None
+    # Where input logprobs start; -1 (SGLang's default) means the last prompt token only.
+    logprob_start_len: int = -1
 
 
 async def handle_generate(ctx: ServingContext, request: web.Request) -> web.StreamResponse:
@@ -82,7 +90,24 @@ def parse_generate(ctx: ServingContext, body: dict[str, Any]) -> NativeRequest:
         top_logprobs_num=optional_int(body, "top_logprobs_num", minimum=0) or 0,
         rid=rid if isinstance(rid, str) else None,
         bootstrap=bootstrap_of(body),
+        logprob_start_len=_logprob_start_len(body, prompts),
     )
+
+
+def _logprob_start_len(body: dict[str, Any], prompts: list[list[int]]) -> int:
+    value = optional_int(body, "logprob_start_len")
+    if value is None or value == -1:
+        return -1
+    if value < 0:
+        raise RequestError(f"logprob_start_len must be -1 or at least 0, got {value}.", native=True)
+    shortest = min(len(ids) for ids in prompts)
+    if value >= shortest:
+        raise RequestError(
+            f"logprob_start_len ({value}) is greater than or equal to the input length "
+            f"({shortest}).",
+            native=True,
+        )
+    return value
 
 
 def _prompts(ctx: ServingContext, body: dict[str, Any]) -> tuple[list[list[int]], bool]:
@@ -211,6 +236,9 @@ def _result(
     meta.update(meta_spec(req))
     if parsed.return_logprob:
         meta.update(_logprobs(req, start, ids, parsed))
+        # Input logprobs are about the prompt: sent with the first chunk (or every cumulative one).
+        if start == 0:
+            meta.update(_input_logprobs(req, parsed))
     text = _text_of(ctx, req, ids, final)
     return {"text": text, "output_ids": list(ids), "meta_info": meta}
 
@@ -226,4 +254,16 @@ def _logprobs(req: SimRequest, start: int, ids: list[int], parsed: NativeRequest
         ]
         if parsed.top_logprobs_num
         else [],
+    }
+
+
+def _input_logprobs(req: SimRequest, parsed: NativeRequest) -> dict[str, Any]:
+    """Teacher-forced logprobs of the prompt from ``logprob_start_len`` (SGLang's shape)."""
+    start = parsed.logprob_start_len
+    if start == -1:
+        start = len(req.input_ids) - 1
+    tokens, tops = input_logprob_entries(req, start, parsed.top_logprobs_num)
+    return {
+        "input_token_logprobs": tokens,
+        "input_top_logprobs": tops if parsed.top_logprobs_num else [],
     }

@@ -80,3 +80,68 @@ def _alternatives(rng: random.Random, chosen: int) -> list[int]:
         if candidate not in ids:
             ids.append(candidate)
     return ids
+
+
+# Teacher-forced scoring. SGLang's ``input_top_logprobs`` describe the model's next-token
+# distribution after each prefix of the input, so the simulator derives them from a rolling hash of
+# the token context alone (no sampling seed, no request key): the same ids score the same on every
+# engine, and two unquantized engines agree exactly. A quantized engine shifts every logit by the
+# same deterministic unit draws scaled by its noise, so the distance to the unquantized
+# distribution grows monotonically with the configuration's noise.
+_CONTEXT_SEED = 0x9E3779B97F4A7C15
+_MASK64 = (1 << 64) - 1
+TAIL_TOKENS = 1000  # a token outside the top candidates shares the tail mass with this many others
+
+
+def _mix(state: int, token: int) -> int:
+    """One step of a splitmix64-style rolling hash over token ids."""
+    z = (state ^ (token + 0x632BE59BD9B4E019)) * 0xBF58476D1CE4E5B9 & _MASK64
+    z = (z ^ (z >> 31)) * 0x94D049BB133111EB & _MASK64
+    return z ^ (z >> 29)
+
+
+def context_hashes(input_ids: list[int]) -> list[int]:
+    """``hashes[i]`` identifies the prefix ``input_ids[:i]`` (so there are ``len + 1`` of them)."""
+    hashes = [_CONTEXT_SEED]
+    for token in input_ids:
+        hashes.append(_mix(hashes[-1], token))
+    return hashes
+
+
+def context_distribution(context: int, noise: float) -> tuple[list[TokenLogprob], float]:
+    """The top candidates after a context (most likely first) and the log of the tail mass."""
+    rng = random.Random(context)
+    logits = [0.0]
+    for _ in range(TOP_CANDIDATES - 1):
+        logits.append(logits[-1] - rng.uniform(0.2, 2.0))
+    rest = logits[-1] - 1.0
+    ids = _alternatives(rng, output_word_id(rng.randrange(output_word_count())))
+    if noise:
+        # Unit draws from the context only, scaled by the noise: FP8 and FP4 move the same
+        # logits in the same direction, FP4 further.
+        drift = random.Random(context ^ 0xD81F7)
+        logits = [x + noise * drift.gauss(0.0, 1.0) for x in logits]
+        rest += noise * drift.gauss(0.0, 1.0)
+    norm = math.log(sum(math.exp(x) for x in [*logits, rest]))
+    ranked = sorted(zip(ids, logits, strict=True), key=lambda pair: -pair[1])
+    return [TokenLogprob(i, lg - norm) for i, lg in ranked], rest - norm
+
+
+def teacher_forced_logprobs(
+    input_ids: list[int], start: int, noise: float, top: int
+) -> list[tuple[float, list[TokenLogprob]] | None]:
+    """Per input position from ``start``: (logprob of that token, top ``top``), None for the first.
+
+    Mirrors SGLang: the entry at ``start`` has no logprob (SGLang always pads it with None) and
+    entry ``i`` is the distribution after ``input_ids[:i]``.
+    """
+    hashes = context_hashes(input_ids[:-1])
+    rows: list[tuple[float, list[TokenLogprob]] | None] = [None]
+    for position in range(start + 1, len(input_ids)):
+        candidates, tail = context_distribution(hashes[position], noise)
+        token = input_ids[position]
+        own = next((c.logprob for c in candidates if c.token_id == token), None)
+        if own is None:
+            own = tail - math.log(TAIL_TOKENS)
+        rows.append((own, candidates[:top]))
+    return rows

@@ -1,8 +1,11 @@
-"""Command line: `python -m runtime validate|plan|estimate SPEC.yaml`.
+"""Command line: `python -m runtime validate|plan|estimate SPEC.yaml`, `python -m runtime optimize`.
 
 `validate` prints every issue and exits 1 when any is an error; `plan` prints the argv of each role
 (refusing specs with errors); `estimate` prints the memory and cost figures. `--json` prints
-machine-readable output instead.
+machine-readable output instead. `optimize MODEL --rate N ...` prints the cheapest configuration
+meeting the SLOs, the waterfall of what each optimization contributes and the Pareto front.
+`quality --baseline URL --candidate URL` runs the KL quality gate between two live engines or
+routers (``runtime.quality_run``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import yaml
 from runtime.catalog.flags import split_argv
 from runtime.issues import Issue
 from runtime.launch import LaunchPlan, RolePlan, plan
+from runtime.quality_run import main as run_quality_gate
 from runtime.validate import Estimate, check, estimate, has_errors
 
 
@@ -108,9 +112,98 @@ def run(command: str, path: Path, *, as_json: bool) -> int:
     return 0
 
 
+def _optimize_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m runtime optimize",
+        description="the cheapest configuration serving a traffic profile within its SLOs",
+    )
+    parser.add_argument("model", help="catalogue id or Hugging Face repo")
+    parser.add_argument("--gpu", action="append", default=[], help="candidate GPU (repeat)")
+    load = parser.add_mutually_exclusive_group()
+    load.add_argument("--rate", type=float, help="arrival rate, requests/s (default 1)")
+    load.add_argument("--concurrency", type=int, help="users in flight")
+    parser.add_argument("--input-tokens", type=int, default=1024)
+    parser.add_argument("--output-tokens", type=int, default=256)
+    parser.add_argument("--prefix-share", type=float, default=0.0)
+    parser.add_argument("--turns", type=int, default=1)
+    parser.add_argument("--ttft", type=float, default=1.0, help="TTFT p90 target, seconds")
+    parser.add_argument("--itl", type=float, default=0.05, help="ITL p90 target, seconds")
+    parser.add_argument("--e2e", type=float, default=None, help="end-to-end p90 target, s")
+    parser.add_argument("--max-cost", type=float, default=None, help="USD per hour")
+    parser.add_argument("--max-gpus", type=int, default=None)
+    parser.add_argument("--top", type=int, default=5, help="Pareto rows to print")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def run_optimize(argv: list[str]) -> int:
+    from runtime.optimize import (
+        Limits,
+        OptimizeError,
+        OptimizeRequest,
+        Slo,
+        Traffic,
+        optimize,
+        result_dict,
+    )
+
+    args = _optimize_parser().parse_args(argv)
+    rate = args.rate if args.rate is not None or args.concurrency else 1.0
+    request = OptimizeRequest(
+        model=args.model,
+        gpus=tuple(args.gpu),
+        traffic=Traffic(
+            input_tokens=args.input_tokens,
+            output_tokens=args.output_tokens,
+            rate_rps=rate,
+            concurrency=args.concurrency,
+            prefix_share=args.prefix_share,
+            turns=args.turns,
+        ),
+        slo=Slo(ttft_p90_s=args.ttft, itl_p90_s=args.itl, e2e_p90_s=args.e2e),
+        limits=Limits(max_cost_per_hour=args.max_cost, max_gpus=args.max_gpus),
+    )
+    try:
+        result = optimize(request)
+    except OptimizeError as exc:
+        print(f"optimize: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result_dict(result), indent=2))
+        return 0 if result.best else 1
+    print(f"load {result.rate_rps:.2f} req/s; {result.evaluated} configurations evaluated")
+    for note in result.notes:
+        print(f"note: {note}")
+    if result.best is not None:
+        print(f"\ncheapest meeting the SLOs: {result.best.label}")
+        for reason in result.best.reasons:
+            print(f"  - {reason}")
+        print("  spec:\n    " + yaml.safe_dump(
+            result.best.spec.model_dump(mode="json", exclude_defaults=True), sort_keys=False
+        ).rstrip().replace("\n", "\n    "))  # fmt: skip
+    print("\nwaterfall:")
+    for step in result.waterfall:
+        pick = step.candidate
+        figure = f"${pick.prediction.cost_per_hour:.2f}/hour  {pick.label}" if pick else "none"
+        print(f"  {step.step:15} {figure}")
+    print("\nPareto front (cost, capacity, TTFT p90, ITL p90):")
+    for cand in result.pareto[: args.top]:
+        p = cand.prediction
+        print(
+            f"  ${p.cost_per_hour:8.2f}/h  {p.capacity_rps:8.2f} req/s  "
+            f"{p.ttft_p90_s * 1000:7.0f} ms  {p.itl_p90_s * 1000:6.1f} ms  {cand.label}"
+        )
+    return 0 if result.best else 1
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["optimize"]:
+        return run_optimize(argv[1:])
+    if argv[:1] == ["quality"]:
+        return run_quality_gate(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m runtime", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["validate", "plan", "estimate"])
+    parser.add_argument("command", choices=["validate", "plan", "estimate", "optimize"])
     parser.add_argument("spec", type=Path, help="a RuntimeSpec as YAML or JSON")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Catalogues (GPU types, known models) and the dry-run check of settings."""
+"""Catalogues (GPU types, known models), the dry-run check of settings and the optimizer."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from django.http import HttpRequest
 from ninja import Router, Schema
 from pydantic import Field, StrictStr
 
+from controlplane.services import ServiceError
 from deployments import diff, queries
 from deployments.api.auth import actor_of
 from deployments.api.revisions import FieldChangeOut
@@ -18,7 +19,9 @@ from deployments.fields import initial_replicas
 from deployments.models import ClusterKind
 from deployments.specs import issue_dict
 from runtime.catalog import GpuType, ModelArch, list_gpus, list_models
-from runtime.spec import RuntimeSpec
+from runtime.optimize import Limits, OptimizeError, OptimizeRequest, Slo, Traffic, result_dict
+from runtime.optimize import optimize as run_optimizer
+from runtime.spec import Architecture, RuntimeSpec
 from runtime.validate import Estimate, check, estimate, has_errors
 
 router = Router(tags=["catalogue"])
@@ -103,3 +106,117 @@ def _estimate(spec: RuntimeSpec) -> Estimate | None:
         # for some exotic spec must not turn the whole check into a 500. Logged for fixing.
         logger.exception("estimate failed for a spec that passed validation")
         return None
+
+
+# ---- the optimizer: a dry run like /validate; it creates nothing, so any member may run it ----
+class TrafficIn(StrictIn):
+    input_tokens: int = Field(default=1024, ge=1, le=1_000_000, strict=True)
+    output_tokens: int = Field(default=256, ge=1, le=1_000_000, strict=True)
+    rate_rps: float | None = Field(default=None, gt=0, le=100_000, description="requests/s")
+    concurrency: int | None = Field(default=None, ge=1, le=1_000_000, strict=True)
+    prefix_share: float = Field(default=0.0, ge=0, lt=1, description="shared prompt prefix")
+    turns: int = Field(default=1, ge=1, le=100, strict=True, description="multi-turn depth")
+
+
+class SloIn(StrictIn):
+    ttft_p90_s: float = Field(default=1.0, gt=0, le=600)
+    itl_p90_s: float = Field(default=0.05, gt=0, le=60)
+    e2e_p90_s: float | None = Field(default=None, gt=0, le=3600)
+
+
+class LimitsIn(StrictIn):
+    max_cost_per_hour: float | None = Field(default=None, gt=0)
+    max_gpus: int | None = Field(default=None, ge=1, le=4096, strict=True)
+
+
+class OptimizeIn(StrictIn):
+    model: StrictStr = Field(min_length=1, max_length=200, description="catalogue id or HF repo")
+    architecture: Architecture | None = Field(
+        default=None, description="a model the catalogue does not know (its config.json numbers)"
+    )
+    gpus: list[StrictStr] = Field(
+        default_factory=list, max_length=16, description="candidate GPU types; empty: all"
+    )
+    traffic: TrafficIn = TrafficIn()
+    slo: SloIn = SloIn()
+    limits: LimitsIn = LimitsIn()
+    cluster_id: StrictStr | None = Field(
+        default=None,
+        max_length=100,
+        description="search this cluster's observed GPU types (unless `gpus` names some), each "
+        "within the GPUs it had free when last observed",
+    )
+
+
+class PredictedOut(Schema):
+    rate_rps: float
+    capacity_rps: float = Field(description="the most requests/s it carries within the SLOs")
+    output_tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    ttft_p90_s: float
+    itl_p90_s: float
+    e2e_p90_s: float
+    gpus: int
+    cost_per_hour: float
+    meets_slo: bool
+
+
+class CandidateOut(Schema):
+    label: str
+    spec: dict[str, Any] = Field(description="a RuntimeSpec that passes /validate")
+    predicted: PredictedOut
+    features: list[str] = Field(description="the optimizations it uses")
+    reasons: list[str]
+    warnings: list[IssueOut]
+
+
+class WaterfallOut(Schema):
+    step: str = Field(description="baseline, then each optimization added")
+    candidate: CandidateOut | None
+
+
+class OptimizeOut(Schema):
+    rate_rps: float
+    evaluated: int
+    best: CandidateOut | None = Field(description="the cheapest meeting the SLOs and limits")
+    ranked: list[CandidateOut]
+    pareto: list[CandidateOut]
+    waterfall: list[WaterfallOut]
+    notes: list[str]
+
+
+@router.post("/optimize", response=OptimizeOut, summary="Recommend settings for a traffic profile")
+def optimize_settings(request: HttpRequest, payload: OptimizeIn) -> dict[str, Any]:
+    """Ranked configurations with their predicted TTFT, ITL, throughput and cost, and reasons."""
+    if payload.traffic.rate_rps is not None and payload.traffic.concurrency is not None:
+        raise ServiceError("give rate_rps or concurrency, not both", field="traffic")
+    traffic = Traffic(**payload.traffic.model_dump())
+    if traffic.rate_rps is None and traffic.concurrency is None:
+        traffic = Traffic(**{**payload.traffic.model_dump(), "rate_rps": 1.0})
+    free: dict[str, int] = {}
+    if payload.cluster_id is not None:
+        cluster = queries.get_cluster(actor_of(request), payload.cluster_id)
+        free = _free_gpus(cluster.gpu_inventory)
+    query = OptimizeRequest(
+        model=payload.model,
+        architecture=payload.architecture,
+        gpus=tuple(payload.gpus),
+        gpu_counts=free,
+        traffic=traffic,
+        slo=Slo(**payload.slo.model_dump()),
+        limits=Limits(**payload.limits.model_dump()),
+    )
+    try:
+        result = run_optimizer(query)
+    except OptimizeError as exc:
+        field = "gpus" if "GPU" in str(exc) else "model"
+        raise ServiceError(str(exc), field=field) from exc
+    return result_dict(result)
+
+
+def _free_gpus(inventory: dict[str, Any] | None) -> dict[str, int]:
+    """Free GPUs per type from a cluster's last observation; empty when never observed."""
+    if not inventory or inventory.get("error"):
+        return {}
+    summary = inventory.get("gpus") or {}
+    return {gpu: int(row.get("free", 0)) for gpu, row in summary.items()}

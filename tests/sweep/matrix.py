@@ -127,6 +127,10 @@ EXPECTED: dict[tuple[str, str], tuple[Variant, ...]] = {
     ("GET", "/api/v1/gpus"): (V(R.VIEWER, Scope.PUBLIC),),
     ("GET", "/api/v1/models"): (V(R.VIEWER, Scope.PUBLIC),),
     ("POST", "/api/v1/validate"): (V(R.VIEWER, Scope.PUBLIC, body=lambda w: {"spec": SPEC}),),
+    # The optimizer changes nothing (a dry run, like /validate): any member may ask it.
+    ("POST", "/api/v1/optimize"): (
+        V(R.VIEWER, Scope.PUBLIC, body=lambda w: {"model": "llama-3.1-8b", "gpus": ["H100-SXM"]}),
+    ),
     # --- keys ---
     ("GET", "/api/v1/api-keys"): (V(R.VIEWER, Scope.COLLECTION),),
     ("POST", "/api/v1/api-keys"): (

@@ -1,0 +1,779 @@
+"""The optimizer: which RuntimeSpec serves a traffic profile cheapest within its SLOs.
+
+One physics: every step time comes from ``runtime.perf`` (the simulator's model), every memory
+figure from ``runtime.memory`` (the validator's), and every returned candidate is a RuntimeSpec
+that ``runtime.validate`` passes without errors.
+
+The search is analytic, not simulated. For each *engine shape* (GPU x TP x weight quantization x
+KV-cache dtype x speculator) it finds, by bisection on the arrival rate, the most requests per
+second one replica carries within the SLOs (its *capacity*): decode runs at the concurrency
+Little's law gives, prefill steals engine time in an aggregated engine (and its chunks lengthen
+the inter-token gaps they ride along), and queueing in front of prefill follows an M/D/1 wait.
+Replicas then follow from the load, so replica counts are never enumerated. Disaggregated
+layouts combine a prefill-only shape with a decode-only shape of the same GPU and formats, each
+side's capacity computed once, so P/D adds no product of searches. Pruning: a shape whose weights
+do not fit, or whose spec fails validation, is dropped before any rate is tried; a TP wider than
+the GPUs of one node or than the KV heads' divisors is never built.
+
+What the model leaves out (documented, not hidden): prefix-cache hits follow the traffic's
+shared-prefix share and multi-turn depth, not a simulated radix tree; round-robin routing keeps
+the shared prefix (every replica caches it) but loses multi-turn history; the KV transfer of a
+disaggregated request is priced at a fixed RDMA bandwidth. ``bench/optimizer.py`` (not written
+yet) is where this model is held against AIConfigurator.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from runtime.catalog import GpuType, ModelArch, get_gpu, get_model, list_gpus, list_models
+from runtime.issues import Issue
+from runtime.memory import KV_DTYPE_BYTES, default_chunked_prefill, memory_fit, model_weight_bytes
+from runtime.perf.hardware import GpuShape, ModelShape, _gpu_shape, _model_shape, lookup_model
+from runtime.perf.spec import SpecConfig, resolve_spec
+from runtime.perf.step import EngineShape, StepModel, StepWork
+from runtime.spec import Architecture, ModelSettings, RuntimeSpec
+from runtime.topology import engine_groups
+from runtime.validate import has_errors, validate
+
+# The optimizations the waterfall adds one at a time, in its order.
+Feature = Literal["quantization", "speculator", "disaggregation", "cache_aware"]
+WATERFALL: tuple[Feature, ...] = ("quantization", "speculator", "disaggregation", "cache_aware")
+
+P90_EXP = math.log(10)  # p90 of an exponential wait, in means
+RDMA_BYTES_PER_S = 25e9  # one 200 Gb/s NIC: what a P/D KV transfer is priced at
+MAX_PREFILL_UTIL = 0.9  # a queue run hotter than this has no stable p90
+MAX_RATE_PER_REPLICA = 1e4
+FRONT_LIMIT = 24
+
+
+class OptimizeError(ValueError):
+    """The request names no model the optimizer can size, or no usable GPU."""
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What the endpoint will be asked to serve."""
+
+    input_tokens: int = 1024  # mean prompt length, the whole conversation so far included
+    output_tokens: int = 256
+    rate_rps: float | None = None  # arrival rate; or
+    concurrency: int | None = None  # users each waiting for their answer before the next
+    prefix_share: float = 0.0  # share of each prompt that is a prefix shared by all requests
+    turns: int = 1  # multi-turn depth: earlier turns are this prompt's cacheable history
+
+    def arrival_rate(self, slo: Slo) -> float:
+        """Requests per second. `concurrency` users served at the targets send C / e2e."""
+        if self.rate_rps is not None:
+            return self.rate_rps
+        users = self.concurrency or 1
+        return users / (slo.ttft_p90_s + self.output_tokens * slo.itl_p90_s)
+
+    def cached_share(self, cache_aware: bool) -> float:
+        """Share of the prompt found in the prefix cache (history only where routing keeps it)."""
+        history = (1 - self.prefix_share) * (self.turns - 1) / self.turns if cache_aware else 0.0
+        return min(0.98, self.prefix_share + history)
+
+
+@dataclass(frozen=True)
+class Slo:
+    ttft_p90_s: float = 1.0
+    itl_p90_s: float = 0.05
+    e2e_p90_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_cost_per_hour: float | None = None
+    max_gpus: int | None = None
+
+
+@dataclass(frozen=True)
+class OptimizeRequest:
+    model: str  # catalogue id / HF repo, or the source of `architecture`
+    traffic: Traffic = Traffic()
+    slo: Slo = Slo()
+    limits: Limits = Limits()
+    architecture: Architecture | None = None  # a model the catalogue does not know
+    gpus: tuple[str, ...] = ()  # candidate GPU types; empty: the whole catalogue
+    gpu_counts: dict[str, int] = field(default_factory=dict)  # free GPUs per type, if known
+    features: frozenset[Feature] = frozenset(WATERFALL)  # optimizations allowed at all
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The model's figures for one candidate at the requested load."""
+
+    rate_rps: float
+    output_tokens_per_s: float
+    capacity_rps: float  # the most requests/s the candidate carries within its SLOs
+    ttft_p90_s: float
+    itl_p90_s: float
+    e2e_p90_s: float
+    gpus: int
+    cost_per_hour: float
+    meets_slo: bool
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.output_tokens_per_s / max(1, self.gpus)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    spec: RuntimeSpec
+    prediction: Prediction
+    features: frozenset[Feature]
+    reasons: tuple[str, ...]
+    warnings: tuple[Issue, ...] = ()
+
+    @property
+    def label(self) -> str:
+        s = self.spec
+        parts = [s.hardware.gpu, f"TP{s.parallelism.tp}"]
+        if s.quantization.method:
+            parts.append(s.quantization.method)
+        if s.quantization.kv_cache_dtype != "auto":
+            parts.append(f"KV {s.quantization.kv_cache_dtype}")
+        if s.speculator.enabled:
+            parts.append(s.speculator.algorithm)
+        d = s.disaggregation
+        if d.enabled:
+            parts.append(
+                f"P/D {d.prefill.replicas}xTP{d.prefill.tp}:{d.decode.replicas}xTP{d.decode.tp}"
+            )
+        else:
+            parts.append(f"x{s.autoscaling.max_replicas}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class WaterfallStep:
+    step: str  # "baseline" or the feature added
+    candidate: Candidate | None  # None: nothing meets the SLOs with these features
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    rate_rps: float
+    best: Candidate | None  # the cheapest candidate meeting the SLOs and limits
+    ranked: tuple[Candidate, ...]  # meeting ones by cost, then the closest misses
+    pareto: tuple[Candidate, ...]
+    waterfall: tuple[WaterfallStep, ...]
+    evaluated: int  # layouts (within the limits) whose figures were predicted
+    notes: tuple[str, ...] = ()
+
+
+# ---- engine shapes -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Knobs:
+    """One engine's formats and parallelism: what its spec says."""
+
+    gpu: GpuType
+    tp: int
+    quantization: str | None
+    kv_dtype: str
+    speculator: str  # "none", "NGRAM", "EAGLE", "EAGLE3", "MTP"
+    draft: str | None
+
+
+@dataclass(frozen=True)
+class _Shape(_Knobs):
+    """Knobs that fit and validate, with everything the rate search needs."""
+
+    step: StepModel
+    spec: SpecConfig | None
+    kv_tokens: int  # tokens one replica's KV pool holds
+    kv_bytes_per_token: float  # whole model, for the P/D transfer
+
+    @property
+    def features(self) -> frozenset[Feature]:
+        used: set[Feature] = set()
+        if self.quantization or self.kv_dtype != "auto":
+            used.add("quantization")
+        if self.speculator != "none":
+            used.add("speculator")
+        return frozenset(used)
+
+
+def _tp_choices(gpu: GpuType, arch: ModelArch) -> list[int]:
+    """Powers of two up to one node that divide the attention heads (SGLang's TP rule)."""
+    out, tp = [], 1
+    while tp <= gpu.gpus_per_node:
+        if arch.num_attention_heads % tp == 0:
+            out.append(tp)
+        tp *= 2
+    return out
+
+
+def _quant_choices(gpu: GpuType, arch: ModelArch, allowed: bool) -> list[str | None]:
+    """As shipped, plus online FP8 where the GPU has FP8 tensor cores and the weights are BF16."""
+    choices: list[str | None] = [None]
+    if allowed and arch.checkpoint_quantization is None and gpu.sm >= 89 and gpu.fp8_tflops:
+        choices.append("fp8")
+    return choices
+
+
+def _kv_choices(gpu: GpuType, allowed: bool) -> list[str]:
+    if not allowed:
+        return ["auto"]
+    choices = ["auto"]
+    if gpu.sm >= 89:
+        choices.append("fp8_e4m3")
+    if gpu.sm >= 100:
+        choices.append("nvfp4")
+    return choices
+
+
+def _spec_choices(arch: ModelArch, allowed: bool) -> list[tuple[str, str | None]]:
+    """(algorithm, draft repo): NGRAM, EAGLE/EAGLE3 with a catalogued head, MTP if shipped."""
+    choices: list[tuple[str, str | None]] = [("none", None)]
+    if not allowed:
+        return choices
+    choices.append(("NGRAM", None))
+    for draft in list_models():
+        if arch.id in draft.draft_for and draft.draft_algorithm in ("EAGLE", "EAGLE3"):
+            choices.append((draft.draft_algorithm, draft.hf_repo))
+    if arch.has_mtp:
+        choices.append(("MTP", None))
+    return choices
+
+
+def _base_spec(request: OptimizeRequest, arch: ModelArch, gpu: GpuType) -> dict[str, Any]:
+    model: dict[str, Any] = {"source": request.model}
+    if request.architecture is not None:
+        model["architecture"] = request.architecture.model_dump(exclude_defaults=True)
+    # The longest request the traffic sends, with headroom: a smaller context leaves KV for
+    # concurrency instead of for one unlikely 128k prompt.
+    longest = 2 * (request.traffic.input_tokens + request.traffic.output_tokens)
+    model["context_length"] = min(arch.max_context, max(4096, 1 << (longest - 1).bit_length()))
+    return {"model": model, "hardware": {"gpu": gpu.id}}
+
+
+def _spec_data(
+    base: dict[str, Any], shape: _Knobs, arch: ModelArch, *, max_running: int | None = None
+) -> dict[str, Any]:
+    data: dict[str, Any] = {**base, "parallelism": {"tp": shape.tp}}
+    if arch.is_moe and shape.tp > 1:
+        data["parallelism"]["ep"] = shape.tp  # experts spread over the TP group
+    data["quantization"] = {"method": shape.quantization, "kv_cache_dtype": shape.kv_dtype}
+    if shape.speculator != "none":
+        data["speculator"] = {"algorithm": shape.speculator, "draft_model": shape.draft}
+    if max_running is not None:
+        data["batching"] = {"max_running_requests": max_running}
+    return data
+
+
+def _shapes(request: OptimizeRequest, arch: ModelArch, gpus: Sequence[GpuType]) -> Iterator[_Shape]:
+    model = _model_shape(arch, request.model)
+    allow = request.features
+    for gpu in gpus:
+        base = _base_spec(request, arch, gpu)
+        gpu_shape = _gpu_shape(gpu)
+        for tp in _tp_choices(gpu, arch):
+            if request.limits.max_gpus is not None and tp > request.limits.max_gpus:
+                continue
+            for quant in _quant_choices(gpu, arch, "quantization" in allow):
+                for kv in _kv_choices(gpu, "quantization" in allow):
+                    for algorithm, draft in _spec_choices(arch, "speculator" in allow):
+                        shape = _shape(request, base, arch, model, gpu, gpu_shape, tp, quant, kv,
+                                       algorithm, draft)  # fmt: skip
+                        if shape is not None:
+                            yield shape
+
+
+def _shape(
+    request: OptimizeRequest,
+    base: dict[str, Any],
+    arch: ModelArch,
+    model: ModelShape,
+    gpu: GpuType,
+    gpu_shape: GpuShape,
+    tp: int,
+    quant: str | None,
+    kv: str,
+    algorithm: str,
+    draft: str | None,
+) -> _Shape | None:
+    """The shape, or None when it does not fit or its spec does not validate."""
+    knobs = _Knobs(gpu, tp, quant, kv, algorithm, draft)
+    spec = RuntimeSpec.model_validate(_spec_data(base, knobs, arch))
+    fit = memory_fit(spec, gpu, arch, engine_groups(spec)[0])
+    if not fit.fits or has_errors(validate(spec)):
+        return None
+    spec_config = None
+    if algorithm != "none":
+        draft_shape = lookup_model(draft) if draft else None
+        name = "NEXTN" if algorithm == "MTP" else algorithm
+        spec_config = resolve_spec(name, model, draft_shape)
+    engine = EngineShape(
+        tp=tp,
+        quantization=quant or arch.checkpoint_quantization,
+        weight_bytes=model_weight_bytes(spec, arch),
+        kv_bytes_per_value=KV_DTYPE_BYTES[kv],
+        spec=spec_config,
+    )
+    return _Shape(
+        gpu=gpu,
+        tp=tp,
+        quantization=quant,
+        kv_dtype=kv,
+        speculator=algorithm,
+        draft=draft,
+        step=StepModel(gpu_shape, model, engine),
+        spec=spec_config,
+        kv_tokens=fit.max_concurrent_tokens,
+        kv_bytes_per_token=arch.kv_bytes_per_token(KV_DTYPE_BYTES[kv]),
+    )
+
+
+# ---- the queueing model ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Load:
+    """One replica (or pool member) at one arrival rate."""
+
+    ttft: float
+    itl: float
+    running: float  # decoding sequences
+    ok: bool
+
+
+class _Engine:
+    """Per-request costs of one shape under one traffic profile."""
+
+    def __init__(self, shape: _Shape, traffic: Traffic, cached: float) -> None:
+        self.shape, self.traffic = shape, traffic
+        step = shape.step
+        prompt = traffic.input_tokens
+        new = max(1, round(prompt * (1 - cached)))
+        self.prefill_s = step.step_seconds(
+            StepWork(prefill_tokens=new, prefill_pairs=new * (prompt - new / 2))
+        )
+        # A chunk that rides along with decode steps lengthens those gaps: the whole prompt, or
+        # SGLang's default chunk of it (sized from GPU memory) when the prompt is longer.
+        chunk = default_chunked_prefill(shape.gpu.memory_gib)
+        self.chunk_s = self.prefill_s
+        if new > chunk:
+            self.chunk_s = step.step_seconds(
+                StepWork(prefill_tokens=chunk, prefill_pairs=chunk * (prompt - new + chunk / 2))
+            )
+        self.context = prompt + traffic.output_tokens / 2
+        spec = shape.spec
+        self.accept = spec.accept_length if spec is not None else 1.0
+        self.verify = spec.shape.draft_tokens if spec is not None else 1
+        self.kv_limit = shape.kv_tokens / (prompt + traffic.output_tokens)
+        self.running_cap = 48 if spec is not None else 1024  # SGLang's default under speculation
+
+    def decode_step(self, running: float) -> float:
+        seqs = max(1, math.ceil(running))
+        work = StepWork(
+            decode_seqs=seqs,
+            decode_tokens=seqs * self.verify,
+            decode_context=int(seqs * self.context),
+        )
+        return self.shape.step.step_seconds(work)
+
+    def load(self, rate: float, slo: Slo, *, prefill: bool, decode: bool) -> _Load:
+        """Figures at `rate` req/s on one engine that prefills, decodes, or both (aggregated)."""
+        busy = rate * self.prefill_s if prefill else 0.0
+        if busy >= MAX_PREFILL_UTIL:
+            return _Load(math.inf, math.inf, 0.0, False)
+        ttft = itl = 0.0
+        running = 0.0
+        if decode:
+            share = 1 - busy  # the engine time decode keeps
+            itl_mean = self.decode_step(1) / self.accept / share
+            for _ in range(6):  # Little's law fixed point: running = rate x output x ITL
+                running = rate * self.traffic.output_tokens * itl_mean
+                itl_mean = self.decode_step(running) / self.accept / share
+            # p90: once prefill keeps the engine busy a tenth of the time, a tenth of the
+            # gaps carry a prompt's chunk.
+            stalled = self.decode_step(running) / self.accept + self.chunk_s
+            itl = max(itl_mean, stalled) if busy > 0.1 else itl_mean
+        if prefill:
+            wait = busy * self.prefill_s / (2 * (1 - busy))  # M/D/1
+            ttft = self.prefill_s + P90_EXP * wait
+            if decode:
+                ttft += self.decode_step(running)  # waits for the step in flight
+        limit = min(self.kv_limit, self.running_cap)
+        ok = ttft <= slo.ttft_p90_s and itl <= slo.itl_p90_s and running <= limit
+        if slo.e2e_p90_s is not None and decode and prefill:
+            ok = ok and ttft + self.traffic.output_tokens * itl <= slo.e2e_p90_s
+        return _Load(ttft, itl, running, ok)
+
+    def capacity(self, slo: Slo, *, prefill: bool, decode: bool) -> float:
+        """The most req/s one engine carries within the SLOs (0 when even one request misses)."""
+        if not self.load(1e-6, slo, prefill=prefill, decode=decode).ok:
+            return 0.0
+        low, high = 1e-6, MAX_RATE_PER_REPLICA
+        if prefill:
+            high = min(high, MAX_PREFILL_UTIL / self.prefill_s)
+        for _ in range(22):
+            mid = math.sqrt(low * high)
+            if self.load(mid, slo, prefill=prefill, decode=decode).ok:
+                low = mid
+            else:
+                high = mid
+            if high / low < 1.01:
+                break
+        return low
+
+
+# ---- the search --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Config:
+    """A layout of shapes with its predicted figures, before it becomes a RuntimeSpec."""
+
+    prefill: _Shape | None  # None: aggregated
+    decode: _Shape  # the aggregated engine, or the decode pool's
+    replicas: int
+    prefill_replicas: int
+    cache_aware: bool
+    prediction: Prediction
+    max_running: int
+    routing_matters: bool = True  # False: no history to keep, every policy predicts the same
+
+    @property
+    def features(self) -> frozenset[Feature]:
+        used = set(self.decode.features)
+        if self.prefill is not None:
+            used |= self.prefill.features | {"disaggregation"}
+        if self.cache_aware and self.routing_matters:
+            used.add("cache_aware")
+        return frozenset(used)
+
+
+def _resolve_model(request: OptimizeRequest) -> ModelArch:
+    try:
+        ModelSettings(source=request.model)
+    except ValidationError as exc:
+        raise OptimizeError(f"{request.model!r} is not a model source a spec accepts") from exc
+    if request.architecture is not None:
+        data = request.architecture.model_dump()
+        data["active_params_b"] = data["active_params_b"] or data["params_b"]
+        return ModelArch(id=request.model, hf_repo=request.model, **data)
+    arch = get_model(request.model)
+    if arch is None:
+        raise OptimizeError(
+            f"model {request.model!r} is not in the catalogue; describe its architecture"
+        )
+    return arch
+
+
+def _resolve_gpus(request: OptimizeRequest) -> list[GpuType]:
+    names = request.gpus or tuple(request.gpu_counts) or tuple(g.id for g in list_gpus())
+    try:
+        return [get_gpu(name) for name in names]
+    except KeyError as exc:
+        raise OptimizeError(str(exc)) from exc
+
+
+def _gpu_budget(request: OptimizeRequest, gpu: GpuType) -> int | None:
+    counts = [request.limits.max_gpus, request.gpu_counts.get(gpu.id)]
+    known = [c for c in counts if c is not None]
+    return min(known) if known else None
+
+
+def _predict(
+    rate: float,
+    request: OptimizeRequest,
+    engines: tuple[_Engine | None, _Engine],
+    capacity: float,
+    replicas: tuple[int, int],
+) -> Prediction:
+    prefill, decode = engines
+    slo = request.slo
+    if prefill is None:
+        load = decode.load(rate / replicas[1], slo, prefill=True, decode=True)
+        ttft, itl = load.ttft, load.itl
+        gpus = replicas[1] * decode.shape.tp
+        price = decode.shape.gpu.price_per_gpu_hour
+    else:
+        side = prefill.load(rate / replicas[0], slo, prefill=True, decode=False)
+        transfer = request.traffic.input_tokens * prefill.shape.kv_bytes_per_token
+        ttft = side.ttft + transfer / RDMA_BYTES_PER_S
+        itl = decode.load(rate / replicas[1], slo, prefill=False, decode=True).itl
+        gpus = replicas[0] * prefill.shape.tp + replicas[1] * decode.shape.tp
+        price = decode.shape.gpu.price_per_gpu_hour
+    e2e = ttft + request.traffic.output_tokens * itl
+    meets = ttft <= slo.ttft_p90_s and itl <= slo.itl_p90_s
+    if slo.e2e_p90_s is not None:
+        meets = meets and e2e <= slo.e2e_p90_s
+    return Prediction(
+        rate_rps=rate,
+        output_tokens_per_s=rate * request.traffic.output_tokens,
+        capacity_rps=capacity,
+        ttft_p90_s=ttft,
+        itl_p90_s=itl,
+        e2e_p90_s=e2e,
+        gpus=gpus,
+        cost_per_hour=round(gpus * price, 4),
+        meets_slo=meets,
+    )
+
+
+def _configs(request: OptimizeRequest, shapes: list[_Shape], rate: float) -> Iterator[_Config]:
+    slo, traffic = request.slo, request.traffic
+    routings = [True, False] if "cache_aware" in request.features else [False]
+    matters = traffic.turns > 1
+    if not matters:
+        routings = routings[:1]  # without history, routing changes no prediction
+    for cache_aware in routings:
+        cached = traffic.cached_share(cache_aware)
+        engines = [_Engine(shape, traffic, cached) for shape in shapes]
+        prefill_caps: dict[int, float] = {}
+        decode_caps: dict[int, float] = {}
+        for i, engine in enumerate(engines):
+            cap = engine.capacity(slo, prefill=True, decode=True)
+            if cap > 0:
+                layout = _layout(request, rate, (None, engine), cap, cache_aware)
+                yield replace(layout, routing_matters=matters)
+            if "disaggregation" in request.features:
+                # Budget the prefill side most of the TTFT: the transfer and decode start share.
+                decode_caps[i] = engine.capacity(slo, prefill=False, decode=True)
+                if engine.shape.speculator == "none":
+                    prefill_caps[i] = engine.capacity(
+                        replace(slo, ttft_p90_s=slo.ttft_p90_s * 0.8), prefill=True, decode=False
+                    )
+        # P/D pairs: same GPU and formats on both sides (KV layouts must match), any TPs.
+        for i, p_cap in prefill_caps.items():
+            if p_cap <= 0:
+                continue
+            ps = engines[i].shape
+            for j, d_cap in decode_caps.items():
+                ds = engines[j].shape
+                same = (ps.gpu.id, ps.quantization, ps.kv_dtype) == (
+                    ds.gpu.id,
+                    ds.quantization,
+                    ds.kv_dtype,
+                )
+                if d_cap > 0 and same:
+                    layout = _pd_layout(
+                        request, rate, (engines[i], engines[j]), (p_cap, d_cap), cache_aware
+                    )
+                    yield replace(layout, routing_matters=matters)
+
+
+def _layout(
+    request: OptimizeRequest,
+    rate: float,
+    engines: tuple[None, _Engine],
+    capacity: float,
+    cache_aware: bool,
+) -> _Config:
+    engine = engines[1]
+    replicas = max(1, math.ceil(rate / capacity))
+    prediction = _predict(rate, request, engines, capacity * replicas, (0, replicas))
+    running = _max_running(engine, rate / replicas)
+    return _Config(None, engine.shape, replicas, 0, cache_aware, prediction, running)
+
+
+def _pd_layout(
+    request: OptimizeRequest,
+    rate: float,
+    engines: tuple[_Engine, _Engine],
+    caps: tuple[float, float],
+    cache_aware: bool,
+) -> _Config:
+    p_reps = max(1, math.ceil(rate / caps[0]))
+    d_reps = max(1, math.ceil(rate / caps[1]))
+    capacity = min(caps[0] * p_reps, caps[1] * d_reps)
+    prediction = _predict(rate, request, engines, capacity, (p_reps, d_reps))
+    running = _max_running(engines[1], rate / d_reps)
+    return _Config(engines[0].shape, engines[1].shape, d_reps, p_reps, cache_aware, prediction,
+                   running)  # fmt: skip
+
+
+def _max_running(engine: _Engine, rate: float) -> int:
+    """A running-request cap with headroom over the predicted concurrency (bursts queue)."""
+    load = engine.load(rate, Slo(math.inf, math.inf), prefill=False, decode=True)
+    want = max(8, math.ceil(2 * load.running))
+    return int(min(want, engine.running_cap, max(1, int(engine.kv_limit))))
+
+
+def _within_limits(request: OptimizeRequest, config: _Config) -> bool:
+    p = config.prediction
+    cap = request.limits.max_cost_per_hour
+    budget = _gpu_budget(request, config.decode.gpu)
+    return (cap is None or p.cost_per_hour <= cap) and (budget is None or p.gpus <= budget)
+
+
+def _to_spec(request: OptimizeRequest, arch: ModelArch, config: _Config) -> RuntimeSpec:
+    base = _base_spec(request, arch, config.decode.gpu)
+    data = _spec_data(base, config.decode, arch, max_running=config.max_running)
+    if config.prefill is not None:
+        data["disaggregation"] = {
+            "enabled": True,
+            "prefill": {"replicas": config.prefill_replicas, "tp": config.prefill.tp},
+            "decode": {"replicas": config.replicas, "tp": config.decode.tp},
+        }
+        data["parallelism"]["tp"] = config.decode.tp
+    else:
+        data["autoscaling"] = {"min_replicas": config.replicas, "max_replicas": config.replicas}
+    data["routing"] = {"policy": "cache_aware" if config.cache_aware else "round_robin"}
+    return RuntimeSpec.model_validate(data)
+
+
+def _reasons(request: OptimizeRequest, config: _Config) -> tuple[str, ...]:
+    p, slo = config.prediction, request.slo
+    out = [
+        f"predicted TTFT p90 {p.ttft_p90_s * 1000:.0f} ms (target {slo.ttft_p90_s * 1000:.0f}),"
+        f" ITL p90 {p.itl_p90_s * 1000:.1f} ms (target {slo.itl_p90_s * 1000:.1f})",
+        f"{p.gpus} x {config.decode.gpu.id} at ${p.cost_per_hour:.2f}/hour carry "
+        f"{p.capacity_rps:.2f} req/s within the SLOs; the load is {p.rate_rps:.2f} req/s",
+    ]
+    d = config.decode
+    if d.quantization:
+        out.append(f"{d.quantization} weights: half the bytes streamed per decode step")
+    if d.kv_dtype != "auto":
+        out.append(f"{d.kv_dtype} KV cache: more concurrent sequences per GPU")
+    if d.spec is not None:
+        out.append(f"{d.speculator} speculation: {d.spec.accept_length:.2f} tokens per verify step")
+    if config.prefill is not None:
+        out.append("prefill/decode split: prompts no longer stall the decode steps")
+    if config.cache_aware and request.traffic.turns > 1:
+        out.append("cache-aware routing keeps each conversation's history on its replica")
+    return tuple(out)
+
+
+def optimize(request: OptimizeRequest) -> OptimizeResult:
+    """Search the configurations of `request`; every candidate returned passes `validate`."""
+    arch = _resolve_model(request)
+    gpus = _resolve_gpus(request)
+    rate = request.traffic.arrival_rate(request.slo)
+    shapes = list(_shapes(request, arch, gpus))
+    configs = [c for c in _configs(request, shapes, rate) if _within_limits(request, c)]
+    notes = []
+    if not shapes:
+        notes.append("no configuration fits the model in GPU memory on the GPUs given")
+    meeting = sorted(
+        (c for c in configs if c.prediction.meets_slo),
+        key=lambda c: (c.prediction.cost_per_hour, -c.prediction.capacity_rps),
+    )
+    cache: dict[int, Candidate | None] = {}
+
+    def candidate(config: _Config) -> Candidate | None:
+        key = id(config)
+        if key not in cache:
+            cache[key] = _candidate(request, arch, config)
+        return cache[key]
+
+    ranked = list(_valid(meeting, candidate, FRONT_LIMIT))
+    best = ranked[0] if ranked else None
+    if best is None:
+        notes.append("nothing meets the SLOs within the limits; relax a target or a limit")
+    front = _pareto(sorted(meeting, key=_front_order))
+    pareto = list(_valid(front, candidate, FRONT_LIMIT))
+    waterfall = []
+    enabled: set[Feature] = set()
+    for step in ("baseline", *WATERFALL):
+        if step != "baseline":
+            enabled.add(step)  # type: ignore[arg-type]
+        subset = [c for c in meeting if c.features <= enabled]
+        pick = next(iter(_valid(subset, candidate, 1)), None)
+        waterfall.append(WaterfallStep(step, pick))
+    return OptimizeResult(
+        rate_rps=rate,
+        best=best,
+        ranked=tuple(ranked),
+        pareto=tuple(pareto),
+        waterfall=tuple(waterfall),
+        evaluated=len(configs),
+        notes=tuple(notes),
+    )
+
+
+def _candidate(request: OptimizeRequest, arch: ModelArch, config: _Config) -> Candidate | None:
+    spec = _to_spec(request, arch, config)
+    issues = validate(spec)
+    if has_errors(issues):
+        return None
+    return Candidate(
+        spec=spec,
+        prediction=config.prediction,
+        features=config.features,
+        reasons=_reasons(request, config),
+        warnings=tuple(issues),
+    )
+
+
+def _valid(configs: Iterable[_Config], build: Any, limit: int) -> Iterator[Candidate]:
+    count = 0
+    for config in configs:
+        if count >= limit:
+            return
+        found = build(config)
+        if found is not None:
+            count += 1
+            yield found
+
+
+def _front_order(config: _Config) -> tuple[float, float, float, float]:
+    p = config.prediction
+    return (p.cost_per_hour, -p.capacity_rps, p.ttft_p90_s, p.itl_p90_s)
+
+
+def _pareto(configs: list[_Config]) -> list[_Config]:
+    """Non-dominated on cost (min), capacity (max), TTFT p90 (min), ITL p90 (min).
+
+    `configs` come in `_front_order`, so whatever dominates a configuration precedes it and one
+    pass against the front found so far suffices.
+    """
+    front: list[_Config] = []
+    for c in configs:
+        p = c.prediction
+        dominated = any(
+            q.prediction.cost_per_hour <= p.cost_per_hour
+            and q.prediction.capacity_rps >= p.capacity_rps
+            and q.prediction.ttft_p90_s <= p.ttft_p90_s
+            and q.prediction.itl_p90_s <= p.itl_p90_s
+            for q in front
+        )
+        if not dominated:
+            front.append(c)
+    return front
+
+
+# ---- plain data for the API and the command line -----------------------------------------------
+def candidate_dict(candidate: Candidate) -> dict[str, Any]:
+    p = candidate.prediction
+    return {
+        "label": candidate.label,
+        "spec": candidate.spec.model_dump(mode="json", exclude_defaults=True),
+        "predicted": {
+            "rate_rps": round(p.rate_rps, 4),
+            "capacity_rps": round(p.capacity_rps, 4),
+            "output_tokens_per_s": round(p.output_tokens_per_s, 1),
+            "tokens_per_s_per_gpu": round(p.tokens_per_s_per_gpu, 1),
+            "ttft_p90_s": round(p.ttft_p90_s, 4),
+            "itl_p90_s": round(p.itl_p90_s, 5),
+            "e2e_p90_s": round(p.e2e_p90_s, 3),
+            "gpus": p.gpus,
+            "cost_per_hour": p.cost_per_hour,
+            "meets_slo": p.meets_slo,
+        },
+        "features": sorted(candidate.features),
+        "reasons": list(candidate.reasons),
+        "warnings": [issue.as_dict() for issue in candidate.warnings],
+    }
+
+
+def result_dict(result: OptimizeResult) -> dict[str, Any]:
+    """The whole answer as JSON-ready data (the REST response and `--json`)."""
+    return {
+        "rate_rps": round(result.rate_rps, 4),
+        "evaluated": result.evaluated,
+        "best": candidate_dict(result.best) if result.best else None,
+        "ranked": [candidate_dict(c) for c in result.ranked],
+        "pareto": [candidate_dict(c) for c in result.pareto],
+        "waterfall": [
+            {"step": w.step, "candidate": candidate_dict(w.candidate) if w.candidate else None}
+            for w in result.waterfall
+        ],
+        "notes": list(result.notes),
+    }

@@ -1,0 +1,65 @@
+"""POST /api/v1/optimize: ranked candidates with predicted figures and reasons, for any member."""
+
+from __future__ import annotations
+
+from deployments.models import Cluster
+from tests.api.conftest import Clients, error_of, fields_of
+from tests.conftest import Cast
+
+
+def test_optimize_ranks_valid_candidates_with_reasons(api: Clients) -> None:
+    body = {
+        "model": "meta-llama/Llama-3.1-8B-Instruct",
+        "gpus": ["H100-SXM", "L40S"],
+        "traffic": {"input_tokens": 2000, "output_tokens": 200, "rate_rps": 6, "turns": 2},
+        "slo": {"ttft_p90_s": 1.0, "itl_p90_s": 0.04},
+    }
+    response = api.carol.post("optimize", body)
+    assert response.status_code == 200, response.content
+    data = response.json()
+    best = data["best"]
+    assert best is not None and best["predicted"]["meets_slo"] is True
+    assert best["predicted"]["itl_p90_s"] <= 0.04 and best["reasons"]
+    assert data["ranked"][0]["label"] == best["label"]
+    costs = [c["predicted"]["cost_per_hour"] for c in data["ranked"]]
+    assert costs == sorted(costs)
+    assert data["waterfall"][0]["step"] == "baseline"
+    # The recommendation is one click from deployed: /validate accepts it as it stands.
+    check = api.carol.post("validate", {"spec": best["spec"]}).json()
+    assert check["valid"] is True, check["issues"]
+
+
+def test_optimize_refuses_bad_input_by_field(api: Clients) -> None:
+    unknown = api.carol.post("optimize", {"model": "acme/unknown-model"})
+    assert error_of(unknown)["fields"][0]["field"] == "model"
+    bad_gpu = api.carol.post("optimize", {"model": "llama-3.1-8b", "gpus": ["TPU-v9"]})
+    assert error_of(bad_gpu)["fields"][0]["field"] == "gpus"
+    both = {"model": "llama-3.1-8b", "traffic": {"rate_rps": 1, "concurrency": 4}}
+    assert fields_of(api.carol.post("optimize", both)) == ["traffic"]
+    assert fields_of(api.carol.post("optimize", {"model": "llama-3.1-8b", "x": 1})) == ["x"]
+    assert api.anonymous.post("optimize", {"model": "llama-3.1-8b"}).status_code == 401
+
+
+def test_optimize_within_a_clusters_free_gpus(api: Clients, cast: Cast) -> None:
+    """With `cluster_id`, only the GPU types the cluster has, and no more of them than are free."""
+    cluster = Cluster.objects.create(
+        organization=cast.acme,
+        name="gpus",
+        kind="kubernetes",
+        namespace="team-a",
+        gpu_inventory={"nodes": [], "gpus": {"H200": {"nodes": 1, "gpus": 8, "free": 2}},
+                       "error": ""},
+    )  # fmt: skip
+    body = {
+        "model": "llama-3.1-8b",
+        "cluster_id": str(cluster.pk),
+        "traffic": {"rate_rps": 40},
+        "slo": {"ttft_p90_s": 1.0, "itl_p90_s": 0.05},
+    }
+    data = api.carol.post("optimize", body).json()
+    assert data["ranked"], data["notes"]
+    for candidate in data["ranked"]:
+        assert candidate["spec"]["hardware"]["gpu"] == "H200"
+        assert candidate["predicted"]["gpus"] <= 2
+    other = api.bob.post("optimize", body)  # another organization's cluster: not found
+    assert other.status_code == 404

@@ -1,8 +1,13 @@
-"""Server-rendered SVG line charts for the console (no chart library, nothing external).
+"""The console's time-series charts: a JSON payload for the browser and an SVG fallback.
 
-A chart is a few polylines over a time axis; the template inlines the markup. The x axis is
-time, over the chart's window when it has one (a lone sample sits at its moment, not at the
-left edge) and missing values (None) break the line rather than dropping to zero.
+In the browser, static/js/charts.js draws each chart with the vendored uPlot (time axis, hover
+values, zoom by dragging a range, units) from :attr:`Chart.payload`, which the template puts in
+a ``data-chart`` attribute as JSON: data, never executed, so the strict CSP allows it, and unlike
+a ``json_script`` element it survives htmx's swaps (htmx drops every <script> it swaps in, as
+configured for the CSP). Without script the
+server-rendered SVG below stays: a few polylines over a time axis that the template inlines.
+The x axis is time, over the chart's window when it has one (a lone sample sits at its moment,
+not at the left edge) and missing values (None) break the line rather than dropping to zero.
 
 The SVG stretches to its card (``preserveAspectRatio="none"``), so every mark drawn in it must
 not depend on the aspect ratio: strokes do not scale (``vector-effect``), a lone point is a
@@ -12,15 +17,20 @@ over the plot rather than SVG text, which would be stretched with it.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 WIDTH, HEIGHT, PAD = 320, 120, 4
-COLOURS = ("#3355ff", "#15803d", "#b45309", "#9333ea")
+# Distinct on white and for the common colour-vision deficiencies; per-replica charts may need
+# more than four.
+COLOURS = ("#3355ff", "#15803d", "#b45309", "#9333ea", "#0e7490", "#be123c", "#4d7c0f", "#475569")
 # Every mark: strokes keep their on-screen width however far the plot is stretched.
 _MARK = 'fill="none" vector-effect="non-scaling-stroke" stroke-linecap="round"'
 
@@ -54,6 +64,55 @@ class Chart:
     @property
     def svg(self) -> SafeString:
         return render_svg(self)
+
+    @property
+    def dom_id(self) -> str:
+        """The chart's name in the page (unique per title): what a kept zoom is keyed by."""
+        return "chart-" + "".join(c if c.isalnum() else "-" for c in self.title.lower())
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        return chart_payload(self)
+
+    @property
+    def payload_json(self) -> str:
+        """The payload as JSON, for the ``data-chart`` attribute (the template escapes it)."""
+        return json.dumps(self.payload, separators=(",", ":"), allow_nan=False)
+
+
+def _epoch(t: datetime) -> float:
+    return round(t.timestamp(), 3)
+
+
+def chart_payload(chart: Chart) -> dict[str, Any]:
+    """What charts.js draws, in uPlot's column form: times in Unix seconds and one list of
+    values per series (None where there was no value, which uPlot leaves as a gap).
+
+    The window (``start``/``end``) is part of the payload so the time axis spans it however few
+    samples there are: a lone sample sits at its moment, and resetting a zoom returns to the
+    whole window.
+    """
+    times = list(chart.times)
+    start = chart.start or (min(times) if times else None)
+    end = chart.end or (max(times) if times else None)
+    return {
+        "title": chart.title,
+        "unit": chart.unit,
+        "start": None if start is None else _epoch(start),
+        "end": None if end is None else _epoch(end),
+        "times": [_epoch(t) for t in times],
+        "series": [
+            {
+                "label": s.label,
+                "colour": COLOURS[i % len(COLOURS)],
+                # JSON has no NaN or infinity: such a value is a gap, like a missing one.
+                "values": [
+                    None if v is None or not math.isfinite(v) else float(v) for v in s.values
+                ],
+            }
+            for i, s in enumerate(chart.series)
+        ],
+    }
 
 
 def _peak(chart: Chart) -> float:

@@ -365,6 +365,10 @@ class MetricSample(models.Model):
     kv_usage = models.FloatField(null=True, blank=True)
     cache_hit_rate = models.FloatField(null=True, blank=True)
     spec_accept_length = models.FloatField(null=True, blank=True)
+    # Each ready replica's own figures for this interval: a list of {"name", "revision",
+    # "requests_per_s", "tokens_per_s", "running", "kv_usage"}, for the console's per-replica
+    # and per-revision series (the fields above are their sums, or means for KV usage).
+    replicas = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["-ts"]

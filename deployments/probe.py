@@ -62,11 +62,9 @@ def probe(deployment_id: str) -> MetricSample | None:
     deployment = Deployment.objects.filter(pk=deployment_id).first()
     if deployment is None:
         return None
-    replicas = {
-        _series(r): r["url"]
-        for r in deployment.replica_facts or []
-        if r.get("ready") and r.get("url")
-    }
+    ready = [r for r in deployment.replica_facts or [] if r.get("ready") and r.get("url")]
+    replicas = {_series(r): r["url"] for r in ready}
+    facts = {_series(r): r for r in ready}
     now = timezone.now()
     snapshots, queued = _scrape(replicas, engine_api_key(str(deployment.pk)))
     previous: dict[str, Any] = cache.get(_cache_key(deployment_id)) or {}
@@ -84,10 +82,30 @@ def probe(deployment_id: str) -> MetricSample | None:
     interval = merge(s.delta(before.get(u)) for u, s in snapshots.items())
     gauges = merge(snapshots.values())
     seconds = max(0.0, (now - since).total_seconds()) if since else 0.0
+    per_replica = [
+        _replica_figures(facts[u], s.delta(before.get(u)), s, seconds) for u, s in snapshots.items()
+    ]
     return MetricSample.objects.create(
         deployment=deployment, ts=now, interval_s=seconds, replicas_ready=len(snapshots),
-        **_figures(interval, gauges, seconds, queued),
+        replicas=per_replica, **_figures(interval, gauges, seconds, queued),
     )  # fmt: skip
+
+
+def _replica_figures(
+    fact: dict[str, Any], interval: MetricsSnapshot, gauges: MetricsSnapshot, seconds: float
+) -> dict[str, Any]:
+    """One replica's share of a sample, named and tagged with the revision it runs, so the
+    console can draw a line per replica and per revision (during a rollout or canary both run)."""
+    requests = interval.counter("sglang:num_requests_total")
+    generated = interval.counter("sglang:generation_tokens_total")
+    return {
+        "name": fact.get("name") or fact.get("url"),
+        "revision": fact.get("revision"),
+        "requests_per_s": requests / seconds if seconds else 0.0,
+        "tokens_per_s": generated / seconds if seconds else 0.0,
+        "running": gauges.gauge("sglang:num_running_reqs") or 0.0,
+        "kv_usage": gauges.gauge_mean("sglang:token_usage"),
+    }
 
 
 def _record_probe(deployment: Deployment, at: datetime) -> None:

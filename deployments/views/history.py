@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -93,19 +94,62 @@ def metric_charts(samples: list[MetricSample], minutes: int) -> list[Chart]:
     def chart(title: str, unit: str, *lines: Series) -> Chart:
         return Chart(title, unit, times, lines, start=start, end=end)
 
+    by_replica, by_revision = _breakdowns(samples)
     return [
-        chart("Requests", "req/s", series("req/s", "requests_per_s")),
-        chart("Tokens", "tok/s", series("tok/s", "tokens_per_s")),
+        chart("Requests", "req/s", series("all", "requests_per_s"), *by_revision("requests_per_s")),
+        chart("Tokens", "tok/s", series("all", "tokens_per_s"), *by_replica("tokens_per_s", 1.0)),
         chart("TTFT", "ms", series("p50", "ttft_p50", 1000), series("p90", "ttft_p90", 1000)),
         chart("ITL", "ms", series("p50", "itl_p50", 1000), series("p90", "itl_p90", 1000)),
         chart(
             "Requests in engine", "count", series("running", "running"), series("queued", "queued")
         ),
-        chart("KV cache usage", "%", series("KV", "kv_usage", 100)),
+        chart("KV cache usage", "%", series("mean", "kv_usage", 100), *by_replica("kv_usage", 100)),
         chart("Prefix cache hit rate", "%", series("hit rate", "cache_hit_rate", 100)),
         chart("Speculator accept length", "tokens", series("accept", "spec_accept_length")),
         chart("Replicas ready", "count", series("ready", "replicas_ready")),
     ]
+
+
+def _breakdowns(
+    samples: list[MetricSample],
+) -> tuple[Callable[[str, float], list[Series]], Callable[[str], list[Series]]]:
+    """Series builders from the samples' per-replica figures: one line per replica, and one per
+    revision (its replicas summed), each only when the window holds more than one, since a lone
+    replica's or revision's line is the total's. A sample where a replica or revision did not
+    run is a gap in its line, not a zero."""
+    names = list(dict.fromkeys(r["name"] for s in samples for r in s.replicas or []))
+    revisions = sorted(
+        {r["revision"] for s in samples for r in s.replicas or [] if r.get("revision") is not None}
+    )
+
+    def by_replica(attr: str, scale: float = 1.0) -> list[Series]:
+        if len(names) < 2:
+            return []
+        lines = []
+        for name in names:
+            values: list[float | None] = []
+            for sample in samples:
+                mine = next((r for r in sample.replicas or [] if r["name"] == name), None)
+                value = None if mine is None else mine.get(attr)
+                values.append(None if value is None else value * scale)
+            lines.append(Series(name, values))
+        return lines
+
+    def by_revision(attr: str) -> list[Series]:
+        if len(revisions) < 2:
+            return []
+        lines = []
+        for number in revisions:
+            values: list[float | None] = []
+            for sample in samples:
+                mine = [
+                    r.get(attr) or 0.0 for r in sample.replicas or [] if r.get("revision") == number
+                ]
+                values.append(sum(mine) if mine else None)
+            lines.append(Series(f"revision {number}", values))
+        return lines
+
+    return by_replica, by_revision
 
 
 @require_GET

@@ -163,7 +163,12 @@ def _sweep_data(cast: Cast) -> str:
         MetricSample.objects.create(
             deployment=endpoint, ts=now - timedelta(seconds=20 * i), requests_per_s=3 + i % 5,
             tokens_per_s=300 + 10 * i, ttft_p50=0.05, ttft_p90=0.09, itl_p50=0.01, itl_p90=0.02,
-            running=4, queued=i % 3, kv_usage=0.4, cache_hit_rate=0.6, replicas_ready=1,
+            running=4, queued=i % 3, kv_usage=0.4, cache_hit_rate=0.6, replicas_ready=2,
+            replicas=[  # a canary: one replica per revision, so the charts draw a line each
+                {"name": f"r{n}-engine-0", "revision": n, "requests_per_s": (3 + i % 5) / 2,
+                 "tokens_per_s": 150 + 5 * i * n, "running": 2, "kv_usage": 0.2 * n}
+                for n in (1, 2)
+            ],
         )  # fmt: skip
     key = platform.create_api_key(actor, name="backend", kind="inference")
     platform.set_secret(actor, name="hf-token", value="hf_secret", description="HF")

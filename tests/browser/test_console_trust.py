@@ -26,7 +26,7 @@ from controlplane.models import ApiKey
 from deployments import services
 from deployments.models import Deployment, MetricSample, UsageRecord
 from tests.browser.conftest import LiveConsole
-from tests.browser.test_console_journey import PAGES, sign_in
+from tests.browser.test_console_journey import PAGES, sign_in, watch_csp
 from tests.conftest import Cast
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -108,15 +108,66 @@ def test_a_lone_sample_is_a_round_dot(desktop: Page, live_console: LiveConsole, 
     page = desktop
     sign_in(page, live_console)
     page.goto(f"{live_console.url}/endpoints/one/metrics/")
-    plot = page.locator(".chart").first
-    expect(plot.locator(".chart-dot")).to_have_count(1)
-    # A zero-length stroke has no layout box: find the dot in the plot's pixels instead.
+    # uPlot's plotting area (the canvas under its overlay): the dot is found in its pixels.
+    plot = page.locator(".chart-live .u-over").first
+    expect(plot).to_be_visible()
     width, height, pixels = decode_png(plot.screenshot(animations="disabled"))
     left, top, right, bottom = bounds(width, height, pixels, is_accent)
     box = (left, top, right, bottom)
     assert right - left > 2 and abs((right - left) - (bottom - top)) <= 1, box
     # Half an hour ago in a one-hour window: the middle of the plot, not its left edge.
     assert 0.4 < (left + right) / 2 / width < 0.6, (left, right, width)
+
+
+def test_a_chart_has_a_time_axis_hover_values_and_zoom(
+    browser: Browser, live_console: LiveConsole, cast: Cast
+) -> None:
+    endpoint = _stopped_endpoint(cast, "hover")
+    now = timezone.now()
+    for minutes, rate in ((40, 1.0), (30, 2.5), (20, 4.0)):
+        MetricSample.objects.create(
+            deployment=endpoint, ts=now - timedelta(minutes=minutes), requests_per_s=rate
+        )
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, timezone_id="UTC")
+    page = context.new_page()
+    refused = watch_csp(page)
+    sign_in(page, live_console)
+    page.goto(f"{live_console.url}/endpoints/hover/metrics/")
+    chart = page.locator("#charts .chart-live").first  # Requests, req/s
+    expect(chart).to_have_attribute("aria-label", re.compile(r"^Requests \(req/s\)"))
+    start, end = float(chart.get_attribute("data-x-min")), float(chart.get_attribute("data-x-max"))
+    assert end - start == pytest.approx(3600, abs=1)  # the time axis spans the whole window
+    legend = chart.locator(".u-legend")
+    expect(legend.locator(".u-series").nth(1)).to_contain_text("4 req/s")  # at rest: the latest
+    over = chart.locator(".u-over")
+    box = over.bounding_box()
+    assert box is not None
+    middle = now - timedelta(minutes=30)
+    x = box["x"] + box["width"] * (middle.timestamp() - start) / (end - start)
+    page.mouse.move(x, box["y"] + box["height"] / 2)
+    expect(legend.locator(".u-series").nth(1)).to_contain_text("2.5 req/s")
+    expect(legend.locator(".u-series").first).to_contain_text(middle.strftime("%Y-%m-%d %H:%M"))
+    # Drag over the last two samples: the x axis narrows to that range; a double-click resets.
+    page.mouse.move(x - 5, box["y"] + 10)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.9, box["y"] + 10, steps=5)
+    page.mouse.up()
+    zoomed_min = str(chart.get_attribute("data-x-min"))
+    zoomed = float(zoomed_min), float(chart.get_attribute("data-x-max"))
+    assert start < zoomed[0] < middle.timestamp() and zoomed[1] < end - 300, (start, zoomed, end)
+    # The live page swaps its charts every 15 s: the new chart is drawn, still zoomed.
+    page.evaluate(
+        "url => htmx.ajax('GET', url, {target: '#charts', swap: 'outerHTML'})",
+        f"{live_console.url}/endpoints/hover/metrics/?window=60",
+    )
+    expect(page.locator("#charts .chart-live")).to_have_count(9)
+    expect(chart).to_have_attribute("data-x-min", zoomed_min)
+    over.dblclick()
+    expect(chart).not_to_have_attribute("data-x-min", zoomed_min)
+    assert float(chart.get_attribute("data-x-min")) == pytest.approx(start, abs=1)
+    assert axe_violations(page) == []
+    assert not refused, f"the Content-Security-Policy blocked {refused}"
+    context.close()
 
 
 def decode_png(data: bytes) -> tuple[int, int, list[bytes]]:

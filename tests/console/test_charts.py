@@ -7,6 +7,7 @@ the class, for any data.
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -71,3 +72,20 @@ def test_every_mark_is_inside_the_plot_and_independent_of_its_shape(
     plotted = sum(1 for c in columns for v in c[:size] if v is not None)
     drawn = plot.count("<polyline") + plot.count('class="chart-dot"')
     assert (drawn > 0) == (plotted > 0)
+
+
+def test_the_payload_carries_the_window_units_and_gaps() -> None:
+    chart = Chart(
+        "TTFT", "ms", [T0 + timedelta(minutes=15), T0 + timedelta(minutes=30)],
+        [Series("p50", [40.0, None]), Series("p90", [90.0, float("nan")])],
+        start=T0, end=T0 + timedelta(hours=1),
+    )  # fmt: skip
+    payload = chart.payload
+    assert payload["unit"] == "ms" and chart.dom_id == "chart-ttft"
+    assert (payload["start"], payload["end"]) == (T0.timestamp(), T0.timestamp() + 3600)
+    assert payload["times"] == [T0.timestamp() + 900, T0.timestamp() + 1800]
+    assert [s["label"] for s in payload["series"]] == ["p50", "p90"]
+    assert payload["series"][0]["values"] == [40.0, None]  # a gap, not a zero
+    assert payload["series"][1]["values"] == [90.0, None]  # JSON has no NaN: a gap too
+    assert json.loads(chart.payload_json) == payload
+    assert len({s["colour"] for s in payload["series"]}) == 2

@@ -3,6 +3,8 @@ secrets, the audit log with filters, usage and clusters."""
 
 from __future__ import annotations
 
+import html
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -172,6 +174,15 @@ def test_usage_sums_per_key_and_endpoint(alice: Client, bob: Client, cast: Cast)
         )  # fmt: skip
     page = alice.get("/usage/").content.decode()
     assert ">6<" in page and ">3000<" in page and "<polyline" in page
+    # The chart's data for the browser: an hourly time axis over the whole day, tokens as units.
+    data = json.loads(
+        html.unescape(
+            page.split('data-chart-id="chart-tokens-per-hour" data-chart="')[1].split('"')[0]
+        )
+    )
+    assert data["unit"] == "tokens" and len(data["times"]) in (24, 25)
+    assert [s["label"] for s in data["series"]] == ["prompt", "completion"]
+    assert sum(data["series"][1]["values"]) == 3000
     assert "up to about 80 seconds after a call" in page  # when to expect a call's usage
     assert "chat" not in bob.get("/usage/").content.decode().split("<main")[1]
 

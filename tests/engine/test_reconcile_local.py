@@ -136,6 +136,11 @@ def test_the_probe_stores_a_sample_of_the_interval(cast: Cast, fast_local: Path)
     assert sample.requests == 3
     assert sample.generation_tokens > 0 and sample.prompt_tokens > 0
     assert sample.ttft_p50 is not None and sample.interval_s > 0
+    # The replica's own figures, named and tagged with its revision (one replica: the whole).
+    [replica] = sample.replicas
+    assert replica["name"] == deployment.replica_facts[0]["name"] and replica["revision"] == 1
+    assert replica["requests_per_s"] == pytest.approx(sample.requests_per_s)
+    assert replica["tokens_per_s"] == pytest.approx(sample.tokens_per_s)
     assert refresh(deployment).last_probe_at == sample.ts
     assert MetricSample.objects.filter(deployment=deployment).count() == 2
     assert probe.purge_old_samples(now=sample.ts + timedelta(days=30)) == 2

@@ -7,8 +7,12 @@ time; faults can be injected per method and path (an HTTP status, or a stall lon
 client's timeout); and pods' container logs are served as the kubelet serves them (``log``
 subresource: container, previous, tailLines, sinceSeconds, sinceTime, timestamps, limitBytes;
 400 for a container waiting to start or a previous run that is not there), from lines a test
-writes (``RunningEmulator.write_log``). It runs in a background thread because
-the driver's code is synchronous.
+writes (``RunningEmulator.write_log``). Lists and watches are served here too, as the API
+server serves them and kmock 0.8 does not: one resourceVersion counter for every change, a list
+reply carries it, equality label selectors and ``=``/``!=`` field selectors filter, a watch
+resumes after ``resourceVersion`` from a bounded history, ends after ``timeoutSeconds``, and
+answers a version older than the history (``compact``) with a 410 ERROR event. It runs in a
+background thread because the driver's code is synchronous.
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
+import json
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -50,6 +55,13 @@ class PlinthKubeEmulator(kmock.KubernetesEmulator):
         # (namespace, pod, container, previous) -> [(time written, line)], oldest first.
         self.pod_logs: dict[tuple[str, str, str, bool], list[tuple[datetime, str]]] = {}
         self._versions = itertools.count(1)
+        self.version = 0  # the last resourceVersion handed out
+        # (resourceVersion, resource, event type, object) of every change, oldest first; the
+        # oldest kept is the first a watch may resume after (``compact`` drops the rest).
+        self.history: list[tuple[int, str, str | None, str, dict[str, Any]]] = []
+        self.oldest = 0
+        self._changed = asyncio.Condition()
+        self.closing = False  # open watches end, so the server can stop
         for kind in KINDS.values():
             group = "" if kind.api_version == "v1" else kind.api_version.rsplit("/", 1)[0]
             version = kind.api_version.rsplit("/", 1)[-1]
@@ -74,7 +86,126 @@ class PlinthKubeEmulator(kmock.KubernetesEmulator):
             return await self._apply(request)
         if request.action == enums.action.FETCH and request.subresource == "log":
             return await self._serve_pod_log(request)
-        return await super()._handle(request)
+        if (
+            request.resource is not None
+            and request.action == enums.action.FETCH
+            and request.name
+            and not request.subresource
+        ):
+            return await self._fetch(request)
+        if request.resource is not None and request.action == enums.action.LIST:
+            return await self._list(request)
+        if request.resource is not None and request.action == enums.action.WATCH:
+            return await self._watch(request)
+        deleting = request.resource is not None and request.action == enums.action.DELETE
+        key = (request.resource, request.namespace, request.name)
+        response = await super()._handle(request)
+        if deleting and request.name:
+            async with self._lock:
+                obj = self._objects[key] if key in self._objects else None  # noqa: SIM401 (no .get)
+                if obj is not None and obj.deleted:
+                    raw = plain(obj.last.raw)
+                    self.record(resource_name(request.resource), "DELETED", raw, request.namespace)
+        return response
+
+    def record(
+        self, resource: str, kind: str, raw: dict[str, Any], namespace: str | None
+    ) -> dict[str, Any]:
+        """Note one change (caller holds the lock): a new resourceVersion on ``raw``, an event
+        for watches. Returns ``raw`` as stamped."""
+        self.version = next(self._versions)
+        raw = copy.deepcopy(raw)
+        raw.setdefault("metadata", {})["resourceVersion"] = str(self.version)
+        self.history.append((self.version, resource, namespace, kind, raw))
+
+        async def wake() -> None:
+            async with self._changed:
+                self._changed.notify_all()
+
+        asyncio.get_running_loop().create_task(wake())
+        return raw
+
+    def compact(self) -> None:
+        """Forget the history, as etcd compaction does: older watches get 410 Gone."""
+        self.history.clear()
+        self.oldest = self.version
+
+    def _matching(
+        self, request: rendering.Request, obj: Mapping[str, Any], namespace: str | None
+    ) -> bool:
+        """``namespace``: where the object is stored (its own metadata may not say)."""
+        meta = obj.get("metadata") or {}
+        if request.namespace is not None and namespace != request.namespace:
+            return False
+        labels = meta.get("labels") or {}
+        for term in filter(None, (request.params.get("labelSelector") or "").split(",")):
+            key, _, value = term.partition("=")
+            if labels.get(key) != value:
+                return False
+        for term in filter(None, (request.params.get("fieldSelector") or "").split(",")):
+            negate = "!=" in term
+            path, _, value = term.partition("!=" if negate else "=")
+            field: Any = obj
+            for part in path.split("."):
+                field = field.get(part) if isinstance(field, Mapping) else None
+            if (str(field or "") == value) == negate:
+                return False
+        return True
+
+    async def _fetch(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        """One object by key (kmock scans every object per GET: 40 ms at 300 objects)."""
+        key = (request.resource, request.namespace, request.name)
+        async with self._lock:
+            found = key in self._objects and not self._objects[key].deleted
+            raw = plain(self._objects[key].raw) if found else None
+        if raw is None:
+            raise kmock.KubernetesObjectNotFoundError()
+        return aiohttp.web.json_response(raw)
+
+    async def _list(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        if request.resource not in list(self.resources):
+            raise kmock.KubernetesResourceNotFoundError()
+        async with self._lock:
+            # Matched before copying: copying every object of a kind made a list at 1,000
+            # endpoints cost more than the rest of the pass.
+            items = [
+                plain(obj.raw)
+                for (resource, namespace, _), obj in self._objects.items()
+                if resource == request.resource
+                and not obj.deleted
+                and self._matching(request, obj.raw, namespace)
+            ]
+            version = self.version
+        body = {"metadata": {"resourceVersion": str(version)}, "items": items}
+        return aiohttp.web.json_response(body)
+
+    async def _watch(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        """Events after ``resourceVersion`` (none given: from now), newline-delimited JSON."""
+        assert request.resource is not None and request._raw_request is not None
+        resource = resource_name(request.resource)
+        timeout = float(request.params.get("timeoutSeconds") or 1800)
+        after = int(request.params.get("resourceVersion") or self.version)
+        response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request._raw_request)
+        if after < self.oldest:
+            gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
+            await response.write(json.dumps({"type": "ERROR", "object": gone}).encode() + b"\n")
+            await response.write_eof()
+            return response
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            for version, res, ns, kind, raw in list(self.history):
+                if version > after and res == resource and self._matching(request, raw, ns):
+                    await response.write(json.dumps({"type": kind, "object": raw}).encode() + b"\n")
+            after = max(after, self.version)
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0 or self.closing:
+                break
+            async with self._changed:
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), timeout=left)
+        await response.write_eof()
+        return response
 
     def _take_fault(self, request: rendering.Request) -> Fault | None:
         for fault in self.faults:
@@ -100,10 +231,13 @@ class PlinthKubeEmulator(kmock.KubernetesEmulator):
             meta = plain(obj.get("metadata") or {})
             meta.setdefault("uid", str(uuid.uuid4()))
             meta.setdefault("creationTimestamp", datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
-            meta["resourceVersion"] = str(next(self._versions))
             meta["generation"] = int(meta.get("generation", 0)) + 1
             obj["metadata"] = meta
-            raw = plain(obj.raw)
+            kind = "MODIFIED" if existing else "ADDED"
+            raw = self.record(
+                resource_name(request.resource), kind, plain(obj.raw), request.namespace
+            )
+            obj["metadata"] = plain(raw["metadata"])
         return aiohttp.web.json_response(raw, status=200 if existing else 201)
 
     async def _serve_pod_log(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
@@ -186,6 +320,11 @@ def _is_apply(request: rendering.Request) -> bool:
     return headers.get("content-type", "").startswith("application/apply-patch")
 
 
+def resource_name(resource: Any) -> str:
+    """kmock's resource as ``group/version/plural`` (the core group empty)."""
+    return f"{resource.group or ''}/{resource.version}/{resource.plural}"
+
+
 def resource_of(kind: Kind) -> str:
     group = "" if kind.api_version == "v1" else kind.api_version.rsplit("/", 1)[0]
     return f"{group}/{kind.api_version.rsplit('/', 1)[-1]}/{kind.plural}"
@@ -210,7 +349,14 @@ class RunningEmulator:
         """Store ``obj`` as a controller or another tool would have created it."""
         res = resource_of(KINDS[(api_version, kind)])
         obj = {"apiVersion": api_version, "kind": kind, **obj}
-        self.call(self.emulator.objects.__setitem__, (res, namespace, obj["metadata"]["name"]), obj)
+        key = (res, namespace, obj["metadata"]["name"])
+
+        def store() -> None:
+            objects = self.emulator.objects
+            change = "MODIFIED" if key in objects and not objects[key].deleted else "ADDED"
+            objects[key] = self.emulator.record(res, change, obj, namespace)
+
+        self.call(store)
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         res = resource_of(KINDS[(api_version, kind)])
@@ -294,6 +440,15 @@ def running_emulator() -> Iterator[RunningEmulator]:
         yield ready["running"]
     finally:
         assert stop is not None
-        loop.call_soon_threadsafe(stop.set)
+        emulator = ready["running"].emulator
+
+        async def close() -> None:
+            emulator.closing = True
+            async with emulator._changed:
+                emulator._changed.notify_all()
+            assert stop is not None
+            stop.set()
+
+        asyncio.run_coroutine_threadsafe(close(), loop)
         thread.join(timeout=10)
         loop.close()

@@ -71,6 +71,68 @@ def test_reapplying_an_unchanged_revision_writes_nothing(
     assert len(emulator.writes()) == before
 
 
+def requests_since(emulator: RunningEmulator, start: int) -> list[tuple[str, str]]:
+    return [(r.method.value, r.url.path) for r in list(emulator.emulator._requests)[start:]]
+
+
+def test_a_settled_endpoint_costs_one_read_and_no_write(
+    driver: KubeDriver, emulator: RunningEmulator
+) -> None:
+    driver.apply(REF, plan())
+    start = len(emulator.emulator._requests)
+    driver.apply(REF, plan())
+    # The anchor (the router Service, rendered last) carries the set hash: nothing else is read.
+    assert requests_since(emulator, start) == [
+        ("GET", f"/api/v1/namespaces/{NS}/services/chat-router")
+    ]
+    anchor = emulator.get("v1", "Service", NS, "chat-router")
+    assert anchor is not None and anchor["metadata"]["annotations"][L.SET_HASH]
+
+
+def test_without_the_skip_every_object_is_read_and_pruned_each_pass(
+    emulator: RunningEmulator,
+) -> None:
+    client = KubeClient.for_host(emulator.url, timeout=1.0)
+    old = KubeDriver(client, skip_unchanged=False)
+    old.apply(REF, plan())
+    start = len(emulator.emulator._requests)
+    old.apply(REF, plan())
+    seen = requests_since(emulator, start)
+    client.close()
+    assert all(method == "GET" for method, _ in seen) and len(seen) > 10
+
+
+def test_a_pass_that_dies_before_pruning_prunes_on_the_next(
+    driver: KubeDriver, emulator: RunningEmulator
+) -> None:
+    driver.apply(REF, plan(1))
+    emulator.inject("DELETE", "/deployments/chat-engine", 503)  # the old Deployment's prune
+    with pytest.raises(KubeTemporaryError):
+        driver.apply(REF, plan(2, "deepseek-v3-tp16-2x-h200"))
+    assert emulator.get("apps/v1", "Deployment", NS, "chat-engine") is not None
+    driver.apply(REF, plan(2, "deepseek-v3-tp16-2x-h200"))  # the anchor still had the old hash
+    assert emulator.get("apps/v1", "Deployment", NS, "chat-engine") is None
+
+
+def test_a_changed_rendering_is_applied_although_the_anchor_is_unchanged(
+    driver: KubeDriver, emulator: RunningEmulator
+) -> None:
+    driver.apply(REF, plan(1))
+    first = emulator.get("v1", "Service", NS, "chat-router")
+    driver.apply(REF, plan(2, "llama-3.1-8b-ngram-h100"))
+    engine = emulator.get("apps/v1", "Deployment", NS, "chat-engine")
+    second = emulator.get("v1", "Service", NS, "chat-router")
+    assert (
+        engine is not None
+        and "NGRAM" in engine["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+    assert first is not None and second is not None
+    assert (
+        first["metadata"]["annotations"][L.SET_HASH]
+        != second["metadata"]["annotations"][L.SET_HASH]
+    )
+
+
 def test_a_new_revision_updates_the_pod_template(
     driver: KubeDriver, emulator: RunningEmulator
 ) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -55,6 +55,15 @@ class KubeTemporaryError(TemporaryDriverError):
 
 class KubePermanentError(PermanentDriverError):
     """Forbidden, invalid or unauthorised: retrying changes nothing."""
+
+
+class KubeGone(KubeTemporaryError):
+    """410 Gone: a watch asked to resume from a resourceVersion the server no longer keeps; list
+    again and watch from the list's version."""
+
+
+# What ``watch`` yields once the server has accepted the watch, before any event.
+WATCH_OPEN = "OPEN"
 
 
 @dataclass(frozen=True)
@@ -176,6 +185,79 @@ class KubeClient:
         # act on other people's objects.
         return [o for o in items if _matches(o, selector or {})]
 
+    def list_versioned(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        selector: Mapping[str, str] | None = None,
+        fields: str | None = None,
+    ) -> tuple[_Objects, str]:
+        """Every object of ``kind`` in ``namespace`` (None: all) matching the label ``selector``
+        and ``fields`` selector, and the list's resourceVersion, which a watch resumes from."""
+        query = {"labelSelector": _selector(selector)} if selector else {}
+        if fields:
+            query["fieldSelector"] = fields
+        reply = self._call("GET", kind.path(namespace), query=query)
+        items = [o for o in reply.get("items") or [] if _matches(o, selector or {})]
+        return items, str((reply.get("metadata") or {}).get("resourceVersion") or "")
+
+    def watch(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        resource_version: str,
+        *,
+        selector: Mapping[str, str] | None = None,
+        fields: str | None = None,
+        timeout_s: int = 300,
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(type, object) of every change after ``resource_version``, until the server ends the
+        watch (after ``timeout_s``). ``(WATCH_OPEN, {})`` comes first, once the server accepted
+        it. A version the server no longer keeps raises ``KubeGone`` (as an HTTP 410 or as an
+        ERROR event, both of which servers send)."""
+        query = {"watch": "true", "resourceVersion": resource_version}
+        query["timeoutSeconds"] = str(timeout_s)
+        query["allowWatchBookmarks"] = "true"
+        if selector:
+            query["labelSelector"] = _selector(selector)
+        if fields:
+            query["fieldSelector"] = fields
+        request = self._api.param_serialize(
+            "GET",
+            kind.path(namespace),
+            query_params=list(query.items()),
+            header_params={"Accept": "application/json"},
+        )
+        # The read timeout outlasts the server's own end of the watch.
+        timeout = (self._timeout, timeout_s + self._timeout)
+        try:
+            response = self._api.call_api(*request, _request_timeout=timeout)
+        except EgressRefused as refused:
+            raise _refused(refused) from None
+        except (Urllib3Error, OSError):
+            raise KubeTemporaryError("Kubernetes API did not answer") from None
+        raw = response.response
+        try:
+            if response.status == 410:
+                raise KubeGone("Kubernetes API 410: gone", status=410)
+            if not 200 <= response.status < 300:
+                raise _error(response.status)
+            yield WATCH_OPEN, {}
+            pending = b""
+            try:
+                for chunk in raw.stream(65536, decode_content=True):
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            yield _watch_event(line)
+            except (Urllib3Error, OSError):
+                raise KubeTemporaryError("Kubernetes API watch broke off") from None
+            if pending.strip():
+                yield _watch_event(pending)
+        finally:
+            raw.release_conn()
+
     def gpu_nodes_and_pods(self) -> tuple[_Objects, _Objects]:
         """Every Node, and every pod of every namespace that is not finished (what holds GPUs):
         two LISTs, for the cluster's GPU inventory. Needs cluster-wide list on both."""
@@ -293,6 +375,20 @@ def _json_object(text: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise KubePermanentError("Kubernetes API: the reply is not a Kubernetes object")
     return data
+
+
+def _watch_event(line: bytes) -> tuple[str, dict[str, Any]]:
+    """One watch line as (type, object); ERROR events become exceptions (410: ``KubeGone``)."""
+    event = _json_object(line.decode("utf-8", "replace"))
+    kind, obj = str(event.get("type") or ""), event.get("object")
+    if not isinstance(obj, dict):
+        raise KubePermanentError("Kubernetes API: a watch event without an object")
+    if kind == "ERROR":
+        code = int(obj.get("code") or 0)
+        if code == 410:
+            raise KubeGone("Kubernetes API 410: gone", status=410)
+        raise _error(code)
+    return kind, obj
 
 
 def _error(status: int) -> KubeTemporaryError | KubePermanentError:

@@ -1,15 +1,23 @@
 """The Kubernetes driver: apply rendered manifests, observe pods, delete what the endpoint owns.
 
-Apply reads each object first: one that exists without Plinth's labels for this endpoint is
-refused (``ForeignObjectError``) and never written; one whose config hash matches is left alone
-(no write at all); the rest are server-side applied, forcing field conflicts only on objects
-already known to be ours. Kinds the new revision no longer renders (a role removed, a Deployment
-that became a LeaderWorkerSet) are deleted. Rolling out and rolling back are Kubernetes' own
-rolling update: applying the previous revision again is the rollback.
+A pass first reads one object, the *anchor* (the last Service rendered), whose ``set-hash``
+annotation is the hash of every object the last complete apply rendered: when it equals this
+pass's, the endpoint is as rendered and nothing else is read or written (one GET for a settled
+endpoint, or none when the worker's list+watch cache is synced, where reading and pruning every
+object cost ~21 calls). Pods and events are read from that cache too. Otherwise apply reads each
+object: one that exists without Plinth's labels for this endpoint is refused
+(``ForeignObjectError``) and never written; one whose config hash matches is left alone; the rest
+are server-side applied, forcing field conflicts only on objects already known to be ours. Kinds
+the new revision no longer renders (a role removed, a Deployment that became a LeaderWorkerSet)
+are deleted, and only then is the anchor written with the new set hash, so a worker that dies
+half way leaves the old hash and the next pass does it all again. Rolling out and rolling back
+are Kubernetes' own rolling update: applying the previous revision again is the rollback.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import re
 from datetime import UTC, datetime, timedelta
@@ -20,6 +28,7 @@ from deployments.drivers.errors import ForeignObjectError
 from deployments.drivers.kube import labels as L
 from deployments.drivers.kube import placement
 from deployments.drivers.kube.client import Kind, KubeClient, KubePermanentError, kind_of
+from deployments.drivers.kube.informer import ClusterCache
 from deployments.drivers.kube.observe import observation
 from deployments.drivers.kube.render import KubeOptions, render_revision, router_url
 from runtime.launch import ROUTER_PORT
@@ -44,12 +53,24 @@ WORKLOAD_KINDS = OWNED_KINDS[:2]
 
 class KubeDriver:
     def __init__(
-        self, client: KubeClient, options: KubeOptions | None = None, *, has_lws: bool = True
+        self,
+        client: KubeClient,
+        options: KubeOptions | None = None,
+        *,
+        has_lws: bool = True,
+        skip_unchanged: bool = True,
+        cache: ClusterCache | None = None,
     ) -> None:
+        """``skip_unchanged`` off: read, apply and prune every object on every pass (the path
+        before set hashes, kept for ``bench/kube_scale.py --old``). ``cache``: the worker's
+        list+watch caches of this cluster; the anchor, pods and events are read from them while
+        they are synced, and from the API otherwise. Prune and delete always list the API."""
         self.client = client
+        self.cache = cache
         self.options = options or KubeOptions()
         # Clusters without the LWS CRD answer 404 on its list: treat as "none there".
         self.has_lws = has_lws
+        self.skip_unchanged = skip_unchanged
 
     def close(self) -> None:
         self.client.close()
@@ -58,15 +79,30 @@ class KubeDriver:
 
     def apply(self, ref: base.DeploymentRef, revision: base.RevisionPlan) -> None:
         manifests = render_revision(ref, revision, self.options)
-        for manifest in manifests:
+        digest = set_hash(manifests)
+        # The anchor is the last Service (the router's, else an engine role's): every endpoint
+        # has one, and Services are among the kinds the worker's cache watches.
+        at = max(i for i, m in enumerate(manifests) if m["kind"] == "Service")
+        rest = manifests[:at] + manifests[at + 1 :]
+        anchor = _with_set_hash(manifests[at], digest)
+        if self.skip_unchanged:
+            current = self._read(anchor, ref.namespace)
+            if current is not None and L.is_ours(current, ref.id) and _set_hash(current) == digest:
+                return  # applied and pruned as rendered by a pass that finished
+        for manifest in rest:
             self._apply_one(ref, manifest)
-        # Pruned on every pass, not only after a change: a worker that died between applying
-        # and pruning must not leave an old object behind for good.
+        # Pruned whenever the rendering changed (and on every pass with ``skip_unchanged``
+        # off), before the anchor records the hash: a worker that died between applying and
+        # pruning finds the old hash next time and prunes then.
         wanted = {(m["apiVersion"], m["kind"], m["metadata"]["name"]) for m in manifests}
         self._prune(ref, wanted)
+        self._apply_one(ref, anchor, always=True)
 
-    def _apply_one(self, ref: base.DeploymentRef, manifest: dict[str, Any]) -> bool:
-        """Apply one object unless it is already as rendered; True when it was written."""
+    def _apply_one(
+        self, ref: base.DeploymentRef, manifest: dict[str, Any], *, always: bool = False
+    ) -> bool:
+        """Apply one object unless it is already as rendered (``always``: even then, for the
+        anchor's set hash, which its config hash does not cover); True when it was written."""
         kind = kind_of(manifest["apiVersion"], manifest["kind"])
         name = manifest["metadata"]["name"]
         current = self.client.get(kind, ref.namespace, name)
@@ -75,7 +111,8 @@ class KubeDriver:
                 f"{manifest['kind']} {ref.namespace}/{name} exists and is not managed by Plinth "
                 "for this endpoint; rename the endpoint or remove that object"
             )
-        if current is not None and _config_hash(current) == _config_hash(manifest):
+        unchanged = current is not None and _config_hash(current) == _config_hash(manifest)
+        if unchanged and (not always or _set_hash(current or {}) == _set_hash(manifest)):
             return False
         try:
             self.client.apply(manifest, force=current is not None)
@@ -88,6 +125,15 @@ class KubeDriver:
                 ) from exc
             raise
         return True
+
+    def _read(self, manifest: dict[str, Any], namespace: str) -> dict[str, Any] | None:
+        """The live object ``manifest`` names: from the cache while it is synced, else a GET."""
+        name = manifest["metadata"]["name"]
+        informer = self.cache.fresh(manifest["kind"], namespace) if self.cache else None
+        if informer is not None:
+            return informer.get(namespace, name)
+        kind = kind_of(manifest["apiVersion"], manifest["kind"])
+        return self.client.get(kind, namespace, name)
 
     def _owned(
         self, ref: base.DeploymentRef, kinds: list[tuple[str, str]]
@@ -115,8 +161,19 @@ class KubeDriver:
     # --- observe ---
 
     def observe(self, ref: base.DeploymentRef) -> base.Observation:
-        pods = self.client.list(kind_of("v1", "Pod"), ref.namespace, L.owner_selector(ref.id))
-        events = self.client.list(kind_of("v1", "Event"), ref.namespace) if pods else []
+        selector = L.owner_selector(ref.id)
+        cached = self.cache.fresh("Pod", ref.namespace) if self.cache else None
+        if cached is not None:
+            pods = cached.list(ref.namespace, selector)
+        else:
+            pods = self.client.list(kind_of("v1", "Pod"), ref.namespace, selector)
+        events: list[dict[str, Any]] = []
+        if pods:
+            cached = self.cache.fresh("Event", ref.namespace) if self.cache else None
+            if cached is not None:
+                events = cached.list(ref.namespace)
+            else:
+                events = self.client.list(kind_of("v1", "Event"), ref.namespace)
         return observation(pods, events, router_url(ref, ROUTER_PORT))
 
     # --- the cluster ---
@@ -269,3 +326,23 @@ def _log_source(pod: dict[str, Any]) -> base.LogSource:
 
 def _config_hash(obj: dict[str, Any]) -> str | None:
     return ((obj.get("metadata") or {}).get("annotations") or {}).get(L.CONFIG_HASH)
+
+
+def set_hash(manifests: list[dict[str, Any]]) -> str:
+    """A hash of every rendered object (their config hashes cover their content; kinds and names
+    cover what is there at all): equal exactly when apply and prune would change nothing."""
+    parts = sorted(
+        (m["apiVersion"], m["kind"], m["metadata"]["name"], _config_hash(m) or "")
+        for m in manifests
+    )
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
+
+
+def _with_set_hash(manifest: dict[str, Any], digest: str) -> dict[str, Any]:
+    meta = manifest["metadata"]
+    annotations = {**meta.get("annotations", {}), L.SET_HASH: digest}
+    return {**manifest, "metadata": {**meta, "annotations": annotations}}
+
+
+def _set_hash(obj: dict[str, Any]) -> str | None:
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(L.SET_HASH)

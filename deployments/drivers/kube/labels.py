@@ -17,6 +17,9 @@ DEPLOYMENT = "plinth.dev/deployment"
 REVISION = "plinth.dev/revision"
 ROLE = "plinth.dev/role"
 CONFIG_HASH = "plinth.dev/config-hash"
+# On one object per endpoint (its last Service rendered): the hash of every object its last complete
+# apply rendered, so a settled pass reads that one object and writes nothing.
+SET_HASH = "plinth.dev/set-hash"
 API_KEY_DIGEST = "plinth.dev/api-key-digest"
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 # Set by LWS on every pod of one group (a multi-node replica), unique per group.

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from controlplane import audit
 from controlplane.access import Actor, require_role
@@ -27,10 +27,17 @@ _DNS_LABEL = full_pattern(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 
 def default_cluster() -> Cluster:
     # The migration creates it; recreated here if a test flush or an operator removed it.
-    cluster = Cluster.objects.filter(organization=None, kind=ClusterKind.LOCAL).first()
-    if cluster is None:
-        cluster = Cluster.objects.create(name="local", kind=ClusterKind.LOCAL, namespace="local")
-    return cluster
+    shared = Cluster.objects.filter(organization=None, kind=ClusterKind.LOCAL)
+    cluster = shared.first()
+    if cluster is not None:
+        return cluster
+    try:
+        # Two writers may both find it missing: the unique name makes the second wait for the
+        # first's commit and then fail, in a savepoint, after which the first's row is visible.
+        with transaction.atomic():
+            return Cluster.objects.create(name="local", kind=ClusterKind.LOCAL, namespace="local")
+    except IntegrityError:
+        return shared.get()
 
 
 def _kubeconfig_secret(actor: Actor, secret_id: uuid.UUID | str | None) -> Secret:

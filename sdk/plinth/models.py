@@ -159,6 +159,17 @@ class BatchingSettings(ApiModel):
     stream_interval: int | None = None
 
 
+class CandidateOut(ApiModel):
+    "CandidateOut"
+
+    label: str
+    spec: dict[str, Any]
+    predicted: PredictedOut
+    features: list[str]
+    reasons: list[str]
+    warnings: list[IssueOut]
+
+
 class ClaimCache(ApiModel):
     "An existing PersistentVolumeClaim in the namespace (ReadWriteMany so every node shares"
 
@@ -537,6 +548,13 @@ class IssueOut(ApiModel):
     severity: str
 
 
+class LimitsIn(ApiModel):
+    "LimitsIn"
+
+    max_cost_per_hour: float | None = None
+    max_gpus: int | None = None
+
+
 class LogLineOut(ApiModel):
     "LogLineOut"
 
@@ -681,6 +699,30 @@ class NgramSettings(ApiModel):
     capacity: int | None = None
 
 
+class OptimizeIn(ApiModel):
+    "OptimizeIn"
+
+    model: str
+    architecture: Architecture | None = None
+    gpus: list[str] | None = None
+    traffic: TrafficIn = Field(default_factory=lambda: TrafficIn.model_validate({'input_tokens': 1024, 'output_tokens': 256, 'rate_rps': None, 'concurrency': None, 'prefix_share': 0.0, 'turns': 1}))
+    slo: SloIn = Field(default_factory=lambda: SloIn.model_validate({'ttft_p90_s': 1.0, 'itl_p90_s': 0.05, 'e2e_p90_s': None}))
+    limits: LimitsIn = Field(default_factory=lambda: LimitsIn.model_validate({'max_cost_per_hour': None, 'max_gpus': None}))
+    cluster_id: str | None = None
+
+
+class OptimizeOut(ApiModel):
+    "OptimizeOut"
+
+    rate_rps: float
+    evaluated: int
+    best: CandidateOut | None
+    ranked: list[CandidateOut]
+    pareto: list[CandidateOut]
+    waterfall: list[WaterfallOut]
+    notes: list[str]
+
+
 class PageQuery(ApiModel):
     "PageQuery"
 
@@ -711,6 +753,21 @@ class PoolSettings(ApiModel):
 
     replicas: int = 1
     tp: int | None = None
+
+
+class PredictedOut(ApiModel):
+    "PredictedOut"
+
+    rate_rps: float
+    capacity_rps: float
+    output_tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    ttft_p90_s: float
+    itl_p90_s: float
+    e2e_p90_s: float
+    gpus: int
+    cost_per_hour: float
+    meets_slo: bool
 
 
 class QuantizationSettings(ApiModel):
@@ -889,6 +946,14 @@ class SharedClaimCache(ApiModel):
     size_gib: int = 500
 
 
+class SloIn(ApiModel):
+    "SloIn"
+
+    ttft_p90_s: float = 1.0
+    itl_p90_s: float = 0.05
+    e2e_p90_s: float | None = None
+
+
 class SpeculatorSettings(ApiModel):
     "SpeculatorSettings"
 
@@ -909,6 +974,17 @@ class Toleration(ApiModel):
     value: str | None = None
     effect: Literal['NoSchedule', 'PreferNoSchedule', 'NoExecute'] | None = None
     toleration_seconds: int | None = None
+
+
+class TrafficIn(ApiModel):
+    "TrafficIn"
+
+    input_tokens: int = 1024
+    output_tokens: int = 256
+    rate_rps: float | None = None
+    concurrency: int | None = None
+    prefix_share: float = 0.0
+    turns: int = 1
 
 
 class UsageOut(ApiModel):
@@ -951,6 +1027,13 @@ class ValidateOut(ApiModel):
     changes: list[FieldChangeOut] | None = None
 
 
+class WaterfallOut(ApiModel):
+    "WaterfallOut"
+
+    step: str
+    candidate: CandidateOut | None
+
+
 ApiKeyCreatedOut.model_rebuild()
 ApiKeyIn.model_rebuild()
 ApiKeyOut.model_rebuild()
@@ -961,6 +1044,7 @@ AuditPage.model_rebuild()
 AuditQuery.model_rebuild()
 AutoscalingSettings.model_rebuild()
 BatchingSettings.model_rebuild()
+CandidateOut.model_rebuild()
 ClaimCache.model_rebuild()
 ClusterIn.model_rebuild()
 ClusterOut.model_rebuild()
@@ -994,6 +1078,7 @@ InventoryOut.model_rebuild()
 InvitationOut.model_rebuild()
 InvitationPage.model_rebuild()
 IssueOut.model_rebuild()
+LimitsIn.model_rebuild()
 LogLineOut.model_rebuild()
 LogSourceOut.model_rebuild()
 LogsOut.model_rebuild()
@@ -1006,10 +1091,13 @@ MetricsOut.model_rebuild()
 ModelArch.model_rebuild()
 ModelSettings.model_rebuild()
 NgramSettings.model_rebuild()
+OptimizeIn.model_rebuild()
+OptimizeOut.model_rebuild()
 PageQuery.model_rebuild()
 ParallelismSettings.model_rebuild()
 PoolOut.model_rebuild()
 PoolSettings.model_rebuild()
+PredictedOut.model_rebuild()
 QuantizationSettings.model_rebuild()
 QuotaIn.model_rebuild()
 QuotaLineOut.model_rebuild()
@@ -1029,9 +1117,12 @@ SecretOut.model_rebuild()
 SecretPage.model_rebuild()
 SettingsPatchIn.model_rebuild()
 SharedClaimCache.model_rebuild()
+SloIn.model_rebuild()
 SpeculatorSettings.model_rebuild()
 Toleration.model_rebuild()
+TrafficIn.model_rebuild()
 UsageOut.model_rebuild()
 UsageRowOut.model_rebuild()
 ValidateIn.model_rebuild()
 ValidateOut.model_rebuild()
+WaterfallOut.model_rebuild()

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import kubernetes_validate
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from controlplane.models import AuditEvent
 from deployments.cluster_settings import parse_settings
+from deployments.clusters import default_cluster
 from deployments.drivers.kube.render import render_revision
 from deployments.drivers.registry import kube_options
 from deployments.models import Cluster, Deployment
@@ -312,3 +314,26 @@ def test_the_dry_run_checks_against_a_chosen_cluster(api: Clients) -> None:
         ("spec.hardware.gpu", "no_gpu_nodes", "warning"),
     }
     assert api.bob.post("validate", {"spec": spec, "cluster_id": cluster["id"]}).status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_writers_recreating_the_local_cluster_get_the_same_one() -> None:
+    Cluster.objects.filter(organization=None).delete()  # as after a flush
+    seen: dict[str, Any] = {}
+
+    def second() -> None:
+        try:
+            seen["second"] = default_cluster().pk
+        except Exception as exc:  # the bug this guards: an IntegrityError for the loser
+            seen["second"] = exc
+        finally:
+            connection.close()
+
+    with transaction.atomic():  # the first writer's insert, not yet committed
+        first = default_cluster().pk
+        racer = threading.Thread(target=second)
+        racer.start()
+        racer.join(timeout=2)  # it waits on the unique name until this commits
+    racer.join(timeout=30)
+    assert seen["second"] == first
+    assert Cluster.objects.filter(organization=None).count() == 1

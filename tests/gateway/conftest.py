@@ -10,8 +10,6 @@ drivers bringing real replicas up.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import os
 import subprocess
 import sys
@@ -33,6 +31,7 @@ from deployments import services as deployment_services
 from deployments.models import Deployment, UsageRecord
 from deployments.usage import flush_usage
 from runtime.sim.launcher import REPO_ROOT, SimCluster, free_port, http_get
+from tests.aio import run_async  # noqa: F401  (re-exported for the gateway tests)
 from tests.conftest import Cast
 from tests.waiting import wait_until
 
@@ -208,10 +207,3 @@ def wait_routable(gateway: GatewayProcess, slug: str, key: str) -> None:
         return status == 200
 
     wait_until(ready, f"endpoint {slug} routable", 10)
-
-
-def run_async(coroutine: Any) -> Any:
-    """``asyncio.run`` in a thread of its own: pytest-playwright's sync API keeps an event loop
-    running in the main thread once a browser test has run, and asyncio.run refuses to nest."""
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()

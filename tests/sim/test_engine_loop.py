@@ -22,6 +22,7 @@ from runtime.sim.hardware import resolve_gpu, resolve_model
 from runtime.sim.memory import plan_memory
 from runtime.sim.request import GenerationParams, SimRequest
 from runtime.sim.tokenizer import EOS_ID, Tokenizer
+from tests.aio import run_async
 
 T = TypeVar("T")
 PROPERTY = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -38,7 +39,7 @@ class FakeTime:
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(coro)
+    return run_async(coro)
 
 
 # ---- the clock -------------------------------------------------------------------------------

@@ -45,13 +45,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from process_cpu import cpu_seconds  # noqa: E402  (beside this script)
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 os.environ.setdefault("PLINTH_ENV", "test")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 QUEUE = f"plinth-bench-cp-{os.getpid()}"
 os.environ["CELERY_QUEUE"] = QUEUE  # this process sends to the bench's worker only
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 RUNNING_SPEC = {
     "model": {"source": "meta-llama/Llama-3.1-8B-Instruct", "served_name": "chat"},
     "hardware": {"gpu": "H100-SXM"},
@@ -76,35 +77,6 @@ class Figures:
 
 
 # ---- processes ----------------------------------------------------------------------------
-
-
-def cpu_seconds(pid: int, only: str = "") -> float:
-    """User + system CPU of ``pid`` and its descendants whose command line contains ``only``."""
-    children: dict[int, list[int]] = {}
-    stats: dict[int, list[str]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            stats[int(entry.name)] = fields
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    total, todo = 0.0, [pid]
-    while todo:
-        current = todo.pop()
-        todo.extend(children.get(current, []))
-        if current not in stats or (only and only not in _cmdline(current)):
-            continue
-        total += (int(stats[current][11]) + int(stats[current][12])) / CLOCK_TICKS
-    return total
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
 
 
 def start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:

@@ -44,6 +44,8 @@ import aiohttp
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from process_cpu import cpu_seconds  # noqa: E402  (beside this script)
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 os.environ.setdefault("PLINTH_ENV", "test")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -55,7 +57,6 @@ from runtime.sim.launcher import SimCluster, free_port, http_get  # noqa: E402
 MODEL = "sim/llama-test"
 MASTER_KEY = "sk-bench-master-key"
 SPEC = {"model": {"source": "meta-llama/Llama-3.1-8B-Instruct"}, "hardware": {"gpu": "H100-SXM"}}
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # Far above what the bench sends: every request pays for the checks, none is refused.
 LIMITS = {"requests_per_minute": 10**7, "tokens_per_minute": 10**9}
 
@@ -95,29 +96,6 @@ class Cell:
 
 
 # ---- processes ----------------------------------------------------------------------------
-
-
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU of ``pid`` and its descendants (LiteLLM may run workers)."""
-    if pid is None:
-        return 0.0
-    children: dict[int, list[int]] = {}
-    stats: dict[int, list[str]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            stats[int(entry.name)] = fields
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    total, todo = 0.0, [pid]
-    while todo:
-        current = todo.pop()
-        if current in stats:
-            total += (int(stats[current][11]) + int(stats[current][12])) / CLOCK_TICKS
-        todo.extend(children.get(current, []))
-    return total
 
 
 def wait_http(url: str, proc: subprocess.Popen[bytes], what: str, timeout: float = 90) -> None:

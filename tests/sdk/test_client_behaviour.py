@@ -35,6 +35,8 @@ DETAIL = {
 
 @pytest.fixture(autouse=True)
 def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Time is the seam: the retries and their Idempotency-Key are what these tests check, and the
+    # real backoff would only make them wait.
     monkeypatch.setattr(sdk_client, "_retry_delay", lambda attempt, response: 0.0)
 
 

@@ -232,7 +232,17 @@ class SharedClaimCache(_Strict):
         return None if value is None else dns_subdomain(value)
 
 
-ModelCache = Annotated[HostPathCache | ClaimCache | SharedClaimCache, Field(discriminator="type")]
+class NoCache(_Strict):
+    """No cache shared between pods: each engine downloads the weights itself when it starts,
+    into its own emptyDir (for clusters whose policy forbids hostPath and that have no
+    ReadWriteMany storage). The only choice where engines get the model hub token."""
+
+    type: Literal["none"] = "none"
+
+
+ModelCache = Annotated[
+    HostPathCache | ClaimCache | SharedClaimCache | NoCache, Field(discriminator="type")
+]
 
 
 def default_gpu_map() -> dict[str, GpuSelector]:
@@ -280,6 +290,29 @@ class ClusterSettings(_Strict):
     annotations: dict[Key, Annotated[str, StringConstraints(max_length=4096)]] = Field(
         default_factory=dict, description="extra annotations on every object and pod"
     )
+    # Fences (the renderer's docstring says what each closes).
+    platform_namespace: Name = Field(
+        default="plinth-system",
+        description="namespace of Plinth's gateway and worker: the only pods outside an "
+        "endpoint's own that its NetworkPolicies let in",
+    )
+    monitoring_namespace: Name | None = Field(
+        default=None,
+        description="namespace whose pods (Prometheus) may scrape engine and router metrics; "
+        "null: none may",
+    )
+    engine_run_as_user: int | None = Field(
+        default=None,
+        ge=1,
+        le=2_147_483_647,
+        description="user id engines (and weight downloads) run as, non-root; null keeps the "
+        "image's user (the SGLang image runs as root). A host_path cache must be writable by it",
+    )
+    read_only_root: bool = Field(
+        default=True,
+        description="engines' root filesystem read-only (the model cache, /dev/shm and /tmp "
+        "stay writable); off only for an engine image that writes elsewhere",
+    )
     tenant_overrides: tuple[TenantOverride, ...] = Field(
         default=("engine_image", "router_image", "env", "extra_flags"),
         description="what an endpoint's settings may set over the cluster's: engine_image "
@@ -310,6 +343,11 @@ class ClusterSettings(_Strict):
             qualified_name(key)
             label_value(item)
         return value
+
+    @field_validator("platform_namespace", "monitoring_namespace")
+    @classmethod
+    def _namespace(cls, value: str | None) -> str | None:
+        return None if value is None else dns_label(value)
 
     @field_validator("priority_class_name", "runtime_class_name", "service_account_name")
     @classmethod

@@ -2,8 +2,9 @@
 
 The first request for a scaled-to-zero endpoint asks the control plane to wake it (a Celery
 task sent by name, so the gateway does not import the tasks) and every request for it waits,
-up to ``hold_seconds``, for the route table to show a ready replica. At most ``hold_queue``
-requests wait per endpoint; past either bound the answer is 429 with Retry-After. The wake-up
+up to ``hold_seconds``, for the route table to show a ready replica (the refresher reads the
+held endpoints alone again every ``hold_refresh_seconds``). At most ``hold_queue`` requests
+wait per endpoint; past either bound the answer is 429 with Retry-After. The wake-up
 is asked again every ``WAKE_RESEND_SECONDS`` while requests wait, in case a message was lost.
 """
 
@@ -106,7 +107,7 @@ class Holds:
 
     def _enter(self, endpoint: Endpoint) -> None:
         self._waiting[endpoint.id] = self._waiting.get(endpoint.id, 0) + 1
-        self._refresher.holding += 1
+        self._refresher.hold(endpoint.id)
         HELD.labels(endpoint.slug).inc()
 
     def _leave(self, endpoint: Endpoint) -> None:
@@ -116,5 +117,5 @@ class Holds:
         else:
             self._waiting.pop(endpoint.id, None)
             self._woken_at.pop(endpoint.id, None)
-        self._refresher.holding -= 1
+        self._refresher.release(endpoint.id)
         HELD.labels(endpoint.slug).dec()

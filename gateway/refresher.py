@@ -7,8 +7,10 @@ table, so one endpoint's change costs the same at 10 endpoints as at 1,000. Burs
 one load of every id named meanwhile. A notification this process cannot read, and every
 (re)subscription (anything may have changed while unsubscribed), reloads the table whole; so
 does the periodic refresh every ``refresh_seconds``, the safety net that makes a lost
-notification only a delay, and every ``hold_refresh_seconds`` while requests are held for an
-endpoint that is waking up.
+notification only a delay. While requests are held for endpoints waking up from zero, those
+endpoints alone are read again every ``hold_refresh_seconds`` (one query, whatever the size of
+the table), so a held request goes through as soon as a replica is ready even if the
+notification saying so is lost.
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ class RouteRefresher:
         load_changes: LoadChanges | None = None,
     ) -> None:
         self.table = RouteTable()
-        self.holding = 0  # requests waiting for an endpoint to wake; shortens the interval
+        # Endpoint id -> requests held for it to wake: those endpoints are read every
+        # ``hold_refresh_seconds`` until the last of their requests leaves.
+        self._held: dict[str, int] = {}
         self._load = load
         self._close = close  # releases the loading thread's resources (its DB connection)
         self._client = client
@@ -117,6 +121,23 @@ class RouteRefresher:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._reloaded.wait(), timeout)
 
+    @property
+    def holding(self) -> int:
+        """Requests held, all endpoints together."""
+        return sum(self._held.values())
+
+    def hold(self, endpoint_id: str) -> None:
+        """A request waits for ``endpoint_id`` to wake: read it often until it is released."""
+        self._held[endpoint_id] = self._held.get(endpoint_id, 0) + 1
+        self._dirty.set()  # the loop may be sleeping out the long interval: wait less
+
+    def release(self, endpoint_id: str) -> None:
+        left = self._held.get(endpoint_id, 1) - 1
+        if left > 0:
+            self._held[endpoint_id] = left
+        else:
+            self._held.pop(endpoint_id, None)
+
     def mark_dirty(self) -> None:
         """Reload the whole table soon."""
         self._full = True
@@ -137,21 +158,32 @@ class RouteRefresher:
         self._dirty.set()
 
     async def _refresh_loop(self) -> None:
-        last_full = time.monotonic()
+        last_full = last_held = time.monotonic()
         while True:
-            interval = self._hold_refresh_seconds if self.holding else self._refresh_seconds
-            remaining = last_full + interval - time.monotonic()
+            due = last_full + self._refresh_seconds
+            if self._held:
+                due = min(due, last_held + self._hold_refresh_seconds)
+            remaining = due - time.monotonic()
             if remaining > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._dirty.wait(), remaining)
             self._dirty.clear()
-            if self._full or time.monotonic() >= last_full + interval:
+            now = time.monotonic()
+            held_due = bool(self._held) and now >= last_held + self._hold_refresh_seconds
+            # A loader that reads no single route reads the whole table for held endpoints.
+            whole_for_held = held_due and self._load_changes is None
+            if self._full or now >= last_full + self._refresh_seconds or whole_for_held:
                 self._full = False
                 self._take_changed()  # the whole table reads them too
-                last_full = time.monotonic()
+                last_full = last_held = time.monotonic()
                 await self.reload()
-            elif any(self._changed.values()):
-                await self.apply_changes(*self._take_changed())
+                continue
+            deployments, keys = self._take_changed()
+            if held_due:
+                deployments |= set(self._held)
+                last_held = now
+            if deployments or keys:
+                await self.apply_changes(deployments, keys)
 
     def _take_changed(self) -> tuple[set[str], set[str]]:
         deployments, keys = self._changed["deployment"], self._changed["api_key"]

@@ -12,13 +12,13 @@ from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Router, Schema, Status
+from ninja import Query, Router, Schema, Status
 from pydantic import Field, StrictStr
 
 from controlplane.models import Role
 from deployments import queries, services
 from deployments.api.auth import actor_of
-from deployments.api.schemas import StrictIn
+from deployments.api.schemas import PageQuery, StrictIn, page_of, page_schema
 from deployments.cluster_settings import ClusterSettings, SettingsInvalid, parse_settings
 from deployments.models import Cluster
 
@@ -61,6 +61,9 @@ class ClusterOut(Schema):
     settings: ClusterSettings | None = Field(
         description="operator settings of a Kubernetes cluster; shown to admins only"
     )
+
+
+ClusterPage = page_schema(ClusterOut, "ClusterPage")
 
 
 class ClusterIn(StrictIn):
@@ -110,10 +113,13 @@ def _is_admin(request: HttpRequest) -> bool:
     return actor_of(request).has_role(Role.ADMIN)
 
 
-@router.get("/clusters", response=list[ClusterOut], summary="List clusters")
-def list_clusters(request: HttpRequest) -> list[dict[str, Any]]:
+@router.get("/clusters", response=ClusterPage, summary="List clusters")
+def list_clusters(request: HttpRequest, page: Query[PageQuery]) -> dict[str, Any]:
     admin = _is_admin(request)
-    return [cluster_out(c, admin=admin) for c in queries.list_clusters(actor_of(request))]
+    # The id breaks ties (an organization's cluster may share a name with a shared one), so
+    # pages neither skip nor repeat a cluster.
+    rows = queries.clusters_for(actor_of(request)).order_by("name", "created_at", "id")
+    return page_of(request, rows, page, lambda c: cluster_out(c, admin=admin))
 
 
 @router.post("/clusters", response={201: ClusterOut}, summary="Add a Kubernetes cluster")

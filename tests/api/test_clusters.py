@@ -8,6 +8,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 from django.db import IntegrityError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from controlplane.models import AuditEvent
 from deployments.cluster_settings import parse_settings
@@ -27,7 +28,7 @@ def _kubeconfig(api: Clients) -> None:
 
 
 def test_the_local_cluster_is_there_for_everyone(api: Clients) -> None:
-    [local] = api.carol.get("clusters").json()
+    [local] = api.carol.get("clusters").json()["items"]
     assert local["kind"] == "local" and local["shared"] is True
     assert api.bob.get(f"clusters/{local['id']}").json()["name"] == "local"
     refused = api.alice.delete(f"clusters/{local['id']}")
@@ -75,7 +76,37 @@ def test_removing_an_unused_cluster(api: Clients) -> None:
     assert api.bob.delete(f"clusters/{cluster_id}").status_code == 404
     assert api.dave.delete(f"clusters/{cluster_id}").status_code == 403
     assert api.alice.delete(f"clusters/{cluster_id}").status_code == 204
-    assert len(api.alice.get("clusters").json()) == 1
+    assert api.alice.get("clusters").json()["count"] == 1
+
+
+def test_clusters_are_listed_in_pages_at_the_same_cost_for_2_as_for_8(
+    api: Clients, django_assert_num_queries: Any
+) -> None:
+    _kubeconfig(api)
+    for n in range(2):
+        assert api.alice.post("clusters", {**CLUSTER, "name": f"gpu-{n}"}).status_code == 201
+    api.carol.get("clusters")  # warm the key's last-used stamp
+    with CaptureQueriesContext(connection) as captured:
+        assert api.carol.get("clusters?limit=200").json()["count"] == 3  # and the local one
+    few = len(captured)  # now: the next request's start clears the log it reads
+    assert few > 0
+    for n in range(2, 8):
+        assert api.alice.post("clusters", {**CLUSTER, "name": f"gpu-{n}"}).status_code == 201
+    with django_assert_num_queries(few):
+        assert api.carol.get("clusters?limit=200").json()["count"] == 9
+
+    seen: list[str] = []
+    page = api.carol.get("clusters?limit=4").json()
+    while True:
+        assert len(page["items"]) <= 4 and page["count"] == 9
+        seen += [c["name"] for c in page["items"]]
+        if page["next"] is None:
+            break
+        page = api.carol.get(page["next"]).json()
+    assert seen == sorted(seen) and len(set(seen)) == 9 and "local" in seen
+    assert all(c["settings"] is None for c in api.carol.get("clusters").json()["items"])
+    refused = api.carol.get("clusters?limit=0")
+    assert refused.status_code == 422 and fields_of(refused) == ["limit"]
 
 
 def test_a_kubeconfig_that_would_run_commands_or_read_files_is_refused(api: Clients) -> None:
@@ -250,7 +281,7 @@ def test_operator_settings_are_checked_when_saved_and_admins_only(
         assert refused.status_code == 422, (key, refused.content)
         assert fields_of(refused)[0].startswith(f"settings.{key}"), (key, fields_of(refused))
     assert api.alice.patch(path, {"settings": {"surprise": 1}}).status_code == 422
-    local = next(c for c in api.alice.get("clusters").json() if c["kind"] == "local")
+    local = next(c for c in api.alice.get("clusters").json()["items"] if c["kind"] == "local")
     assert error_of(api.alice.patch(f"clusters/{local['id']}", {"settings": {}}))["code"] == (
         "built_in"
     )

@@ -11,6 +11,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from deployments.cluster_settings import ClusterSettings, SettingsInvalid, parse_settings
 from deployments.drivers import base
 from deployments.drivers.kube import labels as L
 from deployments.drivers.kube.render import API_KEY_ENV, KubeOptions, render_revision
@@ -25,7 +26,8 @@ PLATFORM = {"kubernetes.io/metadata.name": "plinth-system"}
 def rendered(
     name: str = "llama-3.1-8b-h100", ref: base.DeploymentRef = REF, **options: Any
 ) -> list[dict[str, Any]]:
-    return render_revision(ref, revision_plan(load_spec(name)), KubeOptions(**options))
+    cluster = ClusterSettings(**options)  # the fences are the cluster's settings
+    return render_revision(ref, revision_plan(load_spec(name)), KubeOptions(cluster=cluster))
 
 
 def one(objs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -159,6 +161,9 @@ def test_root_filesystems_are_read_only_but_cache_tmp_and_shm(name: str) -> None
         mounts = {m["mountPath"] for m in container["volumeMounts"]}
         volumes = {v["name"]: v for v in pod["volumes"]}
         assert "/tmp" in mounts and "emptyDir" in volumes["tmp"], owner
+        for init in pod.get("initContainers", []):  # the weights download, or the wait for it
+            assert init["securityContext"]["readOnlyRootFilesystem"] is True, owner
+            assert init["securityContext"]["allowPrivilegeEscalation"] is False, owner
         if container["name"] == "router":
             assert security["runAsNonRoot"] is True and security["runAsUser"] > 0
             assert security["capabilities"] == {"drop": ["ALL"]}
@@ -175,9 +180,27 @@ def test_an_operator_can_run_engines_as_non_root() -> None:
     for owner, template in pod_specs(objs):
         [container] = template["spec"]["containers"]
         if container["name"] == "engine":
-            assert container["securityContext"]["runAsNonRoot"] is True, owner
-            assert container["securityContext"]["runAsUser"] == 1000
+            # The weights download before it runs as the same user, into the same cache.
+            for each in (container, *template["spec"]["initContainers"]):
+                assert each["securityContext"]["runAsNonRoot"] is True, owner
+                assert each["securityContext"]["runAsUser"] == 1000
             assert template["spec"]["securityContext"] == {"fsGroup": 1000}
+
+
+def test_fence_settings_are_checked_when_saved() -> None:
+    for bad in (
+        {"engine_run_as_user": 0},  # root is what runAsNonRoot refuses
+        {"engine_run_as_user": -1},
+        {"monitoring_namespace": "Monitoring"},
+        {"platform_namespace": "a_b"},
+        {"read_only_root": "sometimes"},
+    ):
+        with pytest.raises(SettingsInvalid) as refused:
+            parse_settings(bad)
+        assert [f for f, _ in refused.value.problems] == list(bad)
+    stored = parse_settings({"engine_run_as_user": 1000, "monitoring_namespace": "obs"}).stored()
+    assert stored["engine_run_as_user"] == 1000 and stored["read_only_root"] is True
+    assert stored["platform_namespace"] == "plinth-system"
 
 
 def test_an_image_that_writes_to_its_root_can_be_let_through() -> None:

@@ -7,13 +7,22 @@ ready one away, a Service and a PodDisruptionBudget. For the router: smg discove
 label, with the ServiceAccount, Role and RoleBinding that lets it list pods, and its Service. A
 Secret carries the model hub token when the model is gated.
 
+Weights are downloaded into the cluster's model cache once (``hf download`` from the engine
+image, which ships huggingface_hub): per claim by a Job per endpoint and set of models, which
+writes a marker when done and which engine pods wait for (an init container that waits for the
+marker); per node for a hostPath cache by an init container of the engine pod that downloads
+only when the marker is absent. The hub token Secret reaches only those downloaders; engines
+then load from the cache offline. Only without a shared cache (``model_cache: none``) does the
+engine download, and get the token, itself.
+
 Fences: a Secret holds the endpoint's API key, which engines and the router get as ``--api-key
 $(PLINTH_API_KEY)`` (Kubernetes expands the reference from the Secret at start, so the key is in
 no manifest); two NetworkPolicies let only the endpoint's own pods reach its engines (router,
 and the other ranks and pools for NCCL and KV transfer) plus the worker's probe on the HTTP
 port, and only the gateway and the worker reach its router. Pods run with a read-only root
 filesystem (writable: the model cache, /dev/shm and an emptyDir /tmp); the router as non-root,
-engines as the user ``KubeOptions.engine_run_as_user`` names (the SGLang image runs as root).
+engines as the user ``engine_run_as_user`` names (the SGLang image runs as root). Those and the
+namespaces the fences let in are the cluster's settings (``ClusterSettings``).
 """
 
 from __future__ import annotations
@@ -23,9 +32,16 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from deployments.cluster_settings import ClaimCache, ClusterSettings, SharedClaimCache
+from deployments.cluster_settings import (
+    ClaimCache,
+    ClusterSettings,
+    HostPathCache,
+    NoCache,
+    SharedClaimCache,
+)
 from deployments.drivers.base import HF_TOKEN_ENV, DeploymentRef, RevisionPlan
 from deployments.drivers.kube import labels as L
+from deployments.drivers.kube.weights import DOWNLOAD_SCRIPT, WAIT_SCRIPT, Weights, weights_of
 from runtime.launch import DIST_INIT_PORT, ROUTER_IMAGE, Probe, RolePlan, with_flag
 from runtime.spec import MODEL_CACHE_PATH, default_engine_image
 
@@ -41,19 +57,11 @@ LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 class KubeOptions:
     """Per-cluster choices an operator makes once."""
 
-    # What the cluster's admin saved (GPU map, tolerations, images, model cache, extra labels):
-    # validated when saved, so rendering never needs to refuse it.
+    # What the cluster's admin saved (GPU map, tolerations, images, model cache, fences, extra
+    # labels): validated when saved, so rendering never needs to refuse it. The platform
+    # namespace is where k8s/base runs the gateway and worker (labelled
+    # app.kubernetes.io/component=gateway|worker).
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
-    # Where Plinth's gateway and worker run: the only pods outside an endpoint's own that its
-    # NetworkPolicies let in (k8s/base labels them app.kubernetes.io/component=gateway|worker).
-    platform_namespace: str = "plinth-system"
-    # A namespace whose pods may scrape engine and router metrics (Prometheus); None: none.
-    monitoring_namespace: str | None = None
-    # The SGLang image runs as root; an operator whose engine image has a user sets its id here
-    # and engines then run as non-root. None keeps the image's user.
-    engine_run_as_user: int | None = None
-    # Off only for an engine image that writes outside the cache, /tmp and /dev/shm.
-    read_only_root: bool = True
 
 
 def render_revision(
@@ -68,6 +76,9 @@ def render_revision(
         objects.append(hf_token_secret(ref, revision))
     if ref.api_key:
         objects.append(api_key_secret(ref, revision))
+    weights = weights_of(revision)
+    if weights and _download_by_job(options.cluster):
+        objects.append(weights_job(ref, revision, weights, options))
     engines = [r for r in revision.plan.roles if r.role != "router"]
     if engines:
         objects.append(engine_network_policy(ref, revision, engines[0].port, options))
@@ -82,6 +93,154 @@ def render_revision(
         objects.append(router_deployment(ref, revision, router, [r.role for r in engines], options))
         objects.append(router_service(ref, revision, router))
     return [with_config_hash(with_operator_metadata(o, options.cluster)) for o in objects]
+
+
+# --- weights -------------------------------------------------------------------------------
+
+
+def _download_by_job(cluster: ClusterSettings) -> bool:
+    """A claim is shared by every node: one Job downloads for all of them."""
+    return isinstance(cluster.model_cache, ClaimCache | SharedClaimCache)
+
+
+def _engine_downloads(cluster: ClusterSettings) -> bool:
+    """No shared cache: the engine downloads (and needs the hub token) itself."""
+    return isinstance(cluster.model_cache, NoCache)
+
+
+def _hf_token_env(ref: DeploymentRef) -> dict[str, Any]:
+    secret = {"name": L.object_name(ref.slug, "hf-token"), "key": HF_TOKEN_KEY}
+    return {"name": HF_TOKEN_KEY, "valueFrom": {"secretKeyRef": secret}}
+
+
+def _cache_env() -> list[dict[str, Any]]:
+    # The root filesystem is read-only: huggingface_hub, Triton, FlashInfer and torch write
+    # under $HOME, which /tmp (an emptyDir) stands in for.
+    return [
+        {"name": "HF_HOME", "value": MODEL_CACHE_PATH},
+        {"name": "HOME", "value": "/tmp"},  # noqa: S108 - an emptyDir, not shared
+    ]
+
+
+def _cache_mounts() -> list[dict[str, Any]]:
+    return [
+        {"name": "model-cache", "mountPath": MODEL_CACHE_PATH},
+        {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - a volume mount
+    ]
+
+
+def _weights_container(
+    ref: DeploymentRef,
+    revision: RevisionPlan,
+    name: str,
+    weights: Weights,
+    image: str,
+    cluster: ClusterSettings,
+) -> dict[str, Any]:
+    """Downloads ``weights`` into the cache unless its marker is there; the one container of
+    the endpoint that gets the hub token when a cache is shared."""
+    env = [
+        *_cache_env(),
+        {"name": "PLINTH_WEIGHTS_REPO", "value": literal(weights.repo)},
+        {"name": "PLINTH_WEIGHTS_MARKER", "value": literal(weights.marker)},
+    ]
+    if weights.revision:
+        env.append({"name": "PLINTH_WEIGHTS_REVISION", "value": literal(weights.revision)})
+    if revision.hf_token:
+        env.append(_hf_token_env(ref))
+    return {
+        "name": name,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", literal(DOWNLOAD_SCRIPT)],
+        "env": env,
+        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "8Gi"}},
+        "volumeMounts": _cache_mounts(),
+        "securityContext": _container_security(
+            read_only=cluster.read_only_root, run_as_user=cluster.engine_run_as_user
+        ),
+    }
+
+
+def _wait_container(weights: list[Weights], image: str, cluster: ClusterSettings) -> dict[str, Any]:
+    """Holds the engine back until the download Job has filled the shared cache: no token,
+    no network, the cache read-only."""
+    markers = " ".join(w.marker for w in weights)
+    return {
+        "name": "wait-for-weights",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", literal(WAIT_SCRIPT)],
+        "env": [{"name": "PLINTH_WEIGHTS_MARKERS", "value": literal(markers)}],
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
+        "volumeMounts": [{"name": "model-cache", "mountPath": MODEL_CACHE_PATH, "readOnly": True}],
+        "securityContext": _container_security(
+            read_only=True, run_as_user=cluster.engine_run_as_user
+        ),
+    }
+
+
+def _engine_init_containers(
+    ref: DeploymentRef, revision: RevisionPlan, role: RolePlan, cluster: ClusterSettings
+) -> list[dict[str, Any]]:
+    """Per node (a hostPath cache): download unless there already. Per claim: wait for the
+    Job. Without a shared cache: nothing, the engine downloads itself."""
+    weights = weights_of(revision)
+    if not weights or _engine_downloads(cluster):
+        return []
+    image = engine_image(role, revision, cluster)
+    if _download_by_job(cluster):
+        return [_wait_container(weights, image, cluster)]
+    return [
+        _weights_container(ref, revision, f"weights-{at}", w, image, cluster)
+        for at, w in enumerate(weights)
+    ]
+
+
+def weights_job(
+    ref: DeploymentRef, revision: RevisionPlan, weights: list[Weights], options: KubeOptions
+) -> dict[str, Any]:
+    """Downloads the weights into the shared claim once; engine pods wait for its markers.
+
+    Named by a digest of its pod template, which Kubernetes never lets change: other models
+    (or other download settings) make a new Job, and the old one is pruned. Its pods carry no
+    endpoint label, so they are never taken for replicas; deleting the Job (foreground) takes
+    them with it.
+    """
+    cluster = options.cluster
+    engines = [r for r in revision.plan.roles if r.role != "router"]
+    image = engine_image(engines[0], revision, cluster)
+    containers = [
+        _weights_container(ref, revision, f"weights-{at}", w, image, cluster)
+        for at, w in enumerate(weights)
+    ]
+    pod: dict[str, Any] = {
+        "restartPolicy": "OnFailure",
+        "containers": containers,
+        "volumes": [_cache_volume(ref, cluster), {"name": "tmp", "emptyDir": {}}],
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,  # it calls the hub, never the cluster
+        **_scheduling(cluster),
+    }
+    if cluster.tolerations:
+        pod["tolerations"] = [t.manifest() for t in cluster.tolerations]
+    if cluster.engine_run_as_user is not None:
+        pod["securityContext"] = {"fsGroup": cluster.engine_run_as_user}
+    labels = {
+        k: v
+        for k, v in L.object_labels(ref.slug, ref.id, revision.number, "weights").items()
+        if k not in (L.DEPLOYMENT, L.REVISION, L.ROLE)
+    }
+    job: dict[str, Any] = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _meta(ref, revision, "", "weights"),
+        "spec": {"backoffLimit": 10, "template": {"metadata": {"labels": labels}, "spec": pod}},
+    }
+    job = with_operator_metadata(job, cluster)
+    digest = hashlib.sha256(json.dumps(job["spec"], sort_keys=True).encode()).hexdigest()[:10]
+    job["metadata"]["name"] = L.object_name(ref.slug, f"weights-{digest}")
+    return job
 
 
 def with_operator_metadata(obj: dict[str, Any], cluster: ClusterSettings) -> dict[str, Any]:
@@ -186,7 +345,7 @@ def _pod_annotations(ref: DeploymentRef) -> dict[str, str]:
 
 
 def _platform_pods(options: KubeOptions, component: str) -> dict[str, Any]:
-    namespace = {"kubernetes.io/metadata.name": options.platform_namespace}
+    namespace = {"kubernetes.io/metadata.name": options.cluster.platform_namespace}
     return {
         "namespaceSelector": {"matchLabels": namespace},
         "podSelector": {"matchLabels": L.platform_labels(component)},
@@ -194,9 +353,9 @@ def _platform_pods(options: KubeOptions, component: str) -> dict[str, Any]:
 
 
 def _monitoring(options: KubeOptions, port: int) -> list[dict[str, Any]]:
-    if not options.monitoring_namespace:
+    if not options.cluster.monitoring_namespace:
         return []
-    namespace = {"kubernetes.io/metadata.name": options.monitoring_namespace}
+    namespace = {"kubernetes.io/metadata.name": options.cluster.monitoring_namespace}
     return [
         {
             "from": [{"namespaceSelector": {"matchLabels": namespace}}],
@@ -299,19 +458,18 @@ def literal_args(args: list[str]) -> list[str]:
     return [literal(arg) for arg in args]
 
 
-def _env(ref: DeploymentRef, revision: RevisionPlan, role: RolePlan) -> list[dict[str, Any]]:
+def _env(
+    ref: DeploymentRef, revision: RevisionPlan, role: RolePlan, options: KubeOptions
+) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [{"name": k, "value": literal(v)} for k, v in role.env.items()]
-    if role.role != "router":
-        env.append({"name": "HF_HOME", "value": MODEL_CACHE_PATH})
-    if revision.hf_token and role.role != "router":
-        secret = L.object_name(ref.slug, "hf-token")
-        ref_ = {"secretKeyRef": {"name": secret, "key": HF_TOKEN_KEY}}
-        env.append({"name": HF_TOKEN_KEY, "valueFrom": ref_})
-    if role.role != "router":
-        # The root filesystem is read-only: Triton, FlashInfer and torch write their JIT caches
-        # under $HOME, which /tmp (an emptyDir) stands in for.
-        env.append({"name": "HOME", "value": "/tmp"})  # noqa: S108 - an emptyDir, not shared
-    return env + _api_key_env(ref)
+    if _engine_downloads(options.cluster):
+        if revision.hf_token:
+            env.append(_hf_token_env(ref))
+    elif "HF_HUB_OFFLINE" not in role.env:
+        # A download step filled the cache before the engine starts: it loads from there
+        # without asking the hub, which it has no token for.
+        env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
+    return env + _cache_env() + _api_key_env(ref)
 
 
 def _engine_container(
@@ -332,21 +490,20 @@ def _engine_container(
         "command": list(role.command),
         "args": args,
         "ports": _ports(role),
-        "env": _env(ref, revision, role),
+        "env": _env(ref, revision, role, options),
         "resources": {
             "requests": {resource: gpus},
             "limits": {resource: gpus},
         },
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},  # noqa: S108 - a volume mount, not a temp file
-            {"name": "model-cache", "mountPath": MODEL_CACHE_PATH},
-            {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - a volume mount
+            *_cache_mounts(),
         ],
         "lifecycle": {
             "preStop": {"exec": {"command": ["/bin/sh", "-c", f"sleep {PRESTOP_SLEEP_S}"]}}
         },
         "securityContext": _container_security(
-            read_only=options.read_only_root, run_as_user=options.engine_run_as_user
+            read_only=options.cluster.read_only_root, run_as_user=options.cluster.engine_run_as_user
         ),
     }
     if probes:
@@ -378,24 +535,30 @@ def router_image(revision: RevisionPlan, cluster: ClusterSettings) -> str:
     return cluster.router_image or ROUTER_IMAGE
 
 
+def _cache_volume(ref: DeploymentRef, cluster: ClusterSettings) -> dict[str, Any]:
+    chosen = cluster.model_cache
+    if isinstance(chosen, ClaimCache):
+        return {"name": "model-cache", "persistentVolumeClaim": {"claimName": chosen.claim_name}}
+    if isinstance(chosen, SharedClaimCache):
+        claim = L.object_name(ref.slug, "model-cache")
+        return {"name": "model-cache", "persistentVolumeClaim": {"claimName": claim}}
+    if isinstance(chosen, HostPathCache):
+        return {
+            "name": "model-cache",
+            "hostPath": {"path": chosen.path, "type": "DirectoryOrCreate"},
+        }
+    return {"name": "model-cache", "emptyDir": {}}  # the pod's own: gone with it
+
+
 def _engine_volumes(
     ref: DeploymentRef, role: RolePlan, options: KubeOptions
 ) -> list[dict[str, Any]]:
     shm: dict[str, Any] = {"medium": "Memory"}
     if role.shm_size_gib:
         shm["sizeLimit"] = f"{role.shm_size_gib}Gi"
-    cache: dict[str, Any]
-    chosen = options.cluster.model_cache
-    if isinstance(chosen, ClaimCache):
-        cache = {"persistentVolumeClaim": {"claimName": chosen.claim_name}}
-    elif isinstance(chosen, SharedClaimCache):
-        claim = L.object_name(ref.slug, "model-cache")
-        cache = {"persistentVolumeClaim": {"claimName": claim}}
-    else:
-        cache = {"hostPath": {"path": chosen.path, "type": "DirectoryOrCreate"}}
     return [
         {"name": "dshm", "emptyDir": shm},
-        {"name": "model-cache", **cache},
+        _cache_volume(ref, options.cluster),
         {"name": "tmp", "emptyDir": {}},
     ]
 
@@ -469,9 +632,12 @@ def _pod_spec(
         spec["runtimeClassName"] = cluster.runtime_class_name
     if cluster.service_account_name:
         spec["serviceAccountName"] = cluster.service_account_name
-    if options.engine_run_as_user is not None:
+    init = _engine_init_containers(ref, revision, role, cluster)
+    if init:
+        spec["initContainers"] = init
+    if options.cluster.engine_run_as_user is not None:
         # The cache volume and emptyDirs become writable by the engine's group.
-        spec["securityContext"] = {"fsGroup": options.engine_run_as_user}
+        spec["securityContext"] = {"fsGroup": options.cluster.engine_run_as_user}
     return spec
 
 

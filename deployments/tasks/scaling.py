@@ -7,6 +7,12 @@ Redis HMGET for the gateway's last-request times, which are fresher than
 ``Deployment.last_request_at`` (flushed every few seconds). A decision that changes the replica
 count goes through ``services.autoscale_to``, which refuses it if a person scaled meanwhile.
 Running two passes at once is safe for the same reason, only wasteful.
+
+A split (prefill/decode) endpoint's pools are decided by ``autoscale.decide_pools`` on per-pool
+samples, built from the per-replica figures the probe stores with each replica's role, and
+applied by ``services.autoscale_pool_to``. The SLO policy's performance model comes from
+``runtime.capacity`` for the target revision's spec and the workload the samples show (mean
+prompt and output length, prefix-cache share); the default profile when they show none.
 """
 
 from __future__ import annotations
@@ -26,11 +32,20 @@ from django.utils import timezone
 
 from controlplane import redis_clients
 from deployments import services
-from deployments.autoscale import Decision, Observations, Sample, State, decide
+from deployments.autoscale import (
+    POOLS,
+    Decision,
+    Observations,
+    Sample,
+    State,
+    decide,
+    decide_pools,
+)
 from deployments.models import Deployment, DesiredState, MetricSample
 from deployments.queries import REVISION_FIELDS
 from deployments.usage import LAST_REQUEST_HASH
-from runtime.spec import AutoscalingSettings
+from runtime.capacity import ReplicaModel, Role, Workload, replica_model
+from runtime.spec import AutoscalingSettings, RuntimeSpec
 
 __all__: list[str] = ["autoscale"]
 
@@ -45,6 +60,7 @@ class _Endpoint:
     deployment: Deployment
     policy: AutoscalingSettings
     disaggregated: bool
+    spec: dict[str, Any]
 
     @property
     def lookback(self) -> timedelta:
@@ -93,22 +109,31 @@ def _endpoint(deployment: Deployment) -> _Endpoint:
         deployment=deployment,
         policy=AutoscalingSettings.model_validate(spec.get("autoscaling") or {}),
         disaggregated=bool((spec.get("disaggregation") or {}).get("enabled")),
+        spec=spec,
     )
 
 
 def _decisions(batch: list[_Endpoint], now: datetime) -> list[tuple[_Endpoint, Decision]]:
-    samples = _samples(batch, now)
+    rows = _rows(batch, now)
     seen = _gateway_last_requests([e.deployment.pk for e in batch])
     out = []
     for endpoint in batch:
         deployment = endpoint.deployment
+        mine = rows.get(deployment.pk, [])
         observations = Observations(
-            samples=samples.get(deployment.pk, []),
+            samples=[_sample(row) for row in mine],
             last_request_at=_latest(deployment.last_request_at, seen.get(str(deployment.pk))),
+            pools=_pool_samples(mine) if endpoint.disaggregated else {},
+            models=_models(endpoint, mine),
         )
-        decision = decide(endpoint.policy, observations, _state(endpoint), now)
-        logger.debug("autoscale %s: %s", deployment.slug, decision.reason)
-        out.append((endpoint, decision))
+        state = _state(endpoint)
+        if endpoint.disaggregated:
+            decisions = decide_pools(endpoint.policy, observations, state, now)
+        else:
+            decisions = [decide(endpoint.policy, observations, state, now)]
+        for decision in decisions:
+            logger.debug("autoscale %s: %s", deployment.slug, decision.reason)
+            out.append((endpoint, decision))
     return out
 
 
@@ -122,7 +147,26 @@ def _state(endpoint: _Endpoint) -> State:
         rollout_in_progress=deployment.rollout_started_at is not None,
         disaggregated=endpoint.disaggregated,
         first_ready_at=deployment.first_ready_at,
+        pools=_pool_sizes(endpoint) if endpoint.disaggregated else {},
+        pools_scaled_at=_pools_scaled_at(endpoint) if endpoint.disaggregated else {},
     )
+
+
+def _pool_sizes(endpoint: _Endpoint) -> dict[str, int]:
+    deployment = endpoint.deployment
+    assert deployment.target_revision is not None
+    return deployment.pool_sizes(deployment.target_revision.number, endpoint.spec)
+
+
+def _pools_scaled_at(endpoint: _Endpoint) -> dict[str, datetime | None]:
+    """When the autoscaler last sized each pool of the target revision (its cool-down)."""
+    deployment = endpoint.deployment
+    assert deployment.target_revision is not None
+    scaled = deployment.pool_replicas or {}
+    if scaled.get("revision") != deployment.target_revision.number:
+        return {}
+    stamps: dict[str, str] = scaled.get("scaled_at") or {}
+    return {pool: datetime.fromisoformat(stamp) for pool, stamp in stamps.items()}
 
 
 def _apply(item: tuple[_Endpoint, Decision]) -> bool:
@@ -130,6 +174,15 @@ def _apply(item: tuple[_Endpoint, Decision]) -> bool:
     if not decision.changed:
         return False
     try:
+        if decision.pool is not None:
+            return services.autoscale_pool_to(
+                endpoint.deployment.pk,
+                decision.pool,
+                decision.desired,
+                decision.reason,
+                decision.inputs,
+                expected=decision.current,
+            )
         return services.autoscale_to(
             endpoint.deployment.pk,
             decision.desired,
@@ -146,18 +199,95 @@ def _apply(item: tuple[_Endpoint, Decision]) -> bool:
 # --- inputs ------------------------------------------------------------------------------------
 
 
-def _samples(batch: list[_Endpoint], now: datetime) -> dict[uuid.UUID, list[Sample]]:
+_COLUMNS = (
+    "deployment_id", "ts", "running", "queued", "requests_per_s", "requests", "prompt_tokens",
+    "generation_tokens", "cached_tokens", "kv_usage", "ttft_p90", "itl_p90", "replicas_ready",
+    "replicas",
+)  # fmt: skip
+
+
+def _rows(batch: list[_Endpoint], now: datetime) -> dict[uuid.UUID, list[dict[str, Any]]]:
     """Each endpoint's samples over its own window + scale-down delay, in one query."""
     reach = Q()
     for endpoint in batch:
         reach |= Q(deployment_id=endpoint.deployment.pk, ts__gt=now - endpoint.lookback)
-    rows = MetricSample.objects.filter(reach, ts__lte=now).values_list(
-        "deployment_id", "ts", "running", "queued"
-    )
-    out: dict[uuid.UUID, list[Sample]] = defaultdict(list)
-    for deployment_id, ts, running, queued in rows:
-        out[deployment_id].append(Sample(ts=ts, in_flight=running + queued))
+    rows = MetricSample.objects.filter(reach, ts__lte=now).values(*_COLUMNS)
+    out: dict[uuid.UUID, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        out[row["deployment_id"]].append(row)
     return out
+
+
+def _sample(row: dict[str, Any]) -> Sample:
+    replicas = row["replicas"] or []
+    return Sample(
+        ts=row["ts"],
+        in_flight=row["running"] + row["queued"],
+        requests_per_s=row["requests_per_s"],
+        queued=row["queued"],
+        queued_prefill_tokens=sum(float(r.get("queued_tokens") or 0) for r in replicas),
+        kv_usage=row["kv_usage"],
+        ttft_p90=row["ttft_p90"],
+        itl_p90=row["itl_p90"],
+        ready=row["replicas_ready"],
+    )
+
+
+def _pool_samples(rows: list[dict[str, Any]]) -> dict[str, list[Sample]]:
+    """Per-pool samples from the per-replica figures: the pool's replicas summed (KV usage
+    averaged). A pool's latency is the endpoint's where its own replicas report none (the
+    decode pool streams the tokens)."""
+    out: dict[str, list[Sample]] = {pool: [] for pool in POOLS}
+    for row in rows:
+        for pool in POOLS:
+            mine = [r for r in row["replicas"] or [] if r.get("role") == pool]
+            if not mine:
+                continue
+            kv = [float(r["kv_usage"]) for r in mine if r.get("kv_usage") is not None]
+            queued = sum(float(r.get("queued") or 0) for r in mine)
+            out[pool].append(
+                Sample(
+                    ts=row["ts"],
+                    in_flight=sum(float(r.get("running") or 0) for r in mine) + queued,
+                    requests_per_s=_pool_rate(mine, row["requests_per_s"]),
+                    queued=queued,
+                    queued_prefill_tokens=sum(float(r.get("queued_tokens") or 0) for r in mine),
+                    kv_usage=sum(kv) / len(kv) if kv else None,
+                    ttft_p90=_worst(mine, "ttft_p90", row["ttft_p90"]),
+                    itl_p90=_worst(mine, "itl_p90", row["itl_p90"]),
+                    ready=len(mine),
+                )
+            )
+    return out
+
+
+def _pool_rate(replicas: list[dict[str, Any]], endpoint: float) -> float:
+    """Requests/s the pool finished (each pool counts every request once), else the endpoint's."""
+    rate = sum(float(r.get("requests_per_s") or 0) for r in replicas)
+    return rate if rate > 0 else endpoint
+
+
+def _worst(replicas: list[dict[str, Any]], key: str, endpoint: float | None) -> float | None:
+    values = [float(r[key]) for r in replicas if r.get(key) is not None]
+    return max(values) if values else endpoint
+
+
+def _models(endpoint: _Endpoint, rows: list[dict[str, Any]]) -> dict[str, ReplicaModel | None]:
+    """The SLO policy's performance model per role, for the workload the samples show."""
+    if endpoint.policy.slo is None:
+        return {}
+    requests = sum(row["requests"] for row in rows)
+    workload = Workload()
+    if requests > 0:
+        prompt = sum(row["prompt_tokens"] for row in rows)
+        workload = Workload(
+            input_tokens=max(1, round(prompt / requests)),
+            output_tokens=max(1, round(sum(row["generation_tokens"] for row in rows) / requests)),
+            cached_share=sum(row["cached_tokens"] for row in rows) / prompt if prompt else 0.0,
+        )
+    spec = RuntimeSpec.model_validate(endpoint.spec)
+    roles: tuple[Role, ...] = ("prefill", "decode") if endpoint.disaggregated else ("engine",)
+    return {role: replica_model(spec, role, workload) for role in roles}
 
 
 def _gateway_last_requests(ids: list[uuid.UUID]) -> dict[str, datetime]:

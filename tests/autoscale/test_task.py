@@ -16,7 +16,8 @@ from django.utils import timezone
 from controlplane import services as platform
 from controlplane.models import AuditEvent, Role
 from deployments import services
-from deployments.models import Deployment, DeploymentEvent, MetricSample
+from deployments.models import Deployment, DeploymentEvent, MetricSample, Quota
+from deployments.reconcile import revision_plan
 from deployments.tasks import scaling
 from deployments.usage import LAST_REQUEST_HASH
 from tests.api.conftest import Api
@@ -239,3 +240,101 @@ def test_beat_runs_the_autoscaler_every_interval() -> None:
     assert entry["task"] in app.tasks
     assert entry["schedule"] == settings.PLINTH_AUTOSCALE_INTERVAL_S == 15
     assert entry["options"]["expires"] == 15  # a pass overtaken by the next one is dropped
+
+
+# --- a split endpoint's pools (SLO policy) ------------------------------------------------------
+
+SPLIT = {"min_replicas": 1, "max_replicas": 1, "window_seconds": 60,
+         "scale_down_delay_seconds": 120, "slo": {"ttft_p90_ms": 500, "itl_p90_ms": 40},
+         "prefill": {"min_replicas": 1, "max_replicas": 3},
+         "decode": {"min_replicas": 1, "max_replicas": 3}}  # fmt: skip
+
+
+def split_endpoint(cast: Cast, slug: str) -> Deployment:
+    spec = {
+        "model": {"source": "meta-llama/Llama-3.1-8B-Instruct"},
+        "hardware": {"gpu": "H100-SXM"},
+        "disaggregation": {"enabled": True},
+        "autoscaling": SPLIT,
+    }
+    made = services.create_deployment(cast.actor(cast.dave, cast.acme), slug=slug, name=slug,
+                                      spec=spec)  # fmt: skip
+    Deployment.objects.filter(pk=made.pk).update(
+        applied_revision=made.target_revision, current_revision=made.target_revision,
+        ready_replicas=1, total_replicas=2, first_ready_at=timezone.now() - timedelta(hours=1),
+    )  # fmt: skip
+    return Deployment.objects.get(pk=made.pk)
+
+
+def probe_pools(deployment: Deployment, end: datetime, prefill: dict[str, Any],
+                decode: dict[str, Any]) -> None:  # fmt: skip
+    """Two minutes of samples with per-replica figures, as the probe stores them."""
+    MetricSample.objects.bulk_create(
+        MetricSample(
+            deployment=deployment, ts=end - timedelta(seconds=15 * i), interval_s=15,
+            replicas_ready=2, requests_per_s=0.5,
+            replicas=[{"name": "p-0", "role": "prefill", **prefill},
+                      {"name": "d-0", "role": "decode", **decode}],
+        )
+        for i in range(9)
+    )  # fmt: skip
+
+
+BACKLOG = {"queued": 8, "queued_tokens": 80_000, "running": 1}
+QUIET = {"running": 2, "kv_usage": 0.05, "queued": 0, "queued_tokens": 0}
+
+
+def test_a_prefill_backlog_grows_the_prefill_pool_and_leaves_decode(
+    cast: Cast, broker: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    split = split_endpoint(cast, "split")
+    now = timezone.now()
+    probe_pools(split, now, prefill=BACKLOG, decode=QUIET)
+    assert run_pass(now, django_capture_on_commit_callbacks) == {"checked": 1, "scaled": 1}
+
+    split.refresh_from_db()
+    assert split.target_revision is not None
+    assert split.pool_sizes(split.target_revision.number, split.target_revision.spec) == {
+        "prefill": 2, "decode": 1,
+    }  # fmt: skip
+    assert split.desired_replicas == 1
+    [event] = autoscaled(split)
+    assert event.data["pool"] == "prefill" and event.data["from"] == 1
+    assert "queued prefill tokens" in event.message and "1 -> 2" in event.message
+    audit = AuditEvent.objects.get(action="deployment.autoscale_pool", target_id=str(split.pk))
+    assert audit.before["pools"] == {"prefill": 1, "decode": 1}
+    assert queued(broker) == [("deployments.reconcile_deployment", [str(split.pk)])]
+
+    # Reconcile's plan for the revision runs the pool at its new size.
+    plan = revision_plan(split, split.target_revision)
+    sizes = {r.role: plan.replicas_of(r) for r in plan.plan.roles if r.role != "router"}
+    assert sizes == {"prefill": 2, "decode": 1}
+
+    # Within the prefill pool's cool-down nothing more; the decode pool has its own.
+    broker.delete(settings.CELERY_TASK_DEFAULT_QUEUE)
+    MetricSample.objects.all().delete()
+    probe_pools(split, now + timedelta(seconds=15), prefill=BACKLOG,
+                decode={**QUIET, "kv_usage": 0.97})  # fmt: skip
+    assert run_pass(now + timedelta(seconds=15), django_capture_on_commit_callbacks)["scaled"] == 1
+    split.refresh_from_db()
+    assert split.pool_sizes(split.target_revision.number, split.target_revision.spec) == {
+        "prefill": 2, "decode": 2,
+    }  # fmt: skip
+    assert autoscaled(split)[-1].data["pool"] == "decode"
+
+
+def test_a_stale_pool_decision_changes_nothing(cast: Cast, broker: redis.Redis) -> None:
+    split = split_endpoint(cast, "split")
+    assert not services.autoscale_pool_to(split.pk, "prefill", 3, "test", {}, expected=2)
+    split.refresh_from_db()
+    assert split.pool_replicas == {} and autoscaled(split) == []
+
+
+def test_a_pool_stops_at_the_gpu_quota(cast: Cast, broker: redis.Redis) -> None:
+    split = split_endpoint(cast, "split")
+    Quota.objects.create(organization=cast.acme, gpus=3)  # one prefill, one decode, one spare
+    assert services.autoscale_pool_to(split.pk, "prefill", 3, "backlog", {}, expected=1)
+    split.refresh_from_db()
+    assert split.pool_replicas["prefill"] == 2
+    assert "held at 2 by quota gpus" in autoscaled(split)[-1].message
+    assert split.events.filter(reason="QuotaLimited").exists()

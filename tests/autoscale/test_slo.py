@@ -1,0 +1,195 @@
+"""The SLO policy of the pure decision: the performance model (the real one, for a real spec)
+turns TTFT/ITL targets into per-replica capacity, corrected by what the endpoint showed; a split
+endpoint's prefill and decode pools each answer their own signals."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from deployments.autoscale import Observations, Sample, State, decide, decide_pools
+from runtime.capacity import Workload, replica_model
+from runtime.spec import AutoscalingSettings, RuntimeSpec
+from runtime.validate import validate
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+LONG_AGO = NOW - timedelta(hours=2)
+SLO = {"ttft_p90_ms": 500, "itl_p90_ms": 40}
+POLICY = {"min_replicas": 1, "max_replicas": 8, "window_seconds": 60,
+          "scale_down_delay_seconds": 120, "target_utilization": 1.0, "slo": SLO}  # fmt: skip
+SPLIT = {**POLICY, "prefill": {"min_replicas": 1, "max_replicas": 4},
+         "decode": {"min_replicas": 1, "max_replicas": 4}}  # fmt: skip
+
+
+def spec(disaggregated: bool = False, **autoscaling: Any) -> RuntimeSpec:
+    data: dict[str, Any] = {
+        "model": {"source": "meta-llama/Llama-3.1-8B-Instruct"},
+        "hardware": {"gpu": "H100-SXM"},
+        "autoscaling": autoscaling or POLICY,
+    }
+    if disaggregated:
+        data["disaggregation"] = {"enabled": True}
+    return RuntimeSpec.model_validate(data)
+
+
+def steady(seconds: int = 300, **figures: Any) -> list[Sample]:
+    return [
+        Sample(NOW - timedelta(seconds=s), **{"in_flight": 0.0, **figures})
+        for s in range(0, seconds + 1, 15)
+    ]
+
+
+def models(endpoint: RuntimeSpec) -> dict[str, Any]:
+    roles = ("prefill", "decode") if endpoint.disaggregation.enabled else ("engine",)
+    return {role: replica_model(endpoint, role, Workload()) for role in roles}  # type: ignore[arg-type]
+
+
+def engine_decision(samples: list[Sample], replicas: int = 1) -> Any:
+    endpoint = spec()
+    observations = Observations(samples=samples, models=models(endpoint))
+    state = State(replicas=replicas, last_scaled_at=LONG_AGO)
+    return decide(endpoint.autoscaling, observations, state, NOW)
+
+
+def test_an_arrival_rate_past_one_replicas_capacity_adds_replicas() -> None:
+    model = replica_model(spec(), "engine", Workload())
+    assert model is not None
+    capacity = model.capacity_rps(0.5, 0.04)
+    decision = engine_decision(steady(requests_per_s=2.5 * capacity, ready=1))
+    assert (decision.current, decision.desired) == (1, 2)  # at most doubling
+    assert "arrival rate" in decision.reason
+    assert decision.inputs["up_target"] == 3
+    assert decision.inputs["capacity_rps_per_replica"] == pytest.approx(capacity, rel=0.01)
+
+
+def test_a_load_the_model_says_fits_holds() -> None:
+    model = replica_model(spec(), "engine", Workload())
+    assert model is not None
+    rate = 0.5 * model.capacity_rps(0.5, 0.04)
+    predicted = model.predict(rate)
+    samples = steady(requests_per_s=rate, ttft_p90=predicted.ttft_s, itl_p90=predicted.itl_s,
+                     ready=1, kv_usage=0.2)  # fmt: skip
+    decision = engine_decision(samples)
+    assert not decision.changed, decision.reason
+    assert decision.inputs["correction"] == {"ttft": 1.0, "itl": 1.0}
+
+
+def test_observed_latency_above_the_prediction_corrects_the_capacity() -> None:
+    model = replica_model(spec(), "engine", Workload())
+    assert model is not None
+    rate = 0.6 * model.capacity_rps(0.5, 0.04)
+    predicted = model.predict(rate)
+    # The endpoint decodes twice as slowly as the model says (still within the ITL target).
+    samples = steady(requests_per_s=rate, ttft_p90=predicted.ttft_s, itl_p90=2 * predicted.itl_s,
+                     ready=1)  # fmt: skip
+    decision = engine_decision(samples)
+    assert decision.inputs["correction"]["itl"] == pytest.approx(2.0, rel=0.01)
+    assert decision.inputs["capacity_rps_per_replica"] < model.capacity_rps(0.5, 0.04)
+    assert decision.desired == 2, decision.reason
+
+
+def test_the_correction_is_bounded() -> None:
+    model = replica_model(spec(), "engine", Workload())
+    assert model is not None
+    rate = 0.8 * model.capacity_rps(0.5, 0.04)
+    samples = steady(requests_per_s=rate, itl_p90=100 * model.predict(rate).itl_s, ready=1)
+    decision = engine_decision(samples)
+    assert decision.inputs["correction"]["itl"] == 4.0
+
+
+def test_light_load_latencies_are_left_out_of_the_fit() -> None:
+    # At a tenth of capacity the model predicts an ITL far below the target: a p90 five times
+    # it (a few tokens that met a prompt's chunk) says nothing about where capacity ends.
+    model = replica_model(spec(), "engine", Workload())
+    assert model is not None
+    rate = 0.1 * model.capacity_rps(0.5, 0.04)
+    samples = steady(requests_per_s=rate, itl_p90=5 * model.predict(rate).itl_s, ready=1)
+    assert engine_decision(samples).inputs["correction"]["itl"] == 1.0
+
+
+def test_a_nearly_full_kv_cache_adds_a_replica_whatever_the_rate() -> None:
+    decision = engine_decision(steady(kv_usage=0.97, ready=2), replicas=2)
+    assert decision.desired == 3 and "KV-cache usage" in decision.reason
+
+
+def test_queued_prefill_tokens_past_the_ttft_budget_add_replicas() -> None:
+    model = replica_model(spec(), "engine", Workload())
+    assert model is not None
+    tokens = 3 * model.prefill_tokens_per_s * 0.5  # three TTFT targets' worth of prompts
+    decision = engine_decision(steady(queued_prefill_tokens=tokens, ready=1))
+    assert decision.desired == 2 and "queued prefill tokens" in decision.reason
+    assert decision.inputs["up_target"] == 3
+
+
+def test_a_quiet_endpoint_steps_down_after_the_delay() -> None:
+    decision = engine_decision(steady(requests_per_s=0.1, kv_usage=0.01, ready=3), replicas=3)
+    assert (decision.current, decision.desired) == (3, 2), decision.reason
+
+
+def pool_decisions(
+    prefill: list[Sample], decode: list[Sample], policy: dict[str, Any] = SPLIT
+) -> dict[str, Any]:
+    endpoint = spec(disaggregated=True, **policy)
+    observations = Observations(pools={"prefill": prefill, "decode": decode},
+                                models=models(endpoint))  # fmt: skip
+    state = State(replicas=1, disaggregated=True, pools={"prefill": 1, "decode": 1})
+    decisions = decide_pools(endpoint.autoscaling, observations, state, NOW)
+    return {str(d.pool): d for d in decisions}
+
+
+def test_a_prefill_backlog_scales_the_prefill_pool_and_not_decode() -> None:
+    quiet = steady(in_flight=1.0, kv_usage=0.05, itl_p90=0.01, ready=1)
+    backlog = steady(queued=8, queued_prefill_tokens=80_000, ttft_p90=2.0, ready=1)
+    decisions = pool_decisions(backlog, quiet)
+    assert decisions["prefill"].desired == 2, decisions["prefill"].reason
+    assert decisions["prefill"].inputs["pool"] == "prefill"
+    assert not decisions["decode"].changed, decisions["decode"].reason
+    assert decisions["decode"].reason.startswith("decode pool:")
+
+
+def test_a_full_decode_cache_scales_the_decode_pool_and_not_prefill() -> None:
+    idle = steady(ttft_p90=0.05, ready=1)
+    full = steady(in_flight=40, kv_usage=0.95, itl_p90=0.02, ready=1)
+    decisions = pool_decisions(idle, full)
+    assert decisions["decode"].desired == 2 and "KV-cache usage" in decisions["decode"].reason
+    assert not decisions["prefill"].changed
+
+
+def test_a_pool_without_bounds_keeps_its_size() -> None:
+    policy = {**POLICY, "decode": {"min_replicas": 1, "max_replicas": 4}}
+    backlog = steady(queued=8, queued_prefill_tokens=80_000, ttft_p90=2.0, ready=1)
+    decisions = pool_decisions(backlog, steady(kv_usage=0.95, ready=1), policy)
+    assert not decisions["prefill"].changed
+    assert "no autoscaling.prefill bounds" in decisions["prefill"].reason
+    assert decisions["decode"].desired == 2
+
+
+def test_the_endpoint_decision_leaves_split_pools_alone() -> None:
+    endpoint = spec(disaggregated=True, **SPLIT)
+    state = State(replicas=1, disaggregated=True, pools={"prefill": 1, "decode": 1})
+    decision = decide(endpoint.autoscaling, Observations(), state, NOW)
+    assert not decision.changed and "disaggregated" in decision.reason
+
+
+# --- settings ------------------------------------------------------------------------------------
+
+
+def test_an_slo_needs_a_target() -> None:
+    with pytest.raises(ValidationError, match="needs a TTFT or an ITL target"):
+        AutoscalingSettings.model_validate({"slo": {}})
+
+
+def codes(**autoscaling: Any) -> set[str]:
+    return {issue.code for issue in validate(spec(disaggregated=True, **autoscaling))}
+
+
+def test_pool_bounds_are_checked() -> None:
+    assert "autoscaling_pool_min_above_max" in codes(
+        slo=SLO, prefill={"min_replicas": 3, "max_replicas": 2}
+    )
+    assert "autoscaling_pools_without_slo" in codes(decode={"min_replicas": 1, "max_replicas": 2})
+    assert not codes(**SPLIT) & {"autoscaling_pool_min_above_max", "autoscaling_pools_without_slo",
+                                 "autoscaling_ignored_with_disaggregation"}  # fmt: skip

@@ -3,7 +3,9 @@
 `validate` prints every issue and exits 1 when any is an error; `plan` prints the argv of each role
 (refusing specs with errors); `estimate` prints the memory and cost figures. `--json` prints
 machine-readable output instead. `optimize MODEL --rate N ...` prints the cheapest configuration
-meeting the SLOs, the waterfall of what each optimization contributes and the Pareto front.
+meeting the SLOs, the waterfall of what each optimization contributes and the Pareto front;
+`--confirm` also runs the top picks through the simulator (``runtime.confirm``) and prints the
+measured figures next to the predicted ones.
 `quality --baseline URL --candidate URL` runs the KL quality gate between two live engines or
 routers (``runtime.quality_run``).
 """
@@ -14,8 +16,9 @@ import argparse
 import json
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -24,6 +27,9 @@ from runtime.issues import Issue
 from runtime.launch import LaunchPlan, RolePlan, plan
 from runtime.quality_run import main as run_quality_gate
 from runtime.validate import Estimate, check, estimate, has_errors
+
+if TYPE_CHECKING:
+    from runtime.confirm import Confirmation
 
 
 def _load(path: Path) -> tuple[Any, str | None]:
@@ -132,6 +138,12 @@ def _optimize_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-cost", type=float, default=None, help="USD per hour")
     parser.add_argument("--max-gpus", type=int, default=None)
     parser.add_argument("--top", type=int, default=5, help="Pareto rows to print")
+    parser.add_argument(
+        "--confirm",
+        action="store_true",
+        help="run the top picks through the simulator (a short run in simulated time)",
+    )
+    parser.add_argument("--confirm-top", type=int, default=3, help="picks to confirm")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
 
@@ -163,13 +175,19 @@ def run_optimize(argv: list[str]) -> int:
         slo=Slo(ttft_p90_s=args.ttft, itl_p90_s=args.itl, e2e_p90_s=args.e2e),
         limits=Limits(max_cost_per_hour=args.max_cost, max_gpus=args.max_gpus),
     )
+    from runtime.confirm import ConfirmError, attach_measurements, confirm_top
+
     try:
         result = optimize(request)
-    except OptimizeError as exc:
+        confirmed = confirm_top(request, result, args.confirm_top) if args.confirm else ()
+    except (OptimizeError, ConfirmError) as exc:
         print(f"optimize: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(result_dict(result), indent=2))
+        data = result_dict(result)
+        if args.confirm:
+            attach_measurements(data, confirmed)
+        print(json.dumps(data, indent=2))
         return 0 if result.best else 1
     print(f"load {result.rate_rps:.2f} req/s; {result.evaluated} configurations evaluated")
     for note in result.notes:
@@ -193,7 +211,23 @@ def run_optimize(argv: list[str]) -> int:
             f"  ${p.cost_per_hour:8.2f}/h  {p.capacity_rps:8.2f} req/s  "
             f"{p.ttft_p90_s * 1000:7.0f} ms  {p.itl_p90_s * 1000:6.1f} ms  {cand.label}"
         )
+    if confirmed:
+        _print_confirmed(confirmed)
     return 0 if result.best else 1
+
+
+def _print_confirmed(confirmed: Sequence[Confirmation]) -> None:
+    print("\nconfirmed by a simulated run (predicted -> measured, simulated time):")
+    for item in confirmed:
+        p, m = item.candidate.prediction, item.measured
+        verdict = "meets" if m.meets_slo else "MISSES"
+        print(
+            f"  {item.candidate.label}: TTFT p90 {p.ttft_p90_s * 1000:.0f} -> "
+            f"{m.ttft_p90_s * 1000:.0f} ms, ITL p90 {p.itl_p90_s * 1000:.1f} -> "
+            f"{m.itl_p90_s * 1000:.1f} ms, {p.output_tokens_per_s:.0f} -> "
+            f"{m.output_tokens_per_s:.0f} tok/s, {m.completed}/{m.requests} done over "
+            f"{m.simulated_s:.0f} s: {verdict} the SLOs"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,8 +8,10 @@ a Conflict when someone saved first).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from django import forms as django_forms
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
@@ -18,9 +20,10 @@ from controlplane.access import require_role
 from controlplane.guard import actor_of, console_view
 from controlplane.models import Role
 from controlplane.services import Conflict, ServiceError
-from deployments import forms, queries, services
+from deployments import forms, queries, recommend, services
 from deployments.models import Deployment
 from runtime.issues import Issue, error
+from runtime.optimize import OptimizeRequest, Slo, Traffic
 from runtime.validate import check, estimate, has_errors
 
 
@@ -92,10 +95,14 @@ def endpoint_create(request: HttpRequest) -> HttpResponse:
     require_role(actor, Role.DEVELOPER)
     clusters = list(queries.clusters_for(actor))
     if request.method == "GET":
-        values = forms.initial_values()
-        spec, _ = check(forms.DEFAULT_SPEC)
+        prefill = _prefilled_spec(request)
+        values = forms.initial_values(prefill)
+        spec, _ = check(prefill or forms.DEFAULT_SPEC)
         context = _form_context(values, [], estimate(spec) if spec else None)
-        return render(request, "deployments/wizard.html", {**context, "clusters": clusters})
+        context.update(clusters=clusters, rec_form=RecommendForm(prefix="rec"))
+        if prefill:
+            context["prefilled_from"] = request.GET.get("from", "")[:200] or "a recommendation"
+        return render(request, "deployments/wizard.html", context)
     result = _evaluate(request.POST, None)
     issues = result["issues"]
     meta = {k: request.POST.get(k, "").strip() for k in ("slug", "name", "cluster", "message")}
@@ -115,7 +122,78 @@ def endpoint_create(request: HttpRequest) -> HttpResponse:
             return redirect("endpoint-detail", slug=endpoint.slug)
     context = _form_context(result["values"], issues, result["estimate"])
     context.update(clusters=clusters, meta=meta, meta_error=_meta_error(issues))
+    context["rec_form"] = RecommendForm(prefix="rec")
     return render(request, "deployments/wizard.html", context, status=422)
+
+
+def _prefilled_spec(request: HttpRequest) -> dict[str, Any] | None:
+    """``?spec=<json>`` (the optimizer's "Deploy this"): settings to start from, or None."""
+    raw = request.GET.get("spec")
+    if not raw:
+        return None
+    try:
+        spec = json.loads(raw)
+    except ValueError:
+        return None
+    return spec if isinstance(spec, dict) else None
+
+
+# ---- "Recommend settings": the optimizer, for the wizard's model and GPU --------------------
+class RecommendForm(django_forms.Form):
+    """A small traffic profile and the latency targets (the optimizer page has every knob)."""
+
+    input_tokens = django_forms.IntegerField(min_value=1, max_value=1_000_000, initial=1024)
+    output_tokens = django_forms.IntegerField(min_value=1, max_value=1_000_000, initial=256)
+    rate_rps = django_forms.FloatField(min_value=0.001, max_value=100_000, initial=1.0)
+    ttft_ms = django_forms.FloatField(min_value=1, max_value=600_000, initial=1000)
+    itl_ms = django_forms.FloatField(min_value=0.1, max_value=60_000, initial=50)
+
+    def request_for(self, model: str, gpu: str) -> OptimizeRequest:
+        d = self.cleaned_data
+        return OptimizeRequest(
+            model=model,
+            gpus=(gpu,) if gpu else (),
+            traffic=Traffic(d["input_tokens"], d["output_tokens"], rate_rps=d["rate_rps"]),
+            slo=Slo(ttft_p90_s=d["ttft_ms"] / 1000, itl_p90_s=d["itl_ms"] / 1000),
+        )
+
+
+@require_POST
+@console_view
+def wizard_recommend(request: HttpRequest) -> HttpResponse:
+    """Fill the create form with the optimizer's pick for its model and GPU and the traffic."""
+    actor = actor_of(request)
+    require_role(actor, Role.DEVELOPER)
+    result = _evaluate(request.POST, None)
+    values, issues, est = result["values"], result["issues"], result["estimate"]
+    rec_form = RecommendForm(request.POST, prefix="rec")
+    pick, problem = None, ""
+    if rec_form.is_valid():
+        model = request.POST.get("model.source", "").strip()
+        gpu = request.POST.get("hardware.gpu", "").strip()
+        try:
+            data = recommend.recommend(actor, rec_form.request_for(model, gpu))
+        except ServiceError as exc:
+            problem = exc.message
+        else:
+            pick = data["best"]
+            problem = "" if pick else " ".join(data["notes"]) or "nothing meets the targets"
+    else:
+        problem = "check the traffic figures"
+    if pick is not None:
+        values = forms.initial_values(pick["spec"])
+        spec, issues = check(pick["spec"])
+        est = estimate(spec) if spec is not None else None
+    meta = {k: request.POST.get(k, "").strip() for k in ("slug", "name", "cluster", "message")}
+    context = _form_context(values, issues, est)
+    context.update(
+        clusters=list(queries.clusters_for(actor)),
+        meta=meta,
+        rec_form=rec_form,
+        recommendation=pick,
+        recommend_problem=problem,
+    )
+    return render(request, "deployments/wizard.html", context)
 
 
 def _issues_of(exc: ServiceError) -> list[Issue]:

@@ -63,3 +63,41 @@ def test_optimize_within_a_clusters_free_gpus(api: Clients, cast: Cast) -> None:
         assert candidate["predicted"]["gpus"] <= 2
     other = api.bob.post("optimize", body)  # another organization's cluster: not found
     assert other.status_code == 404
+
+
+def test_confirm_runs_the_top_picks_in_simulated_time(api: Clients) -> None:
+    """`confirm: true` adds what a short simulated run measured next to each prediction."""
+    body = {
+        "model": "meta-llama/Llama-3.1-8B-Instruct",
+        "gpus": ["H100-SXM"],
+        "traffic": {"input_tokens": 1024, "output_tokens": 128, "rate_rps": 10},
+        "slo": {"ttft_p90_s": 1.0, "itl_p90_s": 0.05},
+        "confirm": True,
+        "confirm_top": 2,
+    }
+    data = api.carol.post("optimize", body).json()
+    first, second, *rest = data["ranked"]
+    for candidate in (first, second):
+        measured = candidate["measured"]
+        assert measured["completed"] == measured["requests"] > 0
+        assert measured["ttft_p90_s"] > 0 and measured["itl_p90_s"] > 0
+        assert measured["output_tokens_per_s"] > 0 and measured["simulated_s"] > 0
+    assert data["best"]["measured"] == first["measured"]
+    assert all(c["measured"] is None for c in rest)
+    plain = api.carol.post("optimize", {**body, "confirm": False}).json()
+    assert plain["best"]["measured"] is None
+    assert fields_of(api.carol.post("optimize", {**body, "confirm_top": 9})) == ["confirm_top"]
+    assert fields_of(api.carol.post("optimize", {**body, "confirm": "yes"})) == ["confirm"]
+
+
+def test_a_pick_applied_by_patch_is_a_revision_saying_so(api: Clients, endpoint: object) -> None:
+    """Applying a candidate is the normal PATCH with its spec and a message naming its source."""
+    body = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpus": ["L40S"]}
+    best = api.dave.post("optimize", body).json()["best"]
+    message = f"from the optimizer: {best['label']}"
+    patch = {"spec": best["spec"], "base_revision": 1, "message": message}
+    response = api.dave.patch("deployments/chat", patch)
+    assert response.status_code == 200, response.content
+    revisions = api.carol.get("deployments/chat/revisions").json()["items"]
+    assert revisions[0]["number"] == 2 and revisions[0]["message"] == message
+    assert api.carol.patch("deployments/chat", {**patch, "base_revision": 2}).status_code == 403

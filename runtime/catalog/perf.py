@@ -22,15 +22,32 @@ class KernelEfficiency(_Row):
     bandwidth: float = Field(gt=0, le=1)
     compute: float = Field(gt=0, le=1)
     layer_overhead_us: float = Field(ge=0)
-    # A GEMM of M tokens reaches compute * M / (M + compute_half_tokens) of peak: small M leaves
-    # tiles and SMs idle (wave quantization), so short prefills and mid-size batches run below it.
+    # A GEMM of M tokens reaches compute * M / (M + half) of peak: small M leaves tiles and SMs
+    # idle (wave quantization), so short prefills and mid-size batches run below it. half is
+    # compute_half_tokens at a per-GPU GEMM width (hidden size / TP) of 4096, and grows as the
+    # GEMM narrows (fewer N tiles to spread over the SMs).
     compute_half_tokens: float = Field(default=0.0, ge=0)
+    # Fixed cost of each GEMM launch whatever its size: the kernel's prologue and, for FP8/FP4,
+    # the activation-quantization kernel that runs ahead of it.
+    gemm_fixed_us: float = Field(default=0.0, ge=0)
     source: str
 
 
 class AttentionEfficiency(_Row):
     kv_bytes: float = Field(gt=0)  # bytes per cached value: 2 (BF16), 1 (FP8), 0.5625 (FP4)
     bandwidth: float = Field(gt=0, le=1)
+    # Fixed cost per layer and step of this KV format: an FP8/FP4 cache quantizes K and V as it
+    # writes them and runs a dequantizing kernel, whatever the context.
+    fixed_us: float = Field(default=0.0, ge=0)
+    generation: int | None = None  # rows for a GPU generation override the generic ones
+    source: str
+
+
+class AttentionCompute(_Row):
+    """Share of BF16 peak that prefill (flash) attention reaches on one GPU generation."""
+
+    generation: int
+    compute: float = Field(gt=0, le=1)
     source: str
 
 
@@ -38,6 +55,41 @@ class Interconnect(_Row):
     gpu: str
     bus_gbs: float = Field(gt=0)
     latency_us: float = Field(ge=0)
+
+
+class Nic(_Row):
+    """The scale-out NIC line rate per GPU that a P/D pair's KV transfer crosses."""
+
+    generation: int  # compute capability x10, major only; the newest at or below a GPU's applies
+    gbs: float = Field(gt=0)  # GB/s (10^9 bytes/s), one direction
+    source: str
+
+
+class TransferBackend(_Row):
+    """What one --disaggregation-transfer-backend reaches on that NIC."""
+
+    name: str
+    efficiency: float = Field(ge=0, le=1)  # share of line rate; 0 moves nothing (fake)
+    latency_us: float = Field(ge=0)  # per transfer: handshake and completion notification
+    source: str
+
+
+class KvTransfer(_Row):
+    nics: tuple[Nic, ...] = Field(min_length=1)
+    backends: tuple[TransferBackend, ...] = Field(min_length=1)
+    default_backend: str
+
+    def nic_gbs(self, sm: int) -> float:
+        """The newest generation's line rate at or below `sm` (an older GPU takes the oldest)."""
+        rows = [n for n in self.nics if n.generation <= sm]
+        if not rows:
+            return min(self.nics, key=lambda n: n.generation).gbs
+        return max(rows, key=lambda n: n.generation).gbs
+
+    def backend(self, name: str | None) -> TransferBackend:
+        """The named backend, else the default one (SGLang's default is mooncake)."""
+        by_name = {row.name: row for row in self.backends}
+        return by_name.get(name or self.default_backend) or by_name[self.default_backend]
 
 
 class SpecAlgorithm(_Row):
@@ -97,10 +149,11 @@ class PerfCatalog(_Row):
     kernels: tuple[KernelEfficiency, ...]
     step_overhead_us: float = Field(ge=0)
     attention: tuple[AttentionEfficiency, ...] = Field(min_length=1)
-    attention_compute: float = Field(gt=0, le=1)
+    attention_compute: tuple[AttentionCompute, ...] = Field(min_length=1)
     interconnect: tuple[Interconnect, ...]
     default_interconnect: Interconnect
     speculative: Speculative
+    kv_transfer: KvTransfer
     published: tuple[PublishedFigure, ...] = ()
 
     def kernel(self, sm: int, dtype: str, gpu_id: str = "") -> KernelEfficiency:
@@ -117,9 +170,24 @@ class PerfCatalog(_Row):
             ]
         return max(rows, key=lambda k: k.generation)
 
-    def attention_bandwidth(self, kv_bytes: float) -> float:
+    def attention_row(self, kv_bytes: float, sm: int = 90) -> AttentionEfficiency:
+        """Decode attention over a KV cache of this width: the newest generation's rows at or
+        below `sm`, else the generic rows; the nearest width among them."""
+        generations = [r.generation for r in self.attention if r.generation is not None]
+        newest = max((g for g in generations if g <= sm), default=None)
+        rows = [r for r in self.attention if r.generation == newest] or list(self.attention)
+        return min(rows, key=lambda row: abs(row.kv_bytes - kv_bytes))
+
+    def attention_bandwidth(self, kv_bytes: float, sm: int = 90) -> float:
         """Share of HBM bandwidth decode attention reaches reading a KV cache of this width."""
-        return min(self.attention, key=lambda row: abs(row.kv_bytes - kv_bytes)).bandwidth
+        return self.attention_row(kv_bytes, sm).bandwidth
+
+    def attention_compute_share(self, sm: int) -> float:
+        """The newest generation's prefill-attention share at or below `sm` (else the oldest)."""
+        rows = [r for r in self.attention_compute if r.generation <= sm]
+        if not rows:
+            return min(self.attention_compute, key=lambda r: r.generation).compute
+        return max(rows, key=lambda r: r.generation).compute
 
     def link(self, gpu_id: str) -> Interconnect:
         for row in self.interconnect:

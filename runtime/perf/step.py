@@ -1,12 +1,15 @@
 """Step time of one forward pass of one engine: the physics the simulator and optimizer share.
 
 A step is a sum of separate kernels, each bounded by the slower of its bytes and its FLOPs:
-- the GEMMs stream the weights (quantized body plus the BF16 LM head; the input embedding is a
-  gather, not a stream) at the kernel's share of HBM bandwidth for the GEMM data type, or compute
-  at its share of that data type's peak, whichever is longer;
+- the GEMMs stream the weights (quantized body at the kernel's share of HBM bandwidth for the
+  GEMM data type; under FP8/FP4 the BF16 LM head at the BF16 kernel's; the input embedding is a
+  gather, not a stream), or compute at the data type's share of peak, a share that rises with
+  the tokens in the step and falls as TP narrows each GEMM (fewer tiles to fill the SMs);
 - attention reads the KV cache of every decoding sequence (decode) or computes query-key pairs
-  (prefill) at the attention kernels' shares;
-- a fixed cost per layer (norms, rotary, launches) and per step (scheduler, sampling);
+  (prefill) at the attention kernels' shares for the GPU generation and KV format;
+- a fixed cost per layer (norms, rotary, launches; each GEMM's fixed part, larger for FP8's
+  activation quantization; an FP8 KV cache's quantize-on-write) and per step (scheduler,
+  sampling);
 - tensor-parallel all-reduces, two per layer, over the GPU's interconnect;
 - under speculation, the draft passes and the tree-verification bookkeeping.
 Every efficiency and overhead comes from ``runtime/catalog/perf.yaml``.
@@ -22,6 +25,10 @@ from runtime.perf.quant import compute_tflops, gemm_dtype
 from runtime.perf.spec import SpecConfig
 
 BF16 = 2.0
+# A decoder layer's GEMMs: QKV projection, attention output, gate-up and down projections.
+GEMMS_PER_LAYER = 4
+# The per-GPU GEMM width (hidden size / TP) at which a kernel row's compute_half_tokens holds.
+REFERENCE_WIDTH = 4096
 
 
 @dataclass
@@ -69,11 +76,18 @@ class StepModel:
         kernel = cat.kernel(gpu.sm, dtype, gpu.id)
         self.gemm_bandwidth = gpu.hbm_bandwidth_gbs * 1e9 * kernel.bandwidth
         self.gemm_flops = compute_tflops(gpu, engine.quantization) * 1e12 * kernel.compute
-        attention = cat.attention_bandwidth(engine.kv_bytes_per_value)
-        self.attn_bandwidth = gpu.hbm_bandwidth_gbs * 1e9 * attention
-        self.attn_flops = gpu.bf16_tflops * 1e12 * cat.attention_compute
-        self.layer_overhead = kernel.layer_overhead_us * 1e-6
-        self.half_tokens = kernel.compute_half_tokens
+        attention = cat.attention_row(engine.kv_bytes_per_value, gpu.sm)
+        self.attn_bandwidth = gpu.hbm_bandwidth_gbs * 1e9 * attention.bandwidth
+        self.attn_flops = gpu.bf16_tflops * 1e12 * cat.attention_compute_share(gpu.sm)
+        # Per layer: the fixed kernels (norms, rotary, launches), the fixed part of each of its
+        # GEMMs, which an FP8/FP4 path pays more of (activation quantization, scale handling), and
+        # the KV format's (an FP8 cache quantizes K and V on write).
+        fixed_us = kernel.layer_overhead_us + GEMMS_PER_LAYER * kernel.gemm_fixed_us
+        self.layer_overhead = (fixed_us + attention.fixed_us) * 1e-6
+        # A GEMM needs enough M x N tiles to fill the GPU: narrower GEMMs per GPU (a smaller
+        # model, or more TP) need proportionally more tokens to reach the same efficiency.
+        width = model.hidden_size / tp
+        self.half_tokens = kernel.compute_half_tokens * REFERENCE_WIDTH / width
         self.step_overhead = cat.step_overhead_us * 1e-6
         link = cat.link(gpu.id)
         self.link_bandwidth = link.bus_gbs * 1e9
@@ -81,11 +95,21 @@ class StepModel:
 
         total = engine.weight_bytes if engine.weight_bytes is not None else model.weight_bytes(BF16)
         embedding = model.vocab_size * model.hidden_size * BF16  # gathered, never streamed
-        streamed = max(0.0, total - embedding) / tp
+        # FP8/FP4 checkpoints keep the LM head in BF16: it streams through a BF16 GEMM.
+        self.head_bytes, self.head_bandwidth = 0.0, self.gemm_bandwidth
+        if dtype != "bf16":
+            self.head_bytes = model.vocab_size * model.hidden_size * BF16 / tp
+            bf16 = cat.kernel(gpu.sm, "bf16", gpu.id)
+            self.head_bandwidth = gpu.hbm_bandwidth_gbs * 1e9 * bf16.bandwidth
+        streamed = max(0.0, max(0.0, total - embedding) / tp - self.head_bytes)
         active_share = model.active_params_b / model.params_b
         self.active_weight_bytes = streamed * active_share
         self.inactive_weight_bytes = streamed - self.active_weight_bytes
-        self.flops_per_token = 2 * model.active_params_b * 1e9 / tp
+        # GEMM FLOPs per token: the decoder body (the embedding is a gather); the LM head runs
+        # only for tokens that are sampled (decode), not for every prompt token.
+        self.head_flops = 2 * model.vocab_size * model.hidden_size / tp
+        body = model.active_params_b * 1e9 - 2 * model.vocab_size * model.hidden_size
+        self.flops_per_token = 2 * max(body, 0.5 * model.active_params_b * 1e9) / tp
         heads = model.num_attention_heads * model.head_dim
         self.attn_flops_per_pair = 4 * model.num_layers * heads / tp
         kv = model.kv_bytes_per_token(engine.kv_bytes_per_value)
@@ -97,8 +121,11 @@ class StepModel:
             return 0.0
         tokens = work.prefill_tokens + work.decode_tokens
         gemm = max(
-            self._weights_read(tokens) / self.gemm_bandwidth,
-            self.flops_per_token * (tokens + self.half_tokens) / self.gemm_flops,
+            self._weights_read(tokens) / self.gemm_bandwidth
+            + self.head_bytes / self.head_bandwidth,
+            self.gemm_compute_seconds(
+                self.flops_per_token * tokens + self.head_flops * work.decode_tokens, tokens
+            ),
         )
         attention = (
             self.kv_bytes_per_token * work.decode_context / self.attn_bandwidth
@@ -128,6 +155,13 @@ class StepModel:
         touched = min(1.0, tokens / 256)
         return self.active_weight_bytes + self.inactive_weight_bytes * touched
 
+    def gemm_compute_seconds(self, flops: float, tokens: int) -> float:
+        """`flops` of GEMMs over M = `tokens` rows, which reach M / (M + half) of the kernel's
+        share of peak (small M leaves tiles and SMs idle)."""
+        if tokens <= 0:
+            return 0.0
+        return flops * (tokens + self.half_tokens) / (tokens * self.gemm_flops)
+
     def allreduce_seconds(self, tokens: int) -> float:
         """Two ring all-reduces of the hidden states per layer across the TP group."""
         if self.tp == 1:
@@ -147,7 +181,8 @@ class StepModel:
         draft = spec.draft
         if spec.algorithm == "NEXTN" or draft is None:
             # One extra decoder layer of the target plus the target's LM head.
-            body = max(0.0, self.active_weight_bytes - lm_head) / self.model.num_layers
+            body = self.active_weight_bytes + self.head_bytes - lm_head
+            body = max(0.0, body) / self.model.num_layers
             weights, layers, kv_layers = body + lm_head, 1, 1
         else:
             weights = draft.weight_bytes(BF16) / self.tp
@@ -159,7 +194,7 @@ class StepModel:
         one_pass = (
             max(
                 weights / self.gemm_bandwidth,
-                2 * weights / BF16 * (tokens + self.half_tokens) / self.gemm_flops,
+                self.gemm_compute_seconds(2 * weights / BF16 * tokens, tokens),
             )
             + per_layer_kv * kv_layers * context / self.attn_bandwidth
             + layers * self.layer_overhead

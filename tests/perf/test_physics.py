@@ -219,13 +219,35 @@ def test_batching_slows_each_request_and_raises_total_throughput(
     prompt=st.integers(1, 16384),
     kv=st.sampled_from([2.0, 1.0]),
 )
-def test_fp8_is_never_slower_than_bf16(
+def test_fp8_costs_bf16_at_most_its_fixed_per_gemm_overhead(
     model: str, gpu: str, tp: int, batch: int, context: int, prompt: int, kv: float
 ) -> None:
+    """FP8 streams half the bytes at a higher FLOP rate, but each FP8 GEMM pays a fixed cost
+    (activation quantization, block scales): a narrow GEMM (a small model at high TP) can come
+    out slower than BF16, as in AIConfigurator's measured SGLang GEMM tables, never by more."""
     bf16 = physics(model, gpu, tp=tp, kv=kv)
     fp8 = physics(model, gpu, tp=tp, quant="fp8", kv=kv)
-    assert fp8.decode_step_seconds(batch, context) <= bf16.decode_step_seconds(batch, context)
-    assert fp8.prefill_seconds(prompt) <= bf16.prefill_seconds(prompt)
+    extra = shape(model).num_layers * max(0.0, fp8.layer_overhead - bf16.layer_overhead) + 1e-12
+    assert (
+        fp8.decode_step_seconds(batch, context) <= bf16.decode_step_seconds(batch, context) + extra
+    )
+    assert fp8.prefill_seconds(prompt) <= bf16.prefill_seconds(prompt) + extra
+
+
+def test_fp8_is_faster_wherever_weights_dominate() -> None:
+    for model, gpu, tp in (("llama-3.1-8b", "H100-SXM", 1), ("llama-3.1-70b", "B200", 2)):
+        bf16, fp8 = physics(model, gpu, tp=tp), physics(model, gpu, tp=tp, quant="fp8")
+        assert fp8.decode_step_seconds(1, 1024) < bf16.decode_step_seconds(1, 1024)
+        assert fp8.prefill_seconds(8192) < bf16.prefill_seconds(8192)
+
+
+def test_quantized_gemms_stream_a_bf16_lm_head() -> None:
+    bf16 = physics("llama-3.1-8b", "H100-SXM")
+    fp8 = physics("llama-3.1-8b", "H100-SXM", quant="fp8")
+    llama = shape("llama-3.1-8b")
+    assert bf16.head_bytes == 0.0  # part of the BF16 body
+    assert fp8.head_bytes == llama.vocab_size * llama.hidden_size * 2
+    assert fp8.head_bandwidth == bf16.gemm_bandwidth
 
 
 def test_fp8_gain_on_an_8b_model_is_practical_not_the_byte_ratio() -> None:
@@ -257,7 +279,9 @@ def test_quantized_weights_keep_a_bf16_embedding_and_lm_head() -> None:
 def test_tensor_parallel_speedup_pays_two_all_reduces_per_layer() -> None:
     one = physics("llama-3.1-8b", "H100-SXM").decode_step_seconds(1, 1024)
     two = physics("llama-3.1-8b", "H100-SXM", tp=2).decode_step_seconds(1, 1024)
-    assert 1.2 < one / two < 1.6  # was 1.66x; AIConfigurator's SGLang data: ~1.6x
+    # AIConfigurator's SGLang data: 6.61 / 4.09 ms = 1.62x; the all-reduce latency now comes from
+    # its custom all-reduce tables, so TP2 sits a little nearer the ideal 2x.
+    assert 1.2 < one / two < 1.8
     # A PCIe GPU's all-reduce costs far more than NVLink's, from the interconnect catalogue.
     h100 = physics("llama-3.1-8b", "H100-SXM", tp=4).allreduce_seconds(64)
     l40s = physics("llama-3.1-8b", "L40S", tp=4).allreduce_seconds(64)
@@ -265,14 +289,36 @@ def test_tensor_parallel_speedup_pays_two_all_reduces_per_layer() -> None:
 
 
 def test_an_fp8_kv_cache_reads_fewer_bytes_at_long_context() -> None:
-    bf16 = physics("llama-3.1-8b", "H100-SXM").decode_step_seconds(64, 32768)
-    fp8 = physics("llama-3.1-8b", "H100-SXM", kv=1.0).decode_step_seconds(64, 32768)
-    assert fp8 < bf16
+    for gpu in ("H100-SXM", "B200"):
+        bf16 = physics("llama-3.1-8b", gpu).decode_step_seconds(64, 32768)
+        fp8 = physics("llama-3.1-8b", gpu, kv=1.0).decode_step_seconds(64, 32768)
+        assert fp8 < bf16
+    # ...but on Blackwell quantizing K and V on write is a fixed cost one short request pays.
+    short_bf16 = physics("llama-3.1-8b", "B200").decode_step_seconds(1, 256)
+    assert physics("llama-3.1-8b", "B200", kv=1.0).decode_step_seconds(1, 256) > short_bf16
+
+
+def test_attention_kernels_differ_by_generation() -> None:
+    catalog = perf_catalog()
+    # Blackwell's FP8-KV decode kernel reaches more of its bandwidth than Hopper's.
+    assert catalog.attention_bandwidth(1.0, 100) > catalog.attention_bandwidth(1.0, 90)
+    assert catalog.attention_compute_share(100) != catalog.attention_compute_share(90)
+
+
+def test_kv_transfer_link_figures_come_from_the_catalogue() -> None:
+    transfer = perf_catalog().kv_transfer
+    assert all(row.source for row in transfer.nics)
+    assert all(row.source for row in transfer.backends)
+    assert transfer.nic_gbs(100) > transfer.nic_gbs(90) > transfer.nic_gbs(80)
+    assert transfer.backend(None).name == "mooncake"
+    assert transfer.backend("fake").efficiency == 0.0
 
 
 def test_catalogue_constants_carry_their_sources() -> None:
     catalog = perf_catalog()
     assert all(row.source for row in catalog.kernels)
+    assert all(row.source for row in catalog.attention)
+    assert all(row.source for row in catalog.attention_compute)
     assert all(row.source for row in catalog.speculative.algorithms.values())
     assert all(figure.source.startswith("https://") for figure in catalog.published)
     assert catalog.kernel(90, "fp8", "H200").gpu == "H200"

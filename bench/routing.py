@@ -16,15 +16,21 @@ and a fresh router. Workloads:
 Router configurations: ``plinth`` is cache-aware with the flags a deployed endpoint gets
 (``runtime.launch.cache_aware_args`` of ``PLINTH_ROUTING``, the argv builder the local driver and
 the Kubernetes render use); ``smg`` is cache-aware with smg 1.13's own defaults (no flags);
-``round_robin`` is the baseline. Printed per run: prefix-cache hit rate (engine counters: cached /
-prompt tokens), TTFT p50 and p90 as the clients saw them, and throughput, in simulated time.
+``prefix_hash`` is smg's consistent-hash ring over the prompt's head with its bounded load (a
+``routing.policy`` a spec may pick); ``round_robin`` is the baseline. Printed per run:
+prefix-cache hit rate (engine counters: cached / prompt tokens), TTFT p50 and p90 as the clients
+saw them, throughput, in simulated time, and how many tenants each engine got in the warm-up
+(sorted, e.g. ``5/4/4/3``).
 
 The deployment is a real but memory-tight shape (Qwen3-32B in FP8 on one L40S per replica), so one
 replica's KV cache holds only a few tenants' prompts while the fleet's holds them all (on
 shared-prefix): the regime in which routing by prefix matters. Without load-balance fallback the
-placement smg makes for a tenant's first request sticks, and it is uneven from run to run (3/4/6/3
-tenants per engine after the warm-up, seen): the engine given six thrashes its cache, so repeat runs
-differ. Run: ``python bench/routing.py`` (about seven minutes; ``--workloads`` and
+placement smg makes for a tenant's first request sticks, and it is uneven from run to run
+(5/4/4/3 most often, 9/3/2/2 seen): an engine given six or more thrashes its cache, so repeat runs
+differ. smg 1.13 places a prefix it has not seen without regard to how many prefixes a worker
+already holds: all 16 tenants' first requests at once put 13/1/1/1 or 7/7/1/1, one at a time
+6/4/3/3 or 6/5/3/2, and none of its knobs measured here fixes that (see ``runtime.spec``'s
+``PLINTH_ROUTING``). Run: ``python bench/routing.py`` (about twelve minutes; ``--workloads`` and
 ``--routers`` pick a subset).
 """
 
@@ -62,9 +68,11 @@ WORKLOADS = ("shared-prefix", "multi-turn", "many-tenant")
 CONFIGS: dict[str, tuple[str, list[str]]] = {
     "round_robin": ("round_robin", []),
     "smg": ("cache_aware", []),
+    "prefix_hash": ("prefix_hash", []),
     "plinth": ("cache_aware", cache_aware_args(PLINTH_ROUTING)),
 }
 HIT_COUNTERS = ("sglang:prompt_tokens_total", "sglang:cached_tokens_total")
+REQUESTS = "sglang:num_requests_total"
 
 
 @dataclass
@@ -78,6 +86,7 @@ class RunResult:
     errors: int = 0
     sim_seconds: float = 0.0
     hit_rate: float = 0.0
+    placement: list[int] = field(default_factory=list)  # tenants per engine after the warm-up
 
     @property
     def req_per_s(self) -> float:
@@ -241,6 +250,8 @@ async def drive(cluster: SimCluster, result: RunResult, args: argparse.Namespace
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         await warm_up(session, cluster, workload.prompts, args.time_scale)
+        placed = [int(counter([url], REQUESTS)) for url in cluster.engine_urls]
+        result.placement = sorted(placed, reverse=True)
         before = [counter(cluster.engine_urls, name) for name in HIT_COUNTERS]
         start = time.monotonic()
         deadline = start + args.duration
@@ -300,21 +311,22 @@ def print_table(results: list[RunResult], args: argparse.Namespace) -> None:
         f"time scale {args.time_scale:g} (figures in simulated time)"
     )
     print(f"plinth = cache_aware {' '.join(CONFIGS['plinth'][1] + args.plinth_extra.split())}")
-    print("smg = cache_aware with smg's defaults")
+    print("smg = cache_aware with smg's defaults; prefix_hash with smg's defaults")
     header = f"{'workload':<14} {'load':>5} {'router':<12} {'hit rate':>8} {'TTFT p50':>9}"
     header += f" {'TTFT p90':>9} {'req/s':>7} {'out tok/s':>9} {'done':>5} {'errors':>6}"
+    header += "  tenants/engine"
     print(header)
     for r in results:
         print(
             f"{r.workload:<14} {r.load:>5} {r.config:<12} {r.hit_rate:>8.1%} "
             f"{r.ttft(0.5):>8.2f}s {r.ttft(0.9):>8.2f}s {r.req_per_s:>7.2f} {r.tok_per_s:>9.1f} "
-            f"{r.completed:>5} {r.errors:>6}"
+            f"{r.completed:>5} {r.errors:>6}  {'/'.join(map(str, r.placement))}"
         )
     for workload in args.workloads:
         for load in args.loads:
             runs = {r.config: r for r in results if r.workload == workload and r.load == load}
             plinth = runs.get("plinth")
-            for peer in ("smg", "round_robin"):
+            for peer in ("smg", "prefix_hash", "round_robin"):
                 other = runs.get(peer)
                 if plinth is None or other is None:
                     continue
@@ -373,7 +385,8 @@ def main() -> None:
                 result = run_once(workload, config, load, args)
                 print(
                     f"  {workload} / {config} at load {load}: {result.completed} requests, "
-                    f"hit rate {result.hit_rate:.1%}",
+                    f"hit rate {result.hit_rate:.1%}, tenants per engine after the warm-up "
+                    f"{'/'.join(map(str, result.placement))}",
                     flush=True,
                 )
                 results.append(result)

@@ -6,10 +6,14 @@ core. Figures are in simulated time, read from the engine (``meta_info.e2e_laten
 ``/server_info``'s ``sim_clock``), so they should not move with host load; wall seconds show what
 the fast clock saves. Workload: a single stream (Llama-3.1-8B on one H100, 512-token prompt, 256
 output tokens: the issue's no-speculator case), then one batch of 32 such requests submitted at
-once, then 8 closed-loop clients sending 4 requests each (arrivals now depend on when the host
-runs the clients, so batches form differently from run to run). Printed: single-stream tok/s,
-batch tok/s (all output tokens over the batch's makespan), mean e2e latency of the batch and of
-the closed-loop requests, the clock's re-anchored real seconds, and wall seconds.
+once, then 8 closed-loop clients sending 4 requests each. Real arrivals of closed-loop requests
+depend on when the host runs the clients; the realtime clock takes them as they come (so batches
+form differently on a loaded host), the fast clock holds simulated time until a finished request's
+client is back (``runtime.sim.clock``'s arrival barrier), so its figures should match to the
+rounding. The fast clock's wall seconds include the barrier's wait for clients that do not come
+back (half a second each time the last requests of some clients finish). Printed: single-stream
+tok/s, batch tok/s (all output tokens over the batch's makespan), mean e2e latency of the batch
+and of the closed-loop requests, the clock's re-anchored real seconds, and wall seconds.
 
 Run: ``python bench/sim_clock.py`` (about a minute at ``--time-scale 1``).
 """

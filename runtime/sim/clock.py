@@ -11,7 +11,14 @@ in simulated seconds. Two modes:
   re-anchors and the engine simply runs slower than real time, instead of bursting through a long
   backlog. Either way no simulated time is lost or invented.
 - ``fast``: busy periods run as fast as the host allows (no sleeping at all), for benchmarks;
-  idle periods still pass at ``--time-scale`` so timers and windows behave.
+  idle periods still pass at ``--time-scale`` so timers and windows behave. A request arriving
+  while busy arrives at the end of the step it came in during, whatever the host's timing. The
+  engine adds an arrival barrier (``runtime.sim.engine``): after a step that finished requests,
+  simulated time holds until as many requests have arrived (closed-loop clients coming back) or
+  none has arrived for ``ARRIVAL_WAIT_S`` real seconds; after an idle spell it holds until
+  arrivals stop, so requests sent together start together. Without it, how many steps run before a
+  client's next request lands depends on when the host schedules the client, so batches (and
+  closed-loop latencies) would differ between an idle and a loaded host.
 
 Between steps (idle) the clock follows real time, so a request's arrival, its queueing and the gap
 between requests read naturally.
@@ -25,6 +32,10 @@ from collections.abc import Callable
 
 CLOCK_MODES = ("realtime", "fast")
 MAX_DEBT_S = 0.25  # real seconds the loop may fall behind and still catch up
+# Fast mode's arrival barrier: real seconds without an arrival after which the engine stops waiting
+# for clients whose requests just finished. Generous, because a loaded host can take this long to
+# run a client; it costs wall time only when a client does not come back while others are served.
+ARRIVAL_WAIT_S = 0.5
 
 
 class SimClock:
@@ -58,6 +69,10 @@ class SimClock:
         """Simulated now: real-time driven when idle, inside the running step when busy."""
         if not self._busy:
             return max(self.sim, self._mapped())
+        if self.fast:
+            # Real time says nothing about where inside a step a request lands when steps take
+            # no real time: it arrives when the step ends (between steps: now).
+            return self.sim + self._step
         # A request that arrives during a step arrives somewhere inside it, never after its end.
         return min(max(self.sim, self._mapped()), self.sim + self._step)
 

@@ -123,13 +123,12 @@ class RequestRun:
 
 def logprob_entries(
     source: TokenSource, start: int, token_ids: list[int], top: int
-) -> list[tuple[int, int, list[tuple[int, float]]]]:
-    """(position, token, [(id, logprob) for the top ``top``]) for each new token."""
+) -> list[tuple[int, float, list[tuple[int, float]]]]:
+    """(token, its logprob, [(id, logprob) for the top ``top``]) for each new token."""
     rows = []
     for offset, token in enumerate(token_ids):
-        position = start + offset
-        tops = source.top_logprobs(position, token, max(1, top))
-        rows.append((position, token, [(t.token_id, t.logprob) for t in tops]))
+        own, tops = source.top_logprobs(start + offset, token, max(1, top))
+        rows.append((token, own, [(t.token_id, t.logprob) for t in tops]))
     return rows
 
 

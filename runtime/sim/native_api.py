@@ -44,6 +44,7 @@ class NativeRequest:
     return_logprob: bool
     top_logprobs_num: int
     rid: str | None
+    temperature: float = 1.0
     bootstrap: Bootstrap | None = None
     # Where input logprobs start; -1 (SGLang's default) means the last prompt token only.
     logprob_start_len: int = -1
@@ -91,7 +92,16 @@ def parse_generate(ctx: ServingContext, body: dict[str, Any]) -> NativeRequest:
         rid=rid if isinstance(rid, str) else None,
         bootstrap=bootstrap_of(body),
         logprob_start_len=_logprob_start_len(body, prompts),
+        temperature=_temperature(sampling),
     )
+
+
+def _temperature(sampling: dict[str, Any]) -> float:
+    # SGLang decodes greedily at a temperature under 1e-6, and with top_k 1.
+    temperature = optional_float(sampling, "temperature")
+    if (temperature is not None and temperature < 1e-6) or sampling.get("top_k") == 1:
+        return 0.0
+    return 1.0 if temperature is None else temperature
 
 
 def _logprob_start_len(body: dict[str, Any], prompts: list[list[int]]) -> int:
@@ -175,6 +185,7 @@ def _start(ctx: ServingContext, parsed: NativeRequest, ids: list[int]) -> Reques
         stop_token_ids=parsed.stop_token_ids,
         return_logprob=parsed.return_logprob,
         top_logprobs_num=parsed.top_logprobs_num,
+        temperature=parsed.temperature,
     )
     rid = None if parsed.batched else parsed.rid
     req = ctx.engine.new_request(ids, params, stream=parsed.stream, seed=parsed.seed, rid=rid)
@@ -247,10 +258,10 @@ def _logprobs(req: SimRequest, start: int, ids: list[int], parsed: NativeRequest
     rows = logprob_entries(req.source, start, ids, parsed.top_logprobs_num)
     return {
         "input_token_logprobs": [],
-        "output_token_logprobs": [[tops[0][1], token, None] for _, token, tops in rows],
+        "output_token_logprobs": [[own, token, None] for token, own, _ in rows],
         "input_top_logprobs": [],
         "output_top_logprobs": [
-            [[lp, tid, None] for tid, lp in tops[: parsed.top_logprobs_num]] for _, _, tops in rows
+            [[lp, tid, None] for tid, lp in tops[: parsed.top_logprobs_num]] for *_, tops in rows
         ]
         if parsed.top_logprobs_num
         else [],

@@ -103,6 +103,7 @@ def parse_request(ctx: ServingContext, body: dict[str, Any], chat: bool) -> Open
             stop_token_ids=int_list(body, "stop_token_ids"),
             return_logprob=_top_logprobs(body, chat) is not None,
             top_logprobs_num=_top_logprobs(body, chat) or 0,
+            temperature=_temperature(body),
         ),
         seed=optional_int(body, "seed"),
         stream=stream,
@@ -169,6 +170,14 @@ def _completion_prompt(tokenizer: Tokenizer, body: dict[str, Any]) -> list[int]:
 
 def _is_token(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _temperature(body: dict[str, Any]) -> float:
+    # SGLang decodes greedily at a temperature under 1e-6, and with top_k 1.
+    temperature = optional_float(body, "temperature", 0.0, 2.0)
+    if (temperature is not None and temperature < 1e-6) or body.get("top_k") == 1:
+        return 0.0
+    return 1.0 if temperature is None else temperature
 
 
 def _check_sampling(body: dict[str, Any]) -> None:
@@ -257,21 +266,23 @@ def _logprobs(
     rows = logprob_entries(req.source, start, ids, parsed.params.top_logprobs_num)
     top_n = parsed.params.top_logprobs_num
     if parsed.chat:
-        return {"content": [_chat_logprob(piece, token, tops, top_n) for _, token, tops in rows]}
+        return {"content": [_chat_logprob(piece, *row, top_n) for row in rows]}
     return {
-        "tokens": [piece(token) for _, token, _ in rows],
-        "token_logprobs": [tops[0][1] for _, _, tops in rows],
-        "top_logprobs": [{piece(t): lp for t, lp in tops[:top_n]} for _, _, tops in rows],
+        "tokens": [piece(token) for token, _, _ in rows],
+        "token_logprobs": [own for _, own, _ in rows],
+        "top_logprobs": [{piece(t): lp for t, lp in tops[:top_n]} for *_, tops in rows],
         "text_offset": [],
     }
 
 
-def _chat_logprob(piece: Any, token: int, tops: list[tuple[int, float]], top_n: int) -> Any:
+def _chat_logprob(
+    piece: Any, token: int, own: float, tops: list[tuple[int, float]], top_n: int
+) -> Any:
     def entry(token_id: int, logprob: float) -> dict[str, Any]:
         text = piece(token_id)
         return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
 
-    return {**entry(token, tops[0][1]), "top_logprobs": [entry(t, lp) for t, lp in tops[:top_n]]}
+    return {**entry(token, own), "top_logprobs": [entry(t, lp) for t, lp in tops[:top_n]]}
 
 
 async def _stream(

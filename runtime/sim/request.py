@@ -20,6 +20,7 @@ class GenerationParams:
     stop_token_ids: tuple[int, ...] = ()
     return_logprob: bool = False
     top_logprobs_num: int = 0
+    temperature: float = 1.0  # SGLang's default; 0 is greedy
 
 
 @dataclass(frozen=True)

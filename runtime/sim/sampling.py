@@ -1,9 +1,14 @@
 """Deterministic "model output": which tokens a request generates, when it stops, and logprobs.
 
-Everything derives from a 64-bit key hashed from the sampling seed and the prompt's token ids,
-so the same seed and prompt always give the same text and ids on every engine. A quantized
-configuration keeps the same tokens but perturbs the top-logprob distributions by a small,
-configuration-specific amount, which is what a KL-divergence comparison of two revisions needs.
+The model is one function: the next-token distribution after a context (``context_distribution``
+of a rolling hash of the token ids), used both to generate and to score a prompt teacher-forced, as
+a real model's forward pass is. So a greedy (temperature 0) token is the top-1 of the distribution
+returned with it, and a generated token's logprob equals the input logprob of the same prefix sent
+back as a prompt (the identity issue 17's KL gate relies on when it scores baseline outputs).
+Sampled tokens and the answer's natural length derive from a 64-bit key hashed from the sampling
+seed and the prompt's ids, so the same seed and prompt give the same text on every engine. A
+quantized configuration perturbs the logits by a small, configuration-specific amount, which is
+what a KL-divergence comparison of two revisions measures.
 """
 
 from __future__ import annotations
@@ -32,20 +37,76 @@ class TokenLogprob:
 
 
 class TokenSource:
-    """The token stream of one request."""
+    """The token stream of one request, drawn from the model's distribution after its context.
 
-    def __init__(self, key: int, output_len_mean: int, noise: float) -> None:
+    Every output position's distribution is ``context_distribution`` of the prompt and the tokens
+    generated before it, the same function teacher-forced scoring uses, so a generated token's
+    logprob equals the input logprob SGLang would report for the same prefix fed back as a prompt.
+    Greedy decoding (temperature 0) takes the top candidate of that distribution (the seed plays no
+    part, as on a real engine); otherwise the token is drawn from the candidates at the request's
+    temperature, by a generator seeded from ``key`` (sampling seed and prompt), so a seed always
+    gives the same text on every engine. A quantized engine's noise moves the logits, so its
+    greedy choice can differ where the top two candidates are close.
+    """
+
+    def __init__(
+        self,
+        key: int,
+        output_len_mean: int,
+        noise: float,
+        prompt_ids: list[int] | None = None,
+        temperature: float = 1.0,
+    ) -> None:
         self.key = key
         self.noise = noise
+        self.temperature = temperature
         self._rng = random.Random(key)
         # Answers have a natural length (where the model would emit EOS), drawn once per request.
         self.natural_len = 1 + int(self._rng.expovariate(1.0 / max(1, output_len_mean)))
         self._spec_rng = random.Random(key ^ 0x5EC)
+        # _contexts[i] identifies prompt + tokens[:i]; the prompt's hash is taken when it is first
+        # needed (after prefill), so a request refused or aborted before then costs nothing.
+        self._prompt_ids = list(prompt_ids or ())
+        self._contexts: list[int] = []
+        self._tokens: list[int] = []
+
+    def _context(self, position: int) -> int:
+        if not self._contexts:
+            self._contexts.append(context_hash(self._prompt_ids))
+        return self._contexts[position]
+
+    def distribution(self, position: int) -> tuple[list[TokenLogprob], float]:
+        """The candidates (most likely first) and log tail mass at an output position so far."""
+        return context_distribution(self._context(position), self.noise)
 
     def token_at(self, position: int, finishing: bool) -> int:
+        """The token at output ``position``; positions are asked for in order (a recomputed one
+        after a retraction gets the same token again)."""
+        if position < len(self._tokens):
+            return self._tokens[position]
+        if position != len(self._tokens):
+            raise ValueError(f"output position {position} asked before {len(self._tokens)}")
         if finishing:
-            return EOS_ID
-        return output_word_id(random.Random(self.key + position * 7919).randrange(1 << 30))
+            token = EOS_ID
+        else:
+            candidates, _ = self.distribution(position)
+            token = self._choose(position, candidates)
+        self._tokens.append(token)
+        self._contexts.append(_mix(self._context(position), token))
+        return token
+
+    def _choose(self, position: int, candidates: list[TokenLogprob]) -> int:
+        if self.temperature <= 0:
+            return candidates[0].token_id
+        # Top-k sampling over the candidates (the tail is never drawn), at the temperature. In token
+        # id order, not rank order: a quantized engine's small logit drift then moves the draw's
+        # boundaries a little instead of reordering them, so the same seed mostly keeps its text.
+        rng = random.Random(self.key + position * 7919)
+        ordered = sorted(candidates, key=lambda c: c.token_id)
+        best = candidates[0].logprob
+        weights = [math.exp((c.logprob - best) / self.temperature) for c in ordered]
+        (chosen,) = rng.choices(ordered, weights)
+        return chosen.token_id
 
     def accept_length(self, num_steps: int, accept_rate: float) -> int:
         """Tokens one speculative verify step yields: accepted drafts plus the bonus token."""
@@ -56,21 +117,12 @@ class TokenSource:
             accepted += 1
         return accepted
 
-    def top_logprobs(self, position: int, token_id: int, count: int) -> list[TokenLogprob]:
-        """The chosen token first, then ``count - 1`` alternatives, as normalised logprobs."""
-        rng = random.Random((self.key << 20) ^ position)
-        logits = [0.0]
-        for _ in range(TOP_CANDIDATES - 1):
-            logits.append(logits[-1] - rng.uniform(0.2, 2.0))
-        rest = logits[-1] - 1.0
-        if self.noise:
-            drift = random.Random(rng.random() + self.noise)
-            logits = [x + drift.gauss(0.0, self.noise) for x in logits]
-        norm = math.log(sum(math.exp(x) for x in [*logits, rest]))
-        ids = _alternatives(rng, token_id)
-        return [TokenLogprob(i, lg - norm) for i, lg in zip(ids, logits, strict=True)][
-            : max(1, count)
-        ]
+    def top_logprobs(
+        self, position: int, token_id: int, count: int
+    ) -> tuple[float, list[TokenLogprob]]:
+        """The logprob of ``token_id`` at ``position``, and the top ``count`` candidates there."""
+        candidates, tail = self.distribution(position)
+        return token_logprob(candidates, tail, token_id), candidates[: max(1, count)]
 
 
 def _alternatives(rng: random.Random, chosen: int) -> list[int]:
@@ -98,6 +150,14 @@ def _mix(state: int, token: int) -> int:
     z = (state ^ (token + 0x632BE59BD9B4E019)) * 0xBF58476D1CE4E5B9 & _MASK64
     z = (z ^ (z >> 31)) * 0x94D049BB133111EB & _MASK64
     return z ^ (z >> 29)
+
+
+def context_hash(input_ids: list[int]) -> int:
+    """The hash of the whole context ``input_ids`` (the last of ``context_hashes``)."""
+    state = _CONTEXT_SEED
+    for token in input_ids:
+        state = _mix(state, token)
+    return state
 
 
 def context_hashes(input_ids: list[int]) -> list[int]:
@@ -139,9 +199,11 @@ def teacher_forced_logprobs(
     rows: list[tuple[float, list[TokenLogprob]] | None] = [None]
     for position in range(start + 1, len(input_ids)):
         candidates, tail = context_distribution(hashes[position], noise)
-        token = input_ids[position]
-        own = next((c.logprob for c in candidates if c.token_id == token), None)
-        if own is None:
-            own = tail - math.log(TAIL_TOKENS)
-        rows.append((own, candidates[:top]))
+        rows.append((token_logprob(candidates, tail, input_ids[position]), candidates[:top]))
     return rows
+
+
+def token_logprob(candidates: list[TokenLogprob], tail: float, token_id: int) -> float:
+    """A token's logprob: its candidate's, or an even share of the tail mass."""
+    own = next((c.logprob for c in candidates if c.token_id == token_id), None)
+    return tail - math.log(TAIL_TOKENS) if own is None else own

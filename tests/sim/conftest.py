@@ -60,5 +60,11 @@ def cache_aware_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Si
 
 
 @pytest.fixture(scope="module")
+def prefix_hash_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
+    """smg's prefix_hash policy (a routing.policy a spec may choose), with smg's own knobs."""
+    yield from _cluster("prefix_hash", tmp_path_factory.mktemp("prefix_hash"))
+
+
+@pytest.fixture(scope="module")
 def round_robin_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
     yield from _cluster("round_robin", tmp_path_factory.mktemp("round_robin"))

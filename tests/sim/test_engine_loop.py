@@ -92,7 +92,11 @@ def make_engine(*flags: str) -> Engine:
     args = parse_engine_args(["--model-path", "meta-llama/Llama-3.1-8B-Instruct", *flags])
     args = dataclasses.replace(args, sim=dataclasses.replace(args.sim, clock="fast"))
     gpu, model = resolve_gpu(args.sim.gpu), resolve_model(args.model_path, lambda _: None)
-    return Engine(args, gpu, model, plan_memory(args, gpu, model))
+    engine = Engine(args, gpu, model, plan_memory(args, gpu, model))
+    # These tests submit what they like when they like; none is a closed-loop client the arrival
+    # barrier would wait for (test_a_returning_client_... tests the barrier itself).
+    engine.arrival_wait_s = 0.0
+    return engine
 
 
 async def serve(engine: Engine, prompts: Sequence[list[int]], max_new: int = 4) -> list[SimRequest]:
@@ -170,6 +174,44 @@ def test_kv_use_never_exceeds_the_pool_sized_from_the_gpu(lengths: list[int], ma
     _run(run_all())
     kv_gib = peak * engine.plan.kv_cache_gb / engine.pool.capacity
     assert engine.plan.weight_gb + kv_gib <= engine.gpu.memory_gib
+
+
+async def closed_loop(host_delay: float) -> tuple[float, float, float]:
+    """A client sends a request, then its next one ``host_delay`` real seconds after the first
+    finished, while a long request keeps the engine busy: (first's end, second's arrival and
+    end), in simulated seconds from the first's arrival."""
+    engine = make_engine()
+    engine.arrival_wait_s = 5.0  # far above host_delay: the wait ends on the arrival itself
+    loop_task = asyncio.create_task(engine.run())
+
+    async def ask(salt: int, length: int, max_new: int) -> SimRequest:
+        params = GenerationParams(max_new_tokens=max_new, ignore_eos=True)
+        req = engine.new_request(prompt_of(length, salt), params, stream=False)
+        engine.submit(req)
+        return req
+
+    try:
+        await ask(9, 500, 400)  # in flight throughout
+        first = await ask(1, 300, 8)
+        while (await first.updates.get()).finished is None:
+            pass
+        await asyncio.sleep(host_delay)  # the host runs the client late
+        second = await ask(2, 300, 8)
+        while (await second.updates.get()).finished is None:
+            pass
+    finally:
+        loop_task.cancel()
+    assert first.last_token_at is not None and second.last_token_at is not None
+    # From the first arrival: when the engine started is real-time driven (it was idle).
+    start = first.arrival
+    return first.last_token_at - start, second.arrival - start, second.last_token_at - start
+
+
+def test_a_returning_client_lands_at_the_same_simulated_time_however_late_the_host() -> None:
+    """Fast clock's arrival barrier: simulated time holds until the client is back."""
+    on_time, late = _run(closed_loop(0.0)), _run(closed_loop(0.05))
+    assert late[1] == late[0] and on_time[1] == on_time[0]
+    assert late == pytest.approx(on_time, rel=1e-9)  # float rounding of the offset, nothing more
 
 
 # ---- chat prefixes ---------------------------------------------------------------------------

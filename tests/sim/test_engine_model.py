@@ -14,7 +14,7 @@ from runtime.sim.memory import plan_memory
 from runtime.sim.radix import RadixCache
 from runtime.sim.request import GenerationParams, SimRequest
 from runtime.sim.roofline import Roofline, StepWork
-from runtime.sim.sampling import TokenSource, request_key
+from runtime.sim.sampling import TokenSource, request_key, teacher_forced_logprobs
 from runtime.sim.scheduler import Scheduler, SchedulerConfig
 from runtime.sim.tokenizer import Tokenizer, output_word_id
 
@@ -24,7 +24,9 @@ def args_for(*flags: str):  # type: ignore[no-untyped-def]
 
 
 def make_request(rid: str, prompt: list[int], max_new: int = 4, seed: int = 0) -> SimRequest:
-    source = TokenSource(request_key(seed, prompt), output_len_mean=10_000, noise=0.0)
+    source = TokenSource(
+        request_key(seed, prompt), output_len_mean=10_000, noise=0.0, prompt_ids=prompt
+    )
     return SimRequest(rid, prompt, GenerationParams(max_new_tokens=max_new), source)
 
 
@@ -150,15 +152,69 @@ def test_outputs_are_deterministic_for_a_seed_and_prompt() -> None:
     assert generate(1) != generate(2)
 
 
-def test_quantization_perturbs_logprobs_but_not_tokens() -> None:
-    key = request_key(0, [1, 2, 3])
-    exact, quantized = TokenSource(key, 100, 0.0), TokenSource(key, 100, 0.03)
-    token = exact.token_at(5, finishing=False)
-    assert token == quantized.token_at(5, finishing=False)
-    a, b = exact.top_logprobs(5, token, 5), quantized.top_logprobs(5, token, 5)
-    assert [t.token_id for t in a] == [t.token_id for t in b]
-    drift = max(abs(x.logprob - y.logprob) for x, y in zip(a, b, strict=True))
+def test_quantization_perturbs_logprobs_not_the_candidates() -> None:
+    prompt = [1, 2, 3]
+    key = request_key(0, prompt)
+    exact = TokenSource(key, 100, 0.0, prompt, temperature=0.0)
+    quantized = TokenSource(key, 100, 0.03, prompt, temperature=0.0)
+    token = exact.token_at(0, finishing=False)
+    _, a = exact.top_logprobs(0, token, 20)
+    _, b = quantized.top_logprobs(0, token, 20)
+    assert {t.token_id for t in a} == {t.token_id for t in b}
+    by_id = {t.token_id: t.logprob for t in b}
+    drift = max(abs(x.logprob - by_id[x.token_id]) for x in a)
     assert 0 < drift < 0.5
+
+
+def _generated(source: TokenSource, count: int) -> list[int]:
+    return [source.token_at(i, finishing=False) for i in range(count)]
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.06, 0.6])
+def test_greedy_tokens_are_the_top_of_their_own_distribution(noise: float) -> None:
+    prompt = [7, 8, 9, 10]
+    source = TokenSource(request_key(3, prompt), 100, noise, prompt, temperature=0.0)
+    for position, token in enumerate(_generated(source, 40)):
+        own, tops = source.top_logprobs(position, token, 5)
+        assert tops[0].token_id == token and own == tops[0].logprob
+        assert tops == sorted(tops, key=lambda t: -t.logprob)
+
+
+def test_greedy_ignores_the_seed_and_sampling_follows_it() -> None:
+    prompt = [7, 8, 9, 10]
+
+    def tokens(seed: int, temperature: float) -> list[int]:
+        source = TokenSource(request_key(seed, prompt), 100, 0.0, prompt, temperature)
+        return _generated(source, 30)
+
+    assert tokens(1, 0.0) == tokens(2, 0.0)
+    assert tokens(1, 1.0) == tokens(1, 1.0) != tokens(2, 1.0)
+    assert tokens(1, 1.0) != tokens(1, 0.0)
+
+
+@pytest.mark.parametrize(("noise", "temperature"), [(0.0, 0.0), (0.06, 0.0), (0.6, 1.0)])
+def test_generated_logprobs_equal_teacher_forced_input_logprobs(
+    noise: float, temperature: float
+) -> None:
+    """SGLang's identity: an output token scores as the same token fed back in the prompt."""
+    prompt = [21, 22, 23, 24, 25]
+    source = TokenSource(request_key(0, prompt), 100, noise, prompt, temperature)
+    output = _generated(source, 25)
+    start = len(prompt) - 1
+    rows = teacher_forced_logprobs(prompt + output, start, noise, top=5)
+    for position, token in enumerate(output):
+        row = rows[len(prompt) + position - start]
+        assert row is not None
+        assert source.top_logprobs(position, token, 5) == row
+
+
+def test_a_recomputed_position_keeps_its_token() -> None:
+    prompt = [4, 5]
+    source = TokenSource(request_key(0, prompt), 100, 0.0, prompt)
+    first = _generated(source, 5)
+    assert [source.token_at(i, finishing=False) for i in range(5)] == first
+    with pytest.raises(ValueError):
+        source.token_at(7, finishing=False)
 
 
 def test_decode_is_bandwidth_bound_and_prefill_compute_bound() -> None:

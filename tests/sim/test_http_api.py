@@ -53,7 +53,7 @@ def test_generate_answers_text_ids_and_meta_info(sim_engine: ManagedProcess) -> 
 def test_generate_accepts_input_ids_and_returns_top_logprobs(sim_engine: ManagedProcess) -> None:
     body = {
         "input_ids": [11, 22, 33, 44],
-        "sampling_params": {"max_new_tokens": 4, "ignore_eos": True},
+        "sampling_params": {"max_new_tokens": 4, "ignore_eos": True, "temperature": 0},
         "return_logprob": True,
         "top_logprobs_num": 3,
     }

@@ -83,6 +83,35 @@ def test_two_bf16_engines_agree_exactly_and_quantization_drifts(
     assert tops["bf16"] != tops["fp8"]
 
 
+@pytest.mark.parametrize("name", ["bf16", "mxfp4"])
+def test_greedy_output_scores_the_same_fed_back_teacher_forced(
+    engines: dict[str, ManagedProcess], name: str
+) -> None:
+    """A greedy token is the top-1 of its own distribution, and its logprob is the input logprob
+    of the same prefix sent back as a prompt: what the KL gate relies on when it scores a
+    baseline's outputs teacher-forced."""
+    prompt = list(range(300, 330))
+    body = {
+        "input_ids": prompt,
+        "sampling_params": {"max_new_tokens": 12, "ignore_eos": True, "temperature": 0},
+        "return_logprob": True,
+        "top_logprobs_num": 3,
+    }
+    meta = _generate(engines[name], body).json()["meta_info"]
+    output = [row[1] for row in meta["output_token_logprobs"]]
+    assert [top[0][1] for top in meta["output_top_logprobs"]] == output
+    scored = {
+        "input_ids": prompt + output,
+        "sampling_params": {"max_new_tokens": 0},
+        "return_logprob": True,
+        "logprob_start_len": len(prompt) - 1,
+        "top_logprobs_num": 3,
+    }
+    fed_back = _generate(engines[name], scored).json()["meta_info"]
+    assert fed_back["input_token_logprobs"][1:] == meta["output_token_logprobs"]
+    assert fed_back["input_top_logprobs"][1:] == meta["output_top_logprobs"]
+
+
 def test_distance_grows_with_quantization_aggressiveness() -> None:
     configs = [
         (None, "auto"),

@@ -64,21 +64,31 @@ def test_openai_client_streams_and_non_streams_through_smg(
     assert completion.choices[0].text and completion.usage is not None
 
 
-def test_identical_long_prefixes_land_on_one_engine_under_cache_aware(
-    cache_aware_cluster: SimCluster,
-) -> None:
-    api = client(cache_aware_cluster)
+def _same_engine_for_one_prefix(cluster: SimCluster) -> set[int]:
+    api = client(cluster)
     system = "You are the assistant of the Example Observatory's visitor desk. " * 40
 
     def ask(i: int) -> None:
         api.chat.completions.create(
-            model=cache_aware_cluster.model,
+            model=cluster.model,
             messages=[{"role": "system", "content": system}, {"role": "user", "content": f"Q{i}?"}],
             max_tokens=3,
         )
 
-    engines = {served_by(cache_aware_cluster, functools.partial(ask, i)) for i in range(6)}
-    assert len(engines) == 1
+    return {served_by(cluster, functools.partial(ask, i)) for i in range(6)}
+
+
+def test_identical_long_prefixes_land_on_one_engine_under_cache_aware(
+    cache_aware_cluster: SimCluster,
+) -> None:
+    assert len(_same_engine_for_one_prefix(cache_aware_cluster)) == 1
+
+
+def test_identical_long_prefixes_land_on_one_engine_under_prefix_hash(
+    prefix_hash_cluster: SimCluster,
+) -> None:
+    # The ring hashes the prompt's head, so one prefix has one home while it is not overloaded.
+    assert len(_same_engine_for_one_prefix(prefix_hash_cluster)) == 1
 
 
 def test_concurrent_requests_keep_their_prefix_engine_with_plinths_router_flags(

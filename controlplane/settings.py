@@ -281,6 +281,9 @@ PLINTH_LOCAL_RUN_DIR = Path(env_str("PLINTH_LOCAL_RUN_DIR", str(DATA_DIR / "loca
 # is the simulator ("sim") or the plan's own SGLang command ("sglang"); simulator options such as
 # PLINTH_SIM_TIME_SCALE pass to engines through the environment.
 PLINTH_LOCAL_ENGINE = env_str("PLINTH_LOCAL_ENGINE", "sim")
+# The tools environment (deployments/tools_env.py): NVIDIA AIPerf in a virtualenv of its own,
+# created on first use, for benchmarks on the local cluster.
+PLINTH_TOOLS_DIR = Path(env_str("PLINTH_TOOLS_DIR", str(DATA_DIR / "tools")))
 PLINTH_LOCAL_STOP_GRACE_S = env_int("PLINTH_LOCAL_STOP_GRACE_S", 10)
 PLINTH_LOCAL_ROUTER_HEALTH_CHECK_S = env_int("PLINTH_LOCAL_ROUTER_HEALTH_CHECK_S", 2)
 # Kubeconfigs may name plain-http API servers (an emulator, kubectl proxy). Off: https only.
@@ -318,6 +321,12 @@ if PLINTH_AUTOSCALE_INTERVAL_S < 1:
     from django.core.exceptions import ImproperlyConfigured
 
     raise ImproperlyConfigured("PLINTH_AUTOSCALE_INTERVAL_S must be at least 1 (seconds)")
+# Seconds between the canary watcher's passes (automatic abort of regressing canaries).
+PLINTH_CANARY_WATCH_INTERVAL_S = env_int("PLINTH_CANARY_WATCH_INTERVAL_S", 15)
+if PLINTH_CANARY_WATCH_INTERVAL_S < 1:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured("PLINTH_CANARY_WATCH_INTERVAL_S must be at least 1 (seconds)")
 # Seconds between looks at each Kubernetes cluster's GPU nodes (two LISTs per cluster).
 PLINTH_INVENTORY_INTERVAL_S = env_int("PLINTH_INVENTORY_INTERVAL_S", 60)
 if PLINTH_INVENTORY_INTERVAL_S < 1:
@@ -350,6 +359,11 @@ CELERY_BEAT_SCHEDULE = {
     "deployments.flush_usage": {
         "task": "deployments.flush_usage",
         "schedule": float(PLINTH_USAGE_FLUSH_S),
+    },
+    "deployments.watch_canaries": {
+        "task": "deployments.watch_canaries",
+        "schedule": float(PLINTH_CANARY_WATCH_INTERVAL_S),
+        "options": {"expires": float(PLINTH_CANARY_WATCH_INTERVAL_S)},
     },
     "deployments.flush_key_last_used": {
         "task": "deployments.flush_key_last_used",

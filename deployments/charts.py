@@ -191,3 +191,92 @@ def render_svg(chart: Chart) -> SafeString:
         f'class="axis" vector-effect="non-scaling-stroke"/>' + "".join(marks) + "</svg>"
         f"{label}</div>"
     )
+
+
+# ---- scatter charts (the optimizer's Pareto front) ----------------------------------------------
+@dataclass(frozen=True)
+class Point:
+    x: float
+    y: float
+    label: str
+
+
+@dataclass(frozen=True)
+class Scatter:
+    """Points without lines, on numeric axes: each group of points is one series.
+
+    Drawn by the same charts.js (``kind: "scatter"`` in the payload: no time axis, marks only);
+    the SVG fallback puts a dot per point.
+    """
+
+    title: str
+    x_unit: str
+    unit: str  # the y axis'
+    groups: Sequence[tuple[str, Sequence[Point]]]
+
+    @property
+    def dom_id(self) -> str:
+        return "chart-" + "".join(c if c.isalnum() else "-" for c in self.title.lower())
+
+    @property
+    def latest(self) -> list[tuple[str, str, str]]:
+        """(label, colour, point count) per group, for the legend."""
+        return [
+            (label, COLOURS[i % len(COLOURS)], f"{len(points)} point{'s' * (len(points) != 1)}")
+            for i, (label, points) in enumerate(self.groups)
+        ]
+
+    @property
+    def payload_json(self) -> str:
+        return json.dumps(scatter_payload(self), separators=(",", ":"), allow_nan=False)
+
+    @property
+    def svg(self) -> SafeString:
+        return render_scatter_svg(self)
+
+
+def scatter_payload(chart: Scatter) -> dict[str, Any]:
+    """uPlot's column form with x ascending (its cursor needs it): one row per point, the
+    point's value in its group's column and None (no mark) in the others."""
+    rows = sorted(
+        ((p.x, gi, p) for gi, (_, points) in enumerate(chart.groups) for p in points),
+        key=lambda row: (row[0], row[1]),
+    )
+    return {
+        "kind": "scatter",
+        "title": chart.title,
+        "unit": chart.unit,
+        "x_unit": chart.x_unit,
+        "start": None,
+        "end": None,
+        "times": [x for x, _, _ in rows],
+        "labels": [p.label for _, _, p in rows],
+        "series": [
+            {
+                "label": label,
+                "colour": COLOURS[gi % len(COLOURS)],
+                "values": [p.y if g == gi else None for _, g, p in rows],
+            }
+            for gi, (label, _) in enumerate(chart.groups)
+        ],
+    }
+
+
+def render_scatter_svg(chart: Scatter) -> SafeString:
+    points = [(gi, p) for gi, (_, ps) in enumerate(chart.groups) for p in ps]
+    x_peak = max((p.x for _, p in points), default=0.0) or 1.0
+    y_peak = max((p.y for _, p in points), default=0.0) or 1.0
+    marks = []
+    for gi, p in points:
+        x = PAD + (WIDTH - 2 * PAD) * (p.x / x_peak)
+        y = HEIGHT - PAD - (HEIGHT - 2 * PAD) * (p.y / y_peak)
+        marks.append(_mark([(x, y)], COLOURS[gi % len(COLOURS)]))
+    summary = f"{len(points)} points, up to {x_peak:,.3g} {chart.x_unit} and {y_peak:,.3g}"
+    title = escape(f"{chart.title}: {summary} {chart.unit}")
+    return mark_safe(  # noqa: S308 - every interpolated value is a number or escaped above
+        f'<div class="chart" role="img" aria-label="{title}">'
+        f'<svg viewBox="0 0 {WIDTH} {HEIGHT}" preserveAspectRatio="none" aria-hidden="true" '
+        f'focusable="false"><line x1="0" y1="{HEIGHT - PAD}" x2="{WIDTH}" y2="{HEIGHT - PAD}" '
+        f'class="axis" vector-effect="non-scaling-stroke"/>' + "".join(marks) + "</svg>"
+        f'<span class="chart-peak">{escape(f"{y_peak:,.3g}")}</span></div>'
+    )

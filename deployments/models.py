@@ -28,6 +28,7 @@ SLUG_BODY = r"[a-z]([a-z0-9-]{0,38}[a-z0-9])?"
 # For the OpenAPI document (ECMA-262, where "$" is the end of the input).
 SLUG_PATTERN = f"^{SLUG_BODY}$"
 SLUG_MAX_LENGTH = 40
+POOL_ROLES = ("prefill", "decode")  # a split endpoint's engine pools, in launch order
 SLUG_RE = full_pattern(SLUG_BODY)  # whole string: Python's "$" would accept a final newline
 slug_validator = RegexValidator(
     SLUG_RE,
@@ -112,6 +113,7 @@ ROUTE_FIELDS = (
     "desired_state",
     "ready_replicas",
     "router_url",
+    "current_revision_id",  # named in each answer's X-Plinth-Revision
 )
 
 
@@ -186,6 +188,10 @@ class Deployment(models.Model):
         "Revision", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     desired_replicas = models.PositiveIntegerField(default=1)
+    # The autoscaler's sizes of a split endpoint's prefill and decode pools, for one revision:
+    # {"revision": 3, "prefill": 2, "decode": 1, "scaled_at": {"prefill": "<iso>"}}. Another
+    # revision, or a pool not named, runs the size its settings give (see ``pool_sizes``).
+    pool_replicas = models.JSONField(default=dict, blank=True)
     # Bumped by every service change, so reconcile can tell stale work from new.
     generation = models.PositiveIntegerField(default=1)
 
@@ -245,6 +251,16 @@ class Deployment(models.Model):
         """What the gateway's route table holds of this endpoint (compared before and after a
         write: a change notification is sent only when it differs)."""
         return tuple(getattr(self, name) for name in ROUTE_FIELDS)
+
+    def pool_sizes(self, revision: int, spec: dict[str, Any]) -> dict[str, int]:
+        """The prefill and decode pool sizes revision ``revision`` (settings ``spec``) runs with:
+        the autoscaler's where it sized this revision's pools, else the settings'."""
+        split = spec.get("disaggregation") or {}
+        sizes = {role: int((split.get(role) or {}).get("replicas", 1)) for role in POOL_ROLES}
+        scaled = self.pool_replicas or {}
+        if scaled.get("revision") == revision:
+            sizes.update({role: int(scaled[role]) for role in POOL_ROLES if role in scaled})
+        return sizes
 
     def desired_snapshot(self) -> dict[str, Any]:
         """What is asked of the endpoint, as the audit log records it before and after a change."""
@@ -369,6 +385,10 @@ class MetricSample(models.Model):
     # "requests_per_s", "tokens_per_s", "running", "kv_usage"}, for the console's per-replica
     # and per-revision series (the fields above are their sums, or means for KV usage).
     replicas = models.JSONField(default=list, blank=True)
+    # Per revision, while two serve (a canary beside the baseline): {"<number>": {"requests",
+    # "requests_per_s", "tokens_per_s", "ttft_p50", "ttft_p90", "itl_p50", "itl_p90"}}; {} when
+    # one revision serves alone (the fields above are then its figures).
+    revisions = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-ts"]
@@ -481,3 +501,109 @@ class Quota(models.Model):
 
     def __str__(self) -> str:
         return f"quota of {self.organization}"
+
+
+class CanaryStatus(models.TextChoices):
+    RUNNING = "running", "Running"
+    PROMOTED = "promoted", "Promoted"
+    ABORTED = "aborted", "Aborted"
+
+
+class Canary(models.Model):
+    """A settings change tried on a share of an endpoint's traffic beside the serving revision.
+
+    Written by ``deployments.canary_services`` (start, promote, abort: what is asked) and, for
+    the observed fields of its own pool (router address, replicas), by reconcile
+    (``deployments.canary_pool``). The canary's revision is a real revision of the endpoint but
+    never its target while the canary runs; promote makes it the target. At most one canary runs
+    per endpoint (a partial unique constraint).
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="canaries")
+    revision = models.ForeignKey(Revision, on_delete=models.PROTECT, related_name="+")
+    baseline_revision = models.ForeignKey(Revision, on_delete=models.PROTECT, related_name="+")
+    weight = models.PositiveSmallIntegerField()  # percent of requests, 1-50
+    # Requests of one conversation go to the same revision (its prefix cache stays warm).
+    sticky = models.BooleanField(default=False)
+    replicas = models.PositiveIntegerField(default=1)
+    # Automatic abort when the canary regresses past these over the last ``window_s``.
+    max_error_rate_delta = models.FloatField(default=0.05)
+    max_ttft_p90_ratio = models.FloatField(default=1.5)
+    max_itl_p90_ratio = models.FloatField(default=1.5)
+    window_s = models.PositiveIntegerField(default=300)
+    min_requests = models.PositiveIntegerField(default=20)
+    status = models.CharField(
+        max_length=16, choices=CanaryStatus.choices, default=CanaryStatus.RUNNING
+    )
+    reason = models.TextField(blank=True)
+    # The quality gate's word on the canary (benchmarks, KL divergence): {"passed": bool, ...};
+    # null until a gate has judged it. ``deployments.canary.gate_allows`` reads it.
+    gate_verdict = models.JSONField(null=True, blank=True)
+    started_by = models.CharField(max_length=150, blank=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    # --- observed (reconcile) ---
+    router_url = models.CharField(max_length=300, blank=True)
+    ready_replicas = models.PositiveIntegerField(default=0)
+    replica_facts = models.JSONField(default=list, blank=True)
+    # Its pool is gone from the cluster (after promote or abort): reconcile stops looking.
+    pool_removed = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-started_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["deployment"],
+                condition=models.Q(status="running"),
+                name="one_running_canary_per_deployment",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id} canary r{self.revision_id} ({self.status})"
+
+
+class BenchmarkStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+
+
+class Benchmark(models.Model):
+    """A run of NVIDIA AIPerf against an endpoint's gateway URL, one traffic profile, a result per
+    load point (``deployments.benchmark_profile``). Written by ``deployments.benchmarks`` (create)
+    and ``deployments.benchmark_run`` (what the run observed)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="benchmarks")
+    # The revision asked for (the serving one unless a canary's was named); ``served_revisions``
+    # records which revisions the gateway says answered.
+    revision = models.ForeignKey(Revision, on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=100, blank=True)
+    profile = models.JSONField()
+    status = models.CharField(
+        max_length=16, choices=BenchmarkStatus.choices, default=BenchmarkStatus.QUEUED
+    )
+    results = models.JSONField(default=list, blank=True)  # one PointResult dict per load point
+    prediction = models.JSONField(default=list, blank=True)  # the optimizer's, per load point
+    served_revisions = models.JSONField(default=list, blank=True)
+    runner = models.CharField(max_length=16, blank=True)  # "local" or "kubernetes"
+    tool_version = models.CharField(max_length=32, blank=True)
+    error = models.TextField(blank=True)
+    # The temporary inference key the run called with: its usage is the benchmark's traffic.
+    api_key = models.ForeignKey(
+        ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["deployment", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id} benchmark {self.pk} ({self.status})"

@@ -6,6 +6,10 @@ engine counted since it started (the requests served before the first probe are 
 sample); a restarted one (a new restart count, or counters that went down) starts a new series,
 never a negative one. Gauges (running, queued, KV usage) are as of the probe. The probe writes
 its own observed fact (``last_probe_at``) here, and nothing else of the deployment's.
+
+While a canary runs, its pool's replicas (``Canary.replica_facts``) are read too: the sample's
+figures are the endpoint's as its callers see them (both revisions), and ``revisions`` keeps each
+revision's own requests, throughput and TTFT/ITL percentiles, which the canary watcher compares.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from controlplane.crypto import engine_api_key
-from deployments.models import Deployment, MetricSample
+from deployments.models import Canary, CanaryStatus, Deployment, MetricSample
 from runtime.client import EngineClient, RuntimeUnavailable
 from runtime.metrics import MetricsSnapshot, merge
 
@@ -41,11 +45,14 @@ def _series(replica: dict[str, Any]) -> str:
 
 def _scrape(
     replicas: dict[str, str], api_key: str = ""
-) -> tuple[dict[str, MetricsSnapshot], float]:
-    """Snapshots per series (``replicas`` maps series to URL), and the queued requests
-    /v1/loads reports (summed). /v1/loads is behind the endpoint's engine key."""
+) -> tuple[dict[str, MetricsSnapshot], float, dict[str, dict[str, float]]]:
+    """Snapshots per series (``replicas`` maps series to URL), the queued requests /v1/loads
+    reports (summed), and each series' queued requests and prompt tokens still to prefill
+    (``num_total_tokens - num_used_tokens``: what the SLO autoscaler reads). /v1/loads is
+    behind the endpoint's engine key."""
     snapshots: dict[str, MetricsSnapshot] = {}
     queued = 0.0
+    waiting: dict[str, dict[str, float]] = {}
     for series, url in replicas.items():
         with EngineClient(url, timeout=2.0, api_key=api_key) as engine:
             try:
@@ -54,19 +61,25 @@ def _scrape(
             except RuntimeUnavailable as exc:
                 log.info("probe skipped %s: %s", url, exc)
                 continue
-        queued += sum(float(entry.get("num_waiting_reqs", 0) or 0) for entry in loads)
-    return snapshots, queued
+        mine = sum(float(entry.get("num_waiting_reqs", 0) or 0) for entry in loads)
+        tokens = sum(
+            max(0.0, float(e.get("num_total_tokens") or 0) - float(e.get("num_used_tokens") or 0))
+            for e in loads
+        )
+        waiting[series] = {"queued": mine, "queued_tokens": tokens}
+        queued += mine
+    return snapshots, queued, waiting
 
 
 def probe(deployment_id: str) -> MetricSample | None:
     deployment = Deployment.objects.filter(pk=deployment_id).first()
     if deployment is None:
         return None
-    ready = [r for r in deployment.replica_facts or [] if r.get("ready") and r.get("url")]
+    ready = [r for r in _replica_facts(deployment) if r.get("ready") and r.get("url")]
     replicas = {_series(r): r["url"] for r in ready}
     facts = {_series(r): r for r in ready}
     now = timezone.now()
-    snapshots, queued = _scrape(replicas, engine_api_key(str(deployment.pk)))
+    snapshots, queued, waiting = _scrape(replicas, engine_api_key(str(deployment.pk)))
     previous: dict[str, Any] = cache.get(_cache_key(deployment_id)) or {}
     cache.set(
         _cache_key(deployment_id),
@@ -83,12 +96,55 @@ def probe(deployment_id: str) -> MetricSample | None:
     gauges = merge(snapshots.values())
     seconds = max(0.0, (now - since).total_seconds()) if since else 0.0
     per_replica = [
-        _replica_figures(facts[u], s.delta(before.get(u)), s, seconds) for u, s in snapshots.items()
+        {**_replica_figures(facts[u], s.delta(before.get(u)), s, seconds), **waiting.get(u, {})}
+        for u, s in snapshots.items()
     ]
+    by_revision = _by_revision(facts, snapshots, before, seconds)
     return MetricSample.objects.create(
         deployment=deployment, ts=now, interval_s=seconds, replicas_ready=len(snapshots),
-        replicas=per_replica, **_figures(interval, gauges, seconds, queued),
+        replicas=per_replica, revisions=by_revision,
+        **_figures(interval, gauges, seconds, queued),
     )  # fmt: skip
+
+
+def _replica_facts(deployment: Deployment) -> list[dict[str, Any]]:
+    """The endpoint's replicas, and its running canary's (one more query)."""
+    canary = (
+        Canary.objects.filter(deployment=deployment, status=CanaryStatus.RUNNING)
+        .values_list("replica_facts", flat=True)
+        .first()
+    )
+    return [*(deployment.replica_facts or []), *(canary or [])]
+
+
+def _by_revision(
+    facts: dict[str, dict[str, Any]],
+    snapshots: dict[str, MetricsSnapshot],
+    before: dict[str, MetricsSnapshot],
+    seconds: float,
+) -> dict[str, dict[str, Any]]:
+    """Each revision's figures of the interval, when more than one revision served."""
+    groups: dict[str, list[MetricsSnapshot]] = {}
+    for series, snapshot in snapshots.items():
+        revision = facts[series].get("revision")
+        groups.setdefault(str(revision), []).append(snapshot.delta(before.get(series)))
+    if len(groups) < 2:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for revision, deltas in groups.items():
+        interval = merge(deltas)
+        requests = interval.counter("sglang:num_requests_total")
+        generated = interval.counter("sglang:generation_tokens_total")
+        out[revision] = {
+            "requests": requests,
+            "requests_per_s": requests / seconds if seconds else 0.0,
+            "tokens_per_s": generated / seconds if seconds else 0.0,
+            "ttft_p50": interval.percentile(TTFT, 0.5),
+            "ttft_p90": interval.percentile(TTFT, 0.9),
+            "itl_p50": interval.percentile(ITL, 0.5),
+            "itl_p90": interval.percentile(ITL, 0.9),
+        }
+    return out
 
 
 def _replica_figures(
@@ -105,6 +161,13 @@ def _replica_figures(
         "tokens_per_s": generated / seconds if seconds else 0.0,
         "running": gauges.gauge("sglang:num_running_reqs") or 0.0,
         "kv_usage": gauges.gauge_mean("sglang:token_usage"),
+        # What the SLO autoscaler reads per prefill/decode pool (``deployments.tasks.scaling``).
+        "role": fact.get("role"),
+        "requests": requests,
+        "prompt_tokens": interval.counter("sglang:prompt_tokens_total"),
+        "cached_tokens": interval.counter("sglang:cached_tokens_total"),
+        "ttft_p90": interval.percentile(TTFT, 0.9),
+        "itl_p90": interval.percentile(ITL, 0.9),
     }
 
 

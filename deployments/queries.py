@@ -69,6 +69,13 @@ def get_endpoint(actor: Actor, slug: str) -> Deployment:
     return endpoint
 
 
+def free_slug(base: str) -> str:
+    """``base``, else ``base-2``, ``base-3``...: the first slug no endpoint has (global)."""
+    taken = set(Deployment.objects.filter(slug__startswith=base).values_list("slug", flat=True))
+    candidates = [base] + [f"{base}-{n}" for n in range(2, len(taken) + 2)]
+    return next(slug for slug in candidates if slug not in taken)
+
+
 @dataclass(frozen=True)
 class Page:
     items: list[Any]
@@ -179,7 +186,7 @@ class PoolStatus:
     """One prefill or decode pool of a split endpoint, as last observed."""
 
     role: str
-    desired: int  # the pool's size in the applied revision's settings
+    desired: int  # the pool's size for the applied revision (the autoscaler's, or its settings')
     ready: int
     present: int  # replicas of the applied revision, ready or not
 
@@ -192,10 +199,11 @@ def pool_status(deployment: Deployment) -> list[PoolStatus]:
     if applied is None or not split.get("enabled"):
         return []
     counts = role_counts(deployment.replica_facts or [], applied.number)
+    sizes = deployment.pool_sizes(applied.number, applied.spec)
     return [
         PoolStatus(
             role=role,
-            desired=int((split.get(role) or {}).get("replicas", 1)),
+            desired=sizes[role],
             ready=counts.get(role, (0, 0))[0],
             present=counts.get(role, (0, 0))[1],
         )
@@ -230,10 +238,6 @@ def clusters_for(actor: Actor) -> QuerySet[Cluster]:
     return Cluster.objects.filter(
         Q(organization=actor.organization) | Q(organization__isnull=True)
     ).order_by("name", "created_at")
-
-
-def list_clusters(actor: Actor) -> list[Cluster]:
-    return list(clusters_for(actor))
 
 
 def get_cluster(actor: Actor, cluster_id: uuid.UUID | str) -> Cluster:

@@ -7,7 +7,8 @@ replicas per endpoint. A null limit is no limit.
 
 What counts: each endpoint that is asked to run (``desired_state`` running) counts its
 *desired* replicas of its target revision x the GPUs per replica, by the spec's GPU type; a
-prefill/decode split counts each pool (fixed sizes) while it is asked to run any replica.
+prefill/decode split counts each pool (its settings' size, or the autoscaler's where it scaled
+the pool) while it is asked to run any replica.
 Stopped endpoints count no GPUs but still count as endpoints; endpoints being deleted count
 nothing. The quota is enforced at the moment replicas are asked for: create (the initial
 replicas), edit and rollback (the new settings, with the replicas they clamp to), scale,
@@ -95,8 +96,14 @@ class Demand:
     replicas: int
 
 
-def demand_of(spec: dict[str, Any], replicas: int, desired_state: str = "running") -> Demand:
-    """What an endpoint with these stored settings asks for at ``replicas`` desired replicas."""
+def demand_of(
+    spec: dict[str, Any],
+    replicas: int,
+    desired_state: str = "running",
+    pools: dict[str, int] | None = None,
+) -> Demand:
+    """What an endpoint with these stored settings asks for at ``replicas`` desired replicas;
+    ``pools``: a split endpoint's pool sizes where the autoscaler changed them."""
     gpu = str((spec.get("hardware") or {}).get("gpu", "?"))
     if desired_state != DesiredState.RUNNING or replicas <= 0:
         return Demand(gpu, 0, 0)
@@ -104,10 +111,14 @@ def demand_of(spec: dict[str, Any], replicas: int, desired_state: str = "running
     tp, pp = int(parallel.get("tp", 1)), int(parallel.get("pp", 1))
     split = spec.get("disaggregation") or {}
     if split.get("enabled"):
-        pools = [split.get(role) or {} for role in ("prefill", "decode")]
-        sizes = [int(pool.get("replicas", 1)) for pool in pools]
+        groups = [split.get(role) or {} for role in ("prefill", "decode")]
+        scaled = pools or {}
+        sizes = [
+            int(scaled.get(role, pool.get("replicas", 1)))
+            for role, pool in zip(("prefill", "decode"), groups, strict=True)
+        ]
         gpus = sum(
-            size * int(pool.get("tp") or tp) * pp for size, pool in zip(sizes, pools, strict=True)
+            size * int(pool.get("tp") or tp) * pp for size, pool in zip(sizes, groups, strict=True)
         )
         return Demand(gpu, gpus, sum(sizes))
     per_replica = int((spec.get("hardware") or {}).get("gpus_per_replica") or tp * pp)
@@ -118,28 +129,49 @@ def demand_of(spec: dict[str, Any], replicas: int, desired_state: str = "running
 class _InUse:
     gpus_by_type: Counter[str]
     endpoints: int
+    largest: int = 0  # the most replicas one endpoint asks for
 
     @property
     def gpus(self) -> int:
         return sum(self.gpus_by_type.values())
 
 
+# The parts of a stored spec that decide its demand, read by key in SQL: a whole spec is kilobytes
+# of JSON, and decoding a thousand of them made every page that shows quotas slow.
+_DEMAND_KEYS = ("hardware", "parallelism", "disaggregation")
+
+
 def _in_use(organization: Organization, excluding: Deployment | None = None) -> _InUse:
-    """What the organization's endpoints ask for, ``excluding`` one (the one being changed)."""
-    rows = (
-        Deployment.objects.filter(organization=organization)
-        .exclude(desired_state=DesiredState.DELETED)
-        .values_list("pk", "desired_state", "desired_replicas", "target_revision__spec")
+    """What the organization's endpoints ask for, ``excluding`` one (the one being changed).
+
+    Only endpoints asked to run replicas ask for GPUs (``demand_of``), so only theirs are read;
+    the rest are counted in SQL. Two queries, whatever the number of endpoints.
+    """
+    live = Deployment.objects.filter(organization=organization).exclude(
+        desired_state=DesiredState.DELETED
     )
+    if excluding is not None:
+        live = live.exclude(pk=excluding.pk)
+    rows = live.filter(desired_state=DesiredState.RUNNING, desired_replicas__gt=0).values_list(
+        "desired_state", "desired_replicas", "target_revision__number", "pool_replicas",
+        *(f"target_revision__spec__{key}" for key in _DEMAND_KEYS),
+    )  # fmt: skip
     by_type: Counter[str] = Counter()
-    endpoints = 0
-    for pk, state, replicas, spec in rows:
-        if excluding is not None and pk == excluding.pk:
-            continue
-        endpoints += 1
-        demand = demand_of(spec or {}, replicas, state)
+    largest = 0
+    for state, replicas, number, scaled, *parts in rows:
+        spec = {key: part for key, part in zip(_DEMAND_KEYS, parts, strict=True) if part}
+        demand = demand_of(spec, replicas, state, _scaled_pools(scaled, number))
         by_type[demand.gpu] += demand.gpus
-    return _InUse(by_type, endpoints)
+        largest = max(largest, demand.replicas)
+    return _InUse(by_type, live.count(), largest)
+
+
+def _scaled_pools(scaled: dict[str, Any] | None, revision: int | None) -> dict[str, int]:
+    """The autoscaler's pool sizes (``Deployment.pool_replicas``) where they are the target
+    revision's (``Deployment.pool_sizes`` is the same rule on a loaded row)."""
+    if not scaled or scaled.get("revision") != revision:
+        return {}
+    return {role: int(scaled[role]) for role in ("prefill", "decode") if role in scaled}
 
 
 def _locked_quota(organization: Organization) -> Quota | None:
@@ -172,7 +204,10 @@ def check(
         Demand(new.gpu, 0, 0)
         if deployment is None or deployment.target_revision is None
         else demand_of(
-            deployment.target_revision.spec, deployment.desired_replicas, deployment.desired_state
+            deployment.target_revision.spec,
+            deployment.desired_replicas,
+            deployment.desired_state,
+            _scaled_pools(deployment.pool_replicas, deployment.target_revision.number),
         )
     )
     others = _in_use(organization, excluding=deployment)
@@ -275,7 +310,7 @@ def usage(organization: Organization) -> dict[str, Any]:
         {
             "quota": "replicas_per_endpoint",
             "limit": quota.replicas_per_endpoint if quota else None,
-            "in_use": _largest_endpoint(organization),
+            "in_use": in_use.largest,
         },
     ]
     return {
@@ -283,15 +318,6 @@ def usage(organization: Organization) -> dict[str, Any]:
         "updated_at": quota.updated_at if quota else None,
         "updated_by": quota.updated_by if quota else "",
     }
-
-
-def _largest_endpoint(organization: Organization) -> int:
-    rows = (
-        Deployment.objects.filter(organization=organization)
-        .exclude(desired_state=DesiredState.DELETED)
-        .values_list("desired_state", "desired_replicas", "target_revision__spec")
-    )
-    return max((demand_of(spec or {}, n, state).replicas for state, n, spec in rows), default=0)
 
 
 def limits_of(quota: Quota | None) -> dict[str, Any]:

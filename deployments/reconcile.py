@@ -13,25 +13,27 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 from pydantic import ValidationError
 
 from controlplane import audit, notify
 from controlplane.access import system_actor
 from controlplane.services import reveal_secret
+from deployments import canary_pool
 from deployments.drivers.base import Driver, Observation, RevisionPlan
 from deployments.drivers.errors import PermanentDriverError
 from deployments.drivers.registry import driver_for, ref_for
-from deployments.models import ROUTE_FIELDS, Deployment, DesiredState, Revision
+from deployments.models import ROUTE_FIELDS, Canary, Deployment, DesiredState, Revision
 from deployments.rollout import RolloutDecision, RolloutFacts, decide
-from deployments.status import SCALED_TO_ZERO, STOPPED, derive_status
+from deployments.status import SCALED_TO_ZERO, STOPPED, derive_status, role_counts
 from deployments.timeline import record_event
 from runtime import launch
 from runtime.argv import UnsafeArgvError
@@ -57,6 +59,8 @@ class Pass:
     events: list[tuple[str, str, str, int | None, dict[str, Any]]] = field(default_factory=list)
     # Something this pass started is not finished (a stop still waiting on a process).
     unfinished: bool = False
+    # A canary's pool changed what the gateway routes by (``canary_pool.sync``).
+    rerouted: bool = False
 
     def event(
         self, level: str, reason: str, message: str, revision: int | None = None, **data: Any
@@ -90,16 +94,29 @@ def reconcile(deployment_id: str) -> bool:
     try:
         if deployment.desired_state == DesiredState.DELETED:
             return _tear_down(work, driver)
-        if deployment.desired_state == DesiredState.STOPPED or deployment.desired_replicas == 0:
-            _stop(work, driver)
-        else:
+        serving = not (
+            deployment.desired_state == DesiredState.STOPPED or deployment.desired_replicas == 0
+        )
+        if serving:
             _run(work, driver)
+        else:
+            _stop(work, driver)
+        _sync_canary(work, driver, serving)
     except PermanentDriverError as exc:
         _fail(work, exc.message)
     finally:
         driver.close()
     _save(work)
     return True
+
+
+def _sync_canary(work: Pass, driver: Driver, serving: bool) -> None:
+    """The canary's pool beside the endpoint's (``canary_pool``). Its settings being refused
+    fails the canary's pool only, never the endpoint that serves."""
+    try:
+        work.rerouted = canary_pool.sync(work.deployment, driver, revision_plan, serving=serving)
+    except PermanentDriverError as exc:
+        work.event("warning", "CanaryFailed", exc.message, key=f"canary-failed:{exc.message}")
 
 
 # --- desired: running ------------------------------------------------------------------------
@@ -162,9 +179,13 @@ def _start_or_abandon(
             facts.update(failed_at=None, failure_reason="")
         verb = DEPLOYING if deployment.current_revision is None else ROLLOUT_STARTED
         replicas = deployment.desired_replicas
+        # A deadline, not a prediction: past it the rollout is abandoned (or a first deploy fails).
         message = (
-            f"revision {target.number}: starting {replicas} replica(s), ready within {window} s"
+            f"revision {target.number}: starting {replicas} replica(s); deadline {window} s "
+            "to become ready"
         )
+        if deployment.current_revision is not None:
+            message += f", else revision {deployment.current_revision.number} keeps serving"
         work.event("info", verb, message, target.number)
     if decision.abandon:
         facts.update(rollout_started_at=None, rollout_deadline=None)
@@ -246,6 +267,7 @@ def revision_plan(deployment: Deployment, revision: Revision) -> RevisionPlan:
         replicas=deployment.desired_replicas,
         spec_hash=revision.spec_hash,
         hf_token=_hf_token(deployment, spec),
+        pools=deployment.pool_sizes(revision.number, revision.spec),
     )
 
 
@@ -294,8 +316,30 @@ def _record_observation(
         work.event(
             "warning", "Degraded", f"{ready}/{desired} replicas ready ({why})", serving.number
         )
+    for role, line in _pools_lost(deployment, seen, serving):
+        work.event("warning", "Degraded", line, serving.number, pool=role)
     for event in (*earlier.events, *seen.events):
         work.event(event.level, event.reason, event.message, None, key=event.key)
+
+
+def _pools_lost(
+    deployment: Deployment, seen: Observation, serving: Revision
+) -> list[tuple[str, str]]:
+    """(role, line) of each prefill/decode pool that lost ready replicas since the last pass
+    and is below its size, though not down: the endpoint still serves, with less of that pool."""
+    if not (serving.spec.get("disaggregation") or {}).get("enabled"):
+        return []
+    sizes = deployment.pool_sizes(serving.number, serving.spec)  # the autoscaler's, or the spec's
+    now = role_counts([r.as_dict() for r in seen.replicas], serving.number)
+    before = role_counts(deployment.replica_facts or [], serving.number)
+    lines = []
+    for role, size in sorted(sizes.items(), key=lambda item: item[0] != "prefill"):
+        ready, was = now.get(role, (0, 0))[0], before.get(role, (0, 0))[0]
+        if 0 < ready < min(was, size):
+            why = [r for r in seen.engines(serving.number) if r.role == role and r.reason]
+            detail = f" ({why[0].reason}: {why[0].message})" if why else ""
+            lines.append((role, f"{role} pool: {ready}/{size} replicas ready{detail}"))
+    return lines
 
 
 def _stop(work: Pass, driver: Driver) -> None:
@@ -320,7 +364,8 @@ def _stop(work: Pass, driver: Driver) -> None:
 
 
 def _tear_down(work: Pass, driver: Driver) -> bool:
-    if not driver.delete(ref_for(work.deployment)):
+    canaries_gone = canary_pool.tear_down(work.deployment, driver)
+    if not driver.delete(ref_for(work.deployment)) or not canaries_gone:
         work.facts.update(replica_facts=[], router_url="")
         _save(work)
         return True
@@ -343,10 +388,12 @@ def finalize_deletion(deployment_id: uuid.UUID | str) -> bool:
     actor = system_actor(deployment.organization)
     before = deployment.desired_snapshot()
     audit.record(actor, "deployment.finalize_deletion", deployment, before=before)
-    # The deployment points at its own revisions (PROTECT); unhook them before the cascade.
+    # The deployment and its canaries point at its own revisions (PROTECT); unhook them before
+    # the cascade.
     Deployment.objects.filter(pk=deployment.pk).update(
         target_revision=None, current_revision=None, applied_revision=None
     )
+    Canary.objects.filter(deployment=deployment).delete()
     Deployment.objects.filter(pk=deployment.pk).delete()
     notify.publish_on_commit("deployment", str(deployment_id))
     return True
@@ -402,9 +449,32 @@ def _save(work: Pass) -> None:
         if key and deployment.events.filter(data__key=key).exists():
             continue
         record_event(deployment, level, reason, message, revision, data)
-    if deployment.route_state() != routed:
+    if deployment.route_state() != routed or work.rerouted:
         # Only then: a pass that changed nothing the gateway routes by costs it nothing.
         notify.publish_on_commit("deployment", str(deployment.pk))
+
+
+def make_due(deployment_ids: Iterable[str]) -> int:
+    """Something changed on a cluster to these endpoints' objects (a worker's watch saw it): each
+    is due now, unless it already is. One UPDATE for a batch; how many rows it made due.
+
+    A pass that is queued already (its row claimed by a sweep) may get a second one: harmless,
+    passes are idempotent and one on a synced cache with nothing to do asks the API nothing."""
+    # Labels on a cluster are anyone's to write: only ids that can be endpoints' are looked up.
+    ids = [i for i in deployment_ids if _is_uuid(i)]
+    if not ids:
+        return 0
+    now = timezone.now()
+    later = Q(next_reconcile_at__isnull=True) | Q(next_reconcile_at__gt=now)
+    return Deployment.objects.filter(later, pk__in=ids).update(next_reconcile_at=now)
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
 
 
 def change_pending(deployment_id: str) -> bool:
@@ -437,6 +507,10 @@ def record_cluster_stopped(kind: str) -> int:
         # As after a stop, the next start comes up from zero with a window of its own; an
         # endpoint whose target was abandoned keeps its serving revision (degraded until back).
         touched.filter(current_revision=F("target_revision")).update(current_revision=None)
+        # Their canaries' pools were stopped too: the gateway must not send them a share.
+        Canary.objects.filter(deployment__cluster__kind=kind).exclude(router_url="").update(
+            router_url="", ready_replicas=0, replica_facts=[]
+        )
         for deployment_id in ids:
             notify.publish_on_commit("deployment", deployment_id)
     return len(ids)

@@ -36,7 +36,15 @@ from controlplane.services import Conflict, ServiceError
 from deployments import clusters, fields, queries, quotas
 from deployments.cluster_settings import cluster_issues
 from deployments.clusters import create_cluster, delete_cluster, update_cluster
-from deployments.models import Cluster, ClusterKind, Deployment, DesiredState, Revision
+from deployments.models import (
+    POOL_ROLES,
+    CanaryStatus,
+    Cluster,
+    ClusterKind,
+    Deployment,
+    DesiredState,
+    Revision,
+)
 from deployments.queries import REVISION_FIELDS, by_id_or_slug
 from deployments.specs import SpecInvalid, checked_spec, issue_dict
 from deployments.timeline import record_event
@@ -130,6 +138,7 @@ def _commit_change(
             "next_reconcile_at",
             "updated_at",
             "last_scaled_at",
+            "pool_replicas",
         ]
     )
     audit.record(actor, action, deployment, before=before, after=deployment.desired_snapshot())
@@ -263,6 +272,12 @@ def update_settings(
     new_labels = fields.clean_labels(labels) if labels is not None else None
     deployment = _locked(actor, deployment_id)
     _ensure_not_deleting(deployment)
+    if deployment.canaries.filter(status=CanaryStatus.RUNNING).exists():
+        raise Conflict(
+            f"endpoint {deployment.slug} has a canary running; promote or abort it before "
+            "changing its settings",
+            code="canary_running",
+        )
     latest = deployment.revisions.aggregate(n=Max("number"))["n"] or 0
     if base_revision != latest:
         raise Conflict(
@@ -331,14 +346,17 @@ def rollback(
             f"revision {to_revision} does not exist", field="to_revision", code="not_found"
         )
     target = deployment.target_revision
+    before = deployment.desired_snapshot()
+    canary_ended = _end_canary_for_rollback(deployment, actor, to_revision)
     if target is not None and source.spec_hash == target.spec_hash:
+        if canary_ended:  # back to the serving revision alone: reconcile removes the canary
+            _commit_change(actor, deployment, "deployment.rollback", before)
         return target
     quotas.check(
         actor.organization, deployment=deployment, spec=source.spec,
         replicas=deployment.desired_replicas, field="to_revision",
         desired_state=deployment.desired_state,
     )  # fmt: skip
-    before = deployment.desired_snapshot()
     revision = _new_revision(
         actor,
         deployment,
@@ -356,6 +374,23 @@ def rollback(
     )  # fmt: skip
     _commit_change(actor, deployment, "deployment.rollback", before)
     return revision
+
+
+def _end_canary_for_rollback(deployment: Deployment, actor: Actor, to_revision: int) -> bool:
+    """A rollback stays one step while a canary runs: the canary is aborted with it (its pool
+    goes in the same reconcile pass that rolls back)."""
+    ended = deployment.canaries.filter(status=CanaryStatus.RUNNING).update(
+        status=CanaryStatus.ABORTED,
+        reason=f"the endpoint was rolled back to revision {to_revision} by {actor.label}",
+        ended_at=timezone.now(),
+    )
+    if ended:
+        record_event(
+            deployment, "warning", "CanaryAborted",
+            f"canary aborted: the endpoint was rolled back to revision {to_revision}",
+        )  # fmt: skip
+        notify.publish_on_commit("deployment", str(deployment.pk))
+    return bool(ended)
 
 
 # --- replicas and lifecycle ----------------------------------------------------------------------
@@ -523,3 +558,93 @@ def autoscale_to(
     actor = system_actor(deployment.organization)
     _commit_change(actor, deployment, "deployment.autoscale", before)
     return True
+
+
+@transaction.atomic
+def autoscale_pool_to(
+    deployment_id: uuid.UUID | str,
+    pool: str,
+    replicas: int,
+    reason: str,
+    inputs: dict[str, Any],
+    *,
+    expected: int | None = None,
+) -> bool:
+    """Set the size of a split endpoint's ``pool`` ("prefill" or "decode") that the autoscaler
+    decided (system), for the target revision. True when it changed.
+
+    As ``autoscale_to``: a stale decision (``expected`` is not the pool's size now) changes
+    nothing, nor does one for a stopped, deleted or rolling-out endpoint; a step up stops at
+    the quota (the other pool's size counted as it is) with ``QuotaLimited`` on record.
+    """
+    deployment = (
+        Deployment.objects.select_for_update(of=("self",))
+        .select_related("organization", *REVISION_FIELDS)
+        .filter(pk=deployment_id, desired_state=DesiredState.RUNNING, rollout_started_at=None)
+        .first()
+    )
+    if deployment is None or deployment.target_revision is None or pool not in POOL_ROLES:
+        return False
+    revision = deployment.target_revision
+    if not (revision.spec.get("disaggregation") or {}).get("enabled"):
+        return False
+    sizes = deployment.pool_sizes(revision.number, revision.spec)
+    current = sizes[pool]
+    if expected is not None and current != expected:
+        return False
+    if replicas < 1 or replicas > fields.MAX_REPLICAS:
+        raise ServiceError(
+            f"a pool runs between 1 and {fields.MAX_REPLICAS} replicas", field="replicas",
+            code="out_of_range",
+        )  # fmt: skip
+    if replicas > current:
+        allowed, held = _pool_headroom(deployment, sizes, pool, replicas)
+        if held is not None:
+            _record_quota_hold(deployment, "QuotaLimited", held, wanted=replicas)
+            if allowed == current:
+                return False
+            reason = f"{reason}; held at {allowed} by quota {held.quota}"
+            replicas = allowed
+    if replicas == current:
+        return False
+    before = {**deployment.desired_snapshot(), "pools": sizes}
+    now = timezone.now()
+    scaled = deployment.pool_replicas or {}
+    stamps = scaled.get("scaled_at") if scaled.get("revision") == revision.number else None
+    deployment.pool_replicas = {
+        "revision": revision.number,
+        **sizes,
+        pool: replicas,
+        "scaled_at": {**(stamps or {}), pool: now.isoformat()},
+    }
+    data = {"pool": pool, "replicas": replicas, "from": current, "inputs": inputs}
+    record_event(deployment, "info", "Autoscaled", reason, revision.number, data=data)
+    _commit_change(
+        system_actor(deployment.organization), deployment, "deployment.autoscale_pool", before
+    )
+    return True
+
+
+def _pool_headroom(
+    deployment: Deployment, sizes: dict[str, int], pool: str, wanted: int
+) -> tuple[int, quotas.QuotaExceeded | None]:
+    """The largest size of ``pool`` up to ``wanted`` the quotas allow (never below its size
+    now), and the quota that stopped it short: ``quotas.check`` on the settings with the pools
+    at their new sizes. Steps are small (at most doubling), so sizes are tried downwards."""
+    assert deployment.target_revision is not None
+    spec = deployment.target_revision.spec
+    refusal: quotas.QuotaExceeded | None = None
+    for size in range(wanted, sizes[pool], -1):
+        split = {**spec["disaggregation"]}
+        for role, count in {**sizes, pool: size}.items():
+            split[role] = {**(split.get(role) or {}), "replicas": count}
+        try:
+            quotas.check(
+                deployment.organization, deployment=deployment,
+                spec={**spec, "disaggregation": split}, replicas=deployment.desired_replicas,
+            )  # fmt: skip
+        except quotas.QuotaExceeded as exc:
+            refusal = refusal or exc
+            continue
+        return size, refusal
+    return sizes[pool], refusal

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from deployments.views import endpoints, fleet, history, playground, quotas, wizard
+from deployments.views import (
+    benchmarks,
+    canary,
+    endpoints,
+    fleet,
+    history,
+    onboarding,
+    optimize,
+    playground,
+    quotas,
+    wizard,
+)
 
 urlpatterns: list[URLPattern] = [
     path("endpoints/", endpoints.endpoint_list, name="endpoint-list"),
@@ -12,6 +23,7 @@ urlpatterns: list[URLPattern] = [
     path("endpoints/validate/", wizard.validate_settings, name="endpoint-validate"),
     path("endpoints/<slug:slug>/", endpoints.endpoint_detail, name="endpoint-detail"),
     path("endpoints/<slug:slug>/status/", endpoints.status_card, name="endpoint-status"),
+    path("endpoints/<slug:slug>/first-call/", onboarding.first_call, name="endpoint-first-call"),
     path("endpoints/<slug:slug>/scale/", endpoints.endpoint_scale, name="endpoint-scale"),
     path("endpoints/<slug:slug>/stop/", endpoints.endpoint_stop, name="endpoint-stop"),
     path("endpoints/<slug:slug>/start/", endpoints.endpoint_start, name="endpoint-start"),
@@ -23,6 +35,20 @@ urlpatterns: list[URLPattern] = [
         "endpoints/<slug:slug>/revisions/<int:number>/rollback/",
         history.revision_rollback,
         name="endpoint-rollback",
+    ),
+    path("endpoints/<slug:slug>/canary/", canary.canary_start, name="canary-start"),
+    path("endpoints/<slug:slug>/canary/promote/", canary.canary_promote, name="canary-promote"),
+    path("endpoints/<slug:slug>/canary/abort/", canary.canary_abort, name="canary-abort"),
+    path("endpoints/<slug:slug>/benchmarks/", benchmarks.benchmark_list, name="benchmark-list"),
+    path(
+        "endpoints/<slug:slug>/benchmarks/compare/",
+        benchmarks.benchmark_compare,
+        name="benchmark-compare",
+    ),
+    path(
+        "endpoints/<slug:slug>/benchmarks/<uuid:benchmark_id>/",
+        benchmarks.benchmark_detail,
+        name="benchmark-detail",
     ),
     path("endpoints/<slug:slug>/metrics/", history.endpoint_metrics, name="endpoint-metrics"),
     path("endpoints/<slug:slug>/events/", history.endpoint_events, name="endpoint-events"),
@@ -40,5 +66,9 @@ urlpatterns: list[URLPattern] = [
     path("clusters/<uuid:cluster_id>/delete/", fleet.cluster_delete, name="cluster-delete"),
     path("clusters/<uuid:cluster_id>/settings/", fleet.cluster_settings, name="cluster-settings"),
     path("usage/", fleet.usage, name="usage"),
+    path("optimize/", optimize.optimize_page, name="optimize"),
+    path("optimize/apply/", optimize.optimize_apply, name="optimize-apply"),
+    # The wizard's "Recommend settings" (under optimize/, so no endpoint slug is reserved for it).
+    path("optimize/wizard/", wizard.wizard_recommend, name="endpoint-recommend"),
     path("quotas/", quotas.quota_admin, name="quota-admin"),
 ]

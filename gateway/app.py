@@ -43,6 +43,7 @@ from gateway.limits import RateLimiter
 from gateway.metering import Meter
 from gateway.refresher import LoadChanges, RouteRefresher
 from gateway.routes import Endpoint, InferenceKey, RouteTable
+from gateway.split import SESSION_HEADER, Splitter, session_of
 from gateway.upstream import (
     Relay,
     UpstreamBroke,
@@ -52,6 +53,7 @@ from gateway.upstream import (
     response_headers,
 )
 from gateway.usage_parsing import StreamFilter
+from runtime.routing_key import routing_key
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -77,6 +79,8 @@ class Exchange(obs.AccessRecord):
     """One request's access record, plus what to meter once it is answered."""
 
     metered: tuple[InferenceKey, Endpoint, Relay] | None = None
+    # While a canary runs: which revision answered (counted per revision by the meter).
+    split: tuple[str, int] | None = None  # (endpoint id, revision number)
 
 
 class Gateway:
@@ -95,6 +99,7 @@ class Gateway:
         self._send_wake = send_wake
         self._unsettled: list[Exchange] = []
         self._settle_timer: asyncio.TimerHandle | None = None
+        self.splitter = Splitter()
 
     async def startup(self) -> None:
         config = self.config
@@ -177,6 +182,8 @@ class Gateway:
             try:
                 if exchange.metered is not None:
                     self._meter(*exchange.metered, exchange)
+                if exchange.split is not None:
+                    self.meter.add_outcome(*exchange.split, exchange)
                 exchange.emit()
             except Exception:  # one bad record must not lose the others'
                 logger.exception("bookkeeping failed for request %s", exchange.request_id)
@@ -202,7 +209,8 @@ class Gateway:
         if route.method == "POST":
             body = await read_body(receive, _content_length(headers), self.config.max_body_bytes)
             prepared = prepare(route, body)
-        await self._forward(route, prepared, key, endpoint, receive, send, record)
+        session = headers.get(SESSION_HEADER)
+        await self._forward(route, prepared, key, endpoint, receive, send, record, session)
 
     def _authorize(
         self, headers: dict[bytes, bytes], slug: str, record: obs.AccessRecord
@@ -261,6 +269,7 @@ class Gateway:
         receive: Receive,
         send: Send,
         record: Exchange,
+        session: bytes | None = None,
     ) -> None:
         """Admit, wait for a replica if need be, relay; a client hang-up cancels any of it."""
         relay = Relay()
@@ -269,7 +278,8 @@ class Gateway:
         try:
             await self._admit(key)
             endpoint = await self._serving(endpoint)
-            await self._relay(route, prepared, endpoint, send, record, relay, watcher)
+            target = self._pick(endpoint, prepared, session, record)
+            await self._relay(route, prepared, endpoint, target, send, record, relay, watcher)
         except asyncio.CancelledError:
             if not relay.client_gone or handler is None:
                 raise
@@ -283,6 +293,19 @@ class Gateway:
         if route.metered and relay.status:
             record.metered = (key, endpoint, relay)
 
+    def _pick(
+        self, endpoint: Endpoint, prepared: Prepared | None, session: bytes | None, record: Exchange
+    ) -> tuple[str, int | None]:
+        """The router (and revision) this request goes to: a canary's share goes to its pool."""
+        if endpoint.canary is None:
+            return endpoint.router_url, endpoint.revision
+        payload = prepared.payload if prepared is not None else None
+        key = session_of(session, payload) if endpoint.canary.sticky else b""
+        url, revision, _ = self.splitter.pick(endpoint, key)
+        if revision is not None:
+            record.split = (endpoint.id, revision)
+        return url, revision
+
     async def _serving(self, endpoint: Endpoint) -> Endpoint:
         if endpoint.serving:
             return endpoint
@@ -295,17 +318,21 @@ class Gateway:
         route: Route,
         prepared: Prepared | None,
         endpoint: Endpoint,
+        target: tuple[str, int | None],
         send: Send,
         record: obs.AccessRecord,
         relay: Relay,
         watcher: asyncio.Task[None],
     ) -> None:
         before = time.perf_counter()
-        response = await self._open(route, prepared, endpoint, record.request_id)
+        router_url, revision = target
+        response = await self._open(route, prepared, endpoint, router_url, record.request_id)
         relay.response = response
         answered = time.perf_counter()
         relay.status = record.status = response.status
         head = response_headers(response, record.request_id.encode())
+        if revision is not None:
+            head.append((b"x-plinth-revision", str(revision).encode()))
         await send({"type": "http.response.start", "status": response.status, "headers": head})
         # The gateway's own share: everything before forwarding, plus relaying the head.
         obs.latency_histogram(endpoint.slug).observe(
@@ -326,13 +353,19 @@ class Gateway:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _open(
-        self, route: Route, prepared: Prepared | None, endpoint: Endpoint, request_id: str
+        self,
+        route: Route,
+        prepared: Prepared | None,
+        endpoint: Endpoint,
+        router_url: str,
+        request_id: str,
     ) -> Response:
         body = prepared.body if prepared is not None else None
-        url = endpoint.router_url + route.path
+        url = router_url + route.path
         try:
+            key = routing_key(prepared.payload) if prepared is not None else None
             return await open_upstream(
-                self.pool, route.method, url, body, request_id, endpoint.upstream_auth
+                self.pool, route.method, url, body, request_id, endpoint.upstream_auth, key
             )
         except GatewayError as error:
             obs.UPSTREAM_ERRORS.labels(endpoint.slug, error.code).inc()

@@ -103,6 +103,8 @@ class Prepared:
     body: bytes  # what goes upstream
     stream: bool
     strip_usage_chunk: bool  # the gateway added include_usage; remove its chunk again
+    # The parsed body, for what else reads it (a sticky canary split's conversation key).
+    payload: dict[str, Any] | None = None
 
 
 def prepare(route: Route, body: bytes) -> Prepared:
@@ -123,17 +125,21 @@ def prepare(route: Route, body: bytes) -> Prepared:
         )
     stream = payload.get("stream") is True
     if not stream or route.path not in _USAGE_OPTION_ROUTES:
-        return Prepared(body=body, stream=stream, strip_usage_chunk=False)
+        return Prepared(body=body, stream=stream, strip_usage_chunk=False, payload=payload)
     options = payload.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise GatewayError(
             400, "stream_options must be an object", code="invalid_value", param="stream_options"
         )
     if options and options.get("include_usage") is True:
-        return Prepared(body=body, stream=True, strip_usage_chunk=False)
+        return Prepared(body=body, stream=True, strip_usage_chunk=False, payload=payload)
     if "stream_options" not in payload:
         # Added before the object's closing brace: the client's bytes stay as they were.
         end = body.rstrip().rfind(b"}")
-        return Prepared(body=body[:end] + _INCLUDE_USAGE, stream=True, strip_usage_chunk=True)
+        return Prepared(
+            body=body[:end] + _INCLUDE_USAGE, stream=True, strip_usage_chunk=True, payload=payload
+        )
     payload["stream_options"] = {**(options or {}), "include_usage": True}
-    return Prepared(body=orjson.dumps(payload), stream=True, strip_usage_chunk=True)
+    return Prepared(
+        body=orjson.dumps(payload), stream=True, strip_usage_chunk=True, payload=payload
+    )

@@ -1,8 +1,9 @@
 """Builds a :class:`~gateway.routes.RouteTable` from the database (Django ORM, run in a thread).
 
 A bounded number of queries whatever the number of endpoints and keys: one for deployments
-(their stored status is the derived one) and one for inference keys; ``load_changes`` reads
-only the endpoints and keys a change notification named, in as many queries.
+(their stored status is the derived one), one for their running canaries, and one for inference
+keys; ``load_changes`` reads only the endpoints and keys a change notification named, in as many
+queries.
 """
 
 from __future__ import annotations
@@ -11,20 +12,26 @@ import time
 from collections.abc import Collection
 
 from django.db import close_old_connections, connections
+from django.db.models import F
 from django.utils import timezone
 
 from controlplane.crypto import engine_api_key
 from controlplane.models import ApiKey, ApiKeyKind
-from deployments.models import ROUTE_FIELDS, Deployment, DesiredState
-from gateway.routes import Endpoint, InferenceKey, RouteChanges, RouteTable
+from deployments.models import ROUTE_FIELDS, Canary, CanaryStatus, Deployment, DesiredState
+from gateway.routes import CanaryRoute, Endpoint, InferenceKey, RouteChanges, RouteTable
 
 
 def load_endpoints(ids: Collection[str] | None = None) -> dict[str, Endpoint]:
     """Every endpoint by slug, or only those of ``ids`` (one query either way). The stored
     status is what ``derive_status`` gave the facts, so no revision is read."""
-    rows = Deployment.objects.exclude(desired_state=DesiredState.DELETED).only("id", *ROUTE_FIELDS)
+    rows = (
+        Deployment.objects.exclude(desired_state=DesiredState.DELETED)
+        .only("id", *ROUTE_FIELDS)
+        .annotate(serving_revision=F("current_revision__number"))
+    )
     if ids is not None:
         rows = rows.filter(pk__in=list(ids))
+    canaries = load_canaries(ids)
     endpoints: dict[str, Endpoint] = {}
     for row in rows:
         endpoints[row.slug] = Endpoint(
@@ -36,8 +43,30 @@ def load_endpoints(ids: Collection[str] | None = None) -> dict[str, Endpoint]:
             ready_replicas=row.ready_replicas,
             router_url=row.router_url.rstrip("/"),
             upstream_auth=b"Bearer " + engine_api_key(str(row.id)).encode(),
+            revision=getattr(row, "serving_revision", None),  # annotated by the query
+            canary=canaries.get(str(row.id)),
         )
     return endpoints
+
+
+def load_canaries(ids: Collection[str] | None = None) -> dict[str, CanaryRoute]:
+    """The running canaries by endpoint id, of every endpoint or of ``ids`` (one query)."""
+    rows = Canary.objects.filter(status=CanaryStatus.RUNNING)
+    if ids is not None:
+        rows = rows.filter(deployment_id__in=list(ids))
+    fields = ("deployment_id", "revision__number", "router_url", "weight", "sticky")
+    routes: dict[str, CanaryRoute] = {}
+    for deployment_id, number, url, weight, sticky, ready in rows.values_list(
+        *fields, "ready_replicas"
+    ):
+        routes[str(deployment_id)] = CanaryRoute(
+            revision=number,
+            router_url=url.rstrip("/"),
+            weight=weight,
+            sticky=sticky,
+            ready_replicas=ready,
+        )
+    return routes
 
 
 def load_keys(ids: Collection[str] | None = None) -> dict[str, InferenceKey]:

@@ -11,6 +11,12 @@ token charge that could change a rate-limit verdict (1% of the key's tokens per 
 sent within ``charge_seconds`` (0.2 s) instead; small charges against large limits wait for the next
 flush. ``deployments.usage`` moves the Redis counters to UsageRecord, and
 ``deployments.key_activity`` the keys' last-used times to ApiKey.
+
+While a canary runs beside an endpoint's serving revision, each answer is also counted per
+revision (requests, 5xx errors, prompt and completion tokens) in 10-second buckets of the
+endpoint's ``plinth:revisions:<endpoint id>`` hash (field ``<bucket>|<revision>|<counter>``),
+which ``deployments.canary_watch`` compares over the canary's window. The hash expires a while
+after the last count, so nothing is kept once no canary runs.
 """
 
 from __future__ import annotations
@@ -19,13 +25,14 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 from redis.typing import EncodableT, FieldT
 
 from gateway.limits import RateLimiter
+from gateway.observability import AccessRecord
 from gateway.routes import Endpoint, InferenceKey
 
 USAGE_PREFIX = "plinth:usage:"
@@ -33,6 +40,11 @@ MINUTES_SET = "plinth:usage:minutes"
 LAST_REQUEST_HASH = "plinth:usage:last_request"
 KEY_LAST_USED_HASH = "plinth:usage:key_last_used"
 COUNTERS = ("requests", "prompt_tokens", "cached_tokens", "completion_tokens")
+# Per-revision counts while a canary runs (read by deployments.canary_watch, same names).
+REVISION_PREFIX = "plinth:revisions:"
+REVISION_COUNTERS = ("requests", "errors", "prompt_tokens", "completion_tokens")
+REVISION_BUCKET_S = 10
+REVISION_TTL_S = 6 * 3600
 logger = logging.getLogger("plinth.gateway")
 
 
@@ -75,6 +87,10 @@ class Batch:
     charges: dict[tuple[InferenceKey, float], int]  # (key, time) -> tokens, TPM keys only
     last_request: dict[str, int]  # endpoint id -> epoch seconds
     key_last_used: dict[str, int]  # key id -> epoch seconds
+    # (endpoint id, "<bucket>|<revision>|") -> [requests, errors, prompt, completion]
+    outcomes: dict[tuple[str, str], list[int]] = field(
+        default_factory=lambda: defaultdict(lambda: [0, 0, 0, 0])
+    )
     urgent: bool = False  # holds a charge worth sending before the next regular flush
 
     @classmethod
@@ -82,7 +98,7 @@ class Batch:
         return cls(defaultdict(lambda: [0, 0, 0, 0]), defaultdict(int), {}, {})
 
     def __bool__(self) -> bool:
-        return bool(self.counts or self.last_request or self.key_last_used)
+        return bool(self.counts or self.last_request or self.key_last_used or self.outcomes)
 
 
 class Meter:
@@ -116,6 +132,15 @@ class Meter:
                     batch.urgent = True
         batch.last_request[endpoint.id] = int(now)
         batch.key_last_used[key.id] = int(now)
+
+    def add_outcome(self, endpoint_id: str, revision: int, record: AccessRecord) -> None:
+        """Count one answer of ``revision`` while a canary runs (no I/O)."""
+        bucket = int(record.finished_at // REVISION_BUCKET_S) * REVISION_BUCKET_S
+        counts = self._batch.outcomes[(endpoint_id, f"{bucket}|{revision}|")]
+        counts[0] += 1
+        counts[1] += record.status >= 500
+        counts[2] += record.prompt_tokens
+        counts[3] += record.completion_tokens
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._flush_loop(), name="usage-flush")
@@ -164,6 +189,12 @@ class Meter:
             pipe.hset(LAST_REQUEST_HASH, mapping=_hash_fields(batch.last_request))
         if batch.key_last_used:
             pipe.hset(KEY_LAST_USED_HASH, mapping=_hash_fields(batch.key_last_used))
+        for (endpoint_id, prefix), values in batch.outcomes.items():
+            for counter, value in zip(REVISION_COUNTERS, values, strict=True):
+                if value:
+                    pipe.hincrby(REVISION_PREFIX + endpoint_id, prefix + counter, value)
+        for endpoint_id in {endpoint_id for endpoint_id, _ in batch.outcomes}:
+            pipe.expire(REVISION_PREFIX + endpoint_id, REVISION_TTL_S)
         charges = list(batch.charges.items())
         for (key, now), used in charges:
             self._limiter.charge(pipe, key, now, used)
@@ -183,6 +214,10 @@ class Meter:
                 current[i] += value
         for charge, used in batch.charges.items():
             self._batch.charges[charge] += used
+        for outcome, values in batch.outcomes.items():
+            kept = self._batch.outcomes[outcome]
+            for i, value in enumerate(values):
+                kept[i] += value
         self._batch.urgent = self._batch.urgent or batch.urgent
         for latest, earlier in (
             (self._batch.last_request, batch.last_request),

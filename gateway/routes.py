@@ -22,6 +22,21 @@ _DUMMY_HASH = "0" * 64
 
 
 @dataclass(frozen=True, slots=True)
+class CanaryRoute:
+    """A canary beside the endpoint's serving revision: its own router, and its share."""
+
+    revision: int
+    router_url: str
+    weight: int  # percent of requests, 1-50
+    sticky: bool  # one conversation's requests go to one revision
+    ready_replicas: int
+
+    @property
+    def serving(self) -> bool:
+        return self.ready_replicas > 0 and bool(self.router_url)
+
+
+@dataclass(frozen=True, slots=True)
 class Endpoint:
     id: str
     slug: str
@@ -33,6 +48,8 @@ class Endpoint:
     # ``Authorization`` toward the router: the endpoint's engine key, which smg demands of its
     # callers (and passes on to the engines). Computed when the table is loaded, not per request.
     upstream_auth: bytes = field(default=b"", repr=False)
+    revision: int | None = None  # the serving revision's number (X-Plinth-Revision)
+    canary: CanaryRoute | None = None  # a canary's pool taking a share (``gateway.split``)
 
     @property
     def serving(self) -> bool:

@@ -13,6 +13,8 @@ from ninja.openapi.schema import OpenAPISchema
 
 from deployments.api import (
     audit,
+    benchmarks,
+    canary,
     catalog,
     clusters,
     deployments,
@@ -82,6 +84,8 @@ def build_api() -> PlinthAPI:
     for module in (
         deployments,
         revisions,
+        canary,
+        benchmarks,
         observe,
         catalog,
         keys,

@@ -10,7 +10,7 @@ from ninja import Router, Schema
 from pydantic import Field, StrictStr
 
 from controlplane.services import ServiceError
-from deployments import diff, queries
+from deployments import diff, queries, recommend
 from deployments.api.auth import actor_of
 from deployments.api.revisions import FieldChangeOut
 from deployments.api.schemas import FieldErrorOut, StrictIn
@@ -19,8 +19,7 @@ from deployments.fields import initial_replicas
 from deployments.models import ClusterKind
 from deployments.specs import issue_dict
 from runtime.catalog import GpuType, ModelArch, list_gpus, list_models
-from runtime.optimize import Limits, OptimizeError, OptimizeRequest, Slo, Traffic, result_dict
-from runtime.optimize import optimize as run_optimizer
+from runtime.optimize import Limits, Objective, OptimizeRequest, Slo, Traffic
 from runtime.spec import Architecture, RuntimeSpec
 from runtime.validate import Estimate, check, estimate, has_errors
 
@@ -122,6 +121,9 @@ class SloIn(StrictIn):
     ttft_p90_s: float = Field(default=1.0, gt=0, le=600)
     itl_p90_s: float = Field(default=0.05, gt=0, le=60)
     e2e_p90_s: float | None = Field(default=None, gt=0, le=3600)
+    tpot_mean_s: float | None = Field(
+        default=None, gt=0, le=60, description="mean time per output token (a Dynamo-style TPOT)"
+    )
 
 
 class LimitsIn(StrictIn):
@@ -140,12 +142,26 @@ class OptimizeIn(StrictIn):
     traffic: TrafficIn = TrafficIn()
     slo: SloIn = SloIn()
     limits: LimitsIn = LimitsIn()
+    objective: Objective = Field(
+        default="cost",
+        description="cost: the cheapest carrying the traffic's rate; throughput: the most output "
+        "tokens/s per GPU within the SLOs, each layout sized to the GPU budget (max_gpus, the "
+        "cluster's free GPUs, or one node)",
+    )
     cluster_id: StrictStr | None = Field(
         default=None,
         max_length=100,
         description="search this cluster's observed GPU types (unless `gpus` names some), each "
         "within the GPUs it had free when last observed",
     )
+    confirm: bool = Field(
+        default=False,
+        strict=True,
+        description="also run the top `confirm_top` candidates through the simulator for a short "
+        "run in simulated time (well under a second each) and report the measured figures "
+        "under `measured`",
+    )
+    confirm_top: int = Field(default=3, ge=1, le=5, strict=True)
 
 
 class PredictedOut(Schema):
@@ -161,13 +177,32 @@ class PredictedOut(Schema):
     meets_slo: bool
 
 
+class MeasuredOut(Schema):
+    requests: int = Field(description="requests sent (Poisson arrivals at the load)")
+    completed: int
+    ttft_p90_s: float | None = Field(description="null when no request got a first token")
+    itl_p90_s: float | None
+    e2e_p90_s: float | None
+    tpot_mean_s: float | None = Field(description="mean time per output token over the answers")
+    output_tokens_per_s: float
+    simulated_s: float = Field(description="simulated seconds the run covered")
+    meets_slo: bool
+
+
 class CandidateOut(Schema):
     label: str
-    spec: dict[str, Any] = Field(description="a RuntimeSpec that passes /validate")
+    spec: dict[str, Any] = Field(
+        description="a RuntimeSpec that passes /validate: create an endpoint from it with POST "
+        "/deployments (`spec`), or apply it to one with PATCH /deployments/{id} (`spec`, and a "
+        "`message` saying it came from the optimizer)"
+    )
     predicted: PredictedOut
     features: list[str] = Field(description="the optimizations it uses")
     reasons: list[str]
     warnings: list[IssueOut]
+    measured: MeasuredOut | None = Field(
+        default=None, description="with `confirm`: what a short simulated run measured"
+    )
 
 
 class WaterfallOut(Schema):
@@ -193,30 +228,19 @@ def optimize_settings(request: HttpRequest, payload: OptimizeIn) -> dict[str, An
     traffic = Traffic(**payload.traffic.model_dump())
     if traffic.rate_rps is None and traffic.concurrency is None:
         traffic = Traffic(**{**payload.traffic.model_dump(), "rate_rps": 1.0})
-    free: dict[str, int] = {}
-    if payload.cluster_id is not None:
-        cluster = queries.get_cluster(actor_of(request), payload.cluster_id)
-        free = _free_gpus(cluster.gpu_inventory)
     query = OptimizeRequest(
         model=payload.model,
         architecture=payload.architecture,
         gpus=tuple(payload.gpus),
-        gpu_counts=free,
         traffic=traffic,
         slo=Slo(**payload.slo.model_dump()),
         limits=Limits(**payload.limits.model_dump()),
+        objective=payload.objective,
     )
-    try:
-        result = run_optimizer(query)
-    except OptimizeError as exc:
-        field = "gpus" if "GPU" in str(exc) else "model"
-        raise ServiceError(str(exc), field=field) from exc
-    return result_dict(result)
-
-
-def _free_gpus(inventory: dict[str, Any] | None) -> dict[str, int]:
-    """Free GPUs per type from a cluster's last observation; empty when never observed."""
-    if not inventory or inventory.get("error"):
-        return {}
-    summary = inventory.get("gpus") or {}
-    return {gpu: int(row.get("free", 0)) for gpu, row in summary.items()}
+    return recommend.recommend(
+        actor_of(request),
+        query,
+        cluster_id=payload.cluster_id,
+        confirm=payload.confirm,
+        confirm_count=payload.confirm_top,
+    )

@@ -20,7 +20,7 @@ from controlplane.services import ServiceError
 from deployments import logs, queries
 from deployments.api.auth import actor_of
 from deployments.api.schemas import ErrorOut, PageQuery, UtcDatetime, page_body, page_schema
-from deployments.models import DeploymentEvent, EventLevel, MetricSample, UsageRecord
+from deployments.models import Benchmark, DeploymentEvent, EventLevel, MetricSample, UsageRecord
 
 router = Router(tags=["observability"])
 
@@ -65,6 +65,11 @@ class MetricOut(Schema):
     kv_usage: float | None
     cache_hit_rate: float | None
     spec_accept_length: float | None
+    revisions: dict[str, dict[str, float | None]] = Field(
+        default_factory=dict,
+        description="by revision number, while two serve (a canary beside its baseline, a "
+        "rollout): requests, requests_per_s, tokens_per_s, ttft_p50, ttft_p90, itl_p50, itl_p90",
+    )
 
 
 class MetricsOut(Schema):
@@ -84,6 +89,9 @@ class UsageRowOut(Schema):
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
+    purpose: str = Field(
+        description="inference, or benchmark: the traffic of a benchmark's temporary key"
+    )
 
 
 class UsageOut(Schema):
@@ -155,7 +163,15 @@ def _usage(actor: Actor, query: RangeQuery, deployment_id: uuid.UUID | None) -> 
         )
         .order_by("deployment_slug", "api_key__name")
     )
-    return {"start": start, "end": end, "rows": list(totals)}
+    rows_out: list[dict[str, Any]] = [dict(row) for row in totals]
+    benchmark_keys = set(
+        Benchmark.objects.filter(api_key_id__in={r["api_key_id"] for r in rows_out}).values_list(
+            "api_key_id", flat=True
+        )
+    )
+    for row in rows_out:
+        row["purpose"] = "benchmark" if row["api_key_id"] in benchmark_keys else "inference"
+    return {"start": start, "end": end, "rows": rows_out}
 
 
 @router.get("/deployments/{deployment_id}/usage", response=UsageOut, summary="Usage by key")
@@ -202,11 +218,26 @@ class LogsQuery(Schema):
         description="a cursor from an earlier answer: the lines written after it, oldest first "
         "(follow by passing each answer's cursor back)",
     )
+    q: str | None = Field(
+        None,
+        max_length=logs.MAX_SEARCH,
+        description="keep the lines that contain this text (any case), of those read",
+    )
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] | None = Field(
+        None,
+        description="keep the lines at this level or more severe, of those read (a line that "
+        "names no level takes the one before it's, else counts as INFO)",
+    )
 
 
 class LogLineOut(Schema):
     ts: datetime | None = Field(description="when it was written, where the log says")
     text: str
+    level: str = Field(
+        "",
+        description="DEBUG, INFO, WARNING or ERROR, as the line (or one before it) says; "
+        "empty: none says",
+    )
 
 
 class LogSourceOut(Schema):
@@ -228,6 +259,7 @@ class LogsOut(Schema):
         "or container) and the lines are a fresh tail"
     )
     more: bool = Field(description="more lines are already written after these: ask again")
+    read: int = Field(description="lines read before the search and level filter kept `lines`")
 
 
 @router.get(
@@ -253,6 +285,8 @@ def deployment_logs(
             since=since,
             previous=query.previous,
             after=query.after,
+            q=query.q,
+            level=query.level,
         )
     except logs.LogsUnavailable as exc:
         response = error_response(503, exc.message, code="logs_unavailable")

@@ -91,6 +91,9 @@ class RevisionPlan:
     # over the cluster's only where its operator lets tenants override them.
     engine_image: str | None = None
     router_image: str | None = None
+    # A split endpoint's pool sizes where the autoscaler changed them (``Deployment.pool_sizes``);
+    # a pool not named runs the size its spec gives.
+    pools: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def for_spec(
@@ -102,6 +105,7 @@ class RevisionPlan:
         replicas: int,
         spec_hash: str = "",
         hf_token: str | None = None,
+        pools: dict[str, int] | None = None,
     ) -> RevisionPlan:
         """The plan of ``spec``'s revision ``number``, with what placement needs of the spec."""
         return cls(
@@ -114,13 +118,16 @@ class RevisionPlan:
             sglang_version=spec.runtime.sglang_version,
             engine_image=spec.runtime.image,
             router_image=spec.runtime.router_image,
+            pools=dict(pools or {}),
         )
 
     def replicas_of(self, role: RolePlan) -> int:
         """How many replicas ``role`` runs: the endpoint's desired count for a plain engine (the
-        user and the autoscaler set it), the pool's own size for prefill and decode, which the
-        spec fixes per role, and the plan's for the router."""
-        return self.replicas if role.role == "engine" else role.replicas
+        user and the autoscaler set it), the pool's own size for prefill and decode (the spec's,
+        or the autoscaler's where it scaled the pool), and the plan's for the router."""
+        if role.role == "engine":
+            return self.replicas
+        return self.pools.get(role.role, role.replicas)
 
 
 @dataclass(frozen=True)

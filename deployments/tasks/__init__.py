@@ -5,6 +5,8 @@ Split by concern so each module stays small; Celery discovers them through this 
 
 from __future__ import annotations
 
+from deployments.tasks.benchmarks import *  # noqa: F403
+from deployments.tasks.canary import *  # noqa: F403
 from deployments.tasks.clusters import *  # noqa: F403
 from deployments.tasks.engine import *  # noqa: F403
 from deployments.tasks.scaling import *  # noqa: F403

@@ -23,6 +23,7 @@ from controlplane.services import ServiceError
 from deployments import queries, services
 from deployments.models import Deployment
 from deployments.status import ALL_STATUSES, rolling_out
+from deployments.views.canary import canary_context
 
 STOP_POLLING = 286
 
@@ -83,6 +84,7 @@ def endpoint_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "host_url": host_url(endpoint.slug),
         "served_model": _served_model(revision.spec if revision else {}),
         "tab": "overview",
+        **canary_context(endpoint),
     }
     return render(request, "deployments/endpoint_detail.html", context)
 

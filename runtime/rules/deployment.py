@@ -76,13 +76,16 @@ def disaggregation(ctx: RuleContext) -> Iterator[Issue]:
             "use 8998",
         )
     yield from _decode_radix(ctx)
-    if ctx.spec.autoscaling.min_replicas != ctx.spec.autoscaling.max_replicas:
+    scale = ctx.spec.autoscaling
+    pools_scaled = scale.prefill is not None or scale.decode is not None
+    if scale.min_replicas != scale.max_replicas and not pools_scaled:
         yield warning(
             "autoscaling.max_replicas",
             "autoscaling_ignored_with_disaggregation",
-            "prefill and decode pools have fixed sizes (disaggregation.*.replicas); autoscaling "
-            "bounds are not applied to them",
-            "size the pools with disaggregation.prefill.replicas and decode.replicas",
+            "prefill and decode pools keep their sizes (disaggregation.*.replicas) unless "
+            "autoscaling.prefill / autoscaling.decode bound them; these bounds are not applied",
+            "size the pools with disaggregation.*.replicas, or give autoscaling.prefill and "
+            "autoscaling.decode bounds with an autoscaling.slo",
         )
 
 
@@ -136,8 +139,9 @@ def autoscaling(ctx: RuleContext) -> Iterator[Issue]:
             "disaggregated pools cannot scale to zero in Plinth",
             "turn scale_to_zero off",
         )
+    yield from _pool_bounds(ctx)
     running = ctx.spec.batching.max_running_requests
-    if running is not None and scale.concurrency_target > running:
+    if running is not None and scale.slo is None and scale.concurrency_target > running:
         yield warning(
             "autoscaling.concurrency_target",
             "autoscaling_target_above_capacity",
@@ -145,6 +149,37 @@ def autoscaling(ctx: RuleContext) -> Iterator[Issue]:
             f"{running}; replicas would queue requests before the autoscaler reacts",
             f"use a concurrency_target of at most {running}",
         )
+
+
+def _pool_bounds(ctx: RuleContext) -> Iterator[Issue]:
+    """autoscaling.prefill / .decode: bounds the SLO policy scales a split endpoint's pools in."""
+    scale = ctx.spec.autoscaling
+    for role in ("prefill", "decode"):
+        bounds = scale.pool_bounds(role)
+        if bounds is None:
+            continue
+        if bounds.min_replicas > bounds.max_replicas:
+            yield error(
+                f"autoscaling.{role}.min_replicas",
+                "autoscaling_pool_min_above_max",
+                f"the {role} pool's min_replicas {bounds.min_replicas} is above its "
+                f"max_replicas {bounds.max_replicas}",
+                f"set autoscaling.{role}.max_replicas to at least {bounds.min_replicas}",
+            )
+        if not ctx.spec.disaggregation.enabled:
+            yield warning(
+                f"autoscaling.{role}",
+                "autoscaling_pools_without_disaggregation",
+                f"autoscaling.{role} bounds a prefill/decode pool, but disaggregation is off",
+                f"remove autoscaling.{role}, or enable disaggregation",
+            )
+        elif scale.slo is None:
+            yield error(
+                f"autoscaling.{role}",
+                "autoscaling_pools_without_slo",
+                "prefill and decode pools scale on TTFT and ITL, which need an autoscaling.slo",
+                "set autoscaling.slo (ttft_p90_ms, itl_p90_ms), or remove the pool bounds",
+            )
 
 
 def routing(ctx: RuleContext) -> Iterator[Issue]:
@@ -156,6 +191,13 @@ def routing(ctx: RuleContext) -> Iterator[Issue]:
             "routing_thresholds_unused",
             f"{', '.join(tuned)} apply to cache_aware routing, not {route.policy}",
             "remove them or set routing.policy to cache_aware",
+        )
+    elif tuned and route.effective_placement == "by_count":
+        yield warning(
+            "routing.placement",
+            "routing_thresholds_unused",
+            f"{', '.join(tuned)} apply to smg's cache-aware tree, not by_count placement",
+            "remove them or set routing.placement to first_fit",
         )
     if route.policy == "cache_aware" and not ctx.spec.batching.radix_cache:
         yield warning(

@@ -60,6 +60,7 @@ class SimOptions:
     error_rate: float = 0.0
     stall_after_tokens: int = 0
     stall_seconds: float = 0.0
+    slowdown: float = 1.0
     drain_timeout: float = 60.0
 
 
@@ -287,6 +288,13 @@ _SIM_FLAGS: tuple[_SimFlag, ...] = (
         _non_negative_float,
         "PLINTH_SIM_STALL_SECONDS",
         "real seconds a stalled stream waits (0)",
+    ),
+    (
+        ("--sim-slowdown",),
+        "slowdown",
+        _positive_float,
+        "PLINTH_SIM_SLOWDOWN",
+        "every engine step takes this many times its roofline duration, as on a degraded GPU (1)",
     ),
     (
         ("--sim-drain-timeout",),

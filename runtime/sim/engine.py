@@ -21,7 +21,7 @@ from typing import Any
 
 from runtime.perf.spec import SpecConfig, chain_rate
 from runtime.sim.args import EngineArgs
-from runtime.sim.clock import SimClock
+from runtime.sim.clock import ARRIVAL_WAIT_S, SimClock
 from runtime.sim.disagg import BootstrapFailed, KvHandoff, KvRegistry, fetch_handoff
 from runtime.sim.hardware import GpuShape, ModelShape
 from runtime.sim.kv_transfer import transfer_link
@@ -37,6 +37,7 @@ from runtime.sim.tokenizer import Tokenizer
 
 SGLANG_VERSION = "0.5.23"
 THROUGHPUT_WINDOW_S = 5.0  # simulated seconds behind gen_throughput and utilization
+_UNTIL_QUIET = 1 << 30  # an arrival barrier that ends only when arrivals stop
 
 
 class Engine:
@@ -58,6 +59,11 @@ class Engine:
         self.noise = output_noise(args.quantization, args.kv_cache_dtype)
         self.default_seed = args.random_seed if args.random_seed is not None else 0
         self._wake = asyncio.Event()
+        # Fast clock's arrival barrier (runtime.sim.clock): requests finished and not yet followed
+        # by as many arrivals, and an event set on each arrival. 0 disables the barrier.
+        self.arrival_wait_s = ARRIVAL_WAIT_S if self.clock.fast else 0.0
+        self._returning = 0
+        self._arrived = asyncio.Event()
         self._window: deque[tuple[float, int, float]] = deque()  # (end, tokens, busy seconds)
         # (accepted tokens, verify calls) when /metrics last published spec_accept_length.
         self._spec_mark = (0, 0)
@@ -83,7 +89,9 @@ class Engine:
         rid: str | None = None,
     ) -> SimRequest:
         key = request_key(self.default_seed if seed is None else seed, input_ids)
-        source = TokenSource(key, self.args.sim.output_len_mean, self.noise)
+        source = TokenSource(
+            key, self.args.sim.output_len_mean, self.noise, input_ids, params.temperature
+        )
         return SimRequest(
             rid=rid or uuid.uuid4().hex,
             input_ids=list(input_ids),
@@ -110,6 +118,8 @@ class Engine:
         # that wake-up latency is the host's, and becomes (bounded) debt instead of simulated time.
         self.clock.start_busy(at)
         add()
+        self._returning = max(0, self._returning - 1)
+        self._arrived.set()
         self._wake.set()
 
     async def _receive_kv(self, req: SimRequest) -> None:
@@ -172,10 +182,16 @@ class Engine:
     # ---- the step loop -----------------------------------------------------------------------
     async def run(self) -> None:
         while True:
+            if self._returning:
+                await self._await_returning()
             if not self.scheduler.has_work():
                 self.clock.go_idle()
                 self._wake.clear()
                 await self._wake.wait()
+                if self.arrival_wait_s:
+                    # Requests sent together after an idle spell (clients starting at once) start
+                    # together, at the first one's simulated time, however the host spaced them.
+                    self._returning = max(self._returning, _UNTIL_QUIET)
                 continue
             self.clock.start_busy()
             if self.scheduler.transferred:
@@ -186,9 +202,25 @@ class Engine:
             if step.work.empty:
                 self.scheduler.unstick()
                 continue
-            seconds = self.roofline.step_seconds(step.work)
+            # An injected slowdown (--sim-slowdown) stands for a degraded GPU: every step longer.
+            seconds = self.roofline.step_seconds(step.work) * self.args.sim.slowdown
             await self.clock.run_step(seconds)
             self._commit(step, seconds)
+
+    async def _await_returning(self) -> None:
+        """Fast clock: hold simulated time while clients whose requests finished come back (or,
+        after an idle spell, while requests keep arriving).
+
+        Arrivals meanwhile are stamped with the held time, so a closed-loop client's next request
+        lands at the same simulated instant, and joins the same batch, on an idle or a loaded host.
+        """
+        while self._returning:
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), self.arrival_wait_s)
+            except TimeoutError:
+                break
+        self._returning = 0
 
     def _commit(self, step: Step, seconds: float) -> None:
         now = self.now()
@@ -209,6 +241,9 @@ class Engine:
             if self.scheduler.config.spec_steps:
                 req.spec_verify_ct += 1
         self._note_step(now, step.work, decoded, seconds)
+        if self.arrival_wait_s:
+            done = {r.rid for r, _ in (*step.prefill, *step.decode) if r.finished is not None}
+            self._returning += len(done)
 
     def _note_step(self, now: float, work: StepWork, decoded: int, seconds: float) -> None:
         self._window.append((now, decoded, seconds))

@@ -1,4 +1,5 @@
 """Fault injection for tests: crash after N requests, a random error rate, a stall mid-stream.
+(A slowed engine, ``--sim-slowdown``, is the engine loop's: it stretches every step.)
 
 All decisions are deterministic (a seeded generator over the order of arrival), so a test that sets
 an error rate sees the same failures on every run.

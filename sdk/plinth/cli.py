@@ -5,8 +5,8 @@ Exit codes (also in ``plinth --help``): 0 done; 1 ``diff`` found differences; 2 
 (the field and its fix are printed); 6 not signed in or not allowed; 7 the API is unreachable or
 failing; 8 any other API error.
 
-Not in the API yet, so not commands yet: ``optimize`` and ``bench`` (and canaries). They go here
-as sub-apps over ``client.optimize`` / ``client.benchmarks`` once those routes exist.
+Not in the API yet, so not commands yet: ``optimize`` and ``bench``. They go here as sub-apps
+over ``client.optimize`` / ``client.benchmarks`` once those routes exist.
 """
 
 from __future__ import annotations
@@ -56,8 +56,18 @@ app = typer.Typer(
 )
 keys_app = typer.Typer(help="Management and inference keys.", no_args_is_help=True)
 secrets_app = typer.Typer(help="Secrets (values are write-only).", no_args_is_help=True)
+canary_app = typer.Typer(
+    help="Canaries: a settings change on a share of an endpoint's traffic.", no_args_is_help=True
+)
 app.add_typer(keys_app, name="keys")
 app.add_typer(secrets_app, name="secrets")
+app.add_typer(canary_app, name="canary")
+bench_app = typer.Typer(
+    help="Benchmarks: NVIDIA AIPerf against an endpoint, compared with the optimizer's "
+    "prediction and with each other.",
+    no_args_is_help=True,
+)
+app.add_typer(bench_app, name="bench")
 
 
 class Output(StrEnum):
@@ -471,7 +481,7 @@ def clusters(output: OutputOpt = Output.table) -> None:
     Example: plinth clusters -o yaml
     """
     with _client() as client:
-        show(client.clusters.list(), output, ["id", "name", "kind"])
+        show(list(client.clusters.list()), output, ["id", "name", "kind"])
 
 
 @app.command()
@@ -486,6 +496,203 @@ def revisions(endpoint: Endpoint, output: OutputOpt = Output.table) -> None:
             output,
             ["number", "author", "message", "rollback_of", "is_target", "is_current", "created_at"],
         )
+
+
+CANARY_COLUMNS = [
+    "revision",
+    "baseline_revision",
+    "weight",
+    "sticky",
+    "status",
+    "ready_replicas",
+    "reason",
+    "started_at",
+]
+
+
+@canary_app.command("start")
+def canary_start(
+    endpoint: Endpoint,
+    weight: Annotated[int, typer.Option("--weight", "-w", help="percent of requests, 1-50")],
+    file: Annotated[
+        Path | None, typer.Option("--file", "-f", help="the canary's spec (YAML); default: $EDITOR")
+    ] = None,
+    sticky: Annotated[bool, typer.Option(help="one conversation, one revision")] = False,
+    replicas: Annotated[int, typer.Option(help="the canary pool's replicas")] = 1,
+    message: Annotated[str, typer.Option("--message", "-m")] = "",
+    output: OutputOpt = Output.table,
+) -> None:
+    """Run changed settings beside the serving revision on a share of the requests.
+
+    Example: plinth canary start llama-chat --weight 20 -f fp8.yaml
+    """
+    with _client() as client:
+        current = client.endpoints.get(endpoint)
+        if file is not None:
+            spec = yaml.safe_load(file.read_text(encoding="utf-8"))
+        else:
+            spec = _edit_in_editor(current.spec)
+        started = client.canaries.start(
+            endpoint, spec, weight=weight, sticky=sticky, replicas=replicas, message=message
+        )
+        show(started, output, CANARY_COLUMNS)
+
+
+@canary_app.command("status")
+def canary_status(endpoint: Endpoint, output: OutputOpt = Output.table) -> None:
+    """The running canary (else the last one), with each side's figures over its window.
+
+    Example: plinth canary status llama-chat
+    """
+    with _client() as client:
+        show(client.canaries.get(endpoint), output, [*CANARY_COLUMNS, "traffic"])
+
+
+@canary_app.command("promote")
+def canary_promote(
+    endpoint: Endpoint,
+    message: Annotated[str, typer.Option("--message", "-m")] = "",
+    output: OutputOpt = Output.table,
+) -> None:
+    """Make the canary's revision the endpoint's, rolled out to every replica.
+
+    Example: plinth canary promote llama-chat
+    """
+    with _client() as client:
+        show(client.canaries.promote(endpoint, message=message), output, CANARY_COLUMNS)
+
+
+@canary_app.command("abort")
+def canary_abort(
+    endpoint: Endpoint,
+    reason: Annotated[str, typer.Option("--reason", help="why (on the timeline)")] = "",
+    output: OutputOpt = Output.table,
+) -> None:
+    """Send every request to the serving revision again and remove the canary's pool.
+
+    Example: plinth canary abort llama-chat --reason "ITL regressed"
+    """
+    with _client() as client:
+        show(client.canaries.abort(endpoint, reason=reason), output, CANARY_COLUMNS)
+
+
+BENCH_COLUMNS = ["id", "name", "revision", "status", "runner", "created_at", "error"]
+
+
+def _point_rows(benchmark: Any) -> list[dict[str, Any]]:
+    """One row per load point: measured figures beside the optimizer's prediction."""
+    data = _plain(benchmark)
+    predicted = {(p["kind"], p["value"]): p for p in data.get("prediction") or []}
+    rows = []
+    for point in data.get("results") or []:
+        lat = point.get("latency_ms") or {}
+        guess = predicted.get((point["kind"], point["value"]), {})
+        rows.append(
+            {
+                "load": f"{point['kind']}={point['value']:g}",
+                "requests": point["requests"],
+                "errors": point["errors"],
+                "ttft_p50": lat.get("ttft", {}).get("p50"),
+                "ttft_p90": lat.get("ttft", {}).get("p90"),
+                "ttft_p90_pred": guess.get("ttft_p90_ms"),
+                "itl_p90": lat.get("itl", {}).get("p90"),
+                "itl_p90_pred": guess.get("itl_p90_ms"),
+                "e2e_p99": lat.get("e2e", {}).get("p99"),
+                "out_tok_s": point["output_tokens_per_s"],
+                "req_s": point["requests_per_s"],
+            }
+        )
+    return rows
+
+
+@bench_app.command("run")
+def bench_run(
+    endpoint: Endpoint,
+    concurrency: Annotated[
+        str, typer.Option("--concurrency", "-c", help="the sweep, comma-separated, e.g. 1,4,16")
+    ] = "",
+    rate: Annotated[float | None, typer.Option("--rate", help="requests/s instead")] = None,
+    isl: Annotated[int | None, typer.Option("--isl", help="input tokens")] = None,
+    osl: Annotated[int | None, typer.Option("--osl", help="output tokens")] = None,
+    duration: Annotated[int | None, typer.Option("--duration", help="seconds a point")] = None,
+    shared_prefix: Annotated[float | None, typer.Option(help="shared prompt share 0-0.95")] = None,
+    turns: Annotated[int | None, typer.Option(help="turns per conversation")] = None,
+    name: Annotated[str, typer.Option("--name")] = "",
+    revision: Annotated[int | None, typer.Option(help="a running canary's revision")] = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Queue a benchmark of an endpoint (it runs in the background).
+
+    Example: plinth bench run llama-chat -c 1,4,16 --isl 1024 --osl 256 --duration 60
+    """
+    profile = {
+        "concurrency": [int(c) for c in concurrency.split(",") if c.strip()] or None,
+        "request_rate": rate,
+        "input_tokens": isl,
+        "output_tokens": osl,
+        "duration_s": duration,
+        "shared_prefix": shared_prefix,
+        "turns": turns,
+    }
+    profile = {k: v for k, v in profile.items() if v is not None}
+    with _client() as client:
+        queued = client.benchmarks.run(endpoint, profile=profile, name=name, revision=revision)
+        show(queued, output, BENCH_COLUMNS)
+
+
+@bench_app.command("list")
+def bench_list(endpoint: Endpoint, output: OutputOpt = Output.table) -> None:
+    """An endpoint's benchmarks, newest first.
+
+    Example: plinth bench list llama-chat
+    """
+    with _client() as client:
+        show(client.benchmarks.list(endpoint), output, BENCH_COLUMNS)
+
+
+@bench_app.command("show")
+def bench_show(endpoint: Endpoint, benchmark_id: str, output: OutputOpt = Output.table) -> None:
+    """A benchmark's results per load point, beside the optimizer's prediction (ms).
+
+    Example: plinth bench show llama-chat 3f2a...
+    """
+    with _client() as client:
+        benchmark = client.benchmarks.get(endpoint, benchmark_id)
+    if output is not Output.table:
+        show(benchmark, output)
+        return
+    show(benchmark, output, BENCH_COLUMNS)
+    rows = _point_rows(benchmark)
+    if rows:
+        typer.echo("")
+        show(rows, output)
+
+
+@bench_app.command("compare")
+def bench_compare(endpoint: Endpoint, a: str, b: str, output: OutputOpt = Output.table) -> None:
+    """Two benchmarks side by side: each figure of a and b and the change, per load point.
+
+    Example: plinth bench compare llama-chat 3f2a... 9c1d...
+    """
+    with _client() as client:
+        compared = client.benchmarks.compare(endpoint, a, b)
+    if output is not Output.table:
+        show(compared, output)
+        return
+    rows = []
+    for point in _plain(compared)["points"]:
+        for metric, d in sorted(point["metrics"].items()):
+            pct = "" if d["pct"] is None else f"{d['pct']:+.1f}%"
+            rows.append(
+                {
+                    "load": f"{point['kind']}={point['value']:g}",
+                    "metric": metric,
+                    "a": d["a"],
+                    "b": d["b"],
+                    "change": pct,
+                }
+            )
+    show(rows, output, ["load", "metric", "a", "b", "change"])
 
 
 FileOpt = Annotated[

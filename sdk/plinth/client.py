@@ -316,6 +316,98 @@ class Revisions(_Resource):
         )
 
 
+class Canaries(_Resource):
+    """An endpoint's canary: a settings change on a share of its traffic beside the serving
+    revision, promoted or aborted (automatically when it regresses past its thresholds)."""
+
+    def start(
+        self,
+        endpoint: str,
+        spec: dict[str, Any],
+        *,
+        weight: int,
+        sticky: bool = False,
+        replicas: int = 1,
+        thresholds: dict[str, Any] | None = None,
+        message: str = "",
+    ) -> models.CanaryOut:
+        body = _clean(
+            {
+                "spec": spec,
+                "weight": weight,
+                "sticky": sticky,
+                "replicas": replicas,
+                "thresholds": thresholds,
+                "message": message,
+            }
+        )
+        return self._post(f"{API}/deployments/{endpoint}/canary", body)
+
+    def get(self, endpoint: str) -> models.CanaryOut:
+        """The running canary, else the last one."""
+        return cast(
+            "models.CanaryOut",
+            self._c._call(
+                _call("GET", f"{API}/deployments/{endpoint}/canary", model=models.CanaryOut)
+            ),
+        )
+
+    def promote(self, endpoint: str, *, message: str = "") -> models.CanaryOut:
+        body = {"message": message}
+        return self._post(f"{API}/deployments/{endpoint}/canary/promote", body)
+
+    def abort(self, endpoint: str, *, reason: str = "") -> models.CanaryOut:
+        return self._post(f"{API}/deployments/{endpoint}/canary/abort", {"reason": reason})
+
+    def _post(self, path: str, body: dict[str, Any]) -> models.CanaryOut:
+        return cast(
+            "models.CanaryOut",
+            self._c._call(_call("POST", path, json=body, model=models.CanaryOut)),
+        )
+
+
+class Benchmarks(_Resource):
+    """An endpoint's benchmarks: NVIDIA AIPerf against its gateway URL, one traffic profile,
+    results per load point beside the optimizer's prediction; two compared with deltas."""
+
+    def run(
+        self,
+        endpoint: str,
+        *,
+        profile: dict[str, Any] | None = None,
+        name: str = "",
+        revision: int | None = None,
+    ) -> models.BenchmarkOut:
+        """Queue a benchmark (it runs in the background; ``get`` shows its progress)."""
+        body = _clean({"profile": profile, "name": name, "revision": revision})
+        path = f"{API}/deployments/{endpoint}/benchmarks"
+        return cast(
+            "models.BenchmarkOut",
+            self._c._call(_call("POST", path, json=body, model=models.BenchmarkOut)),
+        )
+
+    def list(self, endpoint: str) -> list[models.BenchmarkOut]:
+        path = f"{API}/deployments/{endpoint}/benchmarks"
+        return cast(
+            "list[models.BenchmarkOut]",
+            self._c._call(_call("GET", path, model=list[models.BenchmarkOut])),
+        )
+
+    def get(self, endpoint: str, benchmark_id: str) -> models.BenchmarkOut:
+        path = f"{API}/deployments/{endpoint}/benchmarks/{benchmark_id}"
+        return cast(
+            "models.BenchmarkOut", self._c._call(_call("GET", path, model=models.BenchmarkOut))
+        )
+
+    def compare(self, endpoint: str, a: str, b: str) -> models.CompareOut:
+        """Benchmarks ``a`` and ``b`` side by side: per load point, each figure's b - a."""
+        path = f"{API}/deployments/{endpoint}/benchmarks/compare"
+        return cast(
+            "models.CompareOut",
+            self._c._call(_call("GET", path, params={"a": a, "b": b}, model=models.CompareOut)),
+        )
+
+
 class Keys(_Resource):
     def list(self, *, page_size: int = DEFAULT_PAGE) -> Any:
         return self._c._pages(f"{API}/api-keys", {}, models.ApiKeyOut, page_size)
@@ -404,11 +496,8 @@ class Secrets(_Resource):
 
 
 class Clusters(_Resource):
-    def list(self) -> list[models.ClusterOut]:
-        return cast(
-            "list[models.ClusterOut]",
-            self._c._call(_call("GET", f"{API}/clusters", model=list[models.ClusterOut])),
-        )
+    def list(self, *, page_size: int = DEFAULT_PAGE) -> Any:
+        return self._c._pages(f"{API}/clusters", {}, models.ClusterOut, page_size)
 
     def get(self, cluster_id: str) -> models.ClusterOut:
         return cast(
@@ -435,6 +524,8 @@ class _Base:
     def __init__(self) -> None:
         self.endpoints = Endpoints(self)
         self.revisions = Revisions(self)
+        self.canaries = Canaries(self)
+        self.benchmarks = Benchmarks(self)
         self.keys = Keys(self)
         self.usage = Usage(self)
         self.logs = Logs(self)

@@ -59,7 +59,47 @@
     return out;
   }
 
+  // Scatter charts (the optimizer's Pareto front): numeric x, marks only, and the hovered
+  // point's name in the legend's first column.
+  function scatterOptions(payload, width) {
+    var unit = payload.unit;
+    var series = [{
+      label: payload.x_unit,
+      value: function (u, v, si, idx) {
+        if (idx == null) return "\u2013";
+        return withUnit(v, payload.x_unit) + " \u00b7 " + payload.labels[idx];
+      },
+    }];
+    payload.series.forEach(function (s) {
+      series.push({
+        label: s.label,
+        stroke: s.colour,
+        fill: s.colour,
+        paths: function () { return null; },
+        points: { show: true, size: 9, fill: s.colour },
+        value: function (u, v) { return withUnit(v, unit); },
+      });
+    });
+    var axis = { stroke: "#667085", grid: { stroke: "#eef0f4" }, ticks: { stroke: "#eef0f4" } };
+    return {
+      width: width,
+      height: HEIGHT,
+      series: series,
+      scales: {
+        x: { time: false, range: function (u, min, max) { return [0, max > 0 ? max * 1.1 : 1]; } },
+        y: { range: function (u, min, max) { return [0, max > 0 ? max * 1.1 : 1]; } },
+      },
+      axes: [
+        Object.assign({ label: payload.x_unit }, axis),
+        Object.assign({ label: unit, size: 52 }, axis),
+      ],
+      cursor: { drag: { x: false, y: false } },
+      legend: { live: true },
+    };
+  }
+
   function options(payload, width, id, rest) {
+    if (payload.kind === "scatter") return scatterOptions(payload, width);
     var unit = payload.unit;
     var series = [{ label: "Time", value: "{YYYY}-{MM}-{DD} {HH}:{mm}:{ss}" }];
     payload.series.forEach(function (s) {

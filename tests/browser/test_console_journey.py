@@ -28,6 +28,14 @@ def shoot(page: Page, name: str) -> None:
     page.screenshot(path=SCREENSHOTS / f"{name}.png", full_page=True)
 
 
+def answer_dialog(page: Page, button: str) -> None:
+    """Click ``button`` in the console's confirmation dialog (console.js), once it is open."""
+    dialog = page.locator("dialog#confirm-dialog")
+    expect(dialog).to_be_visible()
+    dialog.get_by_role("button", name=button, exact=True).click()
+    expect(dialog).to_be_hidden()
+
+
 def sign_in(page: Page, console: LiveConsole, username: str = "alice") -> None:
     page.goto(f"{console.url}/login/")
     page.fill("#id_username", username)
@@ -39,14 +47,15 @@ def sign_in(page: Page, console: LiveConsole, username: str = "alice") -> None:
 def create_endpoint_in_wizard(page: Page, slug: str) -> None:
     page.get_by_role("link", name="New endpoint").click()
     page.fill("#f-slug", slug)
-    # An invalid tensor-parallel size is refused in place, before anything is saved.
-    page.fill("#f-parallelism-tp", "3")
-    tp_issues = page.locator("#issues-f-parallelism-tp")
-    expect(tp_issues).to_contain_text("does not divide 32 attention heads")
+    # An invalid setting is refused in place, before anything is saved. (TP is a choice of the
+    # widths the model's heads divide, so it cannot be wrong: a replica count can.)
+    page.fill("#f-autoscaling-max-replicas", "two")
+    replica_issues = page.locator("#issues-f-autoscaling-max-replicas")
+    expect(replica_issues).to_contain_text("enter a whole number")
     expect(page.locator("#error-count")).to_contain_text("1 setting to fix")
-    shoot(page, "journey-wizard-tp-error")
-    page.fill("#f-parallelism-tp", "1")
-    expect(tp_issues).to_be_empty()
+    shoot(page, "journey-wizard-replicas-error")
+    page.fill("#f-autoscaling-max-replicas", "1")
+    expect(replica_issues).to_be_empty()
     expect(page.locator("#fit-verdict")).to_contain_text("Fits")
     expect(page.locator("#est-cost")).to_contain_text("$")
     page.click("#save")
@@ -81,6 +90,7 @@ def stream_a_reply(page: Page) -> None:
 
 def edit_and_roll_back(page: Page) -> None:
     page.get_by_role("link", name="Settings", exact=True).click()
+    page.locator("#section-batching > summary").click()  # collapsed behind its summary
     page.fill("#f-batching-max-running-requests", "64")
     page.fill("#f-message", "bigger batches")
     page.click("#save")
@@ -89,6 +99,7 @@ def edit_and_roll_back(page: Page) -> None:
     expect(page.locator("#revision-2")).to_contain_text("batching.max_running_requests")
     # Roll back to revision 1 (after a confirmation): revision 3 restores its settings.
     page.get_by_role("button", name="Roll back to r1").click()
+    answer_dialog(page, "Roll back to r1")
     expect(page.locator("#revision-3")).to_contain_text("rollback to r1")
 
 
@@ -116,13 +127,13 @@ def create_and_revoke_a_key(page: Page) -> None:
     expect(page.locator("#created-key")).to_have_count(0)  # shown once only
     expect(page.locator("tr", has_text="ci")).to_have_count(1)
     page.locator("tr", has_text="ci").get_by_role("button", name="Revoke").click()
+    answer_dialog(page, "Revoke")
     expect(page.locator("tr", has_text="ci")).to_contain_text("revoked")
 
 
 def test_create_watch_call_edit_roll_back_and_delete(
     page: Page, live_console: LiveConsole, cast: Cast
 ) -> None:
-    page.on("dialog", lambda dialog: dialog.accept())
     sign_in(page, live_console)
     create_endpoint_in_wizard(page, "chat")
     try:
@@ -193,6 +204,13 @@ PAGES = [
     ("delete", "/endpoints/{slug}/delete/"),
     ("keys", "/keys/"),
     ("usage", "/usage/"),
+    ("optimize", "/optimize/"),
+    (
+        "optimize-results",
+        "/optimize/?model=meta-llama/Llama-3.1-8B-Instruct&gpus=H100-SXM&gpus=L40S"
+        "&input_tokens=1024&output_tokens=256&rate_rps=8&prefix_share=0&turns=1&ttft_ms=1000"
+        "&itl_ms=50&confirm=on",
+    ),
     ("members", "/members/"),
     ("clusters", "/clusters/"),
     ("secrets", "/secrets/"),
@@ -279,9 +297,10 @@ def test_an_invited_person_joins_by_accepting_under_the_csp(
     admin.select_option("#member-role", "developer")
     admin.get_by_role("button", name="Invite").click()
     expect(admin.locator(".flash")).to_contain_text("They join when they sign in and accept")
-    # A confirm the admin dismisses (console.js, no inline handler) leaves the invitation be.
-    admin.once("dialog", lambda dialog: dialog.dismiss())
+    # A confirmation the admin cancels (console.js's dialog, no inline handler) leaves the
+    # invitation be.
     admin.locator("#pending-invitations").get_by_role("button", name="Revoke").click()
+    answer_dialog(admin, "Cancel")
     expect(admin.locator("#pending-invitations")).to_contain_text("erin")
 
     person = browser.new_context().new_page()

@@ -21,7 +21,7 @@ from enum import Enum
 from typing import Any
 
 from controlplane.models import Role
-from tests.sweep.world import SPEC, World
+from tests.sweep.world import SPEC, SPEC_V2, World
 
 
 class Scope(Enum):
@@ -59,6 +59,16 @@ def _by_slug(w: World) -> dict[str, str]:
     return {"deployment_id": w.endpoint.slug}
 
 
+def _canaried(w: World) -> dict[str, str]:
+    assert w.canary_endpoint is not None
+    return {"deployment_id": str(w.canary_endpoint.pk)}
+
+
+def _benchmarks(w: World) -> dict[str, str]:
+    """The endpoint, and its two finished benchmarks (for the query, not the path)."""
+    return {**_endpoint(w), "a": w.benchmark_ids[0], "b": w.benchmark_ids[1]}
+
+
 def _invitation(w: World) -> dict[str, str]:
     return {"invitation_id": str(w.invitation.pk)}
 
@@ -72,6 +82,8 @@ def _member(w: World) -> dict[str, str]:
 
 
 V, R = Variant, Role
+# Settings of neither revision of Acme's endpoint: a canary of them is a change.
+SPEC_V3 = {**SPEC_V2, "autoscaling": {"min_replicas": 1, "max_replicas": 2}}
 EP = "/api/v1/deployments/{deployment_id}"
 
 EXPECTED: dict[tuple[str, str], tuple[Variant, ...]] = {
@@ -105,6 +117,36 @@ EXPECTED: dict[tuple[str, str], tuple[Variant, ...]] = {
     ("POST", EP + "/start"): (V(R.DEVELOPER, Scope.OBJECT, _by_slug, body=lambda w: {}),),
     ("POST", EP + "/rollback"): (
         V(R.DEVELOPER, Scope.OBJECT, _endpoint, body=lambda w: {"to_revision": 1}),
+    ),
+    # --- canaries: started on the serving endpoint, read and ended on the canaried one ---
+    ("POST", EP + "/canary"): (
+        V(
+            R.DEVELOPER,
+            Scope.OBJECT,
+            _endpoint,
+            body=lambda w: {"spec": SPEC_V3, "weight": 10, "sticky": True},
+        ),
+    ),
+    ("GET", EP + "/canary"): (V(R.VIEWER, Scope.OBJECT, _canaried),),
+    ("POST", EP + "/canary/promote"): (V(R.DEVELOPER, Scope.OBJECT, _canaried, body=lambda w: {}),),
+    ("POST", EP + "/canary/abort"): (
+        V(R.DEVELOPER, Scope.OBJECT, _canaried, body=lambda w: {"reason": "sweep"}),
+    ),
+    # --- benchmarks: queued on the serving endpoint; two finished ones read and compared ---
+    ("POST", EP + "/benchmarks"): (
+        V(
+            R.DEVELOPER,
+            Scope.OBJECT,
+            _endpoint,
+            body=lambda w: {"profile": {"concurrency": [1, 2], "duration_s": 5}, "name": "sweep"},
+        ),
+    ),
+    ("GET", EP + "/benchmarks"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
+    ("GET", EP + "/benchmarks/{benchmark_id}"): (
+        V(R.VIEWER, Scope.OBJECT, lambda w: {**_endpoint(w), "benchmark_id": w.benchmark_ids[0]}),
+    ),
+    ("GET", EP + "/benchmarks/compare"): (
+        V(R.VIEWER, Scope.OBJECT, _benchmarks, query="a={a}&b={b}"),
     ),
     # --- revisions and observations ---
     ("GET", EP + "/revisions"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),

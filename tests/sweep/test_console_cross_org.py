@@ -11,6 +11,7 @@ redirect to the login page or refuse. A new pattern fails until it is classified
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from controlplane.middleware import SESSION_ORG_KEY
-from tests.sweep.world import World, cross_references, foreign, leaked, state_of
+from tests.sweep.world import SPEC_V2, World, cross_references, foreign, leaked, state_of
 
 SKIPPED_PREFIXES = ("admin/", "api/v1/")  # Django's admin (staff only); the API's own sweep
 HTMX = {"HTTP_HX_REQUEST": "true"}
@@ -57,6 +58,7 @@ EMPTY: Form = lambda w: {}  # noqa: E731
 OBJECT_PAGES: dict[str, Page] = {
     "endpoint-detail": Page(EMPTY),
     "endpoint-status": Page(EMPTY, missing=286),
+    "endpoint-first-call": Page(EMPTY),
     "endpoint-scale": Page(lambda w: {"replicas": "2"}),
     "endpoint-stop": Page(EMPTY),
     "endpoint-start": Page(EMPTY),
@@ -65,6 +67,12 @@ OBJECT_PAGES: dict[str, Page] = {
     "endpoint-revisions": Page(EMPTY),
     "endpoint-diff": Page(EMPTY),
     "endpoint-rollback": Page(EMPTY),
+    "canary-start": Page(lambda w: {"spec": json.dumps(SPEC_V2), "weight": "10"}),
+    "canary-promote": Page(EMPTY),
+    "canary-abort": Page(EMPTY),
+    "benchmark-list": Page(lambda w: {"concurrency": "1,2", "duration_s": "5"}),
+    "benchmark-detail": Page(EMPTY),
+    "benchmark-compare": Page(EMPTY),
     "endpoint-metrics": Page(EMPTY),
     "endpoint-events": Page(EMPTY),
     "endpoint-logs": Page(EMPTY),
@@ -76,6 +84,7 @@ OBJECT_PAGES: dict[str, Page] = {
     "cluster-delete": Page(EMPTY),
     "cluster-settings": Page(lambda w: {"namespace": "globex", "settings": "labels: {a: b}"}),
     "key-revoke": Page(EMPTY),
+    "key-limits": Page(lambda w: {"rpm": "60", "tpm": "6000"}),
     "member-change": Page(lambda w: {"role": "viewer"}),
     "invitation-revoke": Page(EMPTY),
     "invitation-respond": Page(lambda w: {"action": "accept"}),
@@ -100,6 +109,14 @@ PAGES: dict[str, Page] = {
         refused=frozenset({403, 404, 422}),
     ),
     "usage": Page(),
+    # The optimizer answers anyone signed in about the catalogue (or their own clusters); its
+    # apply form names an Acme endpoint and must be refused; the wizard's Recommend names none.
+    "optimize": Page(),
+    "optimize-apply": Page(
+        lambda w: {"spec": json.dumps(SPEC_V2), "label": "x", "endpoint": w.endpoint.slug},
+        REFUSED,
+    ),
+    "endpoint-recommend": Page(lambda w: {**FORM, "rec-rate_rps": "2"}),
     "key-list": Page(
         lambda w: {"name": "globex key", "kind": "inference", "endpoints": str(w.endpoint.pk)},
         refused=frozenset({403, 404, 422}),
@@ -120,6 +137,7 @@ MISSING: dict[str, Any] = {
     "membership_id": 2**31 - 1,
     "invitation_id": uuid.UUID(int=3),
     "secret_id": uuid.UUID(int=4),
+    "benchmark_id": uuid.UUID(int=5),
 }
 PARAMETERS: dict[str, Callable[[World], Any]] = {
     "slug": lambda w: w.endpoint.slug,
@@ -129,6 +147,7 @@ PARAMETERS: dict[str, Callable[[World], Any]] = {
     "membership_id": lambda w: w.target_member.pk,
     "invitation_id": lambda w: w.invitation.pk,
     "secret_id": lambda w: w.spare_secret.pk,
+    "benchmark_id": lambda w: w.benchmark_ids[0],
 }
 
 

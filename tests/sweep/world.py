@@ -36,8 +36,10 @@ from controlplane.models import (
     Role,
     Secret,
 )
-from deployments import services
+from deployments import benchmarks, canary_services, services
 from deployments.models import (
+    Benchmark,
+    BenchmarkStatus,
     Cluster,
     Deployment,
     DeploymentEvent,
@@ -49,6 +51,7 @@ from tests.conftest import PASSWORD, Cast
 
 SLUG = "acme-private-chat"
 GLOBEX_SLUG = "globex-chat"
+CANARY_SLUG = "acme-canary-chat"
 HF_SECRET = "acme-hf-token"
 KUBECONFIG_SECRET = "acme-kubeconfig"
 SPARE_SECRET = "acme-spare-secret"
@@ -105,7 +108,7 @@ class Api:
 class World:
     cast: Cast
     run_dir: Path
-    endpoint: Deployment
+    endpoint: Deployment  # serving revision 2 (as reconcile would have recorded)
     globex_endpoint: Deployment
     cluster: Cluster
     hf_secret: Secret
@@ -122,6 +125,10 @@ class World:
     plaintext_keys: dict[str, str]  # caller name -> whole key
     log_line: str  # what Acme's engine wrote to its log
     sessions: dict[str, Client] = field(default_factory=dict)
+    # Serving revision 1 with a canary of revision 2 running beside it.
+    canary_endpoint: Deployment | None = None
+    # Two finished benchmarks of ``endpoint`` (ids), for the read and compare routes.
+    benchmark_ids: tuple[str, str] = ("", "")
 
     @property
     def secret_values(self) -> list[str]:
@@ -148,6 +155,11 @@ class World:
             str(self.endpoint.pk),
             self.endpoint.slug,
             self.endpoint.name,
+            *(
+                (str(self.canary_endpoint.pk), self.canary_endpoint.slug)
+                if self.canary_endpoint is not None
+                else ()
+            ),
             str(self.cluster.pk),
             self.cluster.name,
             self.log_line,
@@ -232,6 +244,11 @@ def build_world(cast: Cast, run_dir: Path) -> World:
     )
     endpoint = services.create_deployment(owner, slug=SLUG, name="Acme Private Chat", spec=SPEC)
     services.update_settings(owner, endpoint.pk, spec=SPEC_V2, base_revision=1, message="v2")
+    _serving(endpoint)
+    canary_endpoint = _serving(
+        services.create_deployment(owner, slug=CANARY_SLUG, name="Acme Canary Chat", spec=SPEC)
+    )
+    canary_services.start_canary(owner, canary_endpoint.pk, spec=SPEC_V2, weight=10)
     plaintext = {
         caller: _management_key(cast, role, f"acme {caller}")
         for caller, role in ACME_ROLES.items()
@@ -257,6 +274,7 @@ def build_world(cast: Cast, run_dir: Path) -> World:
     log_line = f"acme engine log line {tag}"
     _engine_log(run_dir, endpoint, log_line)
     _engine_log(run_dir, globex_endpoint, "globex engine log line")
+    finished = _finished_benchmarks(owner, endpoint)
     world = World(
         cast=cast,
         run_dir=run_dir,
@@ -275,6 +293,8 @@ def build_world(cast: Cast, run_dir: Path) -> World:
         spare_value=spare,
         plaintext_keys=plaintext,
         log_line=log_line,
+        canary_endpoint=Deployment.objects.get(pk=canary_endpoint.pk),
+        benchmark_ids=finished,
     )
     by_name = {u.get_username(): u for u in users.objects.all()}
     world.sessions = {
@@ -282,6 +302,25 @@ def build_world(cast: Cast, run_dir: Path) -> World:
         for caller, name in SESSIONS.items()
     }
     return world
+
+
+def _serving(endpoint: Deployment) -> Deployment:
+    """What reconcile records once the target revision serves (no reconcile runs here)."""
+    target = Deployment.objects.get(pk=endpoint.pk).target_revision_id
+    Deployment.objects.filter(pk=endpoint.pk).update(
+        current_revision_id=target, applied_revision_id=target
+    )
+    return Deployment.objects.get(pk=endpoint.pk)
+
+
+def _finished_benchmarks(owner: Any, endpoint: Deployment) -> tuple[str, str]:
+    """Two benchmarks as their runs would leave them (no AIPerf runs here)."""
+    ids = []
+    for name in ("sweep a", "sweep b"):
+        created = benchmarks.create_benchmark(owner, endpoint.pk, profile={}, name=name)
+        Benchmark.objects.filter(pk=created.pk).update(status=BenchmarkStatus.SUCCEEDED)
+        ids.append(str(created.pk))
+    return ids[0], ids[1]
 
 
 def _management_key(cast: Cast, role: str, name: str) -> str:

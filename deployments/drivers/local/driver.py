@@ -131,6 +131,12 @@ class LocalDriver:
     ) -> ProcessRecord:
         port = free_port()
         argv = self.engine_argv(role, port, api_key)
+        bootstrap = 0
+        if role.role == "prefill":
+            # Each prefill process gets its own KV bootstrap port: a pool of several shares this
+            # host, and the router passes each request the port of the prefill it chose.
+            bootstrap = free_port()
+            argv = with_flag(argv, "--disaggregation-bootstrap-port", bootstrap)
         env = {**_inherited_env(), **self.options.env, **role.env, **_identity(table, name)}
         env["PYTHONPATH"] = str(REPO_ROOT)
         if revision.hf_token:
@@ -146,6 +152,7 @@ class LocalDriver:
             start_ticks=0,
             config=_digest(role.args, role.env, _key_digest(api_key)),
             started_at=0.0,
+            extra_port=bootstrap,
             restarts=restarts,
         )
         return table.spawn(record, argv, env, table.root)
@@ -265,7 +272,11 @@ class LocalDriver:
                 wanted = {e.url: e for e in engines}
                 for url, engine in wanted.items():
                     if url not in registered:
-                        extra = {} if engine.role == "engine" else {"worker_type": engine.role}
+                        extra: dict[str, str | int] = (
+                            {} if engine.role == "engine" else {"worker_type": engine.role}
+                        )
+                        if engine.role == "prefill" and engine.extra_port:
+                            extra["bootstrap_port"] = engine.extra_port
                         if api_key:
                             extra["api_key"] = api_key  # what smg sends the worker
                         client.add_worker(url, **extra)

@@ -62,7 +62,7 @@ class ProcessRecord:
     start_ticks: int
     config: str  # hash of argv + env: a changed config means restart
     started_at: float
-    extra_port: int = 0  # the router's metrics port
+    extra_port: int = 0  # the router's metrics port; a prefill engine's KV bootstrap port
     restarts: int = 0
     stopping_since: float | None = None
     exit_code: int | None = None

@@ -1,0 +1,45 @@
+"""``plinth canary start|status|promote|abort`` with the installed command against a running
+Plinth, and the SDK's ``canaries`` resource underneath it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from deployments import services
+from deployments.models import Deployment
+from tests.canary.helpers import BF16, fp8, mark_serving
+from tests.conftest import Cast
+from tests.sdk.conftest import SdkEnv
+from tests.sdk.test_cli import Cli
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the server is another process
+
+
+def test_a_canary_from_the_command_line(
+    sdk_env: SdkEnv, server: str, admin_key: str, cast: Cast, tmp_path: Path
+) -> None:
+    actor = cast.actor(cast.dave, cast.acme)
+    mark_serving(services.create_deployment(actor, slug="cli-canary", name="C", spec=BF16))
+    plinth = Cli(sdk_env, tmp_path / "home")
+    plinth("login", server, stdin=admin_key + "\n")
+    spec = tmp_path / "fp8.json"  # JSON is YAML
+    spec.write_text(json.dumps(fp8()))
+
+    assert "no canary" in plinth("canary", "status", "cli-canary", code=3)
+    out = plinth("canary", "start", "cli-canary", "--weight", "20", "-f", str(spec), "--sticky")
+    assert "weight: 20" in out and "status: running" in out and "sticky: True" in out, out
+    status = json.loads(plinth("canary", "status", "cli-canary", "-o", "json"))
+    assert (status["revision"], status["baseline_revision"]) == (2, 1)
+    assert status["traffic"]["canary"]["requests"] == 0
+    plinth("canary", "start", "cli-canary", "--weight", "60", "-f", str(spec), code=5)
+    out = plinth("canary", "abort", "cli-canary", "--reason", "changed my mind")
+    assert "status: aborted" in out and "changed my mind" in out
+    plinth("canary", "promote", "cli-canary", code=4)  # nothing runs: a conflict
+
+    plinth("canary", "start", "cli-canary", "--weight", "5", "-f", str(spec))
+    assert "status: promoted" in plinth("canary", "promote", "cli-canary", "-m", "looks good")
+    target = Deployment.objects.get(slug="cli-canary").target_revision
+    assert target is not None and target.number == 3

@@ -15,11 +15,17 @@ side's capacity computed once, so P/D adds no product of searches. Pruning: a sh
 do not fit, or whose spec fails validation, is dropped before any rate is tried; a TP wider than
 the GPUs of one node or than the KV heads' divisors is never built.
 
+Two objectives. ``cost`` (the default) sizes every layout to carry the traffic's rate and picks
+the cheapest. ``throughput`` is the question AIConfigurator answers: given a GPU budget (the
+limits, the free GPUs, or one node), which layout serves the most output tokens/s per GPU within
+the SLOs; every layout is then sized to the budget and loaded to its capacity, and a P/D
+layout's prefill:decode pool sizes are the integer split of the budget that wastes least.
+
 What the model leaves out (documented, not hidden): prefix-cache hits follow the traffic's
 shared-prefix share and multi-turn depth, not a simulated radix tree; round-robin routing keeps
 the shared prefix (every replica caches it) but loses multi-turn history; the KV transfer of a
-disaggregated request is priced at a fixed RDMA bandwidth. ``bench/optimizer.py`` (not written
-yet) is where this model is held against AIConfigurator.
+disaggregated request is priced at a fixed RDMA bandwidth. ``bench/optimizer.py`` holds this
+model's picks against AIConfigurator's; ``predict_layout`` prices a layout chosen elsewhere.
 """
 
 from __future__ import annotations
@@ -44,12 +50,22 @@ from runtime.validate import has_errors, validate
 # The optimizations the waterfall adds one at a time, in its order.
 Feature = Literal["quantization", "speculator", "disaggregation", "cache_aware"]
 WATERFALL: tuple[Feature, ...] = ("quantization", "speculator", "disaggregation", "cache_aware")
+# cost: the cheapest layout carrying the traffic's rate; throughput: the most output tokens/s
+# per GPU within the SLOs, each layout sized to the GPU budget.
+Objective = Literal["cost", "throughput"]
 
 P90_EXP = math.log(10)  # p90 of an exponential wait, in means
 RDMA_BYTES_PER_S = 25e9  # one 200 Gb/s NIC: what a P/D KV transfer is priced at
 MAX_PREFILL_UTIL = 0.9  # a queue run hotter than this has no stable p90
 MAX_RATE_PER_REPLICA = 1e4
 FRONT_LIMIT = 24
+PD_PREFILL_TTFT_SHARE = 0.8  # the prefill side's TTFT budget; the transfer and decode start share
+MAX_POOL_REPLICAS = 64  # the prefill pool sizes tried when splitting a budget between P and D
+# A `throughput` search ranks a P/D layout at this much less than its predicted tokens/s/GPU: its
+# figures assume an ideal KV transfer and perfectly rate-matched pools (AIConfigurator discounts
+# the same ~10-17%), and it runs two pools and an RDMA link, so a split that gains less than
+# this over an aggregated engine is not worth recommending.
+PD_RANKING_MARGIN = 0.05
 
 
 class OptimizeError(ValueError):
@@ -72,7 +88,8 @@ class Traffic:
         if self.rate_rps is not None:
             return self.rate_rps
         users = self.concurrency or 1
-        return users / (slo.ttft_p90_s + self.output_tokens * slo.itl_p90_s)
+        per_token = min(slo.itl_p90_s, slo.tpot_mean_s or math.inf)
+        return users / (slo.ttft_p90_s + self.output_tokens * per_token)
 
     def cached_share(self, cache_aware: bool) -> float:
         """Share of the prompt found in the prefix cache (history only where routing keeps it)."""
@@ -85,6 +102,9 @@ class Slo:
     ttft_p90_s: float = 1.0
     itl_p90_s: float = 0.05
     e2e_p90_s: float | None = None
+    # Mean time per output token over the answers (the TPOT of AIConfigurator and Dynamo SLAs):
+    # a prompt's chunk stalls a few gaps, which a mean spreads where a p90 may not.
+    tpot_mean_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +123,7 @@ class OptimizeRequest:
     gpus: tuple[str, ...] = ()  # candidate GPU types; empty: the whole catalogue
     gpu_counts: dict[str, int] = field(default_factory=dict)  # free GPUs per type, if known
     features: frozenset[Feature] = frozenset(WATERFALL)  # optimizations allowed at all
+    objective: Objective = "cost"
 
 
 @dataclass(frozen=True)
@@ -118,6 +139,7 @@ class Prediction:
     gpus: int
     cost_per_hour: float
     meets_slo: bool
+    tpot_mean_s: float = 0.0
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -167,6 +189,19 @@ class OptimizeResult:
     waterfall: tuple[WaterfallStep, ...]
     evaluated: int  # layouts (within the limits) whose figures were predicted
     notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A layout chosen elsewhere (another tool's pick), for `predict_layout` to price."""
+
+    gpu: str
+    tp: int
+    quantization: str | None = None  # None: the checkpoint's own format
+    kv_dtype: str = "auto"
+    replicas: int = 1  # aggregated replicas, or the decode pool's when disaggregated
+    prefill_tp: int | None = None  # set: disaggregated
+    prefill_replicas: int = 0
 
 
 # ---- engine shapes -----------------------------------------------------------------------------
@@ -341,6 +376,7 @@ class _Load:
     itl: float
     running: float  # decoding sequences
     ok: bool
+    itl_mean: float = 0.0
 
 
 class _Engine:
@@ -382,8 +418,8 @@ class _Engine:
         """Figures at `rate` req/s on one engine that prefills, decodes, or both (aggregated)."""
         busy = rate * self.prefill_s if prefill else 0.0
         if busy >= MAX_PREFILL_UTIL:
-            return _Load(math.inf, math.inf, 0.0, False)
-        ttft = itl = 0.0
+            return _Load(math.inf, math.inf, 0.0, False, math.inf)
+        ttft = itl = itl_mean = 0.0
         running = 0.0
         if decode:
             share = 1 - busy  # the engine time decode keeps
@@ -404,7 +440,9 @@ class _Engine:
         ok = ttft <= slo.ttft_p90_s and itl <= slo.itl_p90_s and running <= limit
         if slo.e2e_p90_s is not None and decode and prefill:
             ok = ok and ttft + self.traffic.output_tokens * itl <= slo.e2e_p90_s
-        return _Load(ttft, itl, running, ok)
+        if slo.tpot_mean_s is not None:
+            ok = ok and itl_mean <= slo.tpot_mean_s
+        return _Load(ttft, itl, running, ok, itl_mean)
 
     def capacity(self, slo: Slo, *, prefill: bool, decode: bool) -> float:
         """The most req/s one engine carries within the SLOs (0 when even one request misses)."""
@@ -490,20 +528,23 @@ def _predict(
     slo = request.slo
     if prefill is None:
         load = decode.load(rate / replicas[1], slo, prefill=True, decode=True)
-        ttft, itl = load.ttft, load.itl
+        ttft, itl, itl_mean = load.ttft, load.itl, load.itl_mean
         gpus = replicas[1] * decode.shape.tp
         price = decode.shape.gpu.price_per_gpu_hour
     else:
         side = prefill.load(rate / replicas[0], slo, prefill=True, decode=False)
         transfer = request.traffic.input_tokens * prefill.shape.kv_bytes_per_token
         ttft = side.ttft + transfer / RDMA_BYTES_PER_S
-        itl = decode.load(rate / replicas[1], slo, prefill=False, decode=True).itl
+        pool = decode.load(rate / replicas[1], slo, prefill=False, decode=True)
+        itl, itl_mean = pool.itl, pool.itl_mean
         gpus = replicas[0] * prefill.shape.tp + replicas[1] * decode.shape.tp
         price = decode.shape.gpu.price_per_gpu_hour
     e2e = ttft + request.traffic.output_tokens * itl
     meets = ttft <= slo.ttft_p90_s and itl <= slo.itl_p90_s
     if slo.e2e_p90_s is not None:
         meets = meets and e2e <= slo.e2e_p90_s
+    if slo.tpot_mean_s is not None:
+        meets = meets and itl_mean <= slo.tpot_mean_s
     return Prediction(
         rate_rps=rate,
         output_tokens_per_s=rate * request.traffic.output_tokens,
@@ -514,6 +555,7 @@ def _predict(
         gpus=gpus,
         cost_per_hour=round(gpus * price, 4),
         meets_slo=meets,
+        tpot_mean_s=itl_mean,
     )
 
 
@@ -534,12 +576,9 @@ def _configs(request: OptimizeRequest, shapes: list[_Shape], rate: float) -> Ite
                 layout = _layout(request, rate, (None, engine), cap, cache_aware)
                 yield replace(layout, routing_matters=matters)
             if "disaggregation" in request.features:
-                # Budget the prefill side most of the TTFT: the transfer and decode start share.
                 decode_caps[i] = engine.capacity(slo, prefill=False, decode=True)
                 if engine.shape.speculator == "none":
-                    prefill_caps[i] = engine.capacity(
-                        replace(slo, ttft_p90_s=slo.ttft_p90_s * 0.8), prefill=True, decode=False
-                    )
+                    prefill_caps[i] = _prefill_capacity(engine, slo)
         # P/D pairs: same GPU and formats on both sides (KV layouts must match), any TPs.
         for i, p_cap in prefill_caps.items():
             if p_cap <= 0:
@@ -559,6 +598,39 @@ def _configs(request: OptimizeRequest, shapes: list[_Shape], rate: float) -> Ite
                     yield replace(layout, routing_matters=matters)
 
 
+def _prefill_capacity(engine: _Engine, slo: Slo) -> float:
+    """A prefill-only engine's capacity with most of the TTFT budget (the KV transfer and the
+    decode side's first step take the rest)."""
+    budget = replace(slo, ttft_p90_s=slo.ttft_p90_s * PD_PREFILL_TTFT_SHARE)
+    return engine.capacity(budget, prefill=True, decode=False)
+
+
+def _sizing_budget(request: OptimizeRequest, gpu: GpuType) -> int:
+    """The GPUs a `throughput` search sizes each layout to: the limits, else one node."""
+    return _gpu_budget(request, gpu) or gpu.gpus_per_node
+
+
+def _pd_pools(caps: tuple[float, float], tps: tuple[int, int], budget: int) -> tuple[int, int]:
+    """Prefill and decode pool sizes within `budget` GPUs that carry the most requests per GPU.
+
+    For each prefill pool size only the decode sizes next to the balanced one (and the most that
+    fits) can be best, so the split costs O(pools), not O(pools^2). Ties go to the larger layout:
+    the budget is there to be used. (1, 1) when even that exceeds the budget (the limits then
+    drop the layout)."""
+    best, pools = (0.0, 0.0), (1, 1)
+    for p in range(1, min(budget // tps[0], MAX_POOL_REPLICAS) + 1):
+        room = (budget - p * tps[0]) // tps[1]
+        balanced = p * caps[0] / caps[1]
+        for d in {math.floor(balanced), math.ceil(balanced), room}:
+            if not 1 <= d <= room:
+                continue
+            rate = min(p * caps[0], d * caps[1])
+            score = (rate / (p * tps[0] + d * tps[1]), rate)
+            if score > best:
+                best, pools = score, (p, d)
+    return pools
+
+
 def _layout(
     request: OptimizeRequest,
     rate: float,
@@ -568,6 +640,11 @@ def _layout(
 ) -> _Config:
     engine = engines[1]
     replicas = max(1, math.ceil(rate / capacity))
+    if request.objective == "throughput":
+        # Fill the budget and run each replica at its capacity: tokens/s per GPU is then the
+        # shape's own figure, whatever the traffic's rate.
+        replicas = max(1, _sizing_budget(request, engine.shape.gpu) // engine.shape.tp)
+        rate = capacity * replicas
     prediction = _predict(rate, request, engines, capacity * replicas, (0, replicas))
     running = _max_running(engine, rate / replicas)
     return _Config(None, engine.shape, replicas, 0, cache_aware, prediction, running)
@@ -582,6 +659,11 @@ def _pd_layout(
 ) -> _Config:
     p_reps = max(1, math.ceil(rate / caps[0]))
     d_reps = max(1, math.ceil(rate / caps[1]))
+    if request.objective == "throughput":
+        tps = (engines[0].shape.tp, engines[1].shape.tp)
+        budget = _sizing_budget(request, engines[1].shape.gpu)
+        p_reps, d_reps = _pd_pools(caps, tps, budget)
+        rate = min(caps[0] * p_reps, caps[1] * d_reps)
     capacity = min(caps[0] * p_reps, caps[1] * d_reps)
     prediction = _predict(rate, request, engines, capacity, (p_reps, d_reps))
     running = _max_running(engines[1], rate / d_reps)
@@ -627,6 +709,9 @@ def _reasons(request: OptimizeRequest, config: _Config) -> tuple[str, ...]:
         f"{p.gpus} x {config.decode.gpu.id} at ${p.cost_per_hour:.2f}/hour carry "
         f"{p.capacity_rps:.2f} req/s within the SLOs; the load is {p.rate_rps:.2f} req/s",
     ]
+    if slo.tpot_mean_s is not None:
+        out.insert(1, f"predicted mean TPOT {p.tpot_mean_s * 1000:.1f} ms "
+                      f"(target {slo.tpot_mean_s * 1000:.1f})")  # fmt: skip
     d = config.decode
     if d.quantization:
         out.append(f"{d.quantization} weights: half the bytes streamed per decode step")
@@ -651,10 +736,12 @@ def optimize(request: OptimizeRequest) -> OptimizeResult:
     notes = []
     if not shapes:
         notes.append("no configuration fits the model in GPU memory on the GPUs given")
-    meeting = sorted(
-        (c for c in configs if c.prediction.meets_slo),
-        key=lambda c: (c.prediction.cost_per_hour, -c.prediction.capacity_rps),
-    )
+    if request.objective == "throughput":
+        notes.append(
+            "objective throughput: each layout is sized to the GPU budget and loaded to its "
+            "capacity; the traffic's rate does not size it"
+        )
+    meeting = sorted((c for c in configs if c.prediction.meets_slo), key=_objective_order(request))
     cache: dict[int, Candidate | None] = {}
 
     def candidate(config: _Config) -> Candidate | None:
@@ -711,6 +798,103 @@ def _valid(configs: Iterable[_Config], build: Any, limit: int) -> Iterator[Candi
         if found is not None:
             count += 1
             yield found
+
+
+def _objective_order(request: OptimizeRequest) -> Any:
+    """The sort key that puts the objective's best configuration first."""
+    if request.objective == "throughput":
+
+        def key(c: _Config) -> tuple[float, float]:
+            margin = PD_RANKING_MARGIN if c.prefill is not None else 0.0
+            return (-c.prediction.tokens_per_s_per_gpu * (1 - margin), c.prediction.cost_per_hour)
+
+        return key
+    return lambda c: (c.prediction.cost_per_hour, -c.prediction.capacity_rps)
+
+
+def predict_layout(request: OptimizeRequest, layout: Layout) -> Prediction | None:
+    """This model's figures for `layout` at its capacity within `request`'s SLOs.
+
+    The layout is loaded to the most requests/s it carries (a P/D layout: the smaller of its two
+    pools' capacities), so ``tokens_per_s_per_gpu`` is the figure a `throughput` search ranks by.
+    None when the layout does not fit in GPU memory or its spec does not validate; a layout that
+    fits but cannot meet the SLOs even unloaded comes back with ``meets_slo`` False.
+    """
+    arch = _resolve_model(request)
+    try:
+        gpu = get_gpu(layout.gpu)
+    except KeyError as exc:
+        raise OptimizeError(str(exc)) from exc
+    base = _base_spec(request, arch, gpu)
+    model, gpu_shape = _model_shape(arch, request.model), _gpu_shape(gpu)
+
+    def engine(tp: int) -> _Engine | None:
+        shape = _shape(request, base, arch, model, gpu, gpu_shape, tp, layout.quantization,
+                       layout.kv_dtype, "none", None)  # fmt: skip
+        cached = request.traffic.cached_share("cache_aware" in request.features)
+        return None if shape is None else _Engine(shape, request.traffic, cached)
+
+    decode = engine(layout.tp)
+    if decode is None:
+        return None
+    slo = request.slo
+    if layout.prefill_tp is None:
+        cap = decode.capacity(slo, prefill=True, decode=True)
+        rate = max(cap, 1e-6) * layout.replicas
+        return _predict(rate, request, (None, decode), cap * layout.replicas, (0, layout.replicas))
+    prefill = engine(layout.prefill_tp)
+    if prefill is None:
+        return None
+    replicas = (max(1, layout.prefill_replicas), layout.replicas)
+    cap = min(
+        _prefill_capacity(prefill, slo) * replicas[0],
+        decode.capacity(slo, prefill=False, decode=True) * replicas[1],
+    )
+    return _predict(max(cap, 1e-6), request, (prefill, decode), cap, replicas)
+
+
+def predict_load(request: OptimizeRequest, layout: Layout) -> Prediction | None:
+    """This model's figures for an aggregated `layout` at `request`'s own load (what a benchmark
+    of that traffic profile should measure), rather than at the layout's capacity.
+
+    A request rate is taken as it is; a concurrency is a closed loop of that many users, so the
+    rate is the fixed point ``rate x e2e(rate) = users`` (found by bisection). None when the
+    layout does not fit or is disaggregated (benchmarks compare aggregated endpoints here), and a
+    load past what the engine can prefill comes back with infinite latencies.
+    """
+    if layout.prefill_tp is not None:
+        return None
+    arch = _resolve_model(request)
+    try:
+        gpu = get_gpu(layout.gpu)
+    except KeyError as exc:
+        raise OptimizeError(str(exc)) from exc
+    base = _base_spec(request, arch, gpu)
+    model, gpu_shape = _model_shape(arch, request.model), _gpu_shape(gpu)
+    shape = _shape(request, base, arch, model, gpu, gpu_shape, layout.tp, layout.quantization,
+                   layout.kv_dtype, "none", None)  # fmt: skip
+    if shape is None:
+        return None
+    cached = request.traffic.cached_share("cache_aware" in request.features)
+    decode = _Engine(shape, request.traffic, cached)
+    slo, replicas = request.slo, max(1, layout.replicas)
+    cap = decode.capacity(slo, prefill=True, decode=True) * replicas
+
+    def at(rate: float) -> Prediction:
+        return _predict(rate, request, (None, decode), cap, (0, replicas))
+
+    if request.traffic.rate_rps is not None:
+        return at(request.traffic.rate_rps)
+    users = request.traffic.concurrency or 1
+    low, high = 1e-6, MAX_RATE_PER_REPLICA * replicas
+    for _ in range(40):
+        mid = math.sqrt(low * high)
+        e2e = at(mid).e2e_p90_s
+        if math.isfinite(e2e) and mid * e2e < users:
+            low = mid
+        else:
+            high = mid
+    return at(low)
 
 
 def _front_order(config: _Config) -> tuple[float, float, float, float]:

@@ -155,10 +155,16 @@ def test_the_model_token_reaches_the_driver_but_no_command_line(
         if obj["kind"] == "Secret":
             continue  # the one place the token is written: a Secret in the endpoint's namespace
         assert world.hf_token not in str(obj), obj["kind"]
+    # The token reaches whichever container downloads the weights: the engine itself, an init
+    # container (a per-node cache) or the download Job (a shared claim), always by reference.
+    pod_specs = [
+        obj.get("spec", {}).get("template", {}).get("spec", {})
+        for obj in render_revision(ref, plan)
+    ]
     containers = [
         c
-        for obj in render_revision(ref, plan)
-        for c in obj.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
+        for spec in pod_specs
+        for c in [*spec.get("containers", []), *spec.get("initContainers", [])]
     ]
     env = [e for c in containers for e in c.get("env", []) if e["name"] == "HF_TOKEN"]
     assert env and all("valueFrom" in e and "value" not in e for e in env)

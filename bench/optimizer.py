@@ -1,0 +1,555 @@
+"""Plinth's optimizer next to NVIDIA AIConfigurator 0.12, on the same inputs (issue 16 item 4).
+
+For each case (model, GPU, GPU budget, prompt/answer lengths, TTFT and TPOT targets) both tools
+search for the layout that serves the most output tokens/s per GPU within the targets:
+AIConfigurator with ``cli default --backend sglang`` (its agg vs disagg sweep over its measured
+SGLang kernel data), Plinth with ``optimize(objective="throughput")``. Each pick is then priced
+by the *other* tool's model too, so the table shows four figures per case and the ratio that
+matters: Plinth's pick under AIConfigurator's own model, over AIConfigurator's pick under it.
+Target: at least 0.9x wherever both cover the case, found in under 2 s against AIConfigurator's
+tens of seconds.
+
+How a pick crosses over. A pick is an engine configuration: layout (aggregated or P/D), TP per
+side, weight and KV-cache formats, and for P/D the two pools' sizes. AIConfigurator prices an
+aggregated Plinth pick with the sweep it runs for its own candidates, pinned to that TP and
+those formats (``cli exp``), so it chooses the batch size as it does for its own; a P/D pick
+with ``cli estimate --mode disagg`` at Plinth's exact pools, the decode batch being the one knob
+it sweeps. Plinth prices AIConfigurator's pick with ``predict_layout``: that TP, those formats,
+AIConfigurator's worker counts, loaded to its capacity within the SLOs. Attention data
+parallelism (AIConfigurator's ``dp``, which Plinth does not model) is priced as a TP group of
+the same GPUs.
+
+The SLOs are given to Plinth in AIConfigurator's terms: the TTFT target as Plinth's TTFT p90
+and the TPOT target as a mean (``Slo.tpot_mean_s``, no p90 ITL bound), since AIConfigurator's
+TPOT is a mean over the answer and it has no inter-token percentile.
+
+The headline ratio compares like with like: Plinth searches the checkpoint's own formats with
+P/D allowed (AIConfigurator's space). A second row gives Plinth's full search (online FP8, FP8
+KV cache, speculative decoding) priced where AIConfigurator can: it has no SGLang FP8-KV
+attention data and no EAGLE, so those parts are priced without them (marked ``*``) or not at
+all. The Plinth-only cases at the end (EAGLE3, a custom architecture, FP4 KV cache) are outside
+what AIConfigurator covers; they print Plinth's figures alone.
+
+What still differs: AIConfigurator's TTFT is its estimate at a full batch, Plinth's a p90 with
+queueing in front of prefill, so the same TTFT is stricter for Plinth; AIConfigurator discounts
+P/D for rate matching and latency corrections, Plinth ranks P/D at a 5% margin
+(``PD_RANKING_MARGIN``). Plinth's figures come from ``runtime/perf`` and shift when it is
+recalibrated.
+
+AIConfigurator is never a Plinth dependency: the calibration bench's venv
+(``bench/.venvs/aiconfigurator``) is created on first use and queried in subprocesses, one
+fresh process per search (its wall time includes loading its data, as the CLI's does).
+
+    .venv/bin/python bench/optimizer.py            # all cases (~15 minutes on 2 busy cores)
+    .venv/bin/python bench/optimizer.py --cases 1,3
+    .venv/bin/python bench/optimizer.py --no-aic   # Plinth's side only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.calibration import AIC_MODELS, AIC_SYSTEMS, ensure_aic  # noqa: E402
+from runtime import optimize as opt  # noqa: E402
+from runtime.spec import Architecture  # noqa: E402
+
+RATIO_TARGET, PLINTH_SECONDS_TARGET = 0.9, 2.0
+MODELS = {**AIC_MODELS, "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B"}
+MOE = ("qwen3-235b-a22b", "deepseek-v3")
+# AIConfigurator's search space: the checkpoint's own formats, aggregated or P/D.
+AS_SHIPPED: frozenset[opt.Feature] = frozenset({"disaggregation"})
+# Plinth format -> AIConfigurator quant mode (SGLang's FP8 checkpoints are block-scaled).
+AIC_GEMM = {"fp8": "fp8_block"}
+AIC_KV = {"fp8_e4m3": "fp8"}
+PLINTH_GEMM = {"fp8_block": "fp8", "fp8": "fp8", "fp8_static": "fp8"}
+PLINTH_KV = {"fp8": "fp8_e4m3"}
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str
+    gpu: str
+    gpus: int  # the budget both tools size to (AIConfigurator's --total-gpus)
+    isl: int
+    osl: int
+    ttft_ms: float
+    tpot_ms: float
+    why: str
+
+    def request(self, features: frozenset[opt.Feature]) -> opt.OptimizeRequest:
+        return opt.OptimizeRequest(
+            model=self.model,
+            gpus=(self.gpu,),
+            traffic=opt.Traffic(self.isl, self.osl, rate_rps=1.0),
+            # AIConfigurator's TPOT is a mean over the answer and it has no p90 ITL bound.
+            slo=opt.Slo(self.ttft_ms / 1000, math.inf, tpot_mean_s=self.tpot_ms / 1000),
+            limits=opt.Limits(max_gpus=self.gpus),
+            features=features,
+            objective="throughput",
+        )
+
+    @property
+    def label(self) -> str:
+        return (
+            f"{self.model} {self.gpu} x{self.gpus} ISL {self.isl} OSL {self.osl} "
+            f"TTFT {self.ttft_ms:.0f} ms TPOT {self.tpot_ms:.0f} ms"
+        )
+
+
+CASES = [
+    Case("llama-3.1-8b", "H100-SXM", 8, 1024, 256, 1000, 50, "chat, loose TPOT"),
+    Case("llama-3.1-8b", "H200", 8, 8000, 200, 1000, 15, "long prompts, tight TPOT"),
+    Case("llama-3.1-70b", "H200", 8, 1024, 512, 2000, 50, "chat on a big dense model"),
+    Case("llama-3.1-70b", "H100-SXM", 8, 4000, 500, 1500, 25, "RAG-sized prompts, tight TPOT"),
+    Case("qwen3-32b", "H100-SXM", 8, 2048, 512, 1000, 40, "mid-size dense"),
+    Case("qwen3-32b", "H200", 8, 6000, 300, 1200, 20, "long prompts, tight TPOT: P/D"),
+    Case("qwen3-235b-a22b", "H200", 16, 1024, 256, 2000, 50, "MoE, two nodes"),
+]
+
+# Runs inside the AIConfigurator venv: one job (JSON on stdin), one JSON answer on stdout.
+_AIC_WORKER = r"""
+import json, logging, sys, time, warnings
+started = time.perf_counter()
+logging.disable(logging.CRITICAL)
+warnings.filterwarnings("ignore")
+from aiconfigurator.cli.api import cli_default, cli_estimate, cli_exp
+job = json.load(sys.stdin)
+KEEP = ("tokens/s/gpu", "ttft", "tpot", "bs", "tp", "dp", "moe_tp", "moe_ep", "gemm", "kvcache",
+        "(p)tp", "(p)dp", "(p)workers", "(p)bs", "(p)gemm", "(p)kvcache", "(d)tp", "(d)dp",
+        "(d)workers", "(d)bs", "(d)gemm", "(d)kvcache", "num_total_gpus")
+def rows(result):
+    out = {}
+    for name, frame in result.best_configs.items():
+        if frame is not None and len(frame):
+            row = frame.iloc[0].to_dict()
+            out[name] = {k: (v.item() if hasattr(v, "item") else v)
+                         for k, v in row.items() if k in KEEP}
+    return out
+answer = {"import_s": time.perf_counter() - started}
+t0 = time.perf_counter()
+try:
+    if job["op"] == "search":
+        r = cli_default(job["model"], job["gpus"], job["system"], backend="sglang",
+                        isl=job["isl"], osl=job["osl"], ttft=job["ttft"], tpot=job["tpot"],
+                        top_n=1)
+        answer.update(chosen=r.chosen_exp, picks=rows(r))
+    elif job["op"] == "disagg":
+        # These exact pools; the decode batch is the one free knob (TPOT grows with it).
+        best = None
+        for batch in (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512):
+            try:
+                r = cli_estimate(job["model"], job["system"], mode="disagg",
+                                 backend_name="sglang", isl=job["isl"], osl=job["osl"],
+                                 decode_batch_size=batch, prefill_batch_size=1, **job["pools"])
+            except Exception as exc:  # past the KV memory: the batch before was the last
+                answer["stopped"] = f"batch {batch}: {type(exc).__name__}"
+                break
+            if r.tpot > job["tpot"]:
+                break
+            if r.ttft <= job["ttft"] and (best is None or r.tokens_per_second_per_gpu > best):
+                best = r.tokens_per_second_per_gpu
+        answer["picks"] = {} if best is None else {"pin": {"tokens/s/gpu": best}}
+    else:
+        r = cli_exp(config={"pin": job["config"]}, top_n=1)
+        answer.update(picks=rows(r))
+except Exception as exc:
+    answer["error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
+answer["search_s"] = time.perf_counter() - t0
+print(json.dumps(answer))
+"""
+
+
+def aic(python: Path, job: dict[str, Any]) -> dict[str, Any]:
+    done = subprocess.run(
+        [python, "-c", _AIC_WORKER], input=json.dumps(job), capture_output=True, text=True
+    )
+    if done.returncode != 0 or not done.stdout.strip():
+        return {"error": (done.stderr.strip().splitlines() or ["no answer"])[-1][:160]}
+    answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return answer
+
+
+# ---- picks in both vocabularies ----------------------------------------------------------------
+@dataclass(frozen=True)
+class Pick:
+    """One engine configuration, as either tool picked it."""
+
+    layout: opt.Layout
+    speculator: str = "none"
+    dp: int = 1  # AIConfigurator's attention data parallelism (inside `layout.tp`'s GPUs)
+
+    def describe(self) -> str:
+        lay = self.layout
+        formats = f"{lay.quantization or 'as shipped'}/KV {lay.kv_dtype}"
+        spec = "" if self.speculator == "none" else f" {self.speculator}"
+        if self.dp > 1:
+            spec += f" (attention DP{self.dp})"
+        if lay.prefill_tp is None:
+            return f"agg TP{lay.tp} x{lay.replicas} {formats}{spec}"
+        return (
+            f"P/D {lay.prefill_replicas}xTP{lay.prefill_tp}:{lay.replicas}xTP{lay.tp} "
+            f"{formats}{spec}"
+        )
+
+
+def plinth_pick(candidate: opt.Candidate) -> Pick:
+    s = candidate.spec
+    d = s.disaggregation
+    layout = opt.Layout(
+        gpu=s.hardware.gpu,
+        tp=(d.decode.tp or s.parallelism.tp) if d.enabled else s.parallelism.tp,
+        quantization=s.quantization.method,
+        kv_dtype=s.quantization.kv_cache_dtype,
+        replicas=d.decode.replicas if d.enabled else s.autoscaling.max_replicas,
+        prefill_tp=(d.prefill.tp or s.parallelism.tp) if d.enabled else None,
+        prefill_replicas=d.prefill.replicas if d.enabled else 0,
+    )
+    algorithm = s.speculator.algorithm if s.speculator.enabled else "none"
+    return Pick(layout, algorithm or "none")
+
+
+def aic_pick(case: Case, mode: str, row: dict[str, Any]) -> Pick:
+    """AIConfigurator's row as a Plinth layout (attention DP x TP priced as one TP group)."""
+    if mode == "agg":
+        return Pick(
+            opt.Layout(
+                gpu=case.gpu,
+                tp=int(row["tp"]) * int(row.get("dp") or 1),
+                quantization=PLINTH_GEMM.get(str(row["gemm"])),
+                kv_dtype=PLINTH_KV.get(str(row["kvcache"]), "auto"),
+            ),
+            dp=int(row.get("dp") or 1),
+        )
+    return Pick(
+        opt.Layout(
+            gpu=case.gpu,
+            tp=int(row["(d)tp"]) * int(row.get("(d)dp") or 1),
+            quantization=PLINTH_GEMM.get(str(row["(d)gemm"])),
+            kv_dtype=PLINTH_KV.get(str(row["(d)kvcache"]), "auto"),
+            replicas=int(row["(d)workers"]),
+            prefill_tp=int(row["(p)tp"]) * int(row.get("(p)dp") or 1),
+            prefill_replicas=int(row["(p)workers"]),
+        ),
+        dp=int(row.get("(d)dp") or 1),
+    )
+
+
+def pinned_config(case: Case, pick: Pick, kv_as_shipped: bool) -> dict[str, Any]:
+    """An AIConfigurator experiment that sweeps only `pick`'s configuration."""
+    lay = pick.layout
+    moe = case.model in MOE
+    common: dict[str, Any] = {
+        "backend_name": "sglang",
+        "total_gpus": case.gpus,
+        "isl": case.isl,
+        "osl": case.osl,
+        "ttft": case.ttft_ms,
+        "tpot": case.tpot_ms,
+    }
+
+    def side(prefix: str, tp: int) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            f"{prefix}num_gpu_candidates": [tp],
+            f"{prefix}tp_candidates": [tp],
+            f"{prefix}pp_candidates": [1],
+            f"{prefix}dp_candidates": [1],
+        }
+        if moe:  # Plinth spreads the experts over the TP group (EP = TP)
+            out[f"{prefix}moe_tp_candidates"] = [1]
+            out[f"{prefix}moe_ep_candidates"] = [tp]
+        return out
+
+    def formats(prefix: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if lay.quantization:
+            out[f"{prefix}gemm_quant_mode"] = AIC_GEMM[lay.quantization]
+        if lay.kv_dtype != "auto" and not kv_as_shipped:
+            out[f"{prefix}kvcache_quant_mode"] = AIC_KV[lay.kv_dtype]
+        return out
+
+    model, system = MODELS[case.model], AIC_SYSTEMS[case.gpu]
+    if lay.prefill_tp is None:
+        return {"serving_mode": "agg", "model_path": model, "system_name": system, **common,
+                **formats(""), **side("agg_", lay.tp)}  # fmt: skip
+    return {
+        "serving_mode": "disagg",
+        "prefill_model_path": model,
+        "prefill_system_name": system,
+        "prefill_backend_name": "sglang",
+        "decode_model_path": model,
+        "decode_system_name": system,
+        "decode_backend_name": "sglang",
+        **common,
+        **formats("prefill_"),
+        **formats("decode_"),
+        **side("prefill_", lay.prefill_tp),
+        **side("decode_", lay.tp),
+    }
+
+
+@dataclass(frozen=True)
+class Priced:
+    tok_s_gpu: float | None
+    mark: str = ""  # "*": priced without a part AIConfigurator has no data for
+    note: str = ""
+
+    def show(self) -> str:
+        if self.tok_s_gpu is None:
+            return "n/a"
+        return f"{self.tok_s_gpu:.0f}{self.mark}"
+
+
+def disagg_job(case: Case, pick: Pick, kv_as_shipped: bool) -> dict[str, Any]:
+    """Price a P/D pick with its exact pools (AIConfigurator picks only the decode batch)."""
+    lay = pick.layout
+    assert lay.prefill_tp is not None
+    pools: dict[str, Any] = {
+        "prefill_tp_size": lay.prefill_tp,
+        "prefill_num_workers": lay.prefill_replicas,
+        "decode_tp_size": lay.tp,
+        "decode_num_workers": lay.replicas,
+    }
+    if case.model in MOE:
+        pools.update(prefill_moe_tp_size=1, prefill_moe_ep_size=lay.prefill_tp,
+                     decode_moe_tp_size=1, decode_moe_ep_size=lay.tp)  # fmt: skip
+    if lay.quantization:
+        pools["gemm_quant_mode"] = AIC_GEMM[lay.quantization]
+    if lay.kv_dtype != "auto" and not kv_as_shipped:
+        pools["kvcache_quant_mode"] = AIC_KV[lay.kv_dtype]
+    return {
+        "op": "disagg", "model": MODELS[case.model], "system": AIC_SYSTEMS[case.gpu],
+        "isl": case.isl, "osl": case.osl, "ttft": case.ttft_ms, "tpot": case.tpot_ms,
+        "pools": pools,
+    }  # fmt: skip
+
+
+def price_under_aic(python: Path, case: Case, pick: Pick) -> Priced:
+    if pick.speculator != "none":
+        return Priced(None, note=f"AIConfigurator has no {pick.speculator} for SGLang")
+    answer: dict[str, Any] = {}
+    for kv_as_shipped in (False, True):
+        if kv_as_shipped and pick.layout.kv_dtype == "auto":
+            break
+        notes = ["FP8 KV priced as BF16 (no SGLang FP8-KV data)"] if kv_as_shipped else []
+        mark = "*" if kv_as_shipped else ""
+        # Its own sweep pinned to the pick first; a P/D pick its sweep finds nothing for (some
+        # mixed-TP splits) is priced at Plinth's exact pools instead.
+        jobs = [{"op": "pin", "config": pinned_config(case, pick, kv_as_shipped)}]
+        if pick.layout.prefill_tp is not None:
+            jobs.append(disagg_job(case, pick, kv_as_shipped))
+        for number, job in enumerate(jobs):
+            answer = aic(python, job)
+            rows = answer.get("picks") or {}
+            if "pin" in rows:
+                if number:
+                    notes.append("priced at Plinth's exact pools (AIC's pinned sweep: nothing)")
+                return Priced(float(rows["pin"]["tokens/s/gpu"]), mark, "; ".join(notes))
+    return Priced(None, note=str(answer.get("error", "nothing feasible"))[:80])
+
+
+def price_under_plinth(case: Case, pick: Pick) -> Priced:
+    prediction = opt.predict_layout(case.request(AS_SHIPPED), pick.layout)
+    if prediction is None:
+        return Priced(None, note="does not fit in Plinth's memory model")
+    if not prediction.meets_slo:
+        return Priced(0.0, note="misses the SLOs even unloaded in Plinth's model")
+    return Priced(prediction.tokens_per_s_per_gpu)
+
+
+# ---- the run -----------------------------------------------------------------------------------
+@dataclass
+class Row:
+    case: Case
+    aic_pick: Pick | None = None
+    aic_mode: str = ""
+    aic_seconds: float = 0.0
+    aic_self: Priced = Priced(None)
+    aic_in_plinth: Priced = Priced(None)
+    plinth: dict[str, tuple[Pick, float, Priced, Priced]] | None = None  # space -> figures
+
+
+def run_case(case: Case, python: Path | None) -> Row:
+    row = Row(case, plinth={})
+    for space, features in (("as shipped", AS_SHIPPED), ("full", frozenset(opt.WATERFALL))):
+        start = time.perf_counter()
+        result = opt.optimize(case.request(features))
+        seconds = time.perf_counter() - start
+        if result.best is None:
+            continue
+        pick = plinth_pick(result.best)
+        own = Priced(result.best.prediction.tokens_per_s_per_gpu)
+        theirs = price_under_aic(python, case, pick) if python else Priced(None)
+        assert row.plinth is not None
+        row.plinth[space] = (pick, seconds, own, theirs)
+    if python is None:
+        return row
+    answer = aic(python, {
+        "op": "search", "model": MODELS[case.model], "system": AIC_SYSTEMS[case.gpu],
+        "gpus": case.gpus, "isl": case.isl, "osl": case.osl, "ttft": case.ttft_ms,
+        "tpot": case.tpot_ms,
+    })  # fmt: skip
+    row.aic_seconds = float(answer.get("import_s", 0)) + float(answer.get("search_s", 0))
+    picks = answer.get("picks") or {}
+    mode = answer.get("chosen")
+    if mode in picks:
+        row.aic_mode = str(mode)
+        row.aic_pick = aic_pick(case, row.aic_mode, picks[mode])
+        row.aic_self = Priced(float(picks[mode]["tokens/s/gpu"]))
+        row.aic_in_plinth = price_under_plinth(case, row.aic_pick)
+    else:
+        row.aic_self = Priced(None, note=str(answer.get("error", "no pick"))[:80])
+    return row
+
+
+def print_row(index: int, row: Row) -> bool | None:
+    """Prints one case; True/False whether Plinth's like-for-like pick met the ratio target."""
+    print(f"\n[{index}] {row.case.label}  ({row.case.why})")
+    print(f"    {'tool / search space':<26}{'pick':<44}{'Plinth t/s/GPU':>15}{'AIC t/s/GPU':>13}"
+          f"{'search s':>10}")  # fmt: skip
+    if row.aic_pick is not None:
+        figures = f"{row.aic_in_plinth.show():>15}{row.aic_self.show():>13}"
+        print(f"    {'AIConfigurator':<26}{row.aic_pick.describe():<44}{figures}"
+              f"{row.aic_seconds:>10.1f}")  # fmt: skip
+        if row.aic_in_plinth.note:
+            print(f"    {'':<26}  Plinth: {row.aic_in_plinth.note}")
+    elif row.aic_self.note:
+        print(f"    {'AIConfigurator':<26}{'(' + row.aic_self.note + ')':<44}")
+    met = None
+    for space, (pick, seconds, own, theirs) in (row.plinth or {}).items():
+        name = f"Plinth ({space})"
+        print(f"    {name:<26}{pick.describe():<44}{own.show():>15}{theirs.show():>13}"
+              f"{seconds:>10.2f}")  # fmt: skip
+        for note in (theirs.note,):
+            if note:
+                print(f"    {'':<26}  AIC: {note}")
+    if not row.plinth:
+        print("    Plinth: nothing meets the SLOs")
+    shipped = (row.plinth or {}).get("as shipped")
+    if shipped and shipped[3].tok_s_gpu and row.aic_self.tok_s_gpu:
+        ratio = shipped[3].tok_s_gpu / row.aic_self.tok_s_gpu
+        met = ratio >= RATIO_TARGET and shipped[1] < PLINTH_SECONDS_TARGET
+        speed = row.aic_seconds / max(shipped[1], 1e-3)
+        print(f"    ratio Plinth/AIC under AIC's model: {ratio:.2f} (target {RATIO_TARGET}: "
+              f"{'met' if met else 'NOT met'}); search {speed:.0f}x faster")  # fmt: skip
+    full = (row.plinth or {}).get("full")
+    if full and full[3].tok_s_gpu and row.aic_self.tok_s_gpu:
+        gain = full[3].tok_s_gpu / row.aic_self.tok_s_gpu
+        print(f"    full-search pick under AIC's model: {gain:.2f}x AIC's pick")
+    return met
+
+
+# ---- what only Plinth covers -------------------------------------------------------------------
+CUSTOM = Architecture(
+    architecture="MyLlamaForCausalLM",  # a class name SGLang and AIConfigurator do not ship
+    num_layers=40, hidden_size=5120, num_attention_heads=40, num_kv_heads=8, head_dim=128,
+    vocab_size=128256, params_b=13.0, max_context=32768,
+)  # fmt: skip
+PLINTH_ONLY: list[tuple[str, opt.OptimizeRequest]] = [
+    (
+        "EAGLE3 draft, Llama-3.1-8B on H100, interactive (TPOT 10 ms)",
+        opt.OptimizeRequest(
+            model="llama-3.1-8b",
+            gpus=("H100-SXM",),
+            traffic=opt.Traffic(2048, 512, 1.0),
+            slo=opt.Slo(1.0, 0.010),
+            limits=opt.Limits(max_gpus=8),
+            objective="throughput",
+        ),
+    ),
+    (
+        "custom architecture (13B, not in any catalogue) on H100",
+        opt.OptimizeRequest(
+            model="acme/my-13b",
+            architecture=CUSTOM,
+            gpus=("H100-SXM",),
+            traffic=opt.Traffic(2048, 256, 1.0),
+            slo=opt.Slo(1.0, 0.04),
+            limits=opt.Limits(max_gpus=8),
+            objective="throughput",
+        ),
+    ),
+    (
+        "FP4 KV cache, Llama-3.1-70B on B200, 16k-token answers",
+        opt.OptimizeRequest(
+            model="llama-3.1-70b",
+            gpus=("B200",),
+            traffic=opt.Traffic(4000, 16000, 1.0),
+            slo=opt.Slo(10.0, 0.05),
+            limits=opt.Limits(max_gpus=8),
+            objective="throughput",
+            features=frozenset({"quantization", "disaggregation"}),
+        ),
+    ),
+]
+
+
+def print_plinth_only() -> None:
+    print("\n== cases only Plinth covers (AIConfigurator: no EAGLE/EAGLE3 for SGLang, no custom "
+          "architectures, no FP4 KV cache) ==")  # fmt: skip
+    print(f"{'case':<64}{'pick':<52}{'t/s/GPU':>9}{'search s':>10}")
+    for name, request in PLINTH_ONLY:
+        start = time.perf_counter()
+        result = opt.optimize(request)
+        seconds = time.perf_counter() - start
+        best = result.best
+        pick = best.label if best else "(nothing meets the SLOs)"
+        figure = f"{best.prediction.tokens_per_s_per_gpu:.0f}" if best else "-"
+        print(f"{name:<64}{pick:<52}{figure:>9}{seconds:>10.2f}")
+        if best is not None:
+            nearest = _without(request, best)
+            if nearest:
+                print(f"{'':<64}  {nearest}")
+
+
+def _without(request: opt.OptimizeRequest, best: opt.Candidate) -> str:
+    """The nearest Plinth figure without what makes the case Plinth-only, for scale."""
+    s = best.spec
+    if s.quantization.kv_cache_dtype == "nvfp4" and not s.speculator.enabled:
+        pick = plinth_pick(best)
+        priced = opt.predict_layout(request, replace(pick.layout, kv_dtype="fp8_e4m3"))
+        figure = f"{priced.tokens_per_s_per_gpu:.0f}" if priced and priced.meets_slo else "-"
+        return f"same layout, FP8 KV: {figure} t/s/GPU"
+    if not s.speculator.enabled:
+        return ""
+    other = opt.optimize(replace(request, features=request.features - {"speculator"}))
+    if other.best is None:
+        return "no speculation: nothing meets the SLOs"
+    tok_s = other.best.prediction.tokens_per_s_per_gpu
+    return f"no speculation: {other.best.label} {tok_s:.0f} t/s/GPU"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", help="comma-separated case numbers (1-based); default all")
+    parser.add_argument("--no-aic", action="store_true", help="Plinth's side only")
+    args = parser.parse_args()
+    chosen = [int(n) for n in args.cases.split(",")] if args.cases else range(1, len(CASES) + 1)
+    python = None if args.no_aic else ensure_aic()
+    print("== Plinth optimizer vs AIConfigurator 0.12 (cli default --backend sglang) ==")
+    print("tokens/s/GPU of each pick under each tool's model, each at the most it carries within")
+    print("the SLOs; '*' = priced without a part AIConfigurator has no data for; search s = wall")
+    print("time of one search (AIConfigurator: a fresh process, as its CLI runs)")
+    results = []
+    for index in chosen:
+        row = run_case(CASES[index - 1], python)
+        results.append(print_row(index, row))
+    print_plinth_only()
+    if python is not None:
+        compared = [met for met in results if met is not None]
+        print(f"\nratio target met in {sum(compared)} of {len(compared)} compared cases")
+        sys.exit(0 if all(compared) else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.catalog import get_gpu
-from runtime.memory import gib, memory_fit
+from runtime.memory import default_max_running, gib, memory_fit
 from runtime.spec import RuntimeSpec
 from runtime.topology import EngineGroup, engine_groups
 
@@ -29,6 +29,8 @@ class GroupEstimate(BaseModel):
     kv_bytes_per_token: float | None = None
     max_kv_tokens: int | None = None  # one attention-DP rank's pool
     max_concurrent_tokens: int | None = None  # the whole replica
+    # Requests of the full context length the replica holds at once (the headroom).
+    concurrent_requests: int | None = None
     fits: bool
 
 
@@ -51,6 +53,13 @@ class Estimate(BaseModel):
     capacity_gib: float
     mem_fraction_static: float | None
     max_concurrent_tokens: int | None
+    concurrent_requests: int | None = Field(
+        default=None,
+        description="requests of the full context length one replica's KV cache holds at once",
+    )
+    max_running_requests: int | None = Field(
+        default=None, description="the cap on running requests, when one is set or forced"
+    )
     gpus_per_replica: int
     total_gpus_min: int
     total_gpus_max: int
@@ -94,6 +103,7 @@ def _group_estimate(spec: RuntimeSpec, group: EngineGroup) -> GroupEstimate:
             "kv_bytes_per_token": round(fit.kv_bytes_per_token, 1),
             "max_kv_tokens": fit.max_kv_tokens,
             "max_concurrent_tokens": fit.max_concurrent_tokens,
+            "concurrent_requests": fit.concurrent_requests,
             "fits": fit.fits,
         }
     )
@@ -120,6 +130,8 @@ def estimate(spec: RuntimeSpec) -> Estimate:
         capacity_gib=serving.capacity_gib,
         mem_fraction_static=serving.mem_fraction_static,
         max_concurrent_tokens=serving.max_concurrent_tokens,
+        concurrent_requests=serving.concurrent_requests,
+        max_running_requests=default_max_running(spec),
         gpus_per_replica=per_replica,
         total_gpus_min=gpus_min,
         total_gpus_max=gpus_max,

@@ -168,6 +168,11 @@ class MemoryFit:
         return self.weights + self.kv_cache + self.reserve
 
     @property
+    def concurrent_requests(self) -> int:
+        """Requests of the full context length the replica's KV cache holds at once."""
+        return self.max_concurrent_tokens // self.context_length if self.context_length else 0
+
+    @property
     def weights_fit(self) -> bool:
         return self.weights + self.reserve < self.capacity and self.kv_cache > 0
 

@@ -1,9 +1,11 @@
 """The create/edit wizard: one settings form with live validation, memory fit and cost.
 
-Every change posts the form to ``validate``, which answers the estimate panel plus every
-field's issue slot as out-of-band swaps, so errors appear next to their inputs as the person
-types. Saving calls one service: ``create_deployment`` or ``update_settings`` (a new revision;
-a Conflict when someone saved first).
+A new endpoint starts from a template (``?template=chat``, ``deployments.presets``) or the
+optimizer's pick (``?spec=``); the form opens on its Basics step with every other section
+collapsed behind a summary. Every change posts the form to ``validate``, which answers the
+estimate panel plus every field's issue slot and section summary as out-of-band swaps, so errors
+appear next to their inputs as the person types. Saving calls one service: ``create_deployment``
+or ``update_settings`` (a new revision; a Conflict when someone saved first).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from controlplane.access import require_role
 from controlplane.guard import actor_of, console_view
 from controlplane.models import Role
 from controlplane.services import Conflict, ServiceError
-from deployments import forms, queries, recommend, services
+from deployments import forms, presets, queries, recommend, services
 from deployments.models import Deployment
 from runtime.issues import Issue, error
 from runtime.optimize import OptimizeRequest, Slo, Traffic
@@ -45,13 +47,15 @@ def _form_context(values: dict[str, Any], issues: list[Issue], est: Any) -> dict
     grouped = forms.issues_by_field(issues)
     return {
         "sections": forms.bind(values, issues),
-        "general_issues": grouped.get("", []),
+        "general_issues": [forms.ShownIssue(i) for i in grouped.get("", [])],
+        "tp_for": forms.tp_key(values),
         "estimate": est,
         "memory": _memory_bar(est),
         "models": forms.model_choices(),
         "custom_arch": forms.uses_custom_architecture(values),
         "error_count": sum(1 for i in issues if i.is_error),
-        "warnings": [i for i in issues if not i.is_error],
+        "warnings": [forms.ShownIssue(i) for i in issues if not i.is_error],
+        "presets": presets.PRESETS,
     }
 
 
@@ -77,6 +81,9 @@ def validate_settings(request: HttpRequest) -> HttpResponse:
     base = _edit_base(request)
     result = _evaluate(request.POST, base)
     context = _form_context(result["values"], result["issues"], result["estimate"])
+    # The TP choices follow the model's heads: sent again only when those changed, so a person
+    # choosing a TP never has the select replaced under them.
+    context["tp_refresh"] = request.POST.get("tp_for", "") != context["tp_for"]
     return render(request, "deployments/wizard.html#validation", context)
 
 
@@ -95,12 +102,16 @@ def endpoint_create(request: HttpRequest) -> HttpResponse:
     require_role(actor, Role.DEVELOPER)
     clusters = list(queries.clusters_for(actor))
     if request.method == "GET":
-        prefill = _prefilled_spec(request)
+        chosen = presets.preset(request.GET.get("template", ""))
+        prefill = chosen.spec_copy() if chosen else _prefilled_spec(request)
         values = forms.initial_values(prefill)
         spec, _ = check(prefill or forms.DEFAULT_SPEC)
         context = _form_context(values, [], estimate(spec) if spec else None)
         context.update(clusters=clusters, rec_form=RecommendForm(prefix="rec"))
-        if prefill:
+        if chosen:
+            # Named after the template so "Create" is the only click left.
+            context.update(template=chosen.key, meta={"slug": queries.free_slug(chosen.slug)})
+        elif prefill:
             context["prefilled_from"] = request.GET.get("from", "")[:200] or "a recommendation"
         return render(request, "deployments/wizard.html", context)
     result = _evaluate(request.POST, None)

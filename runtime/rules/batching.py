@@ -15,8 +15,8 @@ def mem_fraction(ctx: RuleContext) -> Iterator[Issue]:
         yield warning(
             "batching.mem_fraction_static",
             "mem_fraction_too_high",
-            f"mem_fraction_static {fraction} leaves under 5% of the GPU for activations and "
-            "CUDA graphs; the engine is likely to run out of memory under load",
+            f"a static memory fraction of {fraction} leaves under 5% of the GPU for activations "
+            "and CUDA graphs; the engine is likely to run out of memory under load",
             "leave it unset (SGLang picks it from GPU memory) or use at most 0.9",
         )
 
@@ -27,7 +27,7 @@ def chunk_pages(ctx: RuleContext) -> Iterator[Issue]:
         yield error(
             "batching.chunked_prefill_size",
             "chunked_prefill_page_size",
-            f"chunked_prefill_size {chunk} is not a multiple of page_size {page} "
+            f"chunked prefill size {chunk} is not a multiple of page size {page} "
             "(SGLang asserts this)",
             f"use {max(page, chunk // page * page)}",
         )

@@ -1,4 +1,5 @@
-"""Memory fit: weights, reserve and one full-context request per GPU (DESIGN.md section 4)."""
+"""Memory fit: weights, reserve and one full-context request per GPU (DESIGN.md section 4), and
+the headroom: how many full-context requests the KV pool holds beside the max running requests."""
 
 from __future__ import annotations
 
@@ -27,24 +28,29 @@ def _cheaper_options(ctx: RuleContext, arch: ModelArch, group: EngineGroup) -> s
     options = []
     tp = _smallest_fitting_tp(ctx, arch, group)
     if tp is not None:
-        options.append(f"{group.tp_field} {tp}")
+        options.append(f"{group.tp_field} {tp}".replace("parallelism.tp", "TP"))
     if ctx.spec.quantization.method is None and arch.checkpoint_quantization is None:
-        options.append("quantization.method fp8" if ctx.gpu.sm >= 89 else "an FP8/INT4 model")
+        options.append("FP8 weight quantization" if ctx.gpu.sm >= 89 else "an FP8/INT4 model")
     if ctx.spec.quantization.kv_cache_dtype == "auto":
-        options.append("quantization.kv_cache_dtype fp8_e4m3")
+        options.append("an FP8 KV cache (fp8_e4m3)")
     larger = [g.id for g in list_gpus() if g.memory_gib > ctx.gpu.memory_gib][:3]
     if larger:
         options.append(f"a larger GPU ({', '.join(larger)})")
     return "; ".join(options)
 
 
+def _where(group: EngineGroup) -> str:
+    """ "" for a plain engine; "prefill pool: " / "decode pool: " when the pools are split."""
+    return "" if group.role == "engine" else f"{group.role} pool: "
+
+
 def _weights_issue(ctx: RuleContext, arch: ModelArch, group: EngineGroup, fit: MemoryFit) -> Issue:
     return error(
         group.tp_field,
         "memory_weights_exceed",
-        f"{group.role}: weights need {gib(fit.weights)} GiB per GPU plus {gib(fit.reserve)} GiB "
+        f"{_where(group)}weights need {gib(fit.weights)} GiB per GPU plus {gib(fit.reserve)} GiB "
         f"reserved for activations and CUDA graphs, but a {ctx.gpu.id} has "
-        f"{gib(fit.capacity)} GiB (mem_fraction_static {fit.mem_fraction_static:.3f})",
+        f"{gib(fit.capacity)} GiB (static memory fraction {fit.mem_fraction_static:.3f})",
         "use " + _cheaper_options(ctx, arch, group),
     )
 
@@ -54,7 +60,7 @@ def _context_issue(ctx: RuleContext, arch: ModelArch, group: EngineGroup, fit: M
     return error(
         field,
         "memory_context_exceeds_kv",
-        f"{group.role}: the KV pool holds {fit.max_kv_tokens} tokens per GPU after "
+        f"{_where(group)}the KV cache holds {fit.max_kv_tokens} tokens per GPU after "
         f"{gib(fit.weights)} GiB of weights, less than one {fit.context_length}-token request",
         f"set model.context_length to at most {fit.max_kv_tokens}, or use "
         + _cheaper_options(ctx, arch, group),
@@ -71,10 +77,33 @@ def _group_fit(ctx: RuleContext, arch: ModelArch, group: EngineGroup) -> Iterato
         yield warning(
             "model.context_length",
             "memory_low_concurrency",
-            f"{group.role}: the KV pool holds {fit.max_kv_tokens} tokens, fewer than two "
+            f"{_where(group)}the KV cache holds {fit.max_kv_tokens} tokens, fewer than two "
             f"full {fit.context_length}-token requests; long requests will queue",
-            "lower model.context_length or use fp8 KV cache / more GPUs",
+            "lower model.context_length or use an FP8 KV cache / more GPUs",
         )
+    else:
+        yield from _headroom(ctx, group, fit)
+
+
+def _headroom(ctx: RuleContext, group: EngineGroup, fit: MemoryFit) -> Iterator[Issue]:
+    """A max running requests setting the KV cache cannot hold at the full context length.
+
+    Only a value the person set: the 48 SGLang forces under speculation is shown by the fit
+    panel, not raised on every speculative spec whose model has a long context.
+    """
+    running = ctx.spec.batching.max_running_requests
+    fitting = fit.concurrent_requests
+    if running is None or fitting >= running:
+        return
+    yield warning(
+        "batching.max_running_requests",
+        "memory_below_max_running",
+        f"{_where(group)}the KV cache holds {fitting} requests of the full "
+        f"{fit.context_length}-token context at once, fewer than the {running} max running "
+        "requests; at full length the rest wait for memory",
+        f"set batching.max_running_requests to {fitting}, or lower model.context_length, or "
+        "use an FP8 KV cache / more GPUs",
+    )
 
 
 def memory(ctx: RuleContext) -> Iterator[Issue]:

@@ -49,9 +49,9 @@ def gpu_count(ctx: RuleContext) -> Iterator[Issue]:
         yield error(
             "hardware.gpus_per_replica",
             "gpu_count_mismatch",
-            f"{requested} GPUs per replica but tp x pp = {par.tp} x {par.pp} = {par.tp * par.pp}; "
-            "SGLang uses exactly tp x pp GPUs (attention-DP and EP reuse the TP group)",
-            f"set parallelism.tp to {max(1, requested // par.pp)} or gpus_per_replica "
+            f"{requested} GPUs per replica but TP x PP = {par.tp} x {par.pp} = {par.tp * par.pp}; "
+            "SGLang uses exactly TP x PP GPUs (attention-DP and EP reuse the TP group)",
+            f"set parallelism.tp to {max(1, requested // par.pp)} or hardware.gpus_per_replica "
             f"to {par.tp * par.pp}",
         )
 
@@ -65,7 +65,7 @@ def node_shape(ctx: RuleContext) -> Iterator[Issue]:
                 field,
                 "nodes_gpus_indivisible",
                 f"{group.gpus} GPUs cannot be split evenly over {group.nodes} nodes; SGLang needs "
-                "(tp x pp) % nnodes == 0",
+                "TP x PP to be a multiple of the node count",
                 f"use a node count that divides {group.gpus}",
             )
         elif group.gpus // group.nodes > per_node:
@@ -95,17 +95,17 @@ def _group_heads(arch: ModelArch, group: EngineGroup) -> Iterator[Issue]:
         yield error(
             group.tp_field,
             "tp_heads_indivisible",
-            f"tp={tp} does not divide {arch.num_attention_heads} attention heads of {arch.id}",
-            f"use tp {options}",
+            f"TP {tp} does not divide the {arch.num_attention_heads} attention heads of {arch.id}",
+            f"use TP {options}",
         )
     elif not kv_heads_divide(arch.num_kv_heads, tp):
         options = choices_text(suggest_tp(arch, tp, max_gpus))
         yield error(
             group.tp_field,
             "tp_kv_heads_indivisible",
-            f"tp={tp} and {arch.num_kv_heads} KV heads of {arch.id}: KV heads must divide tp "
-            "or be divisible by it",
-            f"use tp {options}",
+            f"TP {tp} and the {arch.num_kv_heads} KV heads of {arch.id}: the KV heads must divide "
+            "TP or be divisible by it",
+            f"use TP {options}",
         )
 
 
@@ -125,9 +125,9 @@ def attention_dp(ctx: RuleContext) -> Iterator[Issue]:
         yield error(
             "parallelism.attn_dp",
             "attn_dp_indivisible",
-            f"attn_dp={par.attn_dp} must divide tp={par.tp} (attention-DP groups live inside "
-            "the TP group)",
-            f"use attn_dp {choices_text(divisors) or 1}",
+            f"attention DP {par.attn_dp} must divide TP {par.tp} (attention-DP groups live "
+            "inside the TP group)",
+            f"use attention DP {choices_text(divisors) or 1}",
         )
     if ctx.arch is not None and not ctx.arch.is_mla and not ctx.arch.is_moe:
         yield warning(
@@ -135,7 +135,7 @@ def attention_dp(ctx: RuleContext) -> Iterator[Issue]:
             "attn_dp_dense_model",
             f"attention-DP is meant for MLA/MoE models; on {ctx.arch.id} it only replicates "
             "weights and shrinks the KV pool",
-            "set attn_dp to 1 and scale with replicas instead",
+            "set parallelism.attn_dp to 1 and scale with replicas instead",
         )
 
 
@@ -147,8 +147,8 @@ def expert_parallel(ctx: RuleContext) -> Iterator[Issue]:
         yield error(
             "parallelism.ep",
             "ep_indivisible",
-            f"ep={par.ep} must divide tp={par.tp}: expert parallelism splits the TP group",
-            f"use ep {choices_text([d for d in range(2, par.tp + 1) if par.tp % d == 0]) or 1}",
+            f"EP {par.ep} must divide TP {par.tp}: expert parallelism splits the TP group",
+            f"use EP {choices_text([d for d in range(2, par.tp + 1) if par.tp % d == 0]) or 1}",
         )
     arch = ctx.arch
     if arch is not None and arch.num_experts is None:
@@ -162,8 +162,8 @@ def expert_parallel(ctx: RuleContext) -> Iterator[Issue]:
         yield error(
             "parallelism.ep",
             "ep_experts_indivisible",
-            f"ep={par.ep} does not divide the {arch.num_experts} experts of {arch.id}",
-            "use an ep that divides the expert count",
+            f"EP {par.ep} does not divide the {arch.num_experts} experts of {arch.id}",
+            "use an EP size that divides the expert count",
         )
 
 
@@ -173,9 +173,9 @@ def pipeline(ctx: RuleContext) -> Iterator[Issue]:
         yield error(
             "parallelism.pp",
             "pp_exceeds_layers",
-            f"pp={pp} is more pipeline stages than {ctx.arch.id} has layers "
+            f"PP {pp} is more pipeline stages than {ctx.arch.id} has layers "
             f"({ctx.arch.num_layers})",
-            "use a smaller pp",
+            "use a smaller PP",
         )
 
 

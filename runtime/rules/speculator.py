@@ -87,7 +87,7 @@ def tree_shape(ctx: RuleContext) -> Iterator[Issue]:
         yield error(
             "speculator.num_steps",
             "speculator_steps_required",
-            "eagle_topk and num_draft_tokens can only be set together with num_steps "
+            "EAGLE top-k and draft tokens can only be set together with speculative steps "
             "(SGLang asserts this)",
             "set speculator.num_steps too, or leave all three unset for SGLang's defaults",
         )
@@ -99,15 +99,15 @@ def tree_shape(ctx: RuleContext) -> Iterator[Issue]:
         yield warning(
             "speculator.num_draft_tokens",
             "speculator_draft_tokens_forced",
-            f"with eagle_topk 1 SGLang forces num_draft_tokens to num_steps + 1 = {steps + 1}",
-            f"set num_draft_tokens to {steps + 1}",
+            f"with EAGLE top-k 1 SGLang forces the draft tokens to steps + 1 = {steps + 1}",
+            f"set speculator.num_draft_tokens to {steps + 1}",
         )
     elif topk is not None and drafts is not None and drafts > tree_size(steps, topk):
         yield error(
             "speculator.num_draft_tokens",
             "speculator_draft_tokens_exceed_tree",
-            f"num_draft_tokens {drafts} exceeds the {tree_size(steps, topk)} tokens a draft "
-            f"tree of num_steps {steps} and eagle_topk {topk} can propose",
+            f"{drafts} draft tokens exceed the {tree_size(steps, topk)} tokens a draft "
+            f"tree of {steps} steps and EAGLE top-k {topk} can propose",
             f"use at most {tree_size(steps, topk)}",
         )
 
@@ -120,7 +120,7 @@ def ngram(ctx: RuleContext) -> Iterator[Issue]:
             yield warning(
                 "speculator.ngram",
                 "speculator_options_unused",
-                f"speculator.ngram settings have no effect with {spec.algorithm}",
+                f"n-gram settings have no effect with {spec.algorithm}",
                 "remove them, or set speculator.algorithm to NGRAM",
             )
         return
@@ -129,16 +129,16 @@ def ngram(ctx: RuleContext) -> Iterator[Issue]:
         yield error(
             "speculator.ngram.min_bfs_breadth",
             "ngram_breadth_order",
-            f"min_bfs_breadth {low} is larger than max_bfs_breadth {high}",
-            f"set min_bfs_breadth to at most {high}",
+            f"n-gram min breadth {low} is larger than the max breadth {high}",
+            f"set speculator.ngram.min_bfs_breadth to at most {high}",
         )
     if spec.num_steps is not None or spec.eagle_topk is not None:
         yield warning(
             "speculator.num_steps",
             "speculator_options_unused",
-            "NGRAM derives eagle_topk from ngram.max_bfs_breadth and num_steps from "
-            "num_draft_tokens; the values given are ignored",
-            "remove speculator.num_steps / eagle_topk; tune num_draft_tokens",
+            "NGRAM derives EAGLE top-k from the n-gram max breadth and the steps from the "
+            "draft tokens; the values given are ignored",
+            "clear speculative steps and EAGLE top-k; tune speculator.num_draft_tokens",
         )
 
 

@@ -21,6 +21,16 @@ def test_validate_a_good_spec_reports_fit_and_cost(api: Clients) -> None:
     assert body["estimate"]["gpus_per_replica"] == 1
 
 
+def test_validate_reports_headroom_and_words_not_paths(api: Clients) -> None:
+    spec = spec_with(batching={"max_running_requests": 256})
+    body = api.carol.post("validate", {"spec": spec}).json()
+    estimate = body["estimate"]
+    assert estimate["concurrent_requests"] == 3 and estimate["max_running_requests"] == 256
+    [warning] = [i for i in body["issues"] if i["code"] == "memory_below_max_running"]
+    assert warning["field"] == "spec.batching.max_running_requests"  # the path stays a path
+    assert "set max running requests to 3" in warning["fix"]  # the text says it in words
+
+
 def test_validate_reports_errors_by_field_without_creating_anything(api: Clients) -> None:
     body = api.carol.post("validate", {"spec": spec_with(parallelism={"tp": 3})}).json()
     assert body["valid"] is False

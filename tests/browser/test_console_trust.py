@@ -90,7 +90,8 @@ def test_a_refused_save_keeps_the_catalogue_architecture(
     expect(page.locator("#arch-toggle")).not_to_be_checked()
     expect(page.locator(".arch-fields")).to_be_hidden()
     # The live check after the refusal sees the same form: no architecture demanded.
-    page.fill("#f-parallelism-tp", "2")
+    page.locator("#section-parallelism > summary").click()
+    page.select_option("#f-parallelism-tp", "2")
     expect(page.locator("#fit-verdict")).to_contain_text("Fits")
     expect(page.locator("[data-field^='model.architecture']")).to_have_count(0)
     assert axe_violations(page) == []

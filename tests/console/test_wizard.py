@@ -43,7 +43,7 @@ def test_the_live_check_shows_fit_cost_and_no_errors(alice: Client, cast: Cast) 
 def test_an_indivisible_tp_is_shown_next_to_its_field(alice: Client, cast: Cast) -> None:
     body = alice.post("/endpoints/validate/", _form(parallelism__tp="3"), **HTMX).content.decode()
     slot = body.split('id="issues-f-parallelism-tp"')[1].split("</div>")[0]
-    assert "does not divide 32 attention heads" in slot and "Fix: use tp 2, 4 or 8" in slot
+    assert "TP 3 does not divide the 32 attention heads" in slot and "Fix: use TP 2, 4 or 8" in slot
     assert "1 setting to fix before saving" in body
 
 
@@ -106,8 +106,8 @@ def test_routing_knobs_posted_in_the_wizard_are_stored(alice: Client, cast: Cast
 def test_invalid_settings_are_refused_field_by_field(alice: Client, cast: Cast) -> None:
     response = alice.post("/endpoints/new/", {**_form(parallelism__tp="3"), "slug": "chat"})
     assert response.status_code == 422
-    assert b"does not divide 32 attention heads" in response.content
-    assert b'value="3"' in response.content  # the typed value stays to be fixed
+    assert b"does not divide the 32 attention heads" in response.content
+    assert b'<option value="3" selected>' in response.content  # the value stays to be fixed
     assert not Deployment.objects.exists()
 
 

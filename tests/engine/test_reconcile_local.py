@@ -65,6 +65,12 @@ def test_an_endpoint_becomes_active_and_its_rollback_keeps_serving(
 
     wait_until(rolled_back, "rolled back", timeout=60)
     deployment = converge(deployment, ACTIVE)
+    started = deployment.events.get(reason="RolloutStarted").message
+    # A deadline, not a prediction of when it will be ready (Issue 18).
+    assert started == (
+        "revision 2: starting 1 replica(s); deadline 4 s to become ready, "
+        "else revision 1 keeps serving"
+    )
     failed = deployment.events.get(reason="RolloutFailed")
     assert "revision 2 was not ready within its startup window" in failed.message
     assert "revision 1 keeps serving" in failed.message

@@ -36,8 +36,8 @@ def test_validate_reports_field_reason_and_fix(
     )
     assert main(["validate", str(spec)]) == 1
     out = capsys.readouterr().out
-    assert "ERROR   parallelism.tp: tp=3 does not divide 64 attention heads" in out
-    assert "fix: use tp 2, 4 or 8" in out and "[tp_heads_indivisible]" in out
+    assert "ERROR   parallelism.tp: TP 3 does not divide the 64 attention heads" in out
+    assert "fix: use TP 2, 4 or 8" in out and "[tp_heads_indivisible]" in out
 
 
 def test_bad_input_is_an_error_not_a_traceback(

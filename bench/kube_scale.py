@@ -1,34 +1,52 @@
 """The Kubernetes driver at 1,000 endpoints on one emulated cluster: API requests at steady state,
-the time for a change to reach the API, and the worker's memory.
+the time for a change to reach the API, and the worker's memory, for four ways of running the
+same settled endpoints, side by side in one run (each mode in a process of its own, against an
+emulator of its own, so each memory figure is that mode's alone):
+
+- ``old``: every object read, applied when changed and pruned on every pass (before set hashes);
+- ``hash``: the set-hash skip, no caches (one GET of the anchor per settled pass);
+- ``informer``: a ``KubeDriver`` on a ``ClusterCache`` built by hand;
+- ``worker``: the production path. A throw-away database holds N endpoints on a cluster whose
+  kubeconfig points at the emulator; this process turns the worker's caches on exactly as a
+  Celery worker does as it starts (``registry.watch_clusters`` with the worker's own
+  ``make_due_from_watch``), and every pass is ``reconcile.reconcile`` through
+  ``registry.driver_for``. Changes are ``services.scale`` (1 -> 2 replicas) followed at once by
+  the pass a worker would run (the queue in front of it is not in the figure). It also reports
+  how long a change made on the cluster (a pod turning unready) takes to make its endpoint due.
 
 The API emulator (tests/drivers/kube_emulator.py: kmock plus list/watch with resourceVersion)
-runs in a child process, so the memory figure is the worker's alone. The bench creates N
-endpoints (every object each renders, and one ready pod each), then runs settled passes as
-``deployments.reconcile`` does (observe, apply, observe) on a sample of them and counts the
-requests the emulator received. Requests per second at steady state are that count per pass,
-times N endpoints, at one pass per endpoint every ``--interval`` seconds
-(``PLINTH_SETTLED_RECONCILE_S``, 10 s), plus the watches the caches re-open. A change is a new
-revision on a sample of endpoints; its time is from the start of the pass until apply returns,
-i.e. until every changed object was written (the queue in front of the pass is not in it).
+runs in a child process. Requests per second at steady state are the API requests of a settled
+pass, times N endpoints, at one pass per endpoint every ``--interval`` seconds
+(``PLINTH_SETTLED_RECONCILE_S``, 10 s), plus the watches the caches re-open (one per kind every
+300 s). A change's time is from the start of the pass until it returns, every changed object
+written.
 
-    .venv/bin/python bench/kube_scale.py                 # the informer path
-    .venv/bin/python bench/kube_scale.py --mode old      # every object read and pruned per pass
-    .venv/bin/python bench/kube_scale.py --mode hash     # set-hash skip, no caches
+    .venv/bin/python bench/kube_scale.py                      # all four modes, side by side
+    .venv/bin/python bench/kube_scale.py --modes worker,hash  # some of them
+    .venv/bin/python bench/kube_scale.py --endpoints 200      # development
+
+``worker`` needs PostgreSQL and Redis (DATABASE_URL / REDIS_URL); it makes and drops a database.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import multiprocessing
+import os
 import statistics
+import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
+from datetime import timedelta
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+MODES = ("old", "hash", "informer", "worker")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -40,6 +58,8 @@ from deployments.drivers.kube.informer import ClusterCache  # noqa: E402
 from tests.drivers.reference_specs import ENGINE_KEY, load_spec, revision_plan  # noqa: E402
 
 NS = "bench"
+# The kinds a ClusterCache watches; each re-opens its watch every WATCH_S seconds.
+WATCH_S = 300
 
 
 def serve(conn: Connection) -> None:
@@ -58,31 +78,29 @@ def serve(conn: Connection) -> None:
                 )
                 conn.send((len(requests), dict(kinds)))
             elif command == "pods":
-                for ref_id, slug in arg:
-                    emulator.put("v1", "Pod", NS, ready_pod(ref_id, slug))
+                for pod_args in arg:
+                    emulator.put("v1", "Pod", NS, ready_pod(*pod_args))
                 conn.send(None)
             else:
                 conn.send(None)
                 return
 
 
-def ready_pod(ref_id: str, slug: str) -> dict[str, Any]:
+def ready_pod(ref_id: str, slug: str, role: str = "engine", ready: bool = True) -> dict[str, Any]:
     container = {
-        "name": "engine",
-        "ready": True,
+        "name": role,
+        "ready": ready,
         "started": True,
         "restartCount": 0,
         "state": {"running": {}},
     }
     return {
         "metadata": {
-            "name": f"{slug}-engine-0",
+            "name": f"{slug}-{role}-0",
             "namespace": NS,
-            "labels": L.object_labels(slug, ref_id, 1, "engine"),
+            "labels": L.object_labels(slug, ref_id, 1, role),
         },
-        "spec": {
-            "containers": [{"name": "engine", "image": "x", "ports": [{"containerPort": 30000}]}]
-        },
+        "spec": {"containers": [{"name": role, "image": "x", "ports": [{"containerPort": 30000}]}]},
         "status": {"phase": "Running", "podIP": "10.0.0.1", "containerStatuses": [container]},
     }
 
@@ -99,26 +117,70 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--endpoints", type=int, default=1000)
-    parser.add_argument("--sample", type=int, default=100, help="endpoints given settled passes")
-    parser.add_argument("--changes", type=int, default=50, help="endpoints given a new revision")
-    parser.add_argument("--interval", type=float, default=10.0, help="PLINTH_SETTLED_RECONCILE_S")
-    parser.add_argument("--mode", choices=["informer", "hash", "old"], default="informer")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.ERROR)
+class Emulator:
+    """The API emulator in a child process, and the requests it received."""
 
-    parent, child = multiprocessing.Pipe()
-    server = multiprocessing.get_context("fork").Process(target=serve, args=(child,), daemon=True)
-    server.start()
-    url = parent.recv()
+    def __init__(self) -> None:
+        self.conn, child = multiprocessing.Pipe()
+        ctx = multiprocessing.get_context("fork")
+        self.process = ctx.Process(target=serve, args=(child,), daemon=True)
+        self.process.start()
+        self.url: str = self.conn.recv()
 
-    def count() -> tuple[int, dict[str, int]]:
-        parent.send(("count", None))
-        result: tuple[int, dict[str, int]] = parent.recv()
+    def count(self) -> tuple[int, dict[str, int]]:
+        self.conn.send(("count", None))
+        result: tuple[int, dict[str, int]] = self.conn.recv()
         return result
 
+    def pods(self, pods: list[tuple[str, str, str, bool]]) -> None:
+        """(endpoint id, slug, role, ready) of each pod to put, as its kubelet would."""
+        for at in range(0, len(pods), 500):
+            self.conn.send(("pods", pods[at : at + 500]))
+            self.conn.recv()
+
+    def stop(self) -> None:
+        self.conn.send(("stop", None))
+        self.conn.recv()
+        self.process.join(10)
+
+
+def settled_cache(cache: ClusterCache, pods: int) -> None:
+    """Wait until every kind is listed, every watch open and ``pods`` pods are seen (their first
+    requests are not steady state)."""
+    for informer in cache.informers.values():
+        if not informer.wait_synced(300):
+            raise SystemExit(f"the {informer.kind.plural} cache did not sync")
+    deadline = time.monotonic() + 300
+    while len(cache.informers["Pod"]) < pods or any(
+        i.watches < 1 for i in cache.informers.values()
+    ):
+        if time.monotonic() > deadline:
+            raise SystemExit("the caches did not settle")
+        time.sleep(0.1)
+
+
+def figures(
+    args: argparse.Namespace, per_pass: float, pass_s: float, change_s: list[float], **extra: Any
+) -> dict[str, Any]:
+    watches = len(extra.get("cached", {})) / WATCH_S if extra.get("cached") else 0.0
+    return {
+        "endpoints": args.endpoints,
+        "per_pass": per_pass,
+        "pass_ms": pass_s * 1000,
+        "steady_rps": per_pass * args.endpoints / args.interval + watches,
+        # A settled pass's requests do not depend on how many endpoints there are: the same
+        # figure at 1,000 (for runs made smaller than that to fit a small machine).
+        "rps_at_1000": per_pass * 1000 / args.interval + watches,
+        "change_p50_ms": statistics.median(change_s) * 1000,
+        "change_p99_ms": pct(change_s, 0.99) * 1000,
+        "changes": len(change_s),
+        "rss_mib": rss_mib(),
+        **extra,
+    }
+
+
+def driver_mode(args: argparse.Namespace, emulator: Emulator) -> dict[str, Any]:
+    """``old``, ``hash`` or ``informer``: a KubeDriver built here, passes as reconcile runs them."""
     refs = [
         DeploymentRef(
             id=f"00000000-0000-4000-8000-{i:012d}", slug=f"ep{i}", namespace=NS, api_key=ENGINE_KEY
@@ -127,78 +189,251 @@ def main() -> None:
     ]
     first = revision_plan(load_spec("llama-3.1-8b-h100"), number=1)
     second = revision_plan(load_spec("llama-3.1-8b-ngram-h100"), number=2)
-    client = KubeClient.for_host(url, timeout=30.0)
+    client = KubeClient.for_host(emulator.url, timeout=30.0)
     base_rss = rss_mib()
-
     started = time.monotonic()
     creator = KubeDriver(client)
     for ref in refs:
         creator.apply(ref, first)
-    parent.send(("pods", [(r.id, r.slug) for r in refs]))
-    parent.recv()
+    emulator.pods([(r.id, r.slug, "engine", True) for r in refs])
     created_s = time.monotonic() - started
 
     cache = None
     if args.mode == "informer":
-        cache = ClusterCache(KubeClient.for_host(url, timeout=30.0), NS, watch_s=300).start()
-        for informer in cache.informers.values():
-            if not informer.wait_synced(120):
-                raise SystemExit(f"the {informer.kind.plural} cache did not sync")
-        # Settled: every pod seen and every watch open (their first requests are not steady state).
-        pods = cache.informers["Pod"]
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and (
-            len(pods) < args.endpoints or any(i.watches < 1 for i in cache.informers.values())
-        ):
-            time.sleep(0.1)
+        cache = ClusterCache(KubeClient.for_host(emulator.url, timeout=30.0), NS, watch_s=WATCH_S)
+        settled_cache(cache.start(), args.endpoints)
     driver = KubeDriver(client, skip_unchanged=args.mode != "old", cache=cache)
 
-    # Steady state: settled passes on a sample.
     sample = refs[: args.sample]
-    before, kinds_before = count()
+    before, kinds_before = emulator.count()
     started = time.monotonic()
     for ref in sample:
         driver.observe(ref)
         driver.apply(ref, first)
         driver.observe(ref)
     pass_s = (time.monotonic() - started) / len(sample)
-    after, kinds = count()
-    per_pass = (after - before) / len(sample)
-    settled_kinds = {k: v - kinds_before.get(k, 0) for k, v in kinds.items()}
-    watch_reopens = (len(cache.informers) / 300) if cache else 0.0
-    steady_rps = per_pass * args.endpoints / args.interval + watch_reopens
+    after, kinds = emulator.count()
 
-    # Changes: a new revision, applied in one pass.
     change_s = []
     for ref in refs[args.sample : args.sample + args.changes]:
         started = time.monotonic()
         driver.apply(ref, second)
         change_s.append(time.monotonic() - started)
-
-    rss = rss_mib()
-    print(f"mode: {args.mode}; {args.endpoints} endpoints on one emulated cluster")
-    print(f"created in {created_s:.1f} s")
-    print(
-        f"settled pass: {per_pass:.2f} API requests ({pass_s * 1000:.1f} ms), sample {len(sample)}"
+    cached = {k: len(i) for k, i in cache.informers.items()} if cache else {}
+    result = figures(
+        args,
+        (after - before) / len(sample),
+        pass_s,
+        change_s,
+        created_s=created_s,
+        rss_over_start_mib=rss_mib() - base_rss,
+        by_method={k: v - kinds_before.get(k, 0) for k, v in kinds.items()},
+        cached=cached,
     )
-    print(
-        f"steady state: {steady_rps:.2f} API requests/s at one pass per endpoint every "
-        f"{args.interval:g} s"
-    )
-    print(
-        f"change to API: p50 {statistics.median(change_s) * 1000:.1f} ms, "
-        f"p99 {pct(change_s, 0.99) * 1000:.1f} ms ({len(change_s)} changes)"
-    )
-    print(f"worker RSS: {rss:.0f} MiB ({rss - base_rss:+.0f} MiB over the start)")
-    if cache:
-        sizes = {k: len(i) for k, i in cache.informers.items()}
-        print(f"cached objects: {sizes}")
-    print(f"requests by method in the settled passes: {settled_kinds}")
     if cache:
         cache.stop()
-    parent.send(("stop", None))
-    parent.recv()
-    server.join(10)
+    return result
+
+
+def worker_mode(args: argparse.Namespace, emulator: Emulator) -> dict[str, Any]:
+    """The production path: reconcile.reconcile over seeded endpoints, through driver_for with
+    the caches a worker turns on as it starts."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+    os.environ.setdefault("PLINTH_ENV", "test")
+    os.environ["PLINTH_TEST_DB_NAME"] = f"bench_plinth_kube_{os.getpid()}"
+    # This process's changes send reconcile messages: to a queue no worker takes, dropped after.
+    os.environ["CELERY_QUEUE"] = queue = f"plinth-bench-kube-{os.getpid()}"
+    import django
+
+    django.setup()
+    import redis
+    from django.conf import settings
+    from django.test.utils import setup_databases, teardown_databases
+
+    old = setup_databases(verbosity=0, interactive=False)
+    try:
+        return _worker_figures(args, emulator, settings)
+    finally:
+        from deployments.drivers import registry
+
+        registry.watch_clusters(None)
+        teardown_databases(old, verbosity=0)
+        redis.Redis.from_url(settings.REDIS_URL).delete(queue)
+
+
+def _worker_figures(args: argparse.Namespace, emulator: Emulator, settings: Any) -> dict[str, Any]:
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from controlplane import services as platform
+    from deployments import reconcile, services
+    from deployments.drivers import registry
+    from deployments.models import Deployment, Revision
+    from deployments.tasks.clusters import make_due_from_watch
+    from tests.engine.conftest import kubeconfig, small_spec
+
+    settings.PLINTH_KUBE_ALLOW_HTTP = True  # the emulator speaks plain http on loopback
+    settings.PLINTH_KUBE_ALLOW_HOSTS = ["127.0.0.1"]
+    user = get_user_model().objects.create_user("bench", password="bench-password-123")
+    org = platform.create_organization(name="Bench", owner=user)
+    actor = platform.actor_for_user(user, org.pk)
+    config = kubeconfig(emulator.url).replace("team-a", NS)
+    secret = platform.set_secret(actor, name="emu-kubeconfig", value=config)
+    cluster = services.create_cluster(
+        actor, name="emu", namespace=NS, kubeconfig_secret_id=secret.pk
+    )
+    # One endpoint made through the services, the rest its copies (the services' checks and
+    # audit are not what this measures): each with its own revision 1.
+    proto = services.create_deployment(
+        actor,
+        slug="ep0",
+        name="ep0",
+        spec={**small_spec(), "autoscaling": {"min_replicas": 1, "max_replicas": 2}},
+        cluster_id=cluster.pk,
+    )
+    revision = proto.target_revision
+    assert revision is not None
+    copies = []
+    for i in range(1, args.endpoints):
+        copy = Deployment.objects.get(pk=proto.pk)
+        copy.pk, copy.slug, copy.name, copy.target_revision = uuid.uuid4(), f"ep{i}", f"ep{i}", None
+        copies.append(copy)
+    Deployment.objects.bulk_create(copies, batch_size=500)
+    revisions = []
+    for copy in copies:
+        rev = Revision.objects.get(pk=revision.pk)
+        rev.pk, rev.deployment_id = uuid.uuid4(), copy.pk
+        revisions.append(rev)
+    Revision.objects.bulk_create(revisions, batch_size=500)
+    for copy, rev in zip(copies, revisions, strict=True):
+        copy.target_revision_id = rev.pk
+    Deployment.objects.bulk_update(copies, ["target_revision"], batch_size=500)
+    ids = [str(proto.pk), *(str(c.pk) for c in copies)]
+    slugs = ["ep0", *(c.slug for c in copies)]
+
+    base_rss = rss_mib()
+    registry.watch_clusters(make_due_from_watch)  # what a starting worker does
+    started = time.monotonic()
+    for deployment_id in ids:  # the first passes apply every object
+        reconcile.reconcile(deployment_id)
+    pods = [
+        (i, s, role, True) for i, s in zip(ids, slugs, strict=True) for role in ("engine", "router")
+    ]
+    emulator.pods(pods)
+    driver = registry.driver_for(cluster)
+    cache = driver.cache  # type: ignore[attr-defined]
+    driver.close()
+    settled_cache(cache, len(pods))
+    for deployment_id in ids:  # they see their pods ready: active
+        reconcile.reconcile(deployment_id)
+    created_s = time.monotonic() - started
+    active = Deployment.objects.filter(status="active").count()
+
+    sample = ids[: args.sample]
+    before, kinds_before = emulator.count()
+    started = time.monotonic()
+    for deployment_id in sample:
+        reconcile.reconcile(deployment_id)
+    pass_s = (time.monotonic() - started) / len(sample)
+    after, kinds = emulator.count()
+
+    change_s = []
+    for deployment_id in ids[args.sample : args.sample + args.changes]:
+        services.scale(actor, deployment_id, replicas=2)
+        started = time.monotonic()
+        reconcile.reconcile(deployment_id)
+        change_s.append(time.monotonic() - started)
+
+    # A change on the cluster: an engine pod turns unready; its endpoint is due by the watch.
+    due_s = []
+    later = timezone.now() + timedelta(hours=1)
+    watched = ids[-min(10, len(ids)) :]
+    Deployment.objects.filter(pk__in=watched).update(next_reconcile_at=later)
+    for deployment_id, slug in zip(watched, slugs[-len(watched) :], strict=True):
+        started = time.monotonic()
+        emulator.pods([(deployment_id, slug, "engine", False)])
+        row = Deployment.objects.filter(pk=deployment_id)
+        while (row.values_list("next_reconcile_at", flat=True)[0] or later) > timezone.now():
+            if time.monotonic() - started > 30:
+                raise SystemExit("a watched change did not make its endpoint due")
+            time.sleep(0.02)
+        due_s.append(time.monotonic() - started)
+
+    return figures(
+        args,
+        (after - before) / len(sample),
+        pass_s,
+        change_s,
+        created_s=created_s,
+        active=active,
+        rss_over_start_mib=rss_mib() - base_rss,
+        by_method={k: v - kinds_before.get(k, 0) for k, v in kinds.items()},
+        cached={k: len(i) for k, i in cache.informers.items()},
+        due_p50_ms=statistics.median(due_s) * 1000,
+        due_max_ms=max(due_s) * 1000,
+    )
+
+
+def run_one(args: argparse.Namespace) -> None:
+    """One mode, in this process: its figures as one JSON line."""
+    logging.basicConfig(level=logging.ERROR)
+    emulator = Emulator()
+    try:
+        result = (
+            worker_mode(args, emulator) if args.mode == "worker" else driver_mode(args, emulator)
+        )
+    finally:
+        emulator.stop()
+    print(json.dumps({"mode": args.mode, **result}))
+
+
+ROWS = (
+    ("API requests per settled pass", "per_pass", "{:.2f}"),
+    ("steady state, API requests/s", "steady_rps", "{:.2f}"),
+    ("  the same at 1,000 endpoints", "rps_at_1000", "{:.2f}"),
+    ("settled pass, ms", "pass_ms", "{:.1f}"),
+    ("change to API p50, ms", "change_p50_ms", "{:.1f}"),
+    ("change to API p99, ms", "change_p99_ms", "{:.1f}"),
+    ("cluster change to due p50, ms", "due_p50_ms", "{:.0f}"),
+    ("worker RSS, MiB", "rss_mib", "{:.0f}"),
+    ("  of which over the start, MiB", "rss_over_start_mib", "{:+.0f}"),
+    ("seeding (apply all, pods), s", "created_s", "{:.1f}"),
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--endpoints", type=int, default=1000)
+    parser.add_argument("--sample", type=int, default=100, help="endpoints given settled passes")
+    parser.add_argument("--changes", type=int, default=50, help="endpoints given a change")
+    parser.add_argument("--interval", type=float, default=10.0, help="PLINTH_SETTLED_RECONCILE_S")
+    parser.add_argument("--modes", default=",".join(MODES), help="which, comma-separated")
+    parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)  # one, in this process
+    args = parser.parse_args()
+    if args.mode:
+        run_one(args)
+        return
+    results = []
+    for mode in args.modes.split(","):
+        if mode not in MODES:
+            raise SystemExit(f"--modes: {mode!r} is none of {', '.join(MODES)}")
+        command = [sys.executable, __file__, "--mode", mode, "--endpoints", str(args.endpoints),
+                   "--sample", str(args.sample), "--changes", str(args.changes),
+                   "--interval", str(args.interval)]  # fmt: skip
+        print(f"running {mode}...", file=sys.stderr, flush=True)
+        out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    print(f"{args.endpoints} endpoints on one emulated cluster; settled passes on {args.sample}, "
+          f"one per endpoint every {args.interval:g} s; {args.changes} changes")  # fmt: skip
+    modes = [r["mode"] for r in results]
+    print(f"{'':34}" + "".join(f"{m:>12}" for m in modes))
+    for label, key, fmt in ROWS:
+        cells = [fmt.format(r[key]) if key in r else "-" for r in results]
+        print(f"{label:34}" + "".join(f"{c:>12}" for c in cells))
+    for r in results:
+        active = f"; {r['active']} active" if "active" in r else ""
+        print(f"{r['mode']}: requests by method in the settled passes {r['by_method']}; "
+              f"cached objects {r['cached'] or '-'}{active}")  # fmt: skip
 
 
 if __name__ == "__main__":

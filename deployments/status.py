@@ -79,6 +79,9 @@ class Facts:
     # ...and one of those pools has no ready replica: nothing can be served, however many of
     # the other pool's replicas are ready.
     pool_down: bool = False
+    # ...or the pools it names are short: fewer of their replicas ready than present (the pool's
+    # Deployment keeps one pod per replica it wants), so the endpoint serves at reduced capacity.
+    short_pools: tuple[str, ...] = ()
 
     @property
     def serving_ready(self) -> int:
@@ -108,7 +111,16 @@ def replica_counts(replicas: Iterable[Mapping[str, Any]], applied: int | None) -
         "other_replicas": len(engines) - len(placed),
         "pooled": pooled,
         "pool_down": pooled and any(roles.get(role, (0, 0))[0] == 0 for role in _POOL_ROLES),
+        "short_pools": _short_pools(placed, applied) if pooled else (),
     }
+
+
+def _short_pools(placed: list[Mapping[str, Any]], applied: int | None) -> tuple[str, ...]:
+    """The pools with a replica present but not ready (one on its way out is not counted)."""
+    live = role_counts((r for r in placed if r.get("phase") != "terminating"), applied)
+    return tuple(
+        role for role in sorted(_POOL_ROLES) if role in live and live[role][0] < live[role][1]
+    )
 
 
 def role_counts(
@@ -145,7 +157,7 @@ def derive_status(facts: Facts) -> str:
         return LOADING if facts.starting_replicas > 0 else DEPLOYING
     # A split endpoint with a pool down serves nothing, whatever the other pool holds.
     ready = 0 if facts.pool_down else facts.serving_ready
-    if ready >= facts.desired_replicas:
+    if ready >= facts.desired_replicas and not (ready and facts.short_pools):
         return ACTIVE
     if ready > 0 or facts.first_ready_at is not None:
         return DEGRADED  # it served, and has lost replicas since

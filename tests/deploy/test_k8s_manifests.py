@@ -66,6 +66,27 @@ def test_the_worker_has_namespaced_rights_only() -> None:
     assert "escalate" not in verbs and "bind" not in verbs and "*" not in verbs
 
 
+def test_the_worker_may_watch_every_kind_its_caches_watch() -> None:
+    from deployments.drivers.kube.client import KubeClient
+    from deployments.drivers.kube.informer import ClusterCache
+
+    role = next(o for _, o in ALL if o["kind"] == "Role")
+    watchable = {
+        (group, resource)
+        for rule in role["rules"]
+        if "watch" in rule["verbs"] and "list" in rule["verbs"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    cache = ClusterCache(KubeClient.for_host("http://127.0.0.1:1"), "plinth-endpoints")
+    for informer in cache.informers.values():
+        if not informer.kind.namespaced:
+            continue  # nodes: the optional gpu-inventory rights
+        group = informer.kind.api_version.rpartition("/")[0]
+        assert (group, informer.kind.plural) in watchable, informer.kind.plural
+    cache.client.close()
+
+
 def test_selectors_match_pod_labels() -> None:
     for _, obj in ALL:
         if obj["kind"] == "Deployment":
@@ -86,7 +107,10 @@ def test_the_optional_gpu_inventory_rights_only_read_nodes_and_pods() -> None:
         for version in VERSIONS:
             kubernetes_validate.validate(obj, version, strict=True)
     role = next(o for o in objects if o["kind"] == "ClusterRole")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list"]}]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},  # a cache
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    ]
     binding = next(o for o in objects if o["kind"] == "ClusterRoleBinding")
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "plinth-worker", "namespace": "plinth-system"}

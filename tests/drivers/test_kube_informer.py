@@ -212,3 +212,17 @@ def test_a_worker_keeps_one_cache_per_cluster_and_replaces_it_when_its_access_ch
         assert all(i._stop.is_set() for i in first.informers.values())
     finally:
         informer_module.stop_all()
+
+
+def test_a_relist_reports_what_changed_while_no_watch_was_open() -> None:
+    def obj(name: str, version: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": NS, "resourceVersion": version}}
+
+    before = {(NS, "same"): obj("same", "1"), (NS, "moved"): obj("moved", "1"),
+              (NS, "gone"): obj("gone", "1")}  # fmt: skip
+    after = {(NS, "same"): obj("same", "1"), (NS, "moved"): obj("moved", "5"),
+             (NS, "new"): obj("new", "6")}  # fmt: skip
+    changes = informer_module._differences(before, after)
+    assert sorted((c, o["metadata"]["name"]) for c, o in changes) == [
+        ("ADDED", "new"), ("DELETED", "gone"), ("MODIFIED", "moved"),
+    ]  # fmt: skip

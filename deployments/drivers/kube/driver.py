@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 OWNED_KINDS = [
     ("apps/v1", "Deployment"),
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
+    ("batch/v1", "Job"),  # the weights download into a shared model cache; kept while stopped
     ("policy/v1", "PodDisruptionBudget"),
     ("networking.k8s.io/v1", "NetworkPolicy"),
     ("v1", "Service"),
@@ -49,6 +50,8 @@ OWNED_KINDS = [
     ("v1", "PersistentVolumeClaim"),  # the model cache of a cluster that asks for one each
 ]
 WORKLOAD_KINDS = OWNED_KINDS[:2]
+# Pods that may hold GPUs (as ``KubeClient.gpu_nodes_and_pods`` lists them).
+_UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
 
 
 class KubeDriver:
@@ -179,8 +182,15 @@ class KubeDriver:
     # --- the cluster ---
 
     def gpu_inventory(self) -> dict[str, Any]:
-        """The cluster's GPU nodes as ``placement.gpu_inventory`` summarises them."""
-        nodes, pods = self.client.gpu_nodes_and_pods()
+        """The cluster's GPU nodes as ``placement.gpu_inventory`` summarises them. Nodes come
+        from the worker's cache while it is synced; the pods holding GPUs are every namespace's,
+        which no cache holds (the worker watches only its own namespace's), so they are listed."""
+        cached = self.cache.fresh("Node", None) if self.cache else None
+        if cached is None:
+            nodes, pods = self.client.gpu_nodes_and_pods()
+        else:
+            nodes = cached.all()
+            pods, _ = self.client.list_versioned(kind_of("v1", "Pod"), None, fields=_UNFINISHED)
         return placement.gpu_inventory(nodes, pods, self.options.cluster)
 
     # --- stop / delete ---

@@ -9,13 +9,20 @@ driver deletes only what a direct LIST returned, so a stale cache never deletes 
 
 ``ClusterCache`` holds one informer per kind (Deployments, LeaderWorkerSets, Pods, Services,
 Pod Events by field selector, Nodes) for one cluster and namespace, started lazily on first
-use: Celery prefork workers each keep their own (the cache is "shared by a worker").
+use: Celery prefork workers each keep their own (the cache is "shared by a worker"). Its
+``on_change`` maps every watched change of an endpoint's object (a Pod, Deployment, LWS or
+Service by its labels, a pod's Event by the pod's) to the endpoint's id and hands the ids to a
+callback, a burst of changes at most once per ``debounce_s``: the worker makes those endpoints
+due, so an idle endpoint needs no pass until something happens to it. A relist (after 410)
+reports what changed while no watch was open; the first list reports nothing.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -33,6 +40,7 @@ from deployments.drivers.kube.client import (
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (namespace, name)
+_Objects = list[dict[str, Any]]  # ``list`` is a method's name inside Informer
 
 
 class Informer:
@@ -89,6 +97,11 @@ class Informer:
             objs = [o for (ns, _), o in self._objects.items() if ns == namespace]
         return [o for o in objs if _has_labels(o, wanted)]
 
+    def all(self) -> _Objects:
+        """Every object held (of every namespace watched; cluster-scoped kinds have none)."""
+        with self._lock:
+            return list(self._objects.values())
+
     def __len__(self) -> int:
         return len(self._objects)
 
@@ -122,10 +135,19 @@ class Informer:
             except (DriverError, ValueError) as exc:
                 # Events may be missing until a watch is open again: stale till then.
                 self._synced.clear()
-                if isinstance(exc, KubePermanentError) and exc.status == 404:
+                missing = isinstance(exc, KubePermanentError) and exc.status == 404
+                if missing:
                     self.version = ""  # e.g. a CRD installed later: list again
-                log.warning(
-                    "watch of %s failed (%s): retrying in %.1fs", self.kind.plural, exc, delay
+                # A kind the cluster lacks (no LWS CRD), or nodes without the optional
+                # cluster-wide rights (k8s/gpu-inventory), are normal: no warning each time.
+                refused = isinstance(exc, KubePermanentError) and exc.status == 403
+                quiet = missing or (refused and not self.kind.namespaced)
+                log.log(
+                    logging.INFO if quiet else logging.WARNING,
+                    "watch of %s failed (%s): retrying in %.1fs",
+                    self.kind.plural,
+                    exc,
+                    delay,
                 )
                 if self._stop.wait(delay):
                     return
@@ -136,11 +158,15 @@ class Informer:
         items, version = self.client.list_versioned(
             self.kind, self.namespace, self.selector, self.fields
         )
+        fresh = {_key(o): o for o in items}
         with self._lock:
-            self._objects = {_key(o): o for o in items}
+            before, self._objects = self._objects, fresh
         self.version = version
         self.lists += 1
         self._synced.set()
+        if self.lists > 1:  # a relist: what changed while no watch was open, as a watch says it
+            for change, obj in _differences(before, fresh):
+                self._tell(change, obj)
 
     def _watch(self) -> None:
         events = self.client.watch(
@@ -168,8 +194,14 @@ class Informer:
                     self._objects.pop(_key(obj), None)
             if version:
                 self.version = version
-            for listener in list(self.listeners):
+            self._tell(change, obj)
+
+    def _tell(self, change: str, obj: dict[str, Any]) -> None:
+        for listener in list(self.listeners):
+            try:
                 listener(change, obj)
+            except Exception:  # a listener's bug must not stop the cache
+                log.exception("a listener of the %s cache failed", self.kind.plural)
 
 
 class ClusterCache:
@@ -198,37 +230,136 @@ class ClusterCache:
                 "leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", namespace, selector=owned
             )
 
+        self.used_at = time.monotonic()  # when a driver last asked for it (``cache_for``)
+        self._due: Debouncer | None = None
+
     def start(self) -> ClusterCache:
         for informer in self.informers.values():
             informer.start()
         return self
 
     def stop(self) -> None:
+        """Stop every informer and hand over nothing more; the client's idle connections close
+        (a watch still open ends with its thread, when the server next writes or ends it)."""
         for informer in self.informers.values():
             informer.stop()
+        if self._due is not None:
+            self._due.stop()
+        self.client.close()
 
-    def fresh(self, kind: str, namespace: str) -> Informer | None:
-        """The synced informer for ``kind`` in ``namespace``; None: read the API instead."""
+    def fresh(self, kind: str, namespace: str | None) -> Informer | None:
+        """The synced informer for ``kind`` in ``namespace`` (None for Nodes, which have none);
+        None: read the API instead."""
         informer = self.informers.get(kind)
-        if informer is None or namespace != self.namespace or not informer.synced:
+        if informer is None or not informer.synced:
+            return None
+        if namespace != (None if kind == "Node" else self.namespace):
             return None
         return informer
+
+    def on_change(self, callback: Callable[[set[str]], None], *, debounce_s: float = 1.0) -> None:
+        """Call ``callback`` with the ids of the endpoints whose objects changed, at most once
+        per ``debounce_s`` (from a thread of its own; a failing callback loses that batch only,
+        the endpoints' own schedule still passes by). Call before ``start``."""
+        self._due = Debouncer(callback, debounce_s)
+        for kind, informer in self.informers.items():
+            if kind != "Node":  # nodes belong to no endpoint (the inventory reads them)
+                informer.listeners.append(self._changed)
+
+    def _changed(self, change: str, obj: dict[str, Any]) -> None:
+        owner = self.owner_of(obj)
+        if owner and self._due is not None:
+            self._due.add(owner)
+
+    def owner_of(self, obj: Mapping[str, Any]) -> str:
+        """The id of the endpoint ``obj`` belongs to: its labels say, or for an Event those of
+        the pod it is about (while the cache still holds that pod); "" for none."""
+        involved = obj.get("involvedObject")
+        if isinstance(involved, Mapping):
+            pod = self.informers["Pod"].get(
+                str(involved.get("namespace") or self.namespace), str(involved.get("name") or "")
+            )
+            obj = pod or {}
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        if labels.get(L.MANAGED_BY) != L.PLINTH:
+            return ""
+        return str(labels.get(L.DEPLOYMENT) or "")
+
+
+class Debouncer:
+    """Collects keys and hands them over in one batch ``delay_s`` after the first of a burst."""
+
+    def __init__(self, flush: Callable[[set[str]], None], delay_s: float) -> None:
+        self.flush = flush
+        self.delay_s = delay_s
+        self.batches = 0  # batches handed over: for tests and the bench
+        self._pending: set[str] = set()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, key: str) -> None:
+        with self._lock:
+            self._pending.add(key)
+            self._wake.set()
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._run, name="due", daemon=True)
+                self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            # The rest of the burst arrives meanwhile; a stop hands over nothing more.
+            if self._stop.wait(self.delay_s):
+                return
+            with self._lock:
+                batch, self._pending = self._pending, set()
+                self._wake.clear()
+            if not batch:
+                continue
+            self.batches += 1
+            try:
+                self.flush(batch)
+            except Exception:
+                log.exception(
+                    "%d endpoints changed on the cluster but were not made due", len(batch)
+                )
 
 
 _caches: dict[Any, ClusterCache] = {}
 _caches_lock = threading.Lock()
+_caches_pid = os.getpid()
+# A cache no driver asked for this long (its cluster was deleted, or the worker has not served it
+# since) stops, and the next pass that needs it starts it again.
+IDLE_S = 900.0
 
 
-def cache_for(key: Any, build: Callable[[], ClusterCache]) -> ClusterCache:
+def cache_for(
+    key: Any, build: Callable[[], ClusterCache], *, idle_s: float = IDLE_S
+) -> ClusterCache:
     """This process's cache for ``key`` (a cluster and what reaches it), built and started on
-    first use; a changed key (a new kubeconfig) gets a new cache and the old one stops."""
+    first use; a changed key (a new kubeconfig) gets a new cache and the old one stops, as do
+    caches nobody asked for in ``idle_s`` seconds."""
+    global _caches_pid
     with _caches_lock:
+        if _caches_pid != os.getpid():
+            # A forked child (a prefork pool's process) inherits the dict, not the threads.
+            _caches.clear()
+            _caches_pid = os.getpid()
+        now = time.monotonic()
+        unused = [k for k, c in _caches.items() if k != key and now - c.used_at > idle_s]
+        stale = [k for k in _caches if k != key and _cluster(k) == _cluster(key)]
+        for old in {*unused, *stale}:
+            _caches.pop(old).stop()
         cache = _caches.get(key)
         if cache is None:
-            stale = [k for k in _caches if k[0] == key[0]] if isinstance(key, tuple) else []
-            for old in stale:
-                _caches.pop(old).stop()
             cache = _caches[key] = build().start()
+        cache.used_at = now
         return cache
 
 
@@ -236,6 +367,29 @@ def stop_all() -> None:
     with _caches_lock:
         while _caches:
             _caches.popitem()[1].stop()
+
+
+def _cluster(key: Any) -> Any:
+    return key[0] if isinstance(key, tuple) else key
+
+
+def _differences(
+    before: Mapping[Key, dict[str, Any]], after: Mapping[Key, dict[str, Any]]
+) -> list[tuple[str, dict[str, Any]]]:
+    """What a watch would have said to turn ``before`` into ``after``."""
+    changes: list[tuple[str, dict[str, Any]]] = []
+    for key, obj in after.items():
+        old = before.get(key)
+        if old is None:
+            changes.append(("ADDED", obj))
+        elif _version(old) != _version(obj):
+            changes.append(("MODIFIED", obj))
+    changes += [("DELETED", obj) for key, obj in before.items() if key not in after]
+    return changes
+
+
+def _version(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
 def _key(obj: Mapping[str, Any]) -> Key:

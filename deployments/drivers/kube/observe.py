@@ -146,13 +146,17 @@ def probe_failures(events: Iterable[Mapping[str, Any]]) -> dict[str, str]:
 
 
 def timeline_events(
-    events: Iterable[Mapping[str, Any]], pod_names: set[str]
+    events: Iterable[Mapping[str, Any]], pod_roles: Mapping[str, str]
 ) -> list[base.ObservedEvent]:
-    """Kubernetes events about this endpoint's pods, as timeline lines (deduped by uid)."""
+    """Kubernetes events about this endpoint's pods (``pod_roles``: name -> role), as timeline
+    lines (deduped by uid). The line of a split endpoint's pool or router pod leads with the
+    role ("decode: chat-decode-0: Back-off restarting..."): pod names alone do not say which
+    pool is in trouble."""
     lines: list[base.ObservedEvent] = []
     for event in events:
         involved = event.get("involvedObject") or {}
-        if involved.get("name") not in pod_names:
+        role = pod_roles.get(str(involved.get("name")))
+        if role is None:
             continue
         reason = event.get("reason", "")
         level = "warning" if event.get("type") == "Warning" or reason in WARNING_REASONS else "info"
@@ -160,6 +164,8 @@ def timeline_events(
         # One line per event object: a repeating warning (BackOff) is not repeated in the timeline.
         key = f"k8s:{meta.get('uid') or meta.get('name')}"
         message = f"{involved.get('name')}: {event.get('message', '')}"
+        if role != "engine":
+            message = f"{role}: {message}"
         lines.append(base.ObservedEvent(reason=reason[:64], message=message, level=level, key=key))
     return lines
 
@@ -173,10 +179,18 @@ def observation(
     facts = [replica_facts(p, failures) for p in pods if is_replica(p)]
     engines = tuple(sorted((f for f in facts if f.role != "router"), key=lambda f: f.name))
     routers = [f for f in facts if f.role == "router"]
-    names = {(p.get("metadata") or {}).get("name", "") for p in pods}
+    roles = {_name(p): _role(p) for p in pods}
     return base.Observation(
         replicas=engines,
         router_url=router_url if routers else "",
         router_ready=any(r.ready for r in routers),
-        events=tuple(timeline_events(events, names)),
+        events=tuple(timeline_events(events, roles)),
     )
+
+
+def _name(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("name", ""))
+
+
+def _role(pod: Mapping[str, Any]) -> str:
+    return str(((pod.get("metadata") or {}).get("labels") or {}).get(L.ROLE) or "engine")

@@ -257,12 +257,7 @@ def create_api_key(
             expires_at or timezone.now() + TEMPORARY_KEY_LIFETIME,
             timezone.now() + TEMPORARY_KEY_LIFETIME,
         )
-    for value, field in (
-        (requests_per_minute, "requests_per_minute"),
-        (tokens_per_minute, "tokens_per_minute"),
-    ):
-        if value is not None and value <= 0:
-            raise ServiceError(f"{field} must be positive", field=field)
+    _check_limits(requests_per_minute, tokens_per_minute)
     material = keys.generate_key(kind)
     key = ApiKey.objects.create(
         organization=actor.organization,
@@ -281,6 +276,39 @@ def create_api_key(
     audit.record(actor, "api_key.create", key, after=_key_snapshot(key))
     notify.publish_on_commit("api_key", str(key.pk))
     return CreatedKey(api_key=key, plaintext=material.plaintext)
+
+
+def _check_limits(requests_per_minute: int | None, tokens_per_minute: int | None) -> None:
+    for value, field in (
+        (requests_per_minute, "requests_per_minute"),
+        (tokens_per_minute, "tokens_per_minute"),
+    ):
+        if value is not None and value <= 0:
+            raise ServiceError(f"{field} must be positive", field=field)
+
+
+@transaction.atomic
+def set_api_key_limits(
+    actor: Actor,
+    *,
+    key_id: uuid.UUID | str,
+    requests_per_minute: int | None,
+    tokens_per_minute: int | None,
+) -> ApiKey:
+    """Set (or, with None, lift) an inference key's per-minute limits; the gateway reloads the
+    key on the change notification, so the new limits apply within seconds."""
+    key = get_api_key(actor, key_id)
+    require_role(actor, Role.ADMIN if key.kind == ApiKeyKind.MANAGEMENT else Role.DEVELOPER)
+    if key.kind != ApiKeyKind.INFERENCE:
+        raise ServiceError("only inference keys have rate limits", field="requests_per_minute")
+    _check_limits(requests_per_minute, tokens_per_minute)
+    before = _key_snapshot(key)
+    key.requests_per_minute = requests_per_minute
+    key.tokens_per_minute = tokens_per_minute
+    key.save(update_fields=["requests_per_minute", "tokens_per_minute"])
+    audit.record(actor, "api_key.limits", key, before=before, after=_key_snapshot(key))
+    notify.publish_on_commit("api_key", str(key.pk))
+    return key
 
 
 def get_api_key(actor: Actor, key_id: uuid.UUID | str) -> ApiKey:

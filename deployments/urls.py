@@ -8,6 +8,7 @@ from deployments.views import (
     benchmarks,
     canary,
     endpoints,
+    experiments,
     fleet,
     history,
     onboarding,
@@ -40,6 +41,19 @@ urlpatterns: list[URLPattern] = [
     path("endpoints/<slug:slug>/canary/promote/", canary.canary_promote, name="canary-promote"),
     path("endpoints/<slug:slug>/canary/abort/", canary.canary_abort, name="canary-abort"),
     path("endpoints/<slug:slug>/benchmarks/", benchmarks.benchmark_list, name="benchmark-list"),
+    path(
+        "endpoints/<slug:slug>/experiments/", experiments.experiments, name="endpoint-experiments"
+    ),
+    path(
+        "endpoints/<slug:slug>/revisions/<int:number>/gate/",
+        experiments.gate_start,
+        name="gate-start",
+    ),
+    path(
+        "endpoints/<slug:slug>/revisions/<int:number>/gate/override/",
+        experiments.gate_override,
+        name="gate-override",
+    ),
     path(
         "endpoints/<slug:slug>/benchmarks/compare/",
         benchmarks.benchmark_compare,

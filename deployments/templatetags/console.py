@@ -7,9 +7,19 @@ from typing import Any
 
 from django import template
 
-from deployments.views.playground import LIMITS
+from deployments import presets
+from deployments.models import Deployment, DeploymentEvent
+from deployments.timeline import Rollout, by_rollout
+from deployments.views.onboarding import first_call_context
+from deployments.views.playground import LIMITS, compare_choices
 
 register = template.Library()
+
+
+@register.filter
+def rollouts(events: list[DeploymentEvent]) -> list[Rollout]:
+    """An endpoint's events grouped by the rollout (revision) they belong to."""
+    return by_rollout(events)
 
 
 @register.filter
@@ -34,3 +44,21 @@ def spec_value(value: Any) -> str:
 def playground_limit(name: str) -> int:
     """A playground input's limit, as the server enforces it (for the form's attributes)."""
     return LIMITS[name]
+
+
+@register.simple_tag(takes_context=True)
+def playground_compare(context: template.Context, endpoint: Deployment) -> dict[str, Any]:
+    """What the endpoint's playground can compare it with (a running canary, other endpoints)."""
+    return compare_choices(context["actor"], endpoint)
+
+
+@register.simple_tag(takes_context=True)
+def first_call(context: template.Context, endpoint: Deployment) -> dict[str, Any]:
+    """The endpoint page's "call it now" card, as its poll renders it."""
+    return first_call_context(context["actor"], endpoint)
+
+
+@register.simple_tag
+def endpoint_templates() -> tuple[presets.Preset, ...]:
+    """The wizard's templates, offered by the empty endpoint list."""
+    return presets.PRESETS

@@ -1,33 +1,26 @@
-"""Console pages of the organization's own state: API keys, members and roles, secrets, the
-audit log.
+"""Console pages of the organization's own state: members and roles, secrets, the audit log
+(API keys have their own module, ``deployments.views.keys``, which shares the form helpers here).
 
 Each POST is one ``controlplane.services`` (or ``controlplane.invitations``) call; a refused
 request re-renders the page with the message next to the field it names (status 422), never a
-traceback. They live with the console's other pages, above the platform layer, because the key
-page offers the organization's endpoints to scope a key to.
+traceback.
 """
 
 from __future__ import annotations
 
-import uuid
-from datetime import datetime, time
 from typing import Any
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import reverse
-from django.utils import timezone
-from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from controlplane import audit, crypto, invitations, services
-from controlplane.access import Actor, require_role
+from controlplane import audit, invitations, services
+from controlplane.access import require_role
 from controlplane.guard import actor_of, console_view
-from controlplane.models import ApiKey, ApiKeyKind, AuditEvent, Membership, Role, Secret
-from controlplane.services import CreatedKey, ServiceError
-from deployments.models import Deployment
+from controlplane.models import AuditEvent, Membership, Role, Secret
+from controlplane.services import ServiceError
 
 
 def _form(request: HttpRequest, *names: str) -> dict[str, str]:
@@ -36,106 +29,6 @@ def _form(request: HttpRequest, *names: str) -> dict[str, str]:
 
 def _error(exc: ServiceError) -> dict[str, str]:
     return {"field": exc.field or "", "message": exc.detail}
-
-
-# --- API keys ----------------------------------------------------------------------------------
-
-
-def _key_page(request: HttpRequest, **extra: Any) -> HttpResponse:
-    actor = actor_of(request)
-    keys = ApiKey.objects.filter(organization=actor.organization, is_temporary=False)
-    # Endpoint choices for scoping a key: a read of the domain's table, no service call.
-    endpoints = Deployment.objects.filter(organization=actor.organization).exclude(
-        desired_state="deleted"
-    )
-    context = {
-        "keys": keys.select_related("created_by"),
-        "endpoints": endpoints.only("id", "slug"),
-        "kinds": ApiKeyKind.choices,
-        "roles": [r for r in Role.choices if r[0] != Role.OWNER],
-    }
-    return _form_page(request, "controlplane/keys.html", context, extra)
-
-
-# The session slot holding a just-created key until the page after the redirect shows it.
-CREATED_KEY_SLOT = "plinth.created_key"
-
-
-@require_http_methods(["GET", "POST"])
-@console_view
-def key_list(request: HttpRequest) -> HttpResponse:
-    if request.method == "GET":
-        created = _take_created_key(request, actor_of(request))
-        if created is None:
-            return _key_page(request)
-        response = _key_page(request, created=created)
-        # The one page that holds a plaintext key: no cache, no back-button copy of it.
-        add_never_cache_headers(response)  # no-store among them
-        return response
-    form = _form(request, "name", "kind", "role", "expires")
-    try:
-        created = services.create_api_key(
-            actor_of(request),
-            name=form["name"],
-            kind=form["kind"],
-            role=form["role"] or Role.DEVELOPER,
-            allowed_deployment_ids=_uuids(request.POST.getlist("endpoints")),
-            expires_at=_date(form["expires"]),
-        )
-    except ServiceError as exc:
-        return _key_page(request, form=form, error=_error(exc))
-    _hold_created_key(request, created)
-    # Post/redirect/get: reloading the page that shows the key must not create another one.
-    return HttpResponseRedirect(reverse("key-list"), status=303)
-
-
-def _hold_created_key(request: HttpRequest, created: CreatedKey) -> None:
-    """Keep the plaintext for exactly one page view, encrypted: the session is a table row."""
-    request.session[CREATED_KEY_SLOT] = {
-        "id": str(created.api_key.pk),
-        "sealed": crypto.encrypt(created.plaintext),
-    }
-
-
-def _take_created_key(request: HttpRequest, actor: Actor) -> CreatedKey | None:
-    """The key held by ``_hold_created_key``, removed from the session as it is read."""
-    held = request.session.pop(CREATED_KEY_SLOT, None)
-    if not isinstance(held, dict) or not isinstance(held.get("id"), str):
-        return None
-    # Scoped like every read: after an organization switch the key is not shown there.
-    key = ApiKey.objects.filter(pk=held["id"], organization=actor.organization).first()
-    if key is None:
-        return None
-    try:
-        plaintext = crypto.decrypt(str(held.get("sealed", "")))
-    except crypto.SecretDecryptionError:
-        return None
-    return CreatedKey(api_key=key, plaintext=plaintext)
-
-
-def _uuids(values: list[str]) -> list[uuid.UUID]:
-    try:
-        return [uuid.UUID(v) for v in values if v]
-    except ValueError:
-        raise ServiceError("unknown endpoint", field="endpoints") from None
-
-
-def _date(raw: str) -> datetime | None:
-    if not raw:
-        return None
-    try:
-        day = datetime.strptime(raw, "%Y-%m-%d").date()
-    except ValueError:
-        raise ServiceError("expiry: use a date like 2030-01-31", field="expires_at") from None
-    return timezone.make_aware(datetime.combine(day, time.max))
-
-
-@require_POST
-@console_view
-def key_revoke(request: HttpRequest, key_id: str) -> HttpResponse:
-    key = services.revoke_api_key(actor_of(request), key_id=key_id)
-    messages.success(request, f"Key {key.name} ({key.prefix}…) revoked.")
-    return redirect("key-list")
 
 
 def _form_page(

@@ -99,12 +99,6 @@ def test_viewers_cannot_create_keys(carol: Client, cast: Cast) -> None:
     assert not ApiKey.objects.exists()
 
 
-def test_temporary_keys_stay_off_the_key_list(alice: Client, cast: Cast) -> None:
-    actor = cast.actor(cast.alice, cast.acme)
-    platform.create_api_key(actor, name="playground x", kind="inference", temporary=True)
-    assert b"playground x" not in alice.get("/keys/").content
-
-
 def test_the_last_owner_cannot_be_demoted(alice: Client, cast: Cast) -> None:
     own = Membership.objects.get(user=cast.alice, organization=cast.acme)
     response = alice.post(f"/members/{own.pk}/", {"role": "viewer"}, follow=True)

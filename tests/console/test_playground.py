@@ -13,8 +13,11 @@ import pytest
 from django.test import Client
 
 from controlplane.models import ApiKey
+from deployments import services
 from deployments.models import Deployment
 from deployments.views.playground import LIMITS
+from tests.conftest import Cast
+from tests.console.conftest import SPEC
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
@@ -112,7 +115,14 @@ class _FakeGateway(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.seen.append({"path": self.path, "auth": self.headers["Authorization"], "body": body})
+        self.seen.append(
+            {
+                "path": self.path,
+                "auth": self.headers["Authorization"],
+                "revision": self.headers.get("X-Plinth-Revision"),
+                "body": body,
+            }
+        )
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
@@ -224,3 +234,84 @@ def test_upstream_refusals_show_a_fixed_summary_for_5xx_and_the_message_for_4xx(
         thread.join(timeout=5)
     assert shown in stream and "[DONE]" in stream
     assert hidden not in stream
+
+
+@pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume")
+def test_a_multi_turn_chat_sends_the_system_prompt_sampling_and_earlier_turns(
+    alice: Client, endpoint: Deployment, fake_gateway: list[dict[str, Any]]
+) -> None:
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello"}]
+    form = {
+        "key": "pli_k", "prompt": "and again", "system": "Be brief.", "temperature": "0.2",
+        "top_p": "0.9", "max_tokens": "16", "history": json.dumps(history),
+    }  # fmt: skip
+    stream = b"".join(alice.post("/endpoints/chat/playground/chat/", form)).decode()
+    [call] = fake_gateway
+    assert call["body"]["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        *history,
+        {"role": "user", "content": "and again"},
+    ]
+    assert call["body"]["temperature"] == 0.2 and call["body"]["top_p"] == 0.9
+    assert call["revision"] is None  # not pinned unless the page asks
+    # The stream opens with the exact request for "View code", the key left out.
+    first = json.loads(stream.split("\n\n")[0].removeprefix("data: "))
+    shown = first["plinth"]["request"]
+    assert shown["body"] == call["body"]
+    assert shown["url"].endswith("/endpoints/chat/v1/chat/completions")
+    assert shown["headers"] == {"Authorization": "Bearer $PLINTH_API_KEY"}
+    assert "pli_k" not in stream
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("temperature", "2.5"),
+        ("temperature", "warm"),
+        ("top_p", "1.5"),
+        ("system", "x" * (LIMITS["system"] + 1)),
+        ("history", "not json"),
+        ("history", json.dumps([{"role": "system", "content": "sneaky"}])),
+        ("history", json.dumps([{"role": "user", "content": "x"}] * (LIMITS["turns"] + 1))),
+        ("revision", "7"),  # no such revision serves
+        ("revision", "one"),
+    ],
+)
+def test_every_chat_setting_is_checked_and_named(
+    alice: Client, endpoint: Deployment, field: str, value: str
+) -> None:
+    assert _refused(alice, {"key": "pli_k", "prompt": "hi", field: value}) == [field]
+
+
+@pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume")
+def test_a_pinned_revision_travels_in_the_revision_header(
+    alice: Client, endpoint: Deployment, fake_gateway: list[dict[str, Any]]
+) -> None:
+    Deployment.objects.filter(pk=endpoint.pk).update(current_revision=endpoint.target_revision)
+    form = {"key": "pli_k", "prompt": "hi", "revision": "1"}
+    stream = b"".join(alice.post("/endpoints/chat/playground/chat/", form)).decode()
+    [call] = fake_gateway
+    assert call["revision"] == "1"
+    assert '"revision": 1' in stream  # the page labels the reply with the revision that answered
+
+
+def test_comparing_with_another_endpoint_widens_the_temporary_key_to_both(
+    alice: Client, cast: Cast, endpoint: Deployment
+) -> None:
+    actor = cast.actor(cast.alice, cast.acme)
+    other = services.create_deployment(actor, slug="other", name="Other", spec=SPEC)
+    page = alice.get("/endpoints/chat/").content.decode()
+    assert 'value="endpoint:other"' in page  # offered in the side-by-side choice
+    alice.post("/endpoints/chat/playground/key/", {"compare": "endpoint:other"}, **HTMX)
+    key = ApiKey.objects.get()
+    assert set(key.allowed_deployment_ids) == {endpoint.pk, other.pk}
+
+
+def test_a_compare_choice_cannot_reach_another_orgs_endpoint(
+    alice: Client, cast: Cast, endpoint: Deployment
+) -> None:
+    services.create_deployment(
+        cast.actor(cast.bob, cast.globex), slug="theirs", name="T", spec=SPEC
+    )
+    alice.post("/endpoints/chat/playground/key/", {"compare": "endpoint:theirs"}, **HTMX)
+    assert ApiKey.objects.get().allowed_deployment_ids == [endpoint.pk]

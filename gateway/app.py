@@ -43,7 +43,7 @@ from gateway.limits import RateLimiter
 from gateway.metering import Meter
 from gateway.refresher import LoadChanges, RouteRefresher
 from gateway.routes import Endpoint, InferenceKey, RouteTable
-from gateway.split import SESSION_HEADER, Splitter, session_of
+from gateway.split import PIN_HEADER, SESSION_HEADER, Splitter, Steer, pin_of, session_of
 from gateway.upstream import (
     Relay,
     UpstreamBroke,
@@ -209,8 +209,8 @@ class Gateway:
         if route.method == "POST":
             body = await read_body(receive, _content_length(headers), self.config.max_body_bytes)
             prepared = prepare(route, body)
-        session = headers.get(SESSION_HEADER)
-        await self._forward(route, prepared, key, endpoint, receive, send, record, session)
+        steer = Steer(headers.get(SESSION_HEADER), pin_of(headers.get(PIN_HEADER)))
+        await self._forward(route, prepared, key, endpoint, receive, send, record, steer)
 
     def _authorize(
         self, headers: dict[bytes, bytes], slug: str, record: obs.AccessRecord
@@ -269,7 +269,7 @@ class Gateway:
         receive: Receive,
         send: Send,
         record: Exchange,
-        session: bytes | None = None,
+        steer: Steer | None = None,
     ) -> None:
         """Admit, wait for a replica if need be, relay; a client hang-up cancels any of it."""
         relay = Relay()
@@ -278,7 +278,7 @@ class Gateway:
         try:
             await self._admit(key)
             endpoint = await self._serving(endpoint)
-            target = self._pick(endpoint, prepared, session, record)
+            target = self._pick(endpoint, prepared, steer or Steer(), record)
             await self._relay(route, prepared, endpoint, target, send, record, relay, watcher)
         except asyncio.CancelledError:
             if not relay.client_gone or handler is None:
@@ -294,14 +294,14 @@ class Gateway:
             record.metered = (key, endpoint, relay)
 
     def _pick(
-        self, endpoint: Endpoint, prepared: Prepared | None, session: bytes | None, record: Exchange
+        self, endpoint: Endpoint, prepared: Prepared | None, steer: Steer, record: Exchange
     ) -> tuple[str, int | None]:
         """The router (and revision) this request goes to: a canary's share goes to its pool."""
         if endpoint.canary is None:
             return endpoint.router_url, endpoint.revision
         payload = prepared.payload if prepared is not None else None
-        key = session_of(session, payload) if endpoint.canary.sticky else b""
-        url, revision, _ = self.splitter.pick(endpoint, key)
+        key = session_of(steer.session, payload) if endpoint.canary.sticky else b""
+        url, revision, _ = self.splitter.pick(endpoint, key, steer.pin)
         if revision is not None:
             record.split = (endpoint.id, revision)
         return url, revision

@@ -14,11 +14,17 @@ Two ways, both without I/O or randomness:
   conversation repeats on every turn. A request with none of these is split by weight.
 
 A canary whose pool is not ready takes nothing; all goes to the serving revision.
+
+A caller may **pin** a request to one of the two revisions with ``X-Plinth-Revision: N`` (the
+playground's side-by-side mode does, to compare them on one prompt). A pin naming neither revision,
+or a canary that is not serving, is ignored and the request is split as usual; the answer's own
+``X-Plinth-Revision`` always says which revision served it.
 """
 
 from __future__ import annotations
 
 import zlib
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -26,7 +32,23 @@ import orjson
 from gateway.routes import CanaryRoute, Endpoint
 
 SESSION_HEADER = b"x-plinth-session"
+PIN_HEADER = b"x-plinth-revision"
 _PROMPT_PREFIX = 256
+
+
+@dataclass(frozen=True)
+class Steer:
+    """What a request says about where it should go: its conversation and a revision pin."""
+
+    session: bytes | None = None
+    pin: int | None = None
+
+
+def pin_of(header: bytes | None) -> int | None:
+    """The revision number an ``X-Plinth-Revision`` header pins; None when absent or not one."""
+    if not header or not header.isdigit() or len(header) > 9:
+        return None
+    return int(header)
 
 
 def session_of(header: bytes | None, payload: dict[str, Any] | None) -> bytes:
@@ -65,9 +87,16 @@ class Splitter:
         self._counts[endpoint.id] = (n + 1) % 100
         return (n + 1) * canary.weight // 100 > n * canary.weight // 100
 
-    def pick(self, endpoint: Endpoint, session: bytes = b"") -> tuple[str, int | None, bool]:
+    def pick(
+        self, endpoint: Endpoint, session: bytes = b"", pin: int | None = None
+    ) -> tuple[str, int | None, bool]:
         """(router URL, revision number, whether it is the canary) for one request."""
         canary = endpoint.canary
-        if canary is not None and canary.serving and self.to_canary(endpoint, canary, session):
-            return canary.router_url, canary.revision, True
+        if canary is not None and canary.serving:
+            if pin is not None and pin in (canary.revision, endpoint.revision):
+                if pin == canary.revision:
+                    return canary.router_url, canary.revision, True
+                return endpoint.router_url, endpoint.revision, False
+            if self.to_canary(endpoint, canary, session):
+                return canary.router_url, canary.revision, True
         return endpoint.router_url, endpoint.revision, False

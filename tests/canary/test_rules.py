@@ -6,7 +6,7 @@ import itertools
 
 from deployments.canary import SideFigures, Thresholds, judge, side_figures, weighted_p90
 from gateway.routes import CanaryRoute, Endpoint
-from gateway.split import Splitter, session_of, sticky_point
+from gateway.split import Splitter, pin_of, session_of, sticky_point
 
 LIMITS = Thresholds(min_requests=20)
 BASE = SideFigures(requests=200, errors=2, ttft_p90=0.100, itl_p90=0.020)
@@ -84,3 +84,13 @@ def test_a_conversation_is_named_by_header_user_or_first_message() -> None:
     assert session_of(None, {**chat, "user": "u1"}) == b"user:u1"
     assert session_of(None, {"prompt": "p" * 1000}) == b"prompt:" + b"p" * 256
     assert session_of(None, {"max_tokens": 1}) == b""
+
+
+def test_a_pin_chooses_either_revision_and_a_stray_pin_is_split_as_usual() -> None:
+    splitter, endpoint = Splitter(), _endpoint(1)
+    assert {splitter.pick(endpoint, pin=2)[1] for _ in range(50)} == {2}
+    assert {splitter.pick(endpoint, pin=1)[1] for _ in range(50)} == {1}
+    stray = [splitter.pick(endpoint, pin=7)[1] for _ in range(100)]
+    assert stray.count(2) == 1
+    assert {Splitter().pick(_endpoint(50, ready=0), pin=2)[1] for _ in range(5)} == {1}
+    assert (pin_of(b"2"), pin_of(b"-1"), pin_of(b"x"), pin_of(None)) == (2, None, None, None)

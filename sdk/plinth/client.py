@@ -9,9 +9,8 @@ answers a repeated POST with the first answer instead of acting twice), are retr
 failures, 429 and 502/503/504 with backoff (``Retry-After`` honoured). PATCH and DELETE are
 retried only when the request never reached the server.
 
-Not in the API yet, so not here: optimize, benchmarks and canaries. They belong as resources
-like those below (``client.optimize``, ``client.benchmarks``, ``client.canaries``) once the API
-has routes for them.
+``client.optimize(...)`` asks the optimizer (a dry run: it creates nothing) for ranked
+settings; ``fit_candidate`` fits a pick to an existing endpoint before it is saved as a revision.
 """
 
 from __future__ import annotations
@@ -20,15 +19,21 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 import httpx
 from pydantic import BaseModel
 
 from plinth import config, models
-from plinth.errors import ConnectionFailed, PlinthError, error_from_response
+from plinth.errors import (
+    ConnectionFailed,
+    FieldError,
+    PlinthError,
+    ValidationFailed,
+    error_from_response,
+)
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -408,6 +413,143 @@ class Benchmarks(_Resource):
         )
 
 
+# The endpoint's own settings that applying a recommendation keeps: the same lists as the
+# server's deployments/recommend.py (KEPT_MODEL_FIELDS, KEPT_GROUPS), which the console's "Apply"
+# uses; the SDK installs without Django, so they are repeated here and a test keeps them equal.
+KEPT_MODEL_FIELDS = (
+    "served_name",
+    "revision",
+    "hf_token_secret",
+    "trust_remote_code",
+    "architecture",
+)
+KEPT_GROUPS = ("runtime",)
+
+Objective = Literal["cost", "throughput"]
+
+
+class OptimizerMismatch(ValidationFailed):
+    """A recommendation for another model than the endpoint serves (applying it would silently
+    change what the endpoint answers with)."""
+
+
+def optimizer_message(label: str) -> str:
+    """The revision message of an applied pick, as the console writes it."""
+    return f"from the optimizer: {label}"
+
+
+def fit_candidate(
+    current: Mapping[str, Any], candidate: Mapping[str, Any], *, endpoint: str = "the endpoint"
+) -> dict[str, Any]:
+    """A candidate's spec fitted to an endpoint whose settings are ``current``: the endpoint keeps
+    its identity and runtime settings; :class:`OptimizerMismatch` for another model's pick."""
+    model = dict(candidate.get("model") or {})
+    current_model = current.get("model") or {}
+    if current_model.get("source") not in (None, model.get("source")):
+        message = (
+            f"{endpoint} serves {current_model.get('source')}; this recommendation is for "
+            f"{model.get('source')}"
+        )
+        raise OptimizerMismatch(
+            message,
+            code="model_mismatch",
+            fields=[FieldError("model", "model_mismatch", message, "optimize for its model")],
+        )
+    for name in KEPT_MODEL_FIELDS:
+        if current_model.get(name) is not None:
+            model[name] = current_model[name]
+    kept = {group: current[group] for group in KEPT_GROUPS if group in current}
+    return {**candidate, **kept, "model": model}
+
+
+class Optimizer(_Resource):
+    """``client.optimize(model, ...)``: ranked settings for a traffic profile with predicted
+    TTFT, ITL, throughput and cost and their reasons (``confirm``: the top picks also measured
+    by a short simulated run). A dry run any member may make; pass a whole
+    :class:`~plinth.models.OptimizeIn` instead of ``model`` to send it as it is."""
+
+    def __call__(
+        self,
+        model: str | models.OptimizeIn,
+        *,
+        gpus: Sequence[str] | None = None,
+        traffic: models.TrafficIn | Mapping[str, Any] | None = None,
+        slo: models.SloIn | Mapping[str, Any] | None = None,
+        limits: models.LimitsIn | Mapping[str, Any] | None = None,
+        objective: Objective | None = None,
+        cluster_id: str | None = None,
+        confirm: bool | None = None,
+        confirm_top: int | None = None,
+        architecture: models.Architecture | Mapping[str, Any] | None = None,
+    ) -> models.OptimizeOut:
+        if isinstance(model, models.OptimizeIn):
+            request = model
+        else:
+            fields = {
+                "model": model,
+                "gpus": list(gpus) if gpus is not None else None,
+                "traffic": traffic,
+                "slo": slo,
+                "limits": limits,
+                "objective": objective,
+                "cluster_id": cluster_id,
+                "confirm": confirm,
+                "confirm_top": confirm_top,
+                "architecture": architecture,
+            }
+            request = models.OptimizeIn.model_validate(_clean(fields))
+        # Unset optional figures are left out rather than sent as null: the server's defaults
+        # (and its rule that rate and concurrency are one or the other) then apply.
+        body = request.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return cast(
+            "models.OptimizeOut",
+            self._c._call(_call("POST", f"{API}/optimize", json=body, model=models.OptimizeOut)),
+        )
+
+
+class Gates(_Resource):
+    """A revision's KL-divergence quality gate: the baseline's answers scored under a canary's
+    revision and its baseline; the canary is promoted only once it passes (or an admin
+    overrides it with a reason)."""
+
+    def run(
+        self,
+        endpoint: str,
+        revision: int,
+        *,
+        max_mean_kl: float | None = None,
+        min_top1_agreement: float | None = None,
+        prompts_jsonl: str = "",
+        max_new_tokens: int | None = None,
+    ) -> models.GateOut:
+        """Queue a gate run (it runs in the background; ``get`` shows its verdict)."""
+        body = _clean(
+            {
+                "max_mean_kl": max_mean_kl,
+                "min_top1_agreement": min_top1_agreement,
+                "prompts_jsonl": prompts_jsonl or None,
+                "max_new_tokens": max_new_tokens,
+            }
+        )
+        return self._gate("POST", endpoint, revision, "", body)
+
+    def get(self, endpoint: str, revision: int) -> models.GateOut:
+        return self._gate("GET", endpoint, revision, "", None)
+
+    def override(self, endpoint: str, revision: int, *, reason: str) -> models.GateOut:
+        """Admins: let a failed gate's revision serve; the reason is audited."""
+        return self._gate("POST", endpoint, revision, "/override", {"reason": reason})
+
+    def _gate(
+        self, method: str, endpoint: str, revision: int, tail: str, body: dict[str, Any] | None
+    ) -> models.GateOut:
+        path = f"{API}/deployments/{endpoint}/revisions/{revision}/gate{tail}"
+        return cast(
+            "models.GateOut",
+            self._c._call(_call(method, path, json=body, model=models.GateOut)),
+        )
+
+
 class Keys(_Resource):
     def list(self, *, page_size: int = DEFAULT_PAGE) -> Any:
         return self._c._pages(f"{API}/api-keys", {}, models.ApiKeyOut, page_size)
@@ -526,6 +668,8 @@ class _Base:
         self.revisions = Revisions(self)
         self.canaries = Canaries(self)
         self.benchmarks = Benchmarks(self)
+        self.optimize = Optimizer(self)
+        self.gates = Gates(self)
         self.keys = Keys(self)
         self.usage = Usage(self)
         self.logs = Logs(self)
@@ -646,6 +790,7 @@ class AsyncPlinth(_Base):
     # writing every signature twice, so they are Any to a type checker rather than wrong.
     endpoints: Any
     revisions: Any
+    optimize: Any
     keys: Any
     usage: Any
     logs: Any

@@ -114,6 +114,23 @@ assert any(e.reason == "SettingsChanged" for e in client.endpoints.events("sdk-o
 # Deleting.
 assert client.endpoints.delete("sdk-two").status == "deleting"
 
+# The optimizer: keyword arguments or a whole typed request, a typed answer, refusals by field.
+picks = client.optimize(
+    "meta-llama/Llama-3.1-8B-Instruct",
+    gpus=["L40S"],
+    traffic=models.TrafficIn(input_tokens=2000, output_tokens=200, rate_rps=4),
+    slo={"ttft_p90_s": 1.0, "itl_p90_s": 0.05},
+)
+assert isinstance(picks, models.OptimizeOut) and picks.best is not None, picks.notes
+assert picks.best.predicted.meets_slo and picks.best.spec["hardware"]["gpu"] == "L40S"
+request = models.OptimizeIn(model="meta-llama/Llama-3.1-8B-Instruct", gpus=["L40S"])
+assert client.optimize(request).best is not None
+try:
+    client.optimize("meta-llama/Llama-3.1-8B-Instruct", traffic={"rate_rps": 1, "concurrency": 2})
+    raise AssertionError("both rate and concurrency were accepted")
+except plinth.ValidationFailed as exc:
+    assert [f.field for f in exc.fields] == ["traffic"], exc
+
 
 async def async_journey() -> None:
     async with plinth.AsyncPlinth() as aclient:
@@ -126,6 +143,8 @@ async def async_journey() -> None:
             raise AssertionError("a missing endpoint was found")
         except plinth.NotFound:
             pass
+        picks = await aclient.optimize("meta-llama/Llama-3.1-8B-Instruct", gpus=["L40S"])
+        assert isinstance(picks, models.OptimizeOut) and picks.ranked
 
 
 asyncio.run(async_journey())

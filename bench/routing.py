@@ -14,13 +14,17 @@ and a fresh router. Workloads:
   4 x ~18,000), so the tail misses whatever the router does, and hot tenants pull load.
 
 Router configurations: ``plinth`` is cache-aware with the flags a deployed endpoint gets
-(``runtime.launch.cache_aware_args`` of ``PLINTH_ROUTING``, the argv builder the local driver and
-the Kubernetes render use); ``smg`` is cache-aware with smg 1.13's own defaults (no flags);
-``prefix_hash`` is smg's consistent-hash ring over the prompt's head with its bounded load (a
-``routing.policy`` a spec may pick); ``round_robin`` is the baseline. Printed per run:
-prefix-cache hit rate (engine counters: cached / prompt tokens), TTFT p50 and p90 as the clients
-saw them, throughput, in simulated time, and how many tenants each engine got in the warm-up
-(sorted, e.g. ``5/4/4/3``).
+(``runtime.launch.smg_policy`` and ``cache_aware_args`` of ``PLINTH_ROUTING``, the argv builder
+the local driver and the Kubernetes render use); ``plinth_keyed`` is the placement a spec may
+choose instead (``routing.placement: by_count``): smg's manual policy, each routing key to the
+worker with the fewest keys in flight, pinned there. Every request carries the routing key
+Plinth's gateway adds to what it forwards, computed by the same function
+(``runtime.routing_key``); routers not told to read that header ignore it. ``smg`` is
+cache-aware with smg 1.13's own defaults (no flags); ``prefix_hash`` is smg's consistent-hash
+ring over the prompt's head with its bounded load (a ``routing.policy`` a spec may pick);
+``round_robin`` is the baseline. Printed per run: prefix-cache hit rate (engine counters: cached
+/ prompt tokens), TTFT p50 and p90 as the clients saw them, throughput, in simulated time, and
+how many tenants each engine got in the warm-up (sorted, e.g. ``5/4/4/3``).
 
 The deployment is a real but memory-tight shape (Qwen3-32B in FP8 on one L40S per replica), so one
 replica's KV cache holds only a few tenants' prompts while the fleet's holds them all (on
@@ -30,7 +34,9 @@ placement smg makes for a tenant's first request sticks, and it is uneven from r
 differ. smg 1.13 places a prefix it has not seen without regard to how many prefixes a worker
 already holds: all 16 tenants' first requests at once put 13/1/1/1 or 7/7/1/1, one at a time
 6/4/3/3 or 6/5/3/2, and none of its knobs measured here fixes that (see ``runtime.spec``'s
-``PLINTH_ROUTING``). Run: ``python bench/routing.py`` (about twelve minutes; ``--workloads`` and
+``PLINTH_ROUTING``). ``plinth_keyed`` spreads tenants whose first requests overlap (the default
+``--warm-up waves``: 4/4/4/4) but places tenants arriving alone at random (``--warm-up
+one-by-one``). Run: ``python bench/routing.py`` (about twelve minutes; ``--workloads`` and
 ``--routers`` pick a subset).
 """
 
@@ -44,14 +50,15 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.launch import cache_aware_args
+from runtime.launch import cache_aware_args, smg_policy
+from runtime.routing_key import ROUTING_KEY_HEADER, routing_key
 from runtime.sim.launcher import SimCluster, http_get
 from runtime.sim.tokenizer import Tokenizer
 from runtime.spec import PLINTH_ROUTING
@@ -65,11 +72,14 @@ WORDS = (
 
 WORKLOADS = ("shared-prefix", "multi-turn", "many-tenant")
 # Name -> (smg policy, extra smg flags). "smg" passes no flags: whatever smg 1.13 defaults to.
+# "plinth_keyed" is the placement a spec may choose instead: by count of routing keys.
+_KEYED = replace(PLINTH_ROUTING, placement="by_count")
 CONFIGS: dict[str, tuple[str, list[str]]] = {
     "round_robin": ("round_robin", []),
     "smg": ("cache_aware", []),
     "prefix_hash": ("prefix_hash", []),
-    "plinth": ("cache_aware", cache_aware_args(PLINTH_ROUTING)),
+    "plinth": (smg_policy("cache_aware", PLINTH_ROUTING), cache_aware_args(PLINTH_ROUTING)),
+    "plinth_keyed": (smg_policy("cache_aware", _KEYED), cache_aware_args(_KEYED)),
 }
 HIT_COUNTERS = ("sglang:prompt_tokens_total", "sglang:cached_tokens_total")
 REQUESTS = "sglang:num_requests_total"
@@ -174,8 +184,14 @@ async def one_request(
 ) -> str | None:
     """Stream one chat completion; its text, or None when it failed."""
     start, first, usage, text = time.monotonic(), None, None, []
+    # The header Plinth's gateway adds to every request it forwards, from the same function;
+    # only a router told to read it (Plinth's by-count placement) does.
+    key = routing_key(body)
+    headers = {ROUTING_KEY_HEADER: key} if key else {}
     try:
-        async with session.post(f"{url}/v1/chat/completions", json=body) as response:
+        async with session.post(
+            f"{url}/v1/chat/completions", json=body, headers=headers
+        ) as response:
             if response.status != 200:
                 result.errors += 1
                 await response.read()
@@ -223,15 +239,19 @@ def request_body(
 
 
 async def warm_up(
-    session: aiohttp.ClientSession, cluster: SimCluster, prompts: list[str], time_scale: float
+    session: aiohttp.ClientSession,
+    cluster: SimCluster,
+    prompts: list[str],
+    args: argparse.Namespace,
 ) -> None:
     """One request per tenant, so each policy has placed every tenant before measuring.
 
-    They go in waves of one per engine: a router deciding many cold requests at once sees the same
-    loads for all of them and may stack them on one worker.
+    ``waves``: one per engine at a time (a router deciding many cold requests at once sees the
+    same loads for all of them and may stack them on one worker). ``one-by-one``: each alone,
+    nothing in flight, as tenants trickling in on a quiet endpoint would arrive.
     """
     scratch = RunResult("warm-up", "", 0)
-    wave = len(cluster.engines)
+    wave = len(cluster.engines) if args.warm_up == "waves" else 1
     for start in range(0, len(prompts), wave):
         bodies = [
             request_body(cluster.model, [{"role": "system", "content": p}, hello], 1)
@@ -239,7 +259,7 @@ async def warm_up(
             for hello in ({"role": "user", "content": "Hello?"},)
         ]
         await asyncio.gather(
-            *(one_request(session, cluster.url, b, scratch, time_scale) for b in bodies)
+            *(one_request(session, cluster.url, b, scratch, args.time_scale) for b in bodies)
         )
 
 
@@ -249,7 +269,7 @@ async def drive(cluster: SimCluster, result: RunResult, args: argparse.Namespace
     timeout = aiohttp.ClientTimeout(total=600)
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        await warm_up(session, cluster, workload.prompts, args.time_scale)
+        await warm_up(session, cluster, workload.prompts, args)
         placed = [int(counter([url], REQUESTS)) for url in cluster.engine_urls]
         result.placement = sorted(placed, reverse=True)
         before = [counter(cluster.engine_urls, name) for name in HIT_COUNTERS]
@@ -308,9 +328,12 @@ def print_table(results: list[RunResult], args: argparse.Namespace) -> None:
     print(
         f"{args.engines} engines x {args.model} ({args.quantization}) on 1x {args.gpu} each, "
         f"{args.output_tokens} output tokens, {args.duration:g} s wall per run, "
-        f"time scale {args.time_scale:g} (figures in simulated time)"
+        f"time scale {args.time_scale:g}, warm-up {args.warm_up} (figures in simulated time)"
     )
-    print(f"plinth = cache_aware {' '.join(CONFIGS['plinth'][1] + args.plinth_extra.split())}")
+    policy, flags = CONFIGS["plinth"]
+    print(f"plinth = {policy} {' '.join(flags + args.plinth_extra.split())}")
+    policy, flags = CONFIGS["plinth_keyed"]
+    print(f"plinth_keyed = {policy} {' '.join(flags)} (every request carries the routing key)")
     print("smg = cache_aware with smg's defaults; prefix_hash with smg's defaults")
     header = f"{'workload':<14} {'load':>5} {'router':<12} {'hit rate':>8} {'TTFT p50':>9}"
     header += f" {'TTFT p90':>9} {'req/s':>7} {'out tok/s':>9} {'done':>5} {'errors':>6}"
@@ -326,7 +349,7 @@ def print_table(results: list[RunResult], args: argparse.Namespace) -> None:
         for load in args.loads:
             runs = {r.config: r for r in results if r.workload == workload and r.load == load}
             plinth = runs.get("plinth")
-            for peer in ("smg", "prefix_hash", "round_robin"):
+            for peer in ("plinth_keyed", "smg", "prefix_hash", "round_robin"):
                 other = runs.get(peer)
                 if plinth is None or other is None:
                     continue
@@ -368,6 +391,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=25.0, help="wall seconds per run")
     parser.add_argument("--time-scale", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--warm-up", choices=("waves", "one-by-one"), default="waves")
     parser.add_argument(
         "--plinth-extra",
         default="",

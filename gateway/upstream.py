@@ -19,8 +19,10 @@ from gateway.errors import GatewayError
 from gateway.http1 import Pool, Response, UpstreamError
 from gateway.metering import Usage
 from gateway.usage_parsing import StreamFilter, usage_from_body
+from runtime.routing_key import ROUTING_KEY_HEADER
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ROUTING_KEY_HEADER_BYTES = ROUTING_KEY_HEADER.encode()
 
 # Response headers worth passing on; the rest are hop-by-hop or the router's internals
 # (``x-smg-routed-worker-id`` would disclose replica addresses).
@@ -72,11 +74,20 @@ class Relay:
 
 
 async def open_upstream(
-    pool: Pool, method: str, url: str, body: bytes | None, request_id: str, auth: bytes = b""
+    pool: Pool,
+    method: str,
+    url: str,
+    body: bytes | None,
+    request_id: str,
+    auth: bytes = b"",
+    routing_key: str | None = None,
 ) -> Response:
     headers = [(b"x-request-id", request_id.encode())]
     if auth:
         headers.append((b"authorization", auth))
+    if routing_key:
+        # The prompt prefix's key (runtime.routing_key), by which the router places requests.
+        headers.append((ROUTING_KEY_HEADER_BYTES, routing_key.encode()))
     if body is not None:
         headers.append((b"content-type", b"application/json"))
     try:

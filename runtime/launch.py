@@ -31,7 +31,8 @@ from runtime.catalog import SMG_VERSION, FlagCatalog, sglang_flags, smg_flags
 from runtime.catalog.flags import arity_problem, split_argv
 from runtime.extra_flags import flag_argv
 from runtime.memory import GIB, model_weight_bytes
-from runtime.spec import RoutingDefaults, RuntimeSpec
+from runtime.routing_key import ROUTING_KEY_HEADER
+from runtime.spec import RoutingDefaults, RoutingPolicy, RuntimeSpec
 from runtime.topology import EngineGroup, engine_groups
 
 ENGINE_PORT = 30000
@@ -351,12 +352,33 @@ def engine_role(spec: RuntimeSpec, group: EngineGroup, labels: dict[str, str] | 
     )
 
 
-def cache_aware_args(knobs: RoutingDefaults) -> list[str]:
-    """smg flags for every cache-aware knob, always spelled out.
+# How long an idle routing key stays pinned (smg's default is 4 hours). An engine's cache turns
+# over in minutes under load (smg assumes 180 s, `--cache-ttl-secs`), so a key idle longer has
+# little left to find; placing it afresh lets keys spread onto replicas added since.
+ROUTING_KEY_IDLE_SECONDS = 600
 
-    Always explicit, never left to smg: its defaults move requests off the replica holding their
-    prefix (bench/routing.py), and a new smg release could change them under a deployed endpoint.
+
+def smg_policy(policy: RoutingPolicy, knobs: RoutingDefaults) -> str:
+    """The smg `--policy` of a spec's routing: cache_aware placed by count is smg's manual."""
+    return "manual" if policy == "cache_aware" and knobs.placement == "by_count" else policy
+
+
+def cache_aware_args(knobs: RoutingDefaults) -> list[str]:
+    """smg flags of cache-aware routing with `knobs`, always spelled out (policy: `smg_policy`).
+
+    by_count: smg's manual policy reads the gateway's routing key (`runtime.routing_key`) and
+    gives a key it has not seen to the worker with the fewest keys in flight, where it stays
+    (until idle `ROUTING_KEY_IDLE_SECONDS`, or its worker goes). first_fit: every knob of
+    smg's cache-aware tree. Always explicit, never left to smg: its defaults move requests off
+    the replica holding their prefix (bench/routing.py), and a new smg release could change
+    them under a deployed endpoint.
     """
+    if knobs.placement == "by_count":
+        return [
+            *("--routing-key-headers", ROUTING_KEY_HEADER),
+            *("--assignment-mode", "min_group"),
+            *("--max-idle-secs", str(ROUTING_KEY_IDLE_SECONDS)),
+        ]
     args = ["--cache-threshold", str(knobs.cache_threshold)]
     args += ["--balance-abs-threshold", str(knobs.balance_abs_threshold)]
     args += ["--balance-rel-threshold", str(knobs.balance_rel_threshold)]
@@ -377,9 +399,11 @@ def router_args(spec: RuntimeSpec) -> list[str]:
     args = ["--host", "0.0.0.0", "--port", str(ROUTER_PORT)]  # noqa: S104
     if spec.disaggregation.enabled:
         args.append("--pd-disaggregation")
-    args += ["--policy", route.policy]
+    knobs = route.resolved()
+    # In P/D mode --policy is both pools' policy: each pool keeps one key on one replica.
+    args += ["--policy", smg_policy(route.policy, knobs)]
     if route.policy == "cache_aware":
-        args += cache_aware_args(route.resolved())
+        args += cache_aware_args(knobs)
     args += ["--prometheus-host", "0.0.0.0", "--prometheus-port", str(ROUTER_METRICS_PORT)]  # noqa: S104
     args += ["--health-check-interval-secs", str(ROUTER_HEALTH_CHECK_SECONDS)]
     return args

@@ -18,6 +18,7 @@ import yaml
 from runtime.catalog import sglang_flags, smg_flags
 from runtime.catalog.flags import split_argv
 from runtime.launch import RolePlan, cache_aware_args, plan, with_flag
+from runtime.routing_key import ROUTING_KEY_HEADER
 from runtime.spec import PLINTH_ROUTING, SMG_ROUTING, RuntimeSpec
 from runtime.validate import check
 from tests.runtime.conftest import SpecData
@@ -148,8 +149,34 @@ def _flag(args: list[str], flag: str) -> str:
     return args[args.index(flag) + 1]
 
 
+def test_router_places_keyed_prefixes_by_count_when_asked(spec_data: SpecData) -> None:
+    # The gateway's routing key, each new key to the replica with the fewest keys in flight.
+    args = plan(_spec(spec_data(routing={"placement": "by_count"}))).roles[-1].args
+    assert _flag(args, "--policy") == "manual"
+    assert _flag(args, "--routing-key-headers") == ROUTING_KEY_HEADER
+    assert _flag(args, "--assignment-mode") == "min_group"
+    assert int(_flag(args, "--max-idle-secs")) > 0
+    assert "--cache-threshold" not in args
+    flags = [flag for flag, _ in split_argv(args)]
+    assert len(flags) == len(set(flags))
+
+
+def test_disaggregated_router_places_both_pools_by_key(spec_data: SpecData) -> None:
+    data = spec_data(disaggregation={"enabled": True}, routing={"placement": "by_count"})
+    args = plan(_spec(data)).roles[-1].args
+    assert "--pd-disaggregation" in args and _flag(args, "--policy") == "manual"
+    assert _flag(args, "--assignment-mode") == "min_group"
+
+
+def test_placement_by_count_applies_to_cache_aware_only(spec_data: SpecData) -> None:
+    data = spec_data(routing={"policy": "round_robin", "placement": "by_count"})
+    args = plan(_spec(data)).roles[-1].args
+    assert _flag(args, "--policy") == "round_robin" and "--routing-key-headers" not in args
+
+
 def test_router_gets_plinths_routing_defaults_not_smgs(spec_data: SpecData) -> None:
     args = plan(_spec(spec_data())).roles[-1].args
+    assert _flag(args, "--policy") == "cache_aware"
     assert float(_flag(args, "--cache-threshold")) == PLINTH_ROUTING.cache_threshold
     assert int(_flag(args, "--balance-abs-threshold")) == PLINTH_ROUTING.balance_abs_threshold
     assert float(_flag(args, "--balance-rel-threshold")) == PLINTH_ROUTING.balance_rel_threshold

@@ -95,6 +95,7 @@ CASES = [
     Case("thresholds on round robin", {"routing": {"policy": "round_robin", "cache_threshold": 0.5}}, ("warning", "routing_thresholds_unused", "routing.policy")),
     Case("overload protection on round robin", {"routing": {"policy": "round_robin", "overload_protection": True}}, ("warning", "routing_thresholds_unused", "routing.policy")),
     Case("warm-up on power of two", {"routing": {"policy": "power_of_two", "warmup_seconds": 30}}, ("warning", "routing_thresholds_unused", "routing.policy")),
+    Case("tree threshold placed by count", {"routing": {"placement": "by_count", "cache_threshold": 0.5}}, ("warning", "routing_thresholds_unused", "routing.placement")),
     # --- flags and runtime ---
     Case("managed flag as extra", {"runtime": {"extra_flags": {"--tp-size": 2}}}, ("error", "flag_not_allowed", "runtime.extra_flags.--tp-size")),
     Case("abbreviated flag", {"runtime": {"extra_flags": {"--tp": 2}}}, ("error", "flag_unknown", "runtime.extra_flags.--tp")),

@@ -8,11 +8,12 @@ asserts on timings.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from runtime.launch import cache_aware_args
+from runtime.launch import cache_aware_args, smg_policy
 from runtime.sim.launcher import ManagedProcess, SimCluster, start_engine
 from runtime.spec import PLINTH_ROUTING
 
@@ -57,6 +58,14 @@ def cache_aware_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Si
     """Cache-aware routing with the knobs a deployed endpoint's router gets."""
     args = cache_aware_args(PLINTH_ROUTING)
     yield from _cluster("cache_aware", tmp_path_factory.mktemp("cache_aware"), args)
+
+
+@pytest.fixture(scope="module")
+def keyed_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
+    """The router of a spec with `routing.placement: by_count` (keyed by the gateway's header)."""
+    knobs = replace(PLINTH_ROUTING, placement="by_count")
+    policy, args = smg_policy("cache_aware", knobs), cache_aware_args(knobs)
+    yield from _cluster(policy, tmp_path_factory.mktemp("keyed"), args)
 
 
 @pytest.fixture(scope="module")

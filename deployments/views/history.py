@@ -1,5 +1,6 @@
 """Console pages of an endpoint's history and telemetry: revisions (diff, rollback), metrics
-charts, the events timeline and per-replica logs (follow, timestamps, download)."""
+charts, the events timeline and per-replica logs (by role and replica; follow, timestamps,
+search, level filter, download)."""
 
 from __future__ import annotations
 
@@ -189,6 +190,16 @@ LOG_TAIL_DEFAULT = 300
 # and each poll is one short read rather than a connection held per viewer).
 LOG_FOLLOW_INTERVAL_S = 2
 _UNSAFE_IN_FILENAME = re.compile(r"[^A-Za-z0-9._-]")
+# The level menu: a level keeps itself and those more severe (DEBUG would keep everything).
+LOG_LEVEL_CHOICES = (
+    ("INFO", "Info and up"),
+    ("WARNING", "Warnings and errors"),
+    ("ERROR", "Errors"),
+)
+
+
+def _role_order(role: str) -> int:
+    return logs.ROLES.index(role) if role in logs.ROLES else len(logs.ROLES)
 
 
 @dataclass(frozen=True)
@@ -200,17 +211,30 @@ class LogOptions:
     timestamps: bool
     follow: bool
     previous: bool
+    role: str | None = None
+    q: str = ""
+    level: str = ""
 
     @classmethod
     def of(cls, request: HttpRequest) -> LogOptions:
         tail = _number(request.GET.get("tail"))
+        role = request.GET.get("role") or None
+        level = request.GET.get("level", "")
         return cls(
             replica=request.GET.get("replica") or None,
             tail=tail if tail in LOG_TAIL_CHOICES else LOG_TAIL_DEFAULT,
             timestamps=request.GET.get("timestamps") == "1",
             follow=request.GET.get("follow") == "1",
             previous=request.GET.get("previous") == "1",
+            role=role if role in logs.ROLES else None,
+            # A search longer than the API allows is cut, not refused: the page stays usable.
+            q=request.GET.get("q", "").strip()[: logs.MAX_SEARCH],
+            level=level if level in logs.LEVELS else "",
         )
+
+    @property
+    def filtered(self) -> bool:
+        return bool(self.q or self.level)
 
     def query(self, replica: str, **extra: str) -> str:
         """These options (for ``replica``) as a query string, with ``extra`` parameters."""
@@ -220,6 +244,9 @@ class LogOptions:
         for name in ("timestamps", "follow", "previous"):
             if getattr(self, name):
                 params[name] = "1"
+        for name in ("role", "q", "level"):
+            if getattr(self, name):
+                params[name] = getattr(self, name)
         params.update(extra)
         return params.urlencode()
 
@@ -241,6 +268,7 @@ def endpoint_logs(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         "endpoint": endpoint,
         "options": options,
         "tail_choices": LOG_TAIL_CHOICES,
+        "levels": LOG_LEVEL_CHOICES,
         "follow_interval": LOG_FOLLOW_INTERVAL_S,
         "tab": "logs",
     }
@@ -248,19 +276,25 @@ def endpoint_logs(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         found = logs.read_logs(
             endpoint,
             replica=options.replica,
+            role=options.role,
             tail=options.tail,
             previous=options.previous,
             after=after if polling else None,
             fallback=True,  # the menu may name a pod that was replaced since
+            q=options.q,
+            level=options.level,
         )
     except logs.LogsUnavailable as exc:
         found, context["unavailable"] = None, exc.message
     except ServiceError as exc:  # e.g. previous of a replica that has not restarted
         found, context["problem"] = None, exc.detail
     replica = found.replica if found else options.replica or ""
+    sources = found.replicas if found else ()
     context |= {
         "found": found,
         "replica": replica,
+        "roles": sorted({s.role for s in sources}, key=_role_order),
+        "role_replicas": [s for s in sources if not options.role or s.role == options.role],
         "cursor": found.cursor if found else after or "",
         "download_query": options.query(replica),
     }
@@ -284,9 +318,12 @@ def endpoint_logs_download(request: HttpRequest, slug: str) -> HttpResponse:
         found = logs.read_logs(
             endpoint,
             replica=options.replica,
+            role=options.role,
             tail=logs.MAX_LINES,
             previous=options.previous,
             fallback=True,
+            q=options.q,
+            level=options.level,
         )
     except logs.LogsUnavailable as exc:
         return error_answer(request, 503, f"Logs cannot be read right now: {exc.message}")

@@ -1,4 +1,7 @@
-"""Canary rules, pure: the weight's bounds, the quality-gate hook, and the automatic abort verdict.
+"""Canary rules: the weight's bounds, the quality-gate hook, and the automatic abort verdict.
+
+All pure but the gate hook, which reads the revision's latest quality gate
+(``deployments.quality_gate``).
 
 A canary runs a new revision beside the serving one (the baseline) on a share of the traffic.
 ``judge`` compares the two over the canary's window: the error rate the gateway saw, and the TTFT
@@ -17,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from deployments import quality_gate
+
 if TYPE_CHECKING:
     from deployments.models import Canary
 
@@ -27,11 +32,22 @@ MAX_WEIGHT = 50
 def gate_allows(canary: Canary) -> bool:
     """Whether the quality gate lets ``canary`` be promoted: the one place promote asks.
 
-    No gate exists yet (benchmarks and the KL divergence check come later): every canary is
-    allowed unless a verdict was recorded that says it failed.
+    Refused while the canary's revision carries a KL gate (``deployments.quality_gate``) that has
+    not passed (nor been overridden), or when a verdict recorded on the canary says it failed.
+    A revision without a gate is allowed.
     """
+    return not gate_refusal(canary)
+
+
+def gate_refusal(canary: Canary) -> str:
+    """Why the gate refuses ``canary``'s promotion; "" when it does not."""
+    why = quality_gate.refusal_for_revision(canary.revision)
+    if why:
+        return why
     verdict = canary.gate_verdict
-    return not (isinstance(verdict, dict) and verdict.get("passed") is False)
+    if isinstance(verdict, dict) and verdict.get("passed") is False:
+        return f"the quality gate refused revision {canary.revision.number}"
+    return ""
 
 
 @dataclass(frozen=True)

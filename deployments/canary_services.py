@@ -26,7 +26,14 @@ from controlplane.access import Actor, require_role, system_actor
 from controlplane.models import Role
 from controlplane.services import Conflict, ServiceError
 from deployments import fields, quotas
-from deployments.canary import MAX_WEIGHT, MIN_WEIGHT, Thresholds, Verdict, gate_allows
+from deployments.canary import (
+    MAX_WEIGHT,
+    MIN_WEIGHT,
+    Thresholds,
+    Verdict,
+    gate_allows,
+    gate_refusal,
+)
 from deployments.models import Canary, CanaryStatus, Deployment, DesiredState
 from deployments.services import (
     _clamp_replicas,
@@ -182,7 +189,7 @@ def promote_canary(actor: Actor, deployment_id: uuid.UUID | str, *, message: str
     canary = _require_running(deployment)
     if not gate_allows(canary):
         raise Conflict(
-            f"the quality gate refused revision {canary.revision.number}; abort the canary",
+            f"{gate_refusal(canary)}; abort the canary, or an admin may override the gate",
             code="gate_refused",
         )
     spec = RuntimeSpec.model_validate(canary.revision.spec)

@@ -607,3 +607,52 @@ class Benchmark(models.Model):
 
     def __str__(self) -> str:
         return f"{self.deployment_id} benchmark {self.pk} ({self.status})"
+
+
+class QualityGateStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    PASSED = "passed", "Passed"
+    FAILED = "failed", "Failed"  # the candidate drifted past a threshold
+    ERROR = "error", "Error"  # the run could not score (an engine unreachable): no verdict
+    OVERRIDDEN = "overridden", "Overridden"  # failed, then let through by an admin with a reason
+
+
+class QualityGate(models.Model):
+    """A KL-divergence check of a candidate revision against a baseline revision
+    (``runtime.quality``): the baseline's own answers scored under both, teacher forced.
+
+    Written by ``deployments.quality_services`` (start, override) and the gate's task
+    (``deployments.quality_run``: running, then the results and verdict). A revision's latest gate
+    is its gate: ``deployments.quality_services.revision_allowed`` lets a canary be promoted, or a
+    revision be made the target, only when it passed or was overridden (no gate: no check).
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="gates")
+    revision = models.ForeignKey(Revision, on_delete=models.CASCADE, related_name="gates")
+    baseline_revision = models.ForeignKey(Revision, on_delete=models.CASCADE, related_name="+")
+    max_mean_kl = models.FloatField()
+    min_top1_agreement = models.FloatField()
+    max_new_tokens = models.PositiveIntegerField(default=64)
+    # "builtin" (runtime/catalog/quality_prompts.json) or "custom" (``prompts``, from a JSONL).
+    prompt_set = models.CharField(max_length=16, default="builtin")
+    prompts = models.JSONField(default=list, blank=True)
+    status = models.CharField(
+        max_length=16, choices=QualityGateStatus.choices, default=QualityGateStatus.PENDING
+    )
+    results = models.JSONField(null=True, blank=True)  # QualityReport.as_dict() + per_prompt
+    error = models.TextField(blank=True)
+    override_reason = models.TextField(blank=True)
+    overridden_by = models.CharField(max_length=150, blank=True)
+    created_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["revision", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id} quality gate {self.pk} ({self.status})"

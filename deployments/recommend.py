@@ -17,7 +17,7 @@ from typing import Any
 from controlplane.access import Actor
 from controlplane.services import ServiceError
 from deployments import queries, services
-from deployments.models import Revision
+from deployments.models import Deployment, Revision
 from runtime.confirm import DEFAULT_TOP, ConfirmError, attach_measurements, confirm_top
 from runtime.optimize import OptimizeError, OptimizeRequest, result_dict
 from runtime.optimize import optimize as run_optimizer
@@ -84,6 +84,19 @@ def apply_candidate(
     """
     deployment = queries.get_deployment(actor, deployment_id)
     target = deployment.target_revision
+    return services.update_settings(
+        actor,
+        deployment.pk,
+        spec=fitted_spec(deployment, spec),
+        base_revision=target.number if target is not None else 0,
+        message=optimizer_message(label),
+    )
+
+
+def fitted_spec(deployment: Deployment, spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` fitted to the endpoint: its identity and runtime settings kept (as
+    ``apply_candidate`` and the optimizer's "Apply as a canary" both need)."""
+    target = deployment.target_revision
     current: dict[str, Any] = dict(target.spec) if target is not None else {}
     model = dict(spec.get("model") or {})
     current_model = current.get("model") or {}
@@ -97,10 +110,4 @@ def apply_candidate(
         if current_model.get(name) is not None:
             model[name] = current_model[name]
     kept = {group: current[group] for group in KEPT_GROUPS if group in current}
-    return services.update_settings(
-        actor,
-        deployment.pk,
-        spec={**spec, **kept, "model": model},
-        base_revision=target.number if target is not None else 0,
-        message=optimizer_message(label),
-    )
+    return {**spec, **kept, "model": model}

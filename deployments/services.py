@@ -33,7 +33,7 @@ from controlplane.access import Actor, NotFound, require_role, system_actor
 from controlplane.celery import app as celery_app
 from controlplane.models import Role
 from controlplane.services import Conflict, ServiceError
-from deployments import clusters, fields, queries, quotas
+from deployments import clusters, fields, quality_gate, queries, quotas
 from deployments.cluster_settings import cluster_issues
 from deployments.clusters import create_cluster, delete_cluster, update_cluster
 from deployments.models import (
@@ -301,6 +301,7 @@ def update_settings(
         if renamed:
             _commit_change(actor, deployment, "deployment.rename", before)
         return target
+    _check_gate(deployment, parsed.content_hash(), "spec")
     stored = parsed.model_dump(mode="json")
     replicas = _clamp_replicas(deployment.desired_replicas, parsed)
     quotas.check(
@@ -346,6 +347,8 @@ def rollback(
             f"revision {to_revision} does not exist", field="to_revision", code="not_found"
         )
     target = deployment.target_revision
+    if target is None or source.spec_hash != target.spec_hash:
+        _check_gate(deployment, source.spec_hash, "to_revision")
     before = deployment.desired_snapshot()
     canary_ended = _end_canary_for_rollback(deployment, actor, to_revision)
     if target is not None and source.spec_hash == target.spec_hash:
@@ -374,6 +377,17 @@ def rollback(
     )  # fmt: skip
     _commit_change(actor, deployment, "deployment.rollback", before)
     return revision
+
+
+def _check_gate(deployment: Deployment, spec_hash: str, field: str) -> None:
+    """Settings whose quality gate has not passed never become the target outside a canary
+    (an admin's override lets them): ``deployments.quality_gate``."""
+    why = quality_gate.refusal_for_spec(deployment, spec_hash)
+    if why:
+        raise Conflict(
+            f"{why}; an admin may override the gate with a reason", field=field,
+            code="gate_refused",
+        )  # fmt: skip
 
 
 def _end_canary_for_rollback(deployment: Deployment, actor: Actor, to_revision: int) -> bool:

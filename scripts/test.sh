@@ -77,5 +77,8 @@ echo "[test] ruff";          "$BIN/ruff" check .
 "$BIN/ruff" format --check .
 echo "[test] mypy";          "$BIN/mypy"
 echo "[test] import-linter"; "$BIN/lint-imports"
+# Benchmarks run the real NVIDIA AIPerf from Plinth's tools environment, which Plinth makes on
+# first use (~1.2 GB, a couple of minutes); made here so no test skips or pays for it.
+echo "[test] tools environment"; "$BIN/python" -m deployments.tools_env
 echo "[test] pytest"
 "$BIN/pytest" "$@"

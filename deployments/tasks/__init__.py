@@ -9,5 +9,6 @@ from deployments.tasks.benchmarks import *  # noqa: F403
 from deployments.tasks.canary import *  # noqa: F403
 from deployments.tasks.clusters import *  # noqa: F403
 from deployments.tasks.engine import *  # noqa: F403
+from deployments.tasks.quality import *  # noqa: F403
 from deployments.tasks.scaling import *  # noqa: F403
 from deployments.tasks.traffic import *  # noqa: F403

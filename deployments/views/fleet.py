@@ -20,7 +20,7 @@ from controlplane.models import Role, Secret
 from controlplane.services import ServiceError
 from deployments import queries, quotas, services
 from deployments.charts import Chart, Series
-from deployments.models import UsageRecord
+from deployments.models import Benchmark, UsageRecord
 
 WINDOWS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
 
@@ -174,8 +174,17 @@ def usage(request: HttpRequest) -> HttpResponse:
         )
         .order_by("-completion")
     )
+    rows: list[dict[str, Any]] = [dict(r) for r in table[:200]]
+    # A benchmark's temporary key: its traffic is labelled so it is not taken for a user's.
+    benchmark_keys = set(
+        Benchmark.objects.filter(
+            api_key__prefix__in={r["api_key__prefix"] for r in rows}
+        ).values_list("api_key__prefix", flat=True)
+    )
+    for row in rows:
+        row["benchmark"] = row["api_key__prefix"] in benchmark_keys
     context = {
-        "rows": list(table[:200]),
+        "rows": rows,
         "chart": _usage_chart(records, since, until),
         "window": window,
         "windows": list(WINDOWS),

@@ -19,6 +19,12 @@ class ApiModel(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True, validate_default=True)
 
 
+class AbortIn(ApiModel):
+    "AbortIn"
+
+    reason: str = ''
+
+
 class ApiKeyCreatedOut(ApiModel):
     "ApiKeyCreatedOut"
 
@@ -131,7 +137,7 @@ class AuditQuery(ApiModel):
 
 
 class AutoscalingSettings(ApiModel):
-    "AutoscalingSettings"
+    "Two policies: in-flight requests per replica (``concurrency_target``), or, when ``slo`` is"
 
     min_replicas: int = 1
     max_replicas: int = 1
@@ -141,6 +147,9 @@ class AutoscalingSettings(ApiModel):
     scale_down_delay_seconds: int = 300
     scale_to_zero: bool = False
     scale_to_zero_after_seconds: int = 900
+    slo: SloTargets | None = None
+    prefill: PoolBounds | None = None
+    decode: PoolBounds | None = None
 
 
 class BatchingSettings(ApiModel):
@@ -159,6 +168,65 @@ class BatchingSettings(ApiModel):
     stream_interval: int | None = None
 
 
+class BenchmarkIn(ApiModel):
+    "BenchmarkIn"
+
+    profile: ProfileIn | None = None
+    name: str = ''
+    revision: int | None = None
+
+
+class BenchmarkOut(ApiModel):
+    "BenchmarkOut"
+
+    id: str
+    name: str
+    revision: int
+    status: str
+    profile: ProfileOut
+    results: list[PointOut]
+    prediction: list[PredictionOut]
+    served_revisions: list[int]
+    runner: str
+    tool: str
+    error: str
+    created_by: str
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class CanaryOut(ApiModel):
+    "CanaryOut"
+
+    id: str
+    revision: int
+    baseline_revision: int
+    weight: int
+    sticky: bool
+    replicas: int
+    ready_replicas: int
+    status: str
+    reason: str
+    thresholds: ThresholdsOut
+    gate_verdict: dict[str, Any] | None
+    started_by: str
+    started_at: datetime
+    ended_at: datetime | None
+    traffic: TrafficOut | None
+
+
+class CanaryStartIn(ApiModel):
+    "CanaryStartIn"
+
+    spec: RuntimeSpec
+    weight: int
+    sticky: bool = False
+    replicas: int = 1
+    thresholds: ThresholdsIn | None = None
+    message: str = ''
+
+
 class CandidateOut(ApiModel):
     "CandidateOut"
 
@@ -168,6 +236,7 @@ class CandidateOut(ApiModel):
     features: list[str]
     reasons: list[str]
     warnings: list[IssueOut]
+    measured: MeasuredOut | None = None
 
 
 class ClaimCache(ApiModel):
@@ -200,6 +269,14 @@ class ClusterOut(ApiModel):
     settings: ClusterSettings | None
 
 
+class ClusterPage(ApiModel):
+    "ClusterPage"
+
+    items: list[ClusterOut]
+    count: int
+    next: str | None = None
+
+
 class ClusterPatch(ApiModel):
     "ClusterPatch"
 
@@ -230,10 +307,46 @@ class ClusterSettings(ApiModel):
     image_pull_secrets: list[str] = Field(default_factory=lambda: [])
     engine_images: dict[str, str] | None = None
     router_image: str | None = None
-    model_cache: HostPathCache | ClaimCache | SharedClaimCache | None = None
+    model_cache: HostPathCache | ClaimCache | SharedClaimCache | NoCache | None = None
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
+    platform_namespace: str = 'plinth-system'
+    monitoring_namespace: str | None = None
+    engine_run_as_user: int | None = None
+    read_only_root: bool = True
     tenant_overrides: list[Literal['engine_image', 'router_image', 'env', 'extra_flags']] = Field(default_factory=lambda: cast("list[Literal['engine_image', 'router_image', 'env', 'extra_flags']]", ['engine_image', 'router_image', 'env', 'extra_flags']))
+
+
+class CompareOut(ApiModel):
+    "CompareOut"
+
+    a: BenchmarkOut
+    b: BenchmarkOut
+    points: list[ComparedPointOut]
+
+
+class CompareQuery(ApiModel):
+    "CompareQuery"
+
+    a: str
+    b: str
+
+
+class ComparedPointOut(ApiModel):
+    "ComparedPointOut"
+
+    kind: str
+    value: float
+    metrics: dict[str, DeltaOut]
+
+
+class DeltaOut(ApiModel):
+    "DeltaOut"
+
+    a: float
+    b: float
+    delta: float
+    pct: float | None
 
 
 class DeploymentCreateIn(ApiModel):
@@ -370,6 +483,8 @@ class Estimate(ApiModel):
     capacity_gib: float
     mem_fraction_static: float | None
     max_concurrent_tokens: int | None
+    concurrent_requests: int | None = None
+    max_running_requests: int | None = None
     gpus_per_replica: int
     total_gpus_min: int
     total_gpus_max: int
@@ -426,6 +541,37 @@ class FieldErrorOut(ApiModel):
     code: str
     message: str
     fix: str | None = None
+
+
+class GateIn(ApiModel):
+    "GateIn"
+
+    max_mean_kl: float | int = 0.05
+    min_top1_agreement: float | int = 0.95
+    prompts_jsonl: str = ''
+    max_new_tokens: int = 64
+
+
+class GateOut(ApiModel):
+    "GateOut"
+
+    id: str
+    revision: int
+    baseline_revision: int
+    status: str
+    max_mean_kl: float
+    min_top1_agreement: float
+    max_new_tokens: int
+    prompt_set: str
+    prompts: int
+    results: dict[str, Any] | None
+    error: str
+    override_reason: str
+    overridden_by: str
+    created_by: str
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
 
 
 class GpuNodeOut(ApiModel):
@@ -489,6 +635,7 @@ class GroupEstimate(ApiModel):
     kv_bytes_per_token: float | None = None
     max_kv_tokens: int | None = None
     max_concurrent_tokens: int | None = None
+    concurrent_requests: int | None = None
     fits: bool
 
 
@@ -548,6 +695,14 @@ class IssueOut(ApiModel):
     severity: str
 
 
+class LatencyOut(ApiModel):
+    "LatencyOut"
+
+    p50: float
+    p90: float
+    p99: float
+
+
 class LimitsIn(ApiModel):
     "LimitsIn"
 
@@ -560,6 +715,7 @@ class LogLineOut(ApiModel):
 
     ts: datetime | None
     text: str
+    level: str = ''
 
 
 class LogSourceOut(ApiModel):
@@ -582,6 +738,7 @@ class LogsOut(ApiModel):
     cursor: str
     continued: bool
     more: bool
+    read: int
 
 
 class LogsQuery(ApiModel):
@@ -593,6 +750,22 @@ class LogsQuery(ApiModel):
     since: str | None = None
     previous: bool = False
     after: str | None = None
+    q: str | None = None
+    level: Literal['DEBUG', 'INFO', 'WARNING', 'ERROR'] | None = None
+
+
+class MeasuredOut(ApiModel):
+    "MeasuredOut"
+
+    requests: int
+    completed: int
+    ttft_p90_s: float | None
+    itl_p90_s: float | None
+    e2e_p90_s: float | None
+    tpot_mean_s: float | None
+    output_tokens_per_s: float
+    simulated_s: float
+    meets_slo: bool
 
 
 class MemberIn(ApiModel):
@@ -636,6 +809,7 @@ class MetricOut(ApiModel):
     kv_usage: float | None
     cache_hit_rate: float | None
     spec_accept_length: float | None
+    revisions: dict[str, dict[str, float | None]] | None = None
 
 
 class MetricsOut(ApiModel):
@@ -699,6 +873,12 @@ class NgramSettings(ApiModel):
     capacity: int | None = None
 
 
+class NoCache(ApiModel):
+    "No cache shared between pods: each engine downloads the weights itself when it starts,"
+
+    type: Literal['none'] = 'none'
+
+
 class OptimizeIn(ApiModel):
     "OptimizeIn"
 
@@ -706,9 +886,12 @@ class OptimizeIn(ApiModel):
     architecture: Architecture | None = None
     gpus: list[str] | None = None
     traffic: TrafficIn = Field(default_factory=lambda: TrafficIn.model_validate({'input_tokens': 1024, 'output_tokens': 256, 'rate_rps': None, 'concurrency': None, 'prefix_share': 0.0, 'turns': 1}))
-    slo: SloIn = Field(default_factory=lambda: SloIn.model_validate({'ttft_p90_s': 1.0, 'itl_p90_s': 0.05, 'e2e_p90_s': None}))
+    slo: SloIn = Field(default_factory=lambda: SloIn.model_validate({'ttft_p90_s': 1.0, 'itl_p90_s': 0.05, 'e2e_p90_s': None, 'tpot_mean_s': None}))
     limits: LimitsIn = Field(default_factory=lambda: LimitsIn.model_validate({'max_cost_per_hour': None, 'max_gpus': None}))
+    objective: Literal['cost', 'throughput'] = 'cost'
     cluster_id: str | None = None
+    confirm: bool = False
+    confirm_top: int = 3
 
 
 class OptimizeOut(ApiModel):
@@ -721,6 +904,12 @@ class OptimizeOut(ApiModel):
     pareto: list[CandidateOut]
     waterfall: list[WaterfallOut]
     notes: list[str]
+
+
+class OverrideIn(ApiModel):
+    "OverrideIn"
+
+    reason: str
 
 
 class PageQuery(ApiModel):
@@ -737,6 +926,29 @@ class ParallelismSettings(ApiModel):
     pp: int = 1
     attn_dp: int = 1
     ep: int = 1
+
+
+class PointOut(ApiModel):
+    "PointOut"
+
+    kind: str
+    value: float
+    requests: int
+    errors: int
+    duration_s: float
+    output_tokens_per_s: float
+    requests_per_s: float
+    input_tokens_mean: float
+    output_tokens_mean: float
+    latency_ms: dict[str, LatencyOut]
+    error_summary: list[str]
+
+
+class PoolBounds(ApiModel):
+    "How far the autoscaler may move one prefill or decode pool; it starts at the pool's size"
+
+    min_replicas: int = 1
+    max_replicas: int = 1
 
 
 class PoolOut(ApiModel):
@@ -768,6 +980,48 @@ class PredictedOut(ApiModel):
     gpus: int
     cost_per_hour: float
     meets_slo: bool
+
+
+class PredictionOut(ApiModel):
+    "PredictionOut"
+
+    kind: str
+    value: float
+    ttft_p90_ms: float | None
+    itl_p90_ms: float | None
+    e2e_p90_ms: float | None
+    requests_per_s: float
+    output_tokens_per_s: float
+
+
+class ProfileIn(ApiModel):
+    "ProfileIn"
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    concurrency: list[int] | None = None
+    request_rate: float | int | None = None
+    duration_s: int | None = None
+    shared_prefix: float | int | None = None
+    turns: int | None = None
+
+
+class ProfileOut(ApiModel):
+    "ProfileOut"
+
+    input_tokens: int
+    output_tokens: int
+    concurrency: list[int]
+    request_rate: float | None
+    duration_s: int
+    shared_prefix: float
+    turns: int
+
+
+class PromoteIn(ApiModel):
+    "PromoteIn"
+
+    message: str = ''
 
 
 class QuantizationSettings(ApiModel):
@@ -863,7 +1117,8 @@ class RollbackIn(ApiModel):
 class RoutingSettings(ApiModel):
     "The smg knobs that decide whether cache-aware routing keeps a prefix on its replica."
 
-    policy: Literal['cache_aware', 'round_robin', 'power_of_two', 'random'] = 'cache_aware'
+    policy: Literal['cache_aware', 'prefix_hash', 'round_robin', 'power_of_two', 'random'] = 'cache_aware'
+    placement: Literal['by_count', 'first_fit'] | None = None
     cache_threshold: float | None = None
     balance_abs_threshold: int | None = None
     balance_rel_threshold: float | None = None
@@ -891,8 +1146,8 @@ class RuntimeSpec(ApiModel):
     quantization: QuantizationSettings = Field(default_factory=lambda: QuantizationSettings.model_validate({'method': None, 'kv_cache_dtype': 'auto'}))
     speculator: SpeculatorSettings = Field(default_factory=lambda: SpeculatorSettings.model_validate({'algorithm': 'none', 'draft_model': None, 'draft_model_revision': None, 'num_steps': None, 'eagle_topk': None, 'num_draft_tokens': None, 'ngram': {'capacity': None, 'match_type': None, 'max_bfs_breadth': None, 'max_trie_depth': None, 'min_bfs_breadth': None}}))
     disaggregation: DisaggregationSettings = Field(default_factory=lambda: DisaggregationSettings.model_validate({'enabled': False, 'prefill': {'replicas': 1, 'tp': None}, 'decode': {'replicas': 1, 'tp': None}, 'transfer_backend': 'mooncake', 'bootstrap_port': 8998, 'ib_device': None, 'decode_radix_cache': False}))
-    routing: RoutingSettings = Field(default_factory=lambda: RoutingSettings.model_validate({'policy': 'cache_aware', 'cache_threshold': None, 'balance_abs_threshold': None, 'balance_rel_threshold': None, 'overload_protection': False, 'warmup_seconds': None}))
-    autoscaling: AutoscalingSettings = Field(default_factory=lambda: AutoscalingSettings.model_validate({'min_replicas': 1, 'max_replicas': 1, 'concurrency_target': 32, 'target_utilization': 0.7, 'window_seconds': 60, 'scale_down_delay_seconds': 300, 'scale_to_zero': False, 'scale_to_zero_after_seconds': 900}))
+    routing: RoutingSettings = Field(default_factory=lambda: RoutingSettings.model_validate({'policy': 'cache_aware', 'placement': None, 'cache_threshold': None, 'balance_abs_threshold': None, 'balance_rel_threshold': None, 'overload_protection': False, 'warmup_seconds': None}))
+    autoscaling: AutoscalingSettings = Field(default_factory=lambda: AutoscalingSettings.model_validate({'min_replicas': 1, 'max_replicas': 1, 'concurrency_target': 32, 'target_utilization': 0.7, 'window_seconds': 60, 'scale_down_delay_seconds': 300, 'scale_to_zero': False, 'scale_to_zero_after_seconds': 900, 'slo': None, 'prefill': None, 'decode': None}))
     runtime: RuntimeSettings = Field(default_factory=lambda: RuntimeSettings.model_validate({'sglang_version': '0.5.23', 'image': None, 'router_image': None, 'extra_flags': {}, 'env': {}}))
 
 
@@ -946,12 +1201,32 @@ class SharedClaimCache(ApiModel):
     size_gib: int = 500
 
 
+class SideOut(ApiModel):
+    "SideOut"
+
+    requests: float
+    errors: float
+    error_rate: float
+    ttft_p90: float | None
+    itl_p90: float | None
+    prompt_tokens: float
+    completion_tokens: float
+
+
 class SloIn(ApiModel):
     "SloIn"
 
     ttft_p90_s: float = 1.0
     itl_p90_s: float = 0.05
     e2e_p90_s: float | None = None
+    tpot_mean_s: float | None = None
+
+
+class SloTargets(ApiModel):
+    "Latency targets the SLO autoscaling policy sizes replicas for (p90, milliseconds)."
+
+    ttft_p90_ms: float | None = None
+    itl_p90_ms: float | None = None
 
 
 class SpeculatorSettings(ApiModel):
@@ -964,6 +1239,26 @@ class SpeculatorSettings(ApiModel):
     eagle_topk: int | None = None
     num_draft_tokens: int | None = None
     ngram: NgramSettings = Field(default_factory=lambda: NgramSettings.model_validate({'min_bfs_breadth': None, 'max_bfs_breadth': None, 'match_type': None, 'max_trie_depth': None, 'capacity': None}))
+
+
+class ThresholdsIn(ApiModel):
+    "ThresholdsIn"
+
+    max_error_rate_delta: float | int = 0.05
+    max_ttft_p90_ratio: float | int = 1.5
+    max_itl_p90_ratio: float | int = 1.5
+    window_s: int = 300
+    min_requests: int = 20
+
+
+class ThresholdsOut(ApiModel):
+    "ThresholdsOut"
+
+    max_error_rate_delta: float
+    max_ttft_p90_ratio: float
+    max_itl_p90_ratio: float
+    window_s: int
+    min_requests: int
 
 
 class Toleration(ApiModel):
@@ -987,6 +1282,13 @@ class TrafficIn(ApiModel):
     turns: int = 1
 
 
+class TrafficOut(ApiModel):
+    "TrafficOut"
+
+    canary: SideOut
+    baseline: SideOut
+
+
 class UsageOut(ApiModel):
     "UsageOut"
 
@@ -1007,6 +1309,7 @@ class UsageRowOut(ApiModel):
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
+    purpose: str
 
 
 class ValidateIn(ApiModel):
@@ -1034,6 +1337,7 @@ class WaterfallOut(ApiModel):
     candidate: CandidateOut | None
 
 
+AbortIn.model_rebuild()
 ApiKeyCreatedOut.model_rebuild()
 ApiKeyIn.model_rebuild()
 ApiKeyOut.model_rebuild()
@@ -1044,13 +1348,22 @@ AuditPage.model_rebuild()
 AuditQuery.model_rebuild()
 AutoscalingSettings.model_rebuild()
 BatchingSettings.model_rebuild()
+BenchmarkIn.model_rebuild()
+BenchmarkOut.model_rebuild()
+CanaryOut.model_rebuild()
+CanaryStartIn.model_rebuild()
 CandidateOut.model_rebuild()
 ClaimCache.model_rebuild()
 ClusterIn.model_rebuild()
 ClusterOut.model_rebuild()
+ClusterPage.model_rebuild()
 ClusterPatch.model_rebuild()
 ClusterRef.model_rebuild()
 ClusterSettings.model_rebuild()
+CompareOut.model_rebuild()
+CompareQuery.model_rebuild()
+ComparedPointOut.model_rebuild()
+DeltaOut.model_rebuild()
 DeploymentCreateIn.model_rebuild()
 DeploymentDetailOut.model_rebuild()
 DeploymentFilters.model_rebuild()
@@ -1067,6 +1380,8 @@ EventPage.model_rebuild()
 EventQuery.model_rebuild()
 FieldChangeOut.model_rebuild()
 FieldErrorOut.model_rebuild()
+GateIn.model_rebuild()
+GateOut.model_rebuild()
 GpuNodeOut.model_rebuild()
 GpuSelector.model_rebuild()
 GpuTotalsOut.model_rebuild()
@@ -1078,11 +1393,13 @@ InventoryOut.model_rebuild()
 InvitationOut.model_rebuild()
 InvitationPage.model_rebuild()
 IssueOut.model_rebuild()
+LatencyOut.model_rebuild()
 LimitsIn.model_rebuild()
 LogLineOut.model_rebuild()
 LogSourceOut.model_rebuild()
 LogsOut.model_rebuild()
 LogsQuery.model_rebuild()
+MeasuredOut.model_rebuild()
 MemberIn.model_rebuild()
 MemberOut.model_rebuild()
 MemberPage.model_rebuild()
@@ -1091,13 +1408,21 @@ MetricsOut.model_rebuild()
 ModelArch.model_rebuild()
 ModelSettings.model_rebuild()
 NgramSettings.model_rebuild()
+NoCache.model_rebuild()
 OptimizeIn.model_rebuild()
 OptimizeOut.model_rebuild()
+OverrideIn.model_rebuild()
 PageQuery.model_rebuild()
 ParallelismSettings.model_rebuild()
+PointOut.model_rebuild()
+PoolBounds.model_rebuild()
 PoolOut.model_rebuild()
 PoolSettings.model_rebuild()
 PredictedOut.model_rebuild()
+PredictionOut.model_rebuild()
+ProfileIn.model_rebuild()
+ProfileOut.model_rebuild()
+PromoteIn.model_rebuild()
 QuantizationSettings.model_rebuild()
 QuotaIn.model_rebuild()
 QuotaLineOut.model_rebuild()
@@ -1117,10 +1442,15 @@ SecretOut.model_rebuild()
 SecretPage.model_rebuild()
 SettingsPatchIn.model_rebuild()
 SharedClaimCache.model_rebuild()
+SideOut.model_rebuild()
 SloIn.model_rebuild()
+SloTargets.model_rebuild()
 SpeculatorSettings.model_rebuild()
+ThresholdsIn.model_rebuild()
+ThresholdsOut.model_rebuild()
 Toleration.model_rebuild()
 TrafficIn.model_rebuild()
+TrafficOut.model_rebuild()
 UsageOut.model_rebuild()
 UsageRowOut.model_rebuild()
 ValidateIn.model_rebuild()

@@ -132,6 +132,21 @@ EXPECTED: dict[tuple[str, str], tuple[Variant, ...]] = {
     ("POST", EP + "/canary/abort"): (
         V(R.DEVELOPER, Scope.OBJECT, _canaried, body=lambda w: {"reason": "sweep"}),
     ),
+    # --- quality gates: run on the canary's revision; read and overridden where one failed ---
+    ("POST", EP + "/revisions/{number}/gate"): (
+        V(R.DEVELOPER, Scope.OBJECT, lambda w: {**_canaried(w), "number": "2"}, body=lambda w: {}),
+    ),
+    ("GET", EP + "/revisions/{number}/gate"): (
+        V(R.VIEWER, Scope.OBJECT, lambda w: {**_endpoint(w), "number": "2"}),
+    ),
+    ("POST", EP + "/revisions/{number}/gate/override"): (
+        V(
+            R.ADMIN,
+            Scope.OBJECT,
+            lambda w: {**_endpoint(w), "number": "2"},
+            body=lambda w: {"reason": "sweep"},
+        ),
+    ),
     # --- benchmarks: queued on the serving endpoint; two finished ones read and compared ---
     ("POST", EP + "/benchmarks"): (
         V(

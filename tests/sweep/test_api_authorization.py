@@ -139,7 +139,9 @@ def _url(path: str, variant: Variant, world: World, *, missing: bool = False) ->
     if missing:
         values = {name: _missing(name, value, world) for name, value in values.items()}
     url = path.format(**values)
-    return f"{url}?{variant.query}" if variant.query else url
+    # A query may name objects of the world: "{name}" takes the path's values (unchanged).
+    query = variant.query.format(**variant.path(world)) if variant.query else ""
+    return f"{url}?{query}" if query else url
 
 
 def _missing(name: str, value: str, world: World) -> str:

@@ -124,6 +124,7 @@ PAGES: dict[str, Page] = {
         lambda w: {"name": "globex key", "kind": "inference", "endpoints": str(w.endpoint.pk)},
         refused=frozenset({403, 404, 422}),
     ),
+    "key-endpoint-choices": Page(),
     "member-list": Page(lambda w: {"username": "carol", "role": "developer"}),
     "invitation-list": Page(),
     "secret-list": Page(lambda w: {"name": "acme-hf-token", "value": "globex value"}),

@@ -44,6 +44,8 @@ from deployments.models import (
     Deployment,
     DeploymentEvent,
     MetricSample,
+    QualityGate,
+    QualityGateStatus,
     Revision,
     UsageRecord,
 )
@@ -275,6 +277,7 @@ def build_world(cast: Cast, run_dir: Path) -> World:
     _engine_log(run_dir, endpoint, log_line)
     _engine_log(run_dir, globex_endpoint, "globex engine log line")
     finished = _finished_benchmarks(owner, endpoint)
+    _failed_gate(endpoint)
     world = World(
         cast=cast,
         run_dir=run_dir,
@@ -311,6 +314,20 @@ def _serving(endpoint: Deployment) -> Deployment:
         current_revision_id=target, applied_revision_id=target
     )
     return Deployment.objects.get(pk=endpoint.pk)
+
+
+def _failed_gate(endpoint: Deployment) -> None:
+    """A failed quality gate of revision 2 (as its run would leave it), for the read and the
+    admin's override; revision 1, which rollback restores, carries none."""
+    QualityGate.objects.create(
+        deployment=endpoint,
+        revision=endpoint.revisions.get(number=2),
+        baseline_revision=endpoint.revisions.get(number=1),
+        max_mean_kl=0.05,
+        min_top1_agreement=0.95,
+        status=QualityGateStatus.FAILED,
+        results={"passed": False, "reasons": ["mean KL 0.0900 nats exceeds 0.05"]},
+    )
 
 
 def _finished_benchmarks(owner: Any, endpoint: Deployment) -> tuple[str, str]:

@@ -1,0 +1,90 @@
+"""Running a benchmark's Job on a cluster and reading its results back from the pod's log.
+
+The objects are ``benchmark_job``'s. They are applied as Plinth's (server-side apply, field
+manager ``plinth``), the Job is watched by polling until it succeeds, fails or runs past its
+deadline, and each ``PLINTH-RESULT <index> <json>`` line of the pod's log is one load point's
+AIPerf export. The Secret (it holds the run's key) and the ConfigMap are deleted whatever the
+outcome; the finished Job removes itself (``ttlSecondsAfterFinished``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from deployments.drivers.errors import PermanentDriverError
+from deployments.drivers.kube.benchmark_job import RESULT_MARKER
+from deployments.drivers.kube.client import KubeClient, kind_of
+
+LOG_LIMIT_BYTES = 8 * 1024 * 1024  # a few exports of a few kB each, with AIPerf's own output
+
+
+def run_job(
+    client: KubeClient,
+    objects: list[dict[str, Any]],
+    *,
+    points: int,
+    deadline_s: float,
+    poll_s: float = 5.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[dict[str, Any]]:
+    """Apply ``objects`` (the Job last), wait for the Job; the ``points`` exports, in order."""
+    job = objects[-1]
+    namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
+    try:
+        for obj in objects:
+            client.apply(obj, force=True)
+        _wait(client, namespace, name, deadline_s, poll_s, clock, sleep)
+        return _results(client, job, points)
+    finally:
+        for obj in objects[:-1]:
+            kind = kind_of(obj["apiVersion"], obj["kind"])
+            client.delete(kind, namespace, obj["metadata"]["name"])
+
+
+def _wait(
+    client: KubeClient,
+    namespace: str,
+    name: str,
+    deadline_s: float,
+    poll_s: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> None:
+    jobs = kind_of("batch/v1", "Job")
+    until = clock() + deadline_s
+    while True:
+        current = client.get(jobs, namespace, name) or {}
+        status = current.get("status") or {}
+        if status.get("succeeded"):
+            return
+        if status.get("failed"):
+            raise PermanentDriverError(f"the benchmark Job {name} failed (see its pod's log)")
+        if clock() > until:
+            raise PermanentDriverError(f"the benchmark Job {name} ran past {deadline_s:.0f} s")
+        sleep(poll_s)
+
+
+def _results(client: KubeClient, job: dict[str, Any], points: int) -> list[dict[str, Any]]:
+    namespace = job["metadata"]["namespace"]
+    selector = {"plinth.dev/benchmark": job["metadata"]["labels"]["plinth.dev/benchmark"]}
+    pods = client.list(kind_of("v1", "Pod"), namespace, selector)
+    if not pods:
+        raise PermanentDriverError("the benchmark Job's pod is gone before its log was read")
+    pod = pods[-1]["metadata"]["name"]
+    log = client.pod_log(namespace, pod, container="aiperf", limit_bytes=LOG_LIMIT_BYTES)
+    found: dict[int, dict[str, Any]] = {}
+    for line in log.splitlines():
+        if line.startswith(RESULT_MARKER + " "):
+            _, index, body = line.split(" ", 2)
+            try:
+                found[int(index)] = json.loads(body)
+            except ValueError:
+                continue  # a malformed line counts as a missing point below
+    missing = [i for i in range(points) if i not in found]
+    if missing:
+        raise PermanentDriverError(f"the benchmark Job's log has no result for point(s) {missing}")
+    return [found[i] for i in range(points)]

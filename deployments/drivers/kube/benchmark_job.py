@@ -1,0 +1,169 @@
+"""A benchmark on Kubernetes: AIPerf as a Job in the endpoint's namespace (pure manifests).
+
+Three objects, each labelled as Plinth's and the endpoint's: a Secret holding the run's temporary
+inference key, a ConfigMap holding the tokenizer Plinth ships (so the pod downloads no tokenizer),
+and the Job. The Job's one container runs the catalogue-pinned image (``tools_env.AIPERF_IMAGE``,
+with ``AIPERF_VERSION`` installed on start into a writable ``/tmp``), runs AIPerf once per load
+point against the endpoint's gateway URL, and prints each point's export as one line
+``PLINTH-RESULT <index> <json>`` that the worker reads back from the pod's log. The key reaches
+the container only as an environment variable from the Secret: it is never in the manifest's
+args, and AIPerf redacts it in its own logs.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from deployments.benchmark_aiperf import TOKENIZER_DIR, aiperf_argv
+from deployments.benchmark_profile import TrafficProfile, load_points
+from deployments.drivers.kube import labels as L
+from deployments.tools_env import AIPERF_IMAGE, AIPERF_VERSION
+
+KEY_ENV = "PLINTH_BENCHMARK_KEY"
+KEY_FIELD = "api-key"
+TOKENIZER_MOUNT = "/plinth/tokenizer"
+RESULT_MARKER = "PLINTH-RESULT"
+POD_TMP = "/tmp"  # noqa: S108 - the pod's own emptyDir, not this machine's temporary directory
+_KEY_PLACEHOLDER = "\0key\0"  # replaced by "$PLINTH_BENCHMARK_KEY" after quoting
+
+
+def _labels(slug: str, deployment_id: str, benchmark_id: str) -> dict[str, str]:
+    return {
+        L.MANAGED_BY: L.PLINTH,
+        L.NAME: "aiperf",
+        "app.kubernetes.io/instance": slug,
+        L.COMPONENT: "benchmark",
+        L.DEPLOYMENT: deployment_id,
+        "plinth.dev/benchmark": benchmark_id,
+    }
+
+
+def benchmark_names(slug: str, benchmark_id: str) -> str:
+    return L.object_name(slug, f"bench-{benchmark_id[:8]}")
+
+
+def _meta(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {"name": name, "namespace": namespace, "labels": labels}
+
+
+def benchmark_secret(
+    *, slug: str, deployment_id: str, benchmark_id: str, namespace: str, api_key: str
+) -> dict[str, Any]:
+    name = benchmark_names(slug, benchmark_id)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(name, namespace, _labels(slug, deployment_id, benchmark_id)),
+        "type": "Opaque",
+        "stringData": {KEY_FIELD: api_key},
+    }
+
+
+def tokenizer_config_map(
+    *, slug: str, deployment_id: str, benchmark_id: str, namespace: str
+) -> dict[str, Any]:
+    name = benchmark_names(slug, benchmark_id)
+    files = {p.name: p.read_text() for p in sorted(TOKENIZER_DIR.glob("*.json"))}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(f"{name}-tok", namespace, _labels(slug, deployment_id, benchmark_id)),
+        "data": files,
+    }
+
+
+def _script(
+    profile: TrafficProfile, *, url: str, model: str, benchmark_id: str, revision: int | None
+) -> str:
+    lines = [
+        "set -eu",
+        f"python -m pip install --quiet --no-cache-dir --prefix /tmp/aiperf "
+        f"aiperf=={AIPERF_VERSION}",
+        "export PATH=/tmp/aiperf/bin:$PATH",
+        'export PYTHONPATH="$(echo /tmp/aiperf/lib/python3*/site-packages)"',
+    ]
+    for index, point in enumerate(load_points(profile)):
+        out = f"{POD_TMP}/out/{index}"
+        argv = aiperf_argv(
+            profile, point, url=url, model=model, api_key=_KEY_PLACEHOLDER,
+            artifact_dir=out, tokenizer=TOKENIZER_MOUNT, benchmark_id=benchmark_id,
+            revision=revision,
+        )  # fmt: skip
+        quoted = " ".join(shlex.quote(a) for a in ["aiperf", *argv])
+        quoted = quoted.replace(shlex.quote(_KEY_PLACEHOLDER), f'"${KEY_ENV}"')
+        lines.append(quoted)
+        lines.append(
+            f'printf "{RESULT_MARKER} {index} %s\\n" '
+            f'"$(tr -d "\\n" < {out}/profile_export_aiperf.json)"'
+        )
+    return "\n".join(lines) + "\n"
+
+
+def benchmark_job(
+    profile: TrafficProfile,
+    *,
+    slug: str,
+    deployment_id: str,
+    benchmark_id: str,
+    namespace: str,
+    url: str,
+    model: str,
+    deadline_s: int,
+    revision: int | None = None,
+) -> dict[str, Any]:
+    """The Job that runs the sweep once (no retries: a rerun is a new benchmark)."""
+    name = benchmark_names(slug, benchmark_id)
+    labels = _labels(slug, deployment_id, benchmark_id)
+    container = {
+        "name": "aiperf",
+        "image": AIPERF_IMAGE,
+        "command": ["/bin/sh", "-c"],
+        "args": [
+            _script(profile, url=url, model=model, benchmark_id=benchmark_id, revision=revision)
+        ],
+        "env": [
+            {"name": "HOME", "value": POD_TMP},
+            {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+            {
+                "name": KEY_ENV,
+                "valueFrom": {"secretKeyRef": {"name": name, "key": KEY_FIELD}},
+            },
+        ],
+        "resources": {
+            "requests": {"cpu": "2", "memory": "2Gi"},
+            "limits": {"memory": "8Gi"},
+        },
+        "volumeMounts": [
+            {"name": "tokenizer", "mountPath": TOKENIZER_MOUNT, "readOnly": True},
+            {"name": "tmp", "mountPath": POD_TMP},
+        ],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "runAsNonRoot": True,
+            "runAsUser": 65534,
+            "runAsGroup": 65534,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    pod = {
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,  # it calls the gateway, never the cluster
+        "containers": [container],
+        "volumes": [
+            {"name": "tokenizer", "configMap": {"name": f"{name}-tok"}},
+            {"name": "tmp", "emptyDir": {}},
+        ],
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _meta(name, namespace, labels),
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": deadline_s,
+            "ttlSecondsAfterFinished": 3600,
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }

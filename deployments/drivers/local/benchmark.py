@@ -1,0 +1,57 @@
+"""One AIPerf load point on the local cluster: a subprocess from the tools environment.
+
+The tools environment (``deployments.tools_env``) is made on first use, under a file lock, so the
+first benchmark of an installation waits a couple of minutes for it. AIPerf writes its artifacts
+(``profile_export_aiperf.json``, its log) into a directory of the benchmark's, which the caller
+keeps. A run that fails or overruns raises ``PermanentDriverError`` with the tail of AIPerf's
+log (never the command line, which holds the temporary key).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from deployments.benchmark_aiperf import EXPORT_FILE, aiperf_env
+from deployments.drivers.errors import PermanentDriverError
+from deployments.tools_env import ensure_aiperf
+
+LOG_FILE = "aiperf-stdout.log"
+_TAIL_LINES = 15
+
+
+def run_aiperf(argv: list[str], artifact_dir: Path, *, tools_dir: Path, timeout_s: float) -> Path:
+    """Run ``aiperf <argv>`` to completion; the export file it wrote."""
+    executable = ensure_aiperf(tools_dir)
+    artifact_dir.mkdir(parents=True, exist_ok=True)
+    log = artifact_dir / LOG_FILE
+    with log.open("wb") as out:
+        try:
+            done = subprocess.run(
+                [str(executable), *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=aiperf_env(os.environ),
+                cwd=artifact_dir,
+                timeout=timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise PermanentDriverError(
+                f"AIPerf ran past {timeout_s:.0f} s and was stopped{_tail(log)}"
+            ) from exc
+    export = artifact_dir / EXPORT_FILE
+    if done.returncode != 0 or not export.is_file():
+        raise PermanentDriverError(f"AIPerf exited with status {done.returncode}{_tail(log)}")
+    return export
+
+
+def _tail(log: Path) -> str:
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    keep = [line for line in lines if line.strip() and "--api-key" not in line][-_TAIL_LINES:]
+    return (":\n" + "\n".join(keep)) if keep else ""

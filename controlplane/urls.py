@@ -21,6 +21,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     # Console pages (issue 8): the deployments domain, then platform-wide pages.
     path("", include("deployments.urls")),
     path("keys/", keys.key_list, name="key-list"),
+    path("keys/endpoints/", keys.key_endpoint_choices, name="key-endpoint-choices"),
     path("keys/<uuid:key_id>/limits/", keys.key_limits, name="key-limits"),
     path("keys/<uuid:key_id>/revoke/", keys.key_revoke, name="key-revoke"),
     path("members/", organization.member_list, name="member-list"),

@@ -1,7 +1,13 @@
-"""The console's API keys page: create a key (an inference key scoped with a searchable endpoint
-picker, optional per-minute limits), see it once inside ready-to-run snippets for a chosen
-endpoint, list every key with its last day's usage and limits, change those limits, and revoke
-keys, the playground's temporary ones included.
+"""The console's API keys page: create a key (an inference key scoped with an endpoint picker
+searched on the server, optional per-minute limits), see it once inside ready-to-run snippets for
+a chosen endpoint, list the keys a page at a time (searched by name or prefix) with their last
+day's usage and limits, change those limits, and revoke keys, the playground's temporary ones
+included.
+
+The page's query count and size stay flat however many keys and endpoints the organization has
+(issue 18 item 10): both key tables are paginated in SQL, usage is summed for the shown keys
+only, and the picker offers ``PICKER_CHOICES`` endpoints, more by typing (``key_endpoint_choices``,
+an htmx partial), with the ticked ones kept in the form apart from the results.
 
 Each POST is one ``controlplane.services`` call; a refused request re-renders the page with the
 message next to the field it names (status 422). The plaintext of a new key survives one page
@@ -17,13 +23,14 @@ from datetime import datetime, time, timedelta
 from typing import Any
 
 from django.contrib import messages
-from django.db.models import F, Sum
+from django.core.paginator import Page, Paginator
+from django.db.models import F, Q, QuerySet, Sum
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from controlplane import crypto, services
 from controlplane.access import Actor
@@ -38,8 +45,13 @@ from deployments.views.organization import _error, _form, _form_page
 CREATED_KEY_SLOT = "plinth.created_key"
 # How far back the list's usage columns look.
 USAGE_WINDOW = timedelta(hours=24)
-# The most endpoints a new key's snippets are offered for (the picker lists them all).
+# The most endpoints a new key's snippets are offered for.
 SNIPPET_ENDPOINTS = 50
+# Keys per page of the key list, and of the playground keys' list under it.
+KEYS_PER_PAGE = 50
+PLAYGROUND_KEYS_PER_PAGE = 10
+# The most endpoints the picker offers at once; typing searches the rest on the server.
+PICKER_CHOICES = 20
 # ASCII digits only: int() would also take " 12", "1_000" and other scripts' digits.
 _WHOLE_NUMBER = re.compile(r"[0-9]{1,10}")
 
@@ -63,21 +75,33 @@ class SnippetTarget:
     model: str
 
 
-def _usage_by_key(actor: Actor) -> dict[uuid.UUID, tuple[int, int]]:
+def _usage_by_key(actor: Actor, key_ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[int, int]]:
+    """Requests and tokens of each listed key over ``USAGE_WINDOW``: one query for the page."""
+    if not key_ids:
+        return {}
     since = timezone.now() - USAGE_WINDOW
     rows = (
-        UsageRecord.objects.filter(organization=actor.organization, minute__gte=since)
+        UsageRecord.objects.filter(
+            organization=actor.organization, minute__gte=since, api_key_id__in=key_ids
+        )
         .values("api_key_id")
         .annotate(requests=Sum("requests"), tokens=Sum(F("prompt_tokens") + F("completion_tokens")))
     )
     return {r["api_key_id"]: (r["requests"] or 0, r["tokens"] or 0) for r in rows}
 
 
-def _rows(keys: Any, usage: dict[uuid.UUID, tuple[int, int]]) -> list[KeyRow]:
+def _rows(keys: list[ApiKey], usage: dict[uuid.UUID, tuple[int, int]]) -> list[KeyRow]:
     return [KeyRow(k, *usage.get(k.pk, (0, 0))) for k in keys]
 
 
-def _endpoints(actor: Actor) -> Any:
+def _searched_keys(keys: QuerySet[ApiKey], search: str) -> QuerySet[ApiKey]:
+    """Keys whose name holds ``search`` or whose prefix starts with it (what a log line shows)."""
+    if not search:
+        return keys
+    return keys.filter(Q(name__icontains=search) | Q(prefix__startswith=search.rstrip("…")))
+
+
+def _endpoints(actor: Actor) -> QuerySet[Deployment]:
     # Endpoint choices for scoping a key: a read of the domain's table, no service call.
     return (
         Deployment.objects.filter(organization=actor.organization)
@@ -88,41 +112,105 @@ def _endpoints(actor: Actor) -> Any:
     )
 
 
+def _chosen_ids(values: list[str]) -> list[uuid.UUID]:
+    """The well-formed endpoint ids among ticked values (a refused form re-shows these)."""
+    chosen = []
+    for value in values:
+        try:
+            chosen.append(uuid.UUID(value))
+        except ValueError:
+            continue
+    return chosen
+
+
+def endpoint_choices(actor: Actor, search: str, chosen: list[uuid.UUID]) -> tuple[list[Any], int]:
+    """Up to ``PICKER_CHOICES`` endpoints matching ``search`` (name or slug) that are not ticked
+    already, and how many match in all: two queries whatever the number of endpoints."""
+    rows = _endpoints(actor).exclude(pk__in=chosen)
+    if search:
+        rows = rows.filter(Q(name__icontains=search) | Q(slug__icontains=search.lower()))
+    return list(rows[:PICKER_CHOICES]), rows.count()
+
+
 def _served_model(endpoint: Deployment) -> str:
     spec = endpoint.target_revision.spec if endpoint.target_revision else {}
     model = spec.get("model") or {}
     return str(model.get("served_name") or model.get("source") or "") if model else ""
 
 
-def snippet_targets(endpoints: Any, key: ApiKey) -> list[SnippetTarget]:
-    """The endpoints a key can call, for its snippets: its scope, else every endpoint."""
-    allowed = [e for e in endpoints if key.allows_deployment(e.pk)]
+def snippet_targets(actor: Actor, key: ApiKey) -> list[SnippetTarget]:
+    """The endpoints a key can call, for its snippets: its scope, else every endpoint (the first
+    ``SNIPPET_ENDPOINTS`` of either, in one query)."""
+    endpoints = _endpoints(actor)
+    if key.allowed_deployment_ids:
+        endpoints = endpoints.filter(
+            pk__in=_chosen_ids([str(i) for i in key.allowed_deployment_ids])
+        )
     return [
         SnippetTarget(e.slug, e.name, inference_url(e.slug), _served_model(e))
-        for e in allowed[:SNIPPET_ENDPOINTS]
+        for e in endpoints[:SNIPPET_ENDPOINTS]
     ]
+
+
+def _page_of(rows: QuerySet[ApiKey], number: str | None, per_page: int) -> Page[ApiKey]:
+    return Paginator(rows, per_page).get_page(number)
 
 
 def _key_page(request: HttpRequest, **extra: Any) -> HttpResponse:
     actor = actor_of(request)
-    listed = ApiKey.objects.filter(organization=actor.organization).select_related("created_by")
-    usage = _usage_by_key(actor)
-    now = timezone.now()
-    endpoints = list(_endpoints(actor))
+    listed = ApiKey.objects.filter(organization=actor.organization)
+    search = request.GET.get("q", "").strip()
+    keys = _page_of(
+        _searched_keys(listed.filter(is_temporary=False), search),
+        request.GET.get("page"),
+        KEYS_PER_PAGE,
+    )
+    # Playground keys: listed while they still work, so they can be revoked early.
+    playground = _page_of(
+        listed.filter(is_temporary=True, revoked_at__isnull=True, expires_at__gt=timezone.now()),
+        request.GET.get("playground_page"),
+        PLAYGROUND_KEYS_PER_PAGE,
+    )
+    shown = list(keys.object_list) + list(playground.object_list)
+    usage = _usage_by_key(actor, [k.pk for k in shown])
+    chosen_ids = _chosen_ids(extra.get("chosen", []))
+    choices, matching = endpoint_choices(actor, "", chosen_ids)
     created: CreatedKey | None = extra.get("created")
     context = {
-        "rows": _rows(listed.filter(is_temporary=False), usage),
-        # Playground keys: listed while they still work, so they can be revoked early.
-        "playground_rows": _rows(
-            listed.filter(is_temporary=True, revoked_at__isnull=True, expires_at__gt=now), usage
-        ),
-        "endpoints": endpoints,
+        "rows": _rows(list(keys.object_list), usage),
+        "keys_page": keys,
+        "search": search,
+        "playground_rows": _rows(list(playground.object_list), usage),
+        "playground_page": playground,
+        "choices": choices,
+        "choices_matching": matching,
+        "chosen_endpoints": list(_endpoints(actor).filter(pk__in=chosen_ids)) if chosen_ids else [],
+        "picker_limit": PICKER_CHOICES,
         "kinds": ApiKeyKind.choices,
         "roles": [r for r in Role.choices if r[0] != Role.OWNER],
         "usage_hours": int(USAGE_WINDOW.total_seconds() // 3600),
-        "snippets": snippet_targets(endpoints, created.api_key) if created else [],
+        "snippets": snippet_targets(actor, created.api_key) if created else [],
     }
     return _form_page(request, "controlplane/keys.html", context, extra)
+
+
+@require_GET
+@console_view
+def key_endpoint_choices(request: HttpRequest) -> HttpResponse:
+    """The picker's results for what was typed (htmx swaps them in): endpoints already ticked,
+    sent along as ``endpoints``, are left out, as they stay in the form apart."""
+    actor = actor_of(request)
+    search = request.GET.get("endpoint_q", "").strip()
+    choices, matching = endpoint_choices(
+        actor, search, _chosen_ids(request.GET.getlist("endpoints"))
+    )
+    context = {
+        "choices": choices,
+        "choices_matching": matching,
+        "picker_limit": PICKER_CHOICES,
+        "endpoint_search": search,
+    }
+    return render(request, "controlplane/_key_endpoint_choices.html", context)
 
 
 @require_http_methods(["GET", "POST"])

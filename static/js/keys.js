@@ -1,6 +1,7 @@
 // Plinth console, API keys page: fields that belong to one kind of key show for that kind only
-// (an inference key has no role; a management key calls no endpoint), the endpoint picker
-// narrows its list as one types, and a new key's snippets follow the chosen endpoint.
+// (an inference key has no role; a management key calls no endpoint), a ticked endpoint moves
+// from the picker's results (searched on the server by htmx as one types) to the kept list, so a
+// new search never drops it from the form, and a new key's snippets follow the chosen endpoint.
 // Delegated from the document (the CSP allows no inline handlers). Written for Plinth; no library.
 (function () {
   "use strict";
@@ -11,21 +12,25 @@
     });
   }
 
-  function filterList(input) {
-    var list = document.querySelector(input.getAttribute("data-filter-list"));
-    if (!list) return;
-    var words = input.value.trim().toLowerCase().split(/\s+/).filter(Boolean);
-    var shown = 0;
-    list.querySelectorAll("[data-filter-text]").forEach(function (item) {
-      var text = item.getAttribute("data-filter-text");
-      // A ticked endpoint stays in view, so a search never hides what the key will be limited to.
-      var ticked = item.querySelector("input:checked") !== null;
-      var match = ticked || words.every(function (w) { return text.indexOf(w) !== -1; });
-      item.hidden = !match;
-      if (match) shown += 1;
-    });
+  // Ticked: into the kept list (which htmx sends along, so the results leave it out); unticked
+  // there: back to the top of the results, still in view. Focus follows the box it moved.
+  function keepChoice(box) {
+    var kept = document.getElementById("endpoint-chosen");
+    var results = document.getElementById("endpoint-choices");
+    var item = box.closest("li");
+    if (!kept || !results || !item) return;
+    if (box.checked && !kept.contains(item)) {
+      kept.appendChild(item);
+    } else if (!box.checked && kept.contains(item)) {
+      results.insertBefore(item, results.firstChild);
+    } else {
+      return;
+    }
+    kept.hidden = kept.children.length === 0;
+    results.hidden = results.children.length === 0;
     var none = document.getElementById("endpoint-none");
-    if (none) none.hidden = shown > 0;
+    if (none) none.hidden = results.children.length > 0;
+    box.focus();
   }
 
   function showSnippets(select) {
@@ -38,17 +43,13 @@
     var el = event.target;
     if (el instanceof HTMLSelectElement && el.hasAttribute("data-key-kind")) showKindFields(el);
     if (el instanceof HTMLSelectElement && el.hasAttribute("data-snippet-picker")) showSnippets(el);
-  });
-
-  document.addEventListener("input", function (event) {
-    var el = event.target;
-    if (el instanceof HTMLInputElement && el.hasAttribute("data-filter-list")) filterList(el);
+    if (el instanceof HTMLInputElement && el.type === "checkbox" && el.name === "endpoints") keepChoice(el);
   });
 
   // The search field must not submit the key form when Enter is pressed in it.
   document.addEventListener("keydown", function (event) {
     var el = event.target;
-    if (event.key === "Enter" && el instanceof HTMLInputElement && el.hasAttribute("data-filter-list")) {
+    if (event.key === "Enter" && el instanceof HTMLInputElement && el.hasAttribute("data-endpoint-search")) {
       event.preventDefault();
     }
   });

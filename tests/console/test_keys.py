@@ -12,8 +12,12 @@ from django.utils import timezone
 
 from controlplane import services as platform
 from controlplane.models import ApiKey, AuditEvent
+from deployments import services
 from deployments.models import Deployment, UsageRecord
+from deployments.views.keys import KEYS_PER_PAGE, PICKER_CHOICES
 from tests.conftest import Cast
+
+SPEC = {"model": {"source": "meta-llama/Llama-3.1-8B-Instruct"}, "hardware": {"gpu": "H100-SXM"}}
 
 
 def _page(client: Client) -> str:
@@ -49,13 +53,55 @@ def test_an_inference_key_ignores_a_role_and_management_keys_keep_theirs(
     assert "hidden" in role_field
 
 
-def test_the_endpoint_picker_is_a_searchable_list_of_checkboxes(
-    alice: Client, endpoint: Deployment
+def test_the_endpoint_picker_searches_on_the_server_and_keeps_ticked_ones(
+    alice: Client, cast: Cast, endpoint: Deployment
 ) -> None:
     page = _page(alice)
-    assert 'data-filter-list="#endpoint-choices"' in page
+    assert 'hx-get="/keys/endpoints/"' in page and 'hx-include="#endpoint-chosen"' in page
     assert f'type="checkbox" name="endpoints" value="{endpoint.pk}"' in page
-    assert "<select" not in page.split('id="endpoint-choices"')[1].split("</ul>")[0]
+    actor = cast.actor(cast.alice, cast.acme)
+    for i in range(PICKER_CHOICES + 2):
+        services.create_deployment(actor, slug=f"extra-{i:02}", name=f"Extra {i}", spec=SPEC)
+    # The page offers a few; the rest are a search away.
+    offered = _page(alice).split('id="endpoint-choices"')[1].split("</ul>")[0]
+    assert offered.count('name="endpoints"') == PICKER_CHOICES
+    found = html.unescape(alice.get("/keys/endpoints/", {"endpoint_q": "extra-2"}).content.decode())
+    assert "extra-20" in found and "extra-21" in found and "extra-02" not in found
+    # A ticked endpoint, sent along, is left out of the results: it stays in the form apart.
+    found = html.unescape(
+        alice.get(
+            "/keys/endpoints/", {"endpoint_q": "chat", "endpoints": str(endpoint.pk)}
+        ).content.decode()
+    )
+    assert str(endpoint.pk) not in found and "No endpoint matches" in found
+
+
+def test_a_refused_key_keeps_its_ticked_endpoints(alice: Client, endpoint: Deployment) -> None:
+    refused = alice.post(
+        "/keys/", {"name": "x", "kind": "inference", "endpoints": [endpoint.pk], "tpm": "lots"}
+    )
+    assert refused.status_code == 422
+    kept = refused.content.decode().split('id="endpoint-chosen"')[1].split("</ul>")[0]
+    assert f'value="{endpoint.pk}" checked' in kept
+
+
+def test_the_key_list_is_paginated_and_searched_by_name_or_prefix(
+    alice: Client, cast: Cast
+) -> None:
+    actor = cast.actor(cast.alice, cast.acme)
+    made = [
+        platform.create_api_key(actor, name=f"key-{i:03}", kind="inference").api_key
+        for i in range(KEYS_PER_PAGE + 3)
+    ]
+    first = _page(alice)
+    assert first.count("<tr data-key=") == KEYS_PER_PAGE and 'rel="next"' in first
+    second = html.unescape(alice.get("/keys/", {"page": "2"}).content.decode())
+    assert second.count("<tr data-key=") == 3 and f'data-key="{made[0].prefix}"' in second
+    by_name = html.unescape(alice.get("/keys/", {"q": "key-007"}).content.decode())
+    assert by_name.count("<tr data-key=") == 1 and f'data-key="{made[7].prefix}"' in by_name
+    by_prefix = html.unescape(alice.get("/keys/", {"q": made[9].prefix}).content.decode())
+    assert f'data-key="{made[9].prefix}"' in by_prefix
+    assert b"No key matches" in alice.get("/keys/", {"q": "nothing like it"}).content
 
 
 def test_limits_are_set_at_creation_and_changed_from_the_list(alice: Client, cast: Cast) -> None:
@@ -126,3 +172,11 @@ def test_playground_keys_are_listed_and_revocable(alice: Client, endpoint: Deplo
     assert key.revoked_at is not None
     # Revoked (or expired) playground keys leave the list.
     assert f'data-key="{key.prefix}"' not in _page(alice)
+
+
+def test_odd_searches_and_pages_answer_a_page(alice: Client, endpoint: Deployment) -> None:
+    for query in ({"q": "%_\\"}, {"page": "x"}, {"page": "999"}, {"playground_page": "-1"}):
+        assert alice.get("/keys/", query).status_code == 200, query
+    for query in ({"endpoint_q": "%_"}, {"endpoints": "not-a-uuid"}):
+        assert alice.get("/keys/endpoints/", query).status_code == 200, query
+    assert b"No endpoint matches" in alice.get("/keys/endpoints/", {"endpoint_q": "%"}).content

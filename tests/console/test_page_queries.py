@@ -30,6 +30,8 @@ PAGES = [
     "/endpoints/chat/revisions/",
     "/endpoints/chat/settings/",
     "/keys/",
+    "/keys/?q=k",
+    "/keys/endpoints/?endpoint_q=ep",
     "/usage/",
     "/members/",
     "/secrets/",

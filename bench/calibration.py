@@ -45,6 +45,7 @@ AIC_MODELS = {
     "llama-3.1-70b": "meta-llama/Meta-Llama-3.1-70B",
     "qwen3-8b": "Qwen/Qwen3-8B",
     "qwen3-32b": "Qwen/Qwen3-32B",
+    "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
 }
 AIC_SYSTEMS = {"H100-SXM": "h100_sxm", "H200": "h200_sxm", "B200": "b200_sxm"}
 AIC_GEMM = {None: None, "fp8": "fp8_block"}  # SGLang's FP8 checkpoints are block-scaled
@@ -63,6 +64,23 @@ CONFIGS = [
     ("qwen3-32b", "B200", 1),
     ("llama-3.1-70b", "B200", 2),
 ]
+# MoE rows, BF16 decode at 1024 tokens of context: (model, gpu, TP GPUs, attention DP, batches per
+# attention rank, whole experts per GPU: EP = TP, else every expert sliced over the TP GPUs).
+# Their own target (MOE_TARGET): one fused-MoE row per generation fits AIC's measured grouped
+# GEMMs only so closely (runtime/catalog/perf.yaml `moe`).
+MOE_CONFIGS = [
+    ("qwen3-235b-a22b", "H200", 4, 1, (8, 32, 128), True),
+    ("qwen3-235b-a22b", "H200", 8, 1, (8, 32, 128, 512), True),
+    ("qwen3-235b-a22b", "H200", 8, 8, (8, 64, 128, 512, 1024), True),
+    ("qwen3-235b-a22b", "H200", 4, 4, (128,), True),
+    ("qwen3-235b-a22b", "H200", 8, 4, (128,), True),
+    # Experts sliced over the TP GPUs (SGLang without --ep-size; AIC moe_tp = TP, moe_ep 1).
+    ("qwen3-235b-a22b", "H200", 4, 1, (8, 32, 128), False),
+    ("qwen3-235b-a22b", "H200", 8, 1, (8, 128, 512), False),
+    ("qwen3-235b-a22b", "H200", 8, 8, (8, 40, 128, 512), False),
+    ("qwen3-235b-a22b", "H200", 4, 4, (128,), False),
+]
+MOE_TARGET = 0.25
 # (GEMM quantization, KV-cache dtype): BF16; FP8 weights with BF16 KV (SGLang's default); both FP8.
 DTYPES = ((None, "auto"), ("fp8", "auto"), ("fp8", "fp8_e4m3"))
 AIC_KV = {"auto": "bfloat16", "fp8_e4m3": "fp8"}
@@ -84,9 +102,12 @@ from aiconfigurator.cli.api import cli_estimate
 out = []
 for p in json.load(sys.stdin):
     try:
+        moe = {"attention_dp_size": p["dp"], "moe_tp_size": p.get("moe_tp", 1),
+               "moe_ep_size": p["moe_ep"]}
         r = cli_estimate(p["model"], p["system"], mode=p["mode"], backend_name="sglang",
                          isl=p["isl"], osl=2, batch_size=p["batch"], tp_size=p["tp"],
-                         gemm_quant_mode=p["gemm"], kvcache_quant_mode=p["kv"], stride=1)
+                         gemm_quant_mode=p["gemm"], kvcache_quant_mode=p["kv"], stride=1,
+                         **(moe if "moe_ep" in p else {}))
         out.append({"ms": r.ttft if p["mode"] == "static_ctx" else r.tpot,
                     "version": r.backend_version})
     except Exception as exc:  # a point outside its data: reported, not fatal
@@ -118,6 +139,9 @@ class Point:
     mode: str  # decode | prefill
     batch: int
     tokens: int  # context (decode) or prompt length (prefill)
+    attn_dp: int = 1  # MoE rows: attention-DP ranks in the TP group; `batch` is per rank
+    moe: bool = False
+    ep: int = 1  # MoE rows: expert parallelism (TP, or 1: experts sliced over the TP GPUs)
 
 
 def step_model(
@@ -127,12 +151,20 @@ def step_model(
     quant: str | None,
     kv: str = "auto",
     spec: SpecConfig | None = None,
+    attn_dp: int = 1,
+    ep: int = 1,
 ) -> StepModel:
     shape = _shape(model)
     weights = shape.quantized_weight_bytes(bytes_per_param(quant, "auto"))
     kv_bytes = kv_dtype_bytes(kv, "auto")
     engine = EngineShape(
-        tp=tp, quantization=quant, weight_bytes=weights, kv_bytes_per_value=kv_bytes, spec=spec
+        tp=tp,
+        quantization=quant,
+        weight_bytes=weights,
+        kv_bytes_per_value=kv_bytes,
+        spec=spec,
+        attn_dp=attn_dp,
+        ep=ep,
     )
     return StepModel(resolve_gpu(gpu), shape, engine)
 
@@ -145,9 +177,10 @@ def _shape(model: str) -> ModelShape:
 
 
 def model_ms(point: Point) -> float:
-    physics = step_model(point.model, point.gpu, point.tp, point.quant, point.kv)
+    physics = step_model(point.model, point.gpu, point.tp, point.quant, point.kv,
+                         attn_dp=point.attn_dp, ep=point.ep)  # fmt: skip
     if point.mode == "decode":
-        return physics.decode_step_seconds(point.batch, point.tokens) * 1e3
+        return physics.decode_step_seconds(point.batch * point.attn_dp, point.tokens) * 1e3
     return physics.prefill_seconds(point.tokens, point.batch) * 1e3
 
 
@@ -162,6 +195,10 @@ def grid(quick: bool) -> list[Point]:
                 continue  # AIConfigurator has no SGLang context-attention data for an FP8 cache
             for tokens in (2048,) if quick else PREFILLS:
                 points.append(Point(model, gpu, tp, quant, kv, "prefill", 1, tokens))
+    for model, gpu, tp, dp, batches, whole in MOE_CONFIGS:
+        ep = tp if whole else 1
+        for batch in batches[:2] if quick else batches:
+            points.append(Point(model, gpu, tp, None, "auto", "decode", batch, 1024, dp, True, ep))
     return points
 
 
@@ -183,19 +220,24 @@ def query_aic(python: Path, points: list[Point]) -> list[dict[str, object]]:
 
 
 def _aic_requests(points: list[Point]) -> list[dict[str, object]]:
-    return [
-        {
+    out: list[dict[str, object]] = []
+    for p in points:
+        request: dict[str, object] = {
             "model": AIC_MODELS[p.model],
             "system": AIC_SYSTEMS[p.gpu],
             "mode": "static_gen" if p.mode == "decode" else "static_ctx",
             "isl": p.tokens,
             "batch": p.batch,
-            "tp": p.tp,
+            "tp": p.tp // p.attn_dp,  # AIConfigurator's tp is the attention rank's
             "gemm": AIC_GEMM[p.quant],
             "kv": AIC_KV[p.kv],
         }
-        for p in points
-    ]
+        if p.moe:  # dense points keep their cached keys
+            request.update(dp=p.attn_dp, moe_ep=p.ep)
+            if p.ep == 1:
+                request["moe_tp"] = p.tp
+        out.append(request)
+    return out
 
 
 def _run_aic(python: Path, points: list[Point]) -> list[dict[str, object]]:
@@ -221,14 +263,16 @@ def print_aic_table(points: list[Point], answers: list[dict[str, object]]) -> bo
     for p, answer in zip(points, answers, strict=True):
         ours = model_ms(p)
         dtype = f"{p.quant or 'bf16'}/{'fp8' if p.kv != 'auto' else 'bf16'}"
-        row = f"{p.model:<14}{p.gpu:<9}{p.tp:>3} {dtype:<10}{p.mode:<8}{p.batch:>6}"
+        tp = f"{p.tp}/{p.attn_dp}" if p.attn_dp > 1 else str(p.tp)
+        model = f"qwen3-235b {'EP' if p.ep > 1 else 'TP'}" if p.moe else p.model
+        row = f"{model:<14}{p.gpu:<9}{tp:>3} {dtype:<10}{p.mode:<8}{p.batch:>6}"
         if "error" in answer:
             print(row + f"{p.tokens:>7}  n/a ({answer['error']})")
             continue
         theirs = float(answer["ms"])  # type: ignore[arg-type]
         versions.add(str(answer.get("version")))
         diff = ours / theirs - 1
-        diffs.setdefault((p.gpu, p.mode), []).append(diff)
+        diffs.setdefault((p.gpu, "moe" if p.moe else p.mode), []).append(diff)
         why = AIC_ANOMALIES.get((p.gpu, p.quant, p.mode, p.tokens))
         if why:
             anomalies.setdefault((p.gpu, p.mode), []).append(diff)
@@ -246,7 +290,7 @@ def print_summary(
     print(f"\n{'gpu':<10}{'phase':<9}{'within':>9}{'median':>9}{'worst':>9}  target  anomalies")
     ok = True
     for (gpu, mode), values in sorted(diffs.items()):
-        target = DECODE_TARGET if mode == "decode" else PREFILL_TARGET
+        target = {"decode": DECODE_TARGET, "moe": MOE_TARGET}.get(mode, PREFILL_TARGET)
         errors = sorted(abs(d) for d in values)
         within = sum(e <= target for e in errors)
         median = errors[len(errors) // 2]
@@ -254,7 +298,8 @@ def print_summary(
         marked = sum(abs(d) > target for d in anomalies.get((gpu, mode), []))
         line = f"{gpu:<10}{mode:<9}{f'{within}/{len(errors)}':>9}{median:>9.1%}{errors[-1]:>9.1%}"
         print(line + f"  {target:>6.0%}  {f'{marked} missed' if marked else ''}")
-    print(f"targets (decode {DECODE_TARGET:.0%}, prefill {PREFILL_TARGET:.0%}): "
+    print(f"targets (decode {DECODE_TARGET:.0%}, prefill {PREFILL_TARGET:.0%}, MoE decode "
+          f"{MOE_TARGET:.0%}; 'moe' rows: TP/attention DP, batch per rank): "
           f"{'met' if ok else 'NOT met'}")  # fmt: skip
     return ok
 

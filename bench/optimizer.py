@@ -16,8 +16,11 @@ those formats (``cli exp``), so it chooses the batch size as it does for its own
 with ``cli estimate --mode disagg`` at Plinth's exact pools, the decode batch being the one knob
 it sweeps. Plinth prices AIConfigurator's pick with ``predict_layout``: that TP, those formats,
 AIConfigurator's worker counts, loaded to its capacity within the SLOs. Attention data
-parallelism (AIConfigurator's ``dp``, which Plinth does not model) is priced as a TP group of
-the same GPUs.
+parallelism crosses both ways: AIConfigurator's ``tp`` x ``dp`` is Plinth's TP group of those
+GPUs with ``attn_dp`` = ``dp``, and a Plinth pick with attention DP is pinned in AIConfigurator
+as ``tp`` = TP / DP, ``dp`` = DP. A MoE pick's experts cross as they were picked: whole
+experts per GPU (Plinth ``ep`` = TP, AIConfigurator ``moe_ep`` = TP) or each expert sliced over
+the TP GPUs (Plinth ``ep`` 1, AIConfigurator ``moe_tp`` = TP).
 
 The SLOs are given to Plinth in AIConfigurator's terms: the TTFT target as Plinth's TTFT p90
 and the TPOT target as a mean (``Slo.tpot_mean_s``, no p90 ITL bound), since AIConfigurator's
@@ -67,6 +70,7 @@ from runtime.spec import Architecture  # noqa: E402
 RATIO_TARGET, PLINTH_SECONDS_TARGET = 0.9, 2.0
 MODELS = {**AIC_MODELS, "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B"}
 MOE = ("qwen3-235b-a22b", "deepseek-v3")
+MOE_REPOS = {*MOE, "Qwen/Qwen3-235B-A22B", "deepseek-ai/DeepSeek-V3"}
 # AIConfigurator's search space: the checkpoint's own formats, aggregated or P/D.
 AS_SHIPPED: frozenset[opt.Feature] = frozenset({"disaggregation"})
 # Plinth format -> AIConfigurator quant mode (SGLang's FP8 checkpoints are block-scaled).
@@ -127,7 +131,8 @@ from aiconfigurator.cli.api import cli_default, cli_estimate, cli_exp
 job = json.load(sys.stdin)
 KEEP = ("tokens/s/gpu", "ttft", "tpot", "bs", "tp", "dp", "moe_tp", "moe_ep", "gemm", "kvcache",
         "(p)tp", "(p)dp", "(p)workers", "(p)bs", "(p)gemm", "(p)kvcache", "(d)tp", "(d)dp",
-        "(d)workers", "(d)bs", "(d)gemm", "(d)kvcache", "num_total_gpus")
+        "(d)workers", "(d)bs", "(d)gemm", "(d)kvcache", "num_total_gpus", "(p)moe_tp",
+        "(p)moe_ep", "(d)moe_tp", "(d)moe_ep")
 def rows(result):
     out = {}
     for name, frame in result.best_configs.items():
@@ -188,13 +193,15 @@ class Pick:
     layout: opt.Layout
     speculator: str = "none"
     dp: int = 1  # AIConfigurator's attention data parallelism (inside `layout.tp`'s GPUs)
+    experts: str = ""  # MoE: "EP" (whole experts per GPU) or "MoE-TP" (experts sliced)
 
     def describe(self) -> str:
         lay = self.layout
         formats = f"{lay.quantization or 'as shipped'}/KV {lay.kv_dtype}"
         spec = "" if self.speculator == "none" else f" {self.speculator}"
-        if self.dp > 1:
-            spec += f" (attention DP{self.dp})"
+        if self.dp > 1 or self.experts:
+            inner = [f"attention DP{self.dp}"] if self.dp > 1 else []
+            spec += f" ({', '.join(inner + ([self.experts] if self.experts else []))})"
         if lay.prefill_tp is None:
             return f"agg TP{lay.tp} x{lay.replicas} {formats}{spec}"
         return (
@@ -214,9 +221,24 @@ def plinth_pick(candidate: opt.Candidate) -> Pick:
         replicas=d.decode.replicas if d.enabled else s.autoscaling.max_replicas,
         prefill_tp=(d.prefill.tp or s.parallelism.tp) if d.enabled else None,
         prefill_replicas=d.prefill.replicas if d.enabled else 0,
+        attn_dp=s.parallelism.attn_dp,
+        ep=s.parallelism.ep,
     )
     algorithm = s.speculator.algorithm if s.speculator.enabled else "none"
-    return Pick(layout, algorithm or "none")
+    experts = _experts(layout) if s.model.source in MOE_REPOS else ""
+    return Pick(layout, algorithm or "none", dp=s.parallelism.attn_dp, experts=experts)
+
+
+def _experts(layout: opt.Layout) -> str:
+    return "MoE-TP" if layout.ep == 1 else "EP"
+
+
+def _row_ep(row: dict[str, Any], prefix: str = "") -> int | None:
+    """AIConfigurator's expert layout as Plinth's EP: 1 when experts are sliced (moe_tp > 1,
+    moe_ep 1), else None (EP = TP)."""
+    moe_ep = int(row.get(f"{prefix}moe_ep") or 1)
+    moe_tp = int(row.get(f"{prefix}moe_tp") or 1)
+    return 1 if moe_ep == 1 and moe_tp > 1 else None
 
 
 def aic_pick(case: Case, mode: str, row: dict[str, Any]) -> Pick:
@@ -228,8 +250,11 @@ def aic_pick(case: Case, mode: str, row: dict[str, Any]) -> Pick:
                 tp=int(row["tp"]) * int(row.get("dp") or 1),
                 quantization=PLINTH_GEMM.get(str(row["gemm"])),
                 kv_dtype=PLINTH_KV.get(str(row["kvcache"]), "auto"),
+                attn_dp=int(row.get("dp") or 1),
+                ep=_row_ep(row) if case.model in MOE else 1,
             ),
             dp=int(row.get("dp") or 1),
+            experts=_experts(opt.Layout(case.gpu, 1, ep=_row_ep(row))) if case.model in MOE else "",
         )
     return Pick(
         opt.Layout(
@@ -240,6 +265,9 @@ def aic_pick(case: Case, mode: str, row: dict[str, Any]) -> Pick:
             replicas=int(row["(d)workers"]),
             prefill_tp=int(row["(p)tp"]) * int(row.get("(p)dp") or 1),
             prefill_replicas=int(row["(p)workers"]),
+            # Plinth's spec holds one attention-DP size for both pools: the decode side's.
+            attn_dp=int(row.get("(d)dp") or 1),
+            ep=_row_ep(row, "(d)") if case.model in MOE else 1,
         ),
         dp=int(row.get("(d)dp") or 1),
     )
@@ -259,15 +287,17 @@ def pinned_config(case: Case, pick: Pick, kv_as_shipped: bool) -> dict[str, Any]
     }
 
     def side(prefix: str, tp: int) -> dict[str, Any]:
+        dp = pick.dp if tp % pick.dp == 0 else 1  # attention DP: TP/DP-GPU ranks, DP of them
         out: dict[str, Any] = {
             f"{prefix}num_gpu_candidates": [tp],
-            f"{prefix}tp_candidates": [tp],
+            f"{prefix}tp_candidates": [tp // dp],
             f"{prefix}pp_candidates": [1],
-            f"{prefix}dp_candidates": [1],
+            f"{prefix}dp_candidates": [dp],
         }
-        if moe:  # Plinth spreads the experts over the TP group (EP = TP)
-            out[f"{prefix}moe_tp_candidates"] = [1]
-            out[f"{prefix}moe_ep_candidates"] = [tp]
+        if moe:  # whole experts over the TP group (EP = TP), or each sliced over it (MoE TP)
+            sliced = lay.ep == 1
+            out[f"{prefix}moe_tp_candidates"] = [tp if sliced else 1]
+            out[f"{prefix}moe_ep_candidates"] = [1 if sliced else tp]
         return out
 
     def formats(prefix: str) -> dict[str, Any]:
@@ -314,13 +344,20 @@ def disagg_job(case: Case, pick: Pick, kv_as_shipped: bool) -> dict[str, Any]:
     """Price a P/D pick with its exact pools (AIConfigurator picks only the decode batch)."""
     lay = pick.layout
     assert lay.prefill_tp is not None
+    p_dp = pick.dp if lay.prefill_tp % pick.dp == 0 else 1
+    d_dp = pick.dp if lay.tp % pick.dp == 0 else 1
     pools: dict[str, Any] = {
-        "prefill_tp_size": lay.prefill_tp,
+        "prefill_tp_size": lay.prefill_tp // p_dp,
+        "prefill_attention_dp_size": p_dp,
         "prefill_num_workers": lay.prefill_replicas,
-        "decode_tp_size": lay.tp,
+        "decode_tp_size": lay.tp // d_dp,
+        "decode_attention_dp_size": d_dp,
         "decode_num_workers": lay.replicas,
     }
-    if case.model in MOE:
+    if case.model in MOE and lay.ep == 1:
+        pools.update(prefill_moe_tp_size=lay.prefill_tp, prefill_moe_ep_size=1,
+                     decode_moe_tp_size=lay.tp, decode_moe_ep_size=1)  # fmt: skip
+    elif case.model in MOE:
         pools.update(prefill_moe_tp_size=1, prefill_moe_ep_size=lay.prefill_tp,
                      decode_moe_tp_size=1, decode_moe_ep_size=lay.tp)  # fmt: skip
     if lay.quantization:

@@ -135,6 +135,19 @@ def _optimize_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ttft", type=float, default=1.0, help="TTFT p90 target, seconds")
     parser.add_argument("--itl", type=float, default=0.05, help="ITL p90 target, seconds")
     parser.add_argument("--e2e", type=float, default=None, help="end-to-end p90 target, s")
+    parser.add_argument(
+        "--tpot-mean-ms",
+        type=float,
+        default=None,
+        help="mean time-per-output-token target, ms (AIConfigurator's and Dynamo's TPOT)",
+    )
+    parser.add_argument(
+        "--objective",
+        choices=["cost", "throughput"],
+        default="cost",
+        help="cost: cheapest layout carrying the rate; throughput: most output tokens/s per "
+        "GPU within the SLOs, sized to the GPU budget (--max-gpus, else one node)",
+    )
     parser.add_argument("--max-cost", type=float, default=None, help="USD per hour")
     parser.add_argument("--max-gpus", type=int, default=None)
     parser.add_argument("--top", type=int, default=5, help="Pareto rows to print")
@@ -172,9 +185,18 @@ def run_optimize(argv: list[str]) -> int:
             prefix_share=args.prefix_share,
             turns=args.turns,
         ),
-        slo=Slo(ttft_p90_s=args.ttft, itl_p90_s=args.itl, e2e_p90_s=args.e2e),
+        slo=Slo(
+            ttft_p90_s=args.ttft,
+            itl_p90_s=args.itl,
+            e2e_p90_s=args.e2e,
+            tpot_mean_s=None if args.tpot_mean_ms is None else args.tpot_mean_ms / 1000,
+        ),
         limits=Limits(max_cost_per_hour=args.max_cost, max_gpus=args.max_gpus),
+        objective=args.objective,
     )
+    if args.tpot_mean_ms is not None and args.tpot_mean_ms <= 0:
+        print("optimize: --tpot-mean-ms must be positive", file=sys.stderr)
+        return 2
     from runtime.confirm import ConfirmError, attach_measurements, confirm_top
 
     try:
@@ -193,7 +215,8 @@ def run_optimize(argv: list[str]) -> int:
     for note in result.notes:
         print(f"note: {note}")
     if result.best is not None:
-        print(f"\ncheapest meeting the SLOs: {result.best.label}")
+        heading = "cheapest" if args.objective == "cost" else "most tokens/s per GPU"
+        print(f"\n{heading} meeting the SLOs: {result.best.label}")
         for reason in result.best.reasons:
             print(f"  - {reason}")
         print("  spec:\n    " + yaml.safe_dump(
@@ -216,6 +239,19 @@ def run_optimize(argv: list[str]) -> int:
     return 0 if result.best else 1
 
 
+def _print_confirmed_pick(confirmed: Sequence[Confirmation]) -> None:
+    from runtime.confirm import confirmed_pick
+
+    pick = confirmed_pick(confirmed)
+    if pick is None:
+        print("  none met the SLOs when run: the recommendation above is unconfirmed")
+    elif pick is not confirmed[0]:
+        print(f"  recommended instead: {pick.candidate.label}, the first in the ranking's order "
+              "(the cheapest, under the cost objective) that met the SLOs when run")  # fmt: skip
+    else:
+        print(f"  recommended: {pick.candidate.label} (confirmed)")
+
+
 def _print_confirmed(confirmed: Sequence[Confirmation]) -> None:
     print("\nconfirmed by a simulated run (predicted -> measured, simulated time):")
     for item in confirmed:
@@ -228,6 +264,7 @@ def _print_confirmed(confirmed: Sequence[Confirmation]) -> None:
             f"{m.output_tokens_per_s:.0f} tok/s, {m.completed}/{m.requests} done over "
             f"{m.simulated_s:.0f} s: {verdict} the SLOs"
         )
+    _print_confirmed_pick(confirmed)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,6 +39,7 @@ from runtime.optimize import (
     OptimizeRequest,
     OptimizeResult,
     _resolve_model,
+    candidate_dict,
 )
 from runtime.perf.hardware import _model_shape
 from runtime.sim.args import EngineArgs, StartupError, check_engine_args, parse_engine_args
@@ -172,14 +173,17 @@ class _Prompt:
     history: int  # tokens of shared prefix plus this conversation's earlier turns
 
 
-def _prompts(request: OptimizeRequest, count: int, rate_rps: float) -> list[_Prompt]:
+def _prompts(
+    request: OptimizeRequest, count: int, rate_rps: float, turn_s: float | None = None
+) -> list[_Prompt]:
     """Prompts of `count` requests: the shared prefix, then the conversation's history (its
     earlier turns, as long as the optimizer assumes), then new tokens.
 
     Conversations take turns round a pool as large as the conversations in progress at once
-    when each sends its next turn as soon as it has its answer (Little's law at the targets,
-    as ``Traffic.arrival_rate`` counts users): the prefix caches then hold as many histories as
-    the steady state does, however long the run is.
+    when each sends its next turn as soon as it has its answer (Little's law over `turn_s`, a
+    turn's predicted time, as the optimizer counts them; at the targets when not given): the
+    prefix caches then hold as many histories as the steady state does, however long the run
+    is.
     """
     traffic = request.traffic
     length = max(1, traffic.input_tokens)
@@ -190,7 +194,9 @@ def _prompts(request: OptimizeRequest, count: int, rate_rps: float) -> list[_Pro
     fresh = itertools.count(PROMPT_ID_BASE)
     prefix = list(itertools.islice(fresh, shared))
     slo = request.slo
-    in_progress = rate_rps * (slo.ttft_p90_s + traffic.output_tokens * slo.itl_p90_s)
+    if turn_s is None or not math.isfinite(turn_s) or turn_s <= 0:
+        turn_s = slo.ttft_p90_s + traffic.output_tokens * slo.itl_p90_s
+    in_progress = rate_rps * turn_s
     conversations = max(1, min(count, math.ceil(in_progress)))
     histories = [list(itertools.islice(fresh, history)) for _ in range(conversations)]
     out = []
@@ -325,7 +331,9 @@ def confirm(
     """Run `candidate` for `requests` Poisson arrivals at `rate_rps`; measure it."""
     requests = requests or default_requests(request)
     cluster = _cluster(request, candidate)
-    prompts = _prompts(request, requests, rate_rps)
+    p = candidate.prediction
+    turn_s = p.ttft_p90_s + request.traffic.output_tokens * p.tpot_mean_s if p.tpot_mean_s else None
+    prompts = _prompts(request, requests, rate_rps, turn_s)
     _prewarm(cluster.front, prompts)
     run = _Run()
     rng = random.Random(seed)
@@ -436,12 +444,49 @@ def measured_dict(measured: Measured) -> dict[str, Any]:
     }
 
 
+def confirmed_pick(confirmations: Sequence[Confirmation]) -> Confirmation | None:
+    """The first confirmed candidate, in the ranking's order (under the `cost` objective the
+    cheapest), that met the SLOs in its simulated run; None when none did."""
+    return next((c for c in confirmations if c.measured.meets_slo), None)
+
+
 def attach_measurements(data: dict[str, Any], confirmations: Sequence[Confirmation]) -> None:
-    """Put each confirmation's figures under `measured` of its ranked entry (and of `best`,
-    which is the first ranked), given `data` from ``result_dict`` and `confirm_top`'s answer."""
+    """Put each confirmation's figures under `measured` of its ranked entry, given `data` from
+    ``result_dict`` and `confirm_top`'s answer, and make `best` the confirmed pick.
+
+    The recommendation follows the simulated runs, not the analytic ranking: `best` becomes
+    the first ranked candidate that met the SLOs when run (the cheapest, under ``cost``), and
+    its reasons say which higher-ranked ones missed. When none met them, `best` stays the
+    first ranked and a note says so.
+    """
     for index, entry in enumerate(data["ranked"]):
         entry["measured"] = (
             measured_dict(confirmations[index].measured) if index < len(confirmations) else None
         )
-    if data.get("best") is not None and confirmations:
+    if data.get("best") is None or not confirmations:
+        return
+    pick = confirmed_pick(confirmations)
+    if pick is None:
         data["best"]["measured"] = measured_dict(confirmations[0].measured)
+        data.setdefault("notes", []).append(
+            f"none of the {len(confirmations)} confirmed candidates met the SLOs in its "
+            "simulated run; the best is the analytic pick, unconfirmed"
+        )
+        return
+    best = candidate_dict(pick.candidate)
+    best["measured"] = measured_dict(pick.measured)
+    missed = [c for c in confirmations[: confirmations.index(pick)]]
+    reason = (
+        f"confirmed: met the SLOs in a simulated run (TTFT p90 "
+        f"{pick.measured.ttft_p90_s * 1000:.0f} ms, ITL p90 {pick.measured.itl_p90_s * 1000:.1f} "
+        f"ms); the first of the {len(confirmations)} confirmed candidates in the ranking's "
+        "order (the cheapest, under the cost objective) to do so"
+    )
+    best["reasons"].append(reason)
+    for other in missed:
+        m = other.measured
+        best["reasons"].append(
+            f"{other.candidate.label} ranked higher but missed the SLOs when run (TTFT p90 "
+            f"{m.ttft_p90_s * 1000:.0f} ms, ITL p90 {m.itl_p90_s * 1000:.1f} ms)"
+        )
+    data["best"] = best

@@ -21,6 +21,17 @@ limits, the free GPUs, or one node), which layout serves the most output tokens/
 the SLOs; every layout is then sized to the budget and loaded to its capacity, and a P/D
 layout's prefill:decode pool sizes are the integer split of the budget that wastes least.
 
+MoE models add two knobs per TP: attention data parallelism (SGLang ``--enable-dp-attention``,
+``parallelism.attn_dp``: attention ranks of TP/DP GPUs, each with its own sequences and KV cache)
+and the experts' layout (``parallelism.ep`` = TP, whole experts per GPU, or 1, each expert sliced
+over the TP GPUs); the physics prices each (``runtime.perf.step``, calibrated to AIConfigurator's
+SGLang MoE data).
+
+Multi-turn history counts as cached only while the conversations in progress (the rate times a
+turn's predicted time) fit in a replica's KV pool; past that, LRU evicts each history before its
+next turn and only the shared prefix hits. A speculative engine's ITL p90 is a step over the
+accept length of a bad step (its 10th percentile), not over the mean.
+
 What the model leaves out (documented, not hidden): prefix-cache hits follow the traffic's
 shared-prefix share and multi-turn depth, not a simulated radix tree; round-robin routing keeps
 the shared prefix (every replica caches it) but loses multi-turn history; the KV transfer of a
@@ -158,6 +169,8 @@ class Candidate:
     def label(self) -> str:
         s = self.spec
         parts = [s.hardware.gpu, f"TP{s.parallelism.tp}"]
+        if s.parallelism.attn_dp > 1:
+            parts.append(f"attention-DP{s.parallelism.attn_dp}")
         if s.quantization.method:
             parts.append(s.quantization.method)
         if s.quantization.kv_cache_dtype != "auto":
@@ -202,6 +215,8 @@ class Layout:
     replicas: int = 1  # aggregated replicas, or the decode pool's when disaggregated
     prefill_tp: int | None = None  # set: disaggregated
     prefill_replicas: int = 0
+    attn_dp: int = 1  # attention data parallelism inside each engine's TP group (MoE)
+    ep: int | None = None  # MoE expert parallelism; None: EP = TP; 1: experts sliced (MoE TP)
 
 
 # ---- engine shapes -----------------------------------------------------------------------------
@@ -215,6 +230,8 @@ class _Knobs:
     kv_dtype: str
     speculator: str  # "none", "NGRAM", "EAGLE", "EAGLE3", "MTP"
     draft: str | None
+    attn_dp: int  # attention data-parallel ranks in the TP group (MoE models only; else 1)
+    ep: int  # expert parallelism (MoE: TP, or 1 for experts sliced over the TP GPUs; dense: 1)
 
 
 @dataclass(frozen=True)
@@ -244,6 +261,25 @@ def _tp_choices(gpu: GpuType, arch: ModelArch) -> list[int]:
             out.append(tp)
         tp *= 2
     return out
+
+
+def _attn_dp_choices(arch: ModelArch, tp: int) -> list[int]:
+    """Attention DP sizes for a MoE model at `tp`: the powers of two dividing TP (attention runs
+    as that many ranks of TP/DP GPUs; the experts stay spread over all TP GPUs). Dense: 1."""
+    if not arch.is_moe:
+        return [1]
+    out, dp = [1], 2
+    while dp <= tp:
+        if tp % dp == 0:
+            out.append(dp)
+        dp *= 2
+    return out
+
+
+def _ep_choices(arch: ModelArch, tp: int) -> list[int]:
+    """A MoE model's experts over TP GPUs: whole experts per GPU (EP = TP) or each expert
+    sliced over them (SGLang's MoE TP, no --ep-size). Dense, or one GPU: 1."""
+    return [tp, 1] if arch.is_moe and tp > 1 else [1]
 
 
 def _quant_choices(gpu: GpuType, arch: ModelArch, allowed: bool) -> list[str | None]:
@@ -294,8 +330,10 @@ def _spec_data(
     base: dict[str, Any], shape: _Knobs, arch: ModelArch, *, max_running: int | None = None
 ) -> dict[str, Any]:
     data: dict[str, Any] = {**base, "parallelism": {"tp": shape.tp}}
-    if arch.is_moe and shape.tp > 1:
-        data["parallelism"]["ep"] = shape.tp  # experts spread over the TP group
+    if shape.ep > 1:
+        data["parallelism"]["ep"] = shape.ep  # whole experts spread over the TP group
+    if shape.attn_dp > 1:
+        data["parallelism"]["attn_dp"] = shape.attn_dp
     data["quantization"] = {"method": shape.quantization, "kv_cache_dtype": shape.kv_dtype}
     if shape.speculator != "none":
         data["speculator"] = {"algorithm": shape.speculator, "draft_model": shape.draft}
@@ -313,13 +351,19 @@ def _shapes(request: OptimizeRequest, arch: ModelArch, gpus: Sequence[GpuType]) 
         for tp in _tp_choices(gpu, arch):
             if request.limits.max_gpus is not None and tp > request.limits.max_gpus:
                 continue
-            for quant in _quant_choices(gpu, arch, "quantization" in allow):
-                for kv in _kv_choices(gpu, "quantization" in allow):
-                    for algorithm, draft in _spec_choices(arch, "speculator" in allow):
-                        shape = _shape(request, base, arch, model, gpu, gpu_shape, tp, quant, kv,
-                                       algorithm, draft)  # fmt: skip
-                        if shape is not None:
-                            yield shape
+            knobs = (
+                (quant, kv, algorithm, draft, dp, ep)
+                for quant in _quant_choices(gpu, arch, "quantization" in allow)
+                for kv in _kv_choices(gpu, "quantization" in allow)
+                for algorithm, draft in _spec_choices(arch, "speculator" in allow)
+                for dp in _attn_dp_choices(arch, tp)
+                for ep in _ep_choices(arch, tp)
+            )
+            for quant, kv, algorithm, draft, dp, ep in knobs:
+                shape = _shape(request, base, arch, model, gpu, gpu_shape, tp, quant, kv,
+                               algorithm, draft, dp, ep)  # fmt: skip
+                if shape is not None:
+                    yield shape
 
 
 def _shape(
@@ -334,9 +378,14 @@ def _shape(
     kv: str,
     algorithm: str,
     draft: str | None,
+    attn_dp: int = 1,
+    ep: int | None = None,
 ) -> _Shape | None:
-    """The shape, or None when it does not fit or its spec does not validate."""
-    knobs = _Knobs(gpu, tp, quant, kv, algorithm, draft)
+    """The shape, or None when it does not fit or its spec does not validate. `ep` None: a MoE
+    model's experts spread whole over the TP group (EP = TP)."""
+    if ep is None:
+        ep = tp if arch.is_moe and tp > 1 else 1
+    knobs = _Knobs(gpu, tp, quant, kv, algorithm, draft, attn_dp, ep)
     spec = RuntimeSpec.model_validate(_spec_data(base, knobs, arch))
     fit = memory_fit(spec, gpu, arch, engine_groups(spec)[0])
     if not fit.fits or has_errors(validate(spec)):
@@ -352,6 +401,8 @@ def _shape(
         weight_bytes=model_weight_bytes(spec, arch),
         kv_bytes_per_value=KV_DTYPE_BYTES[kv],
         spec=spec_config,
+        attn_dp=attn_dp,
+        ep=ep,
     )
     return _Shape(
         gpu=gpu,
@@ -360,6 +411,8 @@ def _shape(
         kv_dtype=kv,
         speculator=algorithm,
         draft=draft,
+        attn_dp=attn_dp,
+        ep=ep,
         step=StepModel(gpu_shape, model, engine),
         spec=spec_config,
         kv_tokens=fit.max_concurrent_tokens,
@@ -384,26 +437,58 @@ class _Engine:
 
     def __init__(self, shape: _Shape, traffic: Traffic, cached: float) -> None:
         self.shape, self.traffic = shape, traffic
-        step = shape.step
         prompt = traffic.input_tokens
-        new = max(1, round(prompt * (1 - cached)))
-        self.prefill_s = step.step_seconds(
-            StepWork(prefill_tokens=new, prefill_pairs=new * (prompt - new / 2))
-        )
-        # A chunk that rides along with decode steps lengthens those gaps: the whole prompt, or
-        # SGLang's default chunk of it (sized from GPU memory) when the prompt is longer.
-        chunk = default_chunked_prefill(shape.gpu.memory_gib)
-        self.chunk_s = self.prefill_s
-        if new > chunk:
-            self.chunk_s = step.step_seconds(
-                StepWork(prefill_tokens=chunk, prefill_pairs=chunk * (prompt - new + chunk / 2))
-            )
+        dp = shape.attn_dp
+        # History is cached only while the replica's KV pool holds it (`load` bounds it).
+        self.prefix_cached = min(cached, traffic.prefix_share)
+        self.history_cached = max(0.0, cached - self.prefix_cached)
+        self.prefill_latency, self.prefill_s, self.chunk_s = self._prefill(cached)
         self.context = prompt + traffic.output_tokens / 2
         spec = shape.spec
         self.accept = spec.accept_length if spec is not None else 1.0
+        # A p90 gap is a step over the accept length of a bad step, not over the mean.
+        self.accept_p90 = spec.accept_length_quantile(0.1) if spec is not None else 1
         self.verify = spec.shape.draft_tokens if spec is not None else 1
         self.kv_limit = shape.kv_tokens / (prompt + traffic.output_tokens)
-        self.running_cap = 48 if spec is not None else 1024  # SGLang's default under speculation
+        # SGLang's default under speculation; each attention-DP rank schedules its own batch.
+        self.running_cap = (48 if spec is not None else 1024) * dp
+
+    def _prefill(self, cached: float) -> tuple[float, float, float]:
+        """(TTFT's prefill step, engine seconds per request, a chunk's step) at this cache hit."""
+        step, prompt = self.shape.step, self.traffic.input_tokens
+        new = max(1, round(prompt * (1 - cached)))
+        # Attention-DP ranks prefill their own prompts side by side (the experts see them all):
+        # a prompt waits for a step of one prompt per rank, and costs the engine a rank's share.
+        dp = self.shape.attn_dp
+        latency = step.step_seconds(
+            StepWork(prefill_tokens=new * dp, prefill_pairs=dp * new * (prompt - new / 2))
+        )
+        # A chunk that rides along with decode steps lengthens those gaps: the whole prompt, or
+        # SGLang's default chunk of it (sized from GPU memory) when the prompt is longer.
+        chunk = default_chunked_prefill(self.shape.gpu.memory_gib)
+        chunk_s = latency
+        if new > chunk:
+            chunk_s = step.step_seconds(
+                StepWork(prefill_tokens=chunk, prefill_pairs=chunk * (prompt - new + chunk / 2))
+            )
+        return latency, latency / dp, chunk_s
+
+    def history_fits(self, rate: float, ttft: float, itl_mean: float) -> bool:
+        """Whether the conversations in progress keep their history in the KV pool.
+
+        Conversations in progress at once (Little's law: the rate times a conversation turn's
+        predicted time, TTFT plus the answer at the mean gap, as ``runtime.confirm`` counts
+        them) each hold their whole context between turns. While they fit in the pool beside
+        the shared prefix every history is found; once they overflow it, LRU over
+        conversations that come back in the order they left (each after one answer) is a
+        cyclic scan: each history is evicted just before its next turn, and only the shared
+        prefix still hits (``runtime.confirm`` measured exactly that: a 70B 3-turn profile
+        whose pool held 93% of its conversations prefilled whole prompts, TTFT 0.4 -> 5.8 s).
+        """
+        conversations = max(1.0, rate * (ttft + self.traffic.output_tokens * itl_mean))
+        footprint = self.traffic.input_tokens + self.traffic.output_tokens
+        room = self.shape.kv_tokens - self.traffic.input_tokens * self.prefix_cached
+        return conversations * footprint <= room
 
     def decode_step(self, running: float) -> float:
         seqs = max(1, math.ceil(running))
@@ -416,7 +501,33 @@ class _Engine:
 
     def load(self, rate: float, slo: Slo, *, prefill: bool, decode: bool) -> _Load:
         """Figures at `rate` req/s on one engine that prefills, decodes, or both (aggregated)."""
-        busy = rate * self.prefill_s if prefill else 0.0
+        costs = (self.prefill_latency, self.prefill_s, self.chunk_s)
+        load = self._load(rate, slo, costs, prefill=prefill, decode=decode)
+        if not prefill or self.history_cached <= 0 or not math.isfinite(load.ttft):
+            return load
+        # A prefill-only engine's conversations decode elsewhere: their answers are priced at
+        # this shape's own decode gap (same GPU and formats).
+        itl_mean = (
+            load.itl_mean
+            if decode
+            else self._load(rate, slo, costs, prefill=False, decode=True).itl_mean
+        )
+        if self.history_fits(rate, load.ttft, itl_mean):
+            return load
+        costs = self._prefill(self.prefix_cached)  # history evicted: only the prefix hits
+        return self._load(rate, slo, costs, prefill=prefill, decode=decode)
+
+    def _load(
+        self,
+        rate: float,
+        slo: Slo,
+        costs: tuple[float, float, float],
+        *,
+        prefill: bool,
+        decode: bool,
+    ) -> _Load:
+        latency, per_request, chunk_s = costs
+        busy = rate * per_request if prefill else 0.0
         if busy >= MAX_PREFILL_UTIL:
             return _Load(math.inf, math.inf, 0.0, False, math.inf)
         ttft = itl = itl_mean = 0.0
@@ -427,13 +538,15 @@ class _Engine:
             for _ in range(6):  # Little's law fixed point: running = rate x output x ITL
                 running = rate * self.traffic.output_tokens * itl_mean
                 itl_mean = self.decode_step(running) / self.accept / share
-            # p90: once prefill keeps the engine busy a tenth of the time, a tenth of the
-            # gaps carry a prompt's chunk.
-            stalled = self.decode_step(running) / self.accept + self.chunk_s
-            itl = max(itl_mean, stalled) if busy > 0.1 else itl_mean
+            # p90: a step that accepts few tokens (speculation); once prefill keeps the
+            # engine busy a tenth of the time, a tenth of the gaps carry a prompt's chunk.
+            step = self.decode_step(running)
+            itl = max(itl_mean, step / self.accept_p90 / share)
+            if busy > 0.1:
+                itl = max(itl, step / self.accept + chunk_s)
         if prefill:
-            wait = busy * self.prefill_s / (2 * (1 - busy))  # M/D/1
-            ttft = self.prefill_s + P90_EXP * wait
+            wait = busy * per_request / (2 * (1 - busy))  # M/D/1
+            ttft = latency + P90_EXP * wait
             if decode:
                 ttft += self.decode_step(running)  # waits for the step in flight
         limit = min(self.kv_limit, self.running_cap)
@@ -579,17 +692,20 @@ def _configs(request: OptimizeRequest, shapes: list[_Shape], rate: float) -> Ite
                 decode_caps[i] = engine.capacity(slo, prefill=False, decode=True)
                 if engine.shape.speculator == "none":
                     prefill_caps[i] = _prefill_capacity(engine, slo)
-        # P/D pairs: same GPU and formats on both sides (KV layouts must match), any TPs.
+        # P/D pairs: same GPU and formats on both sides (KV layouts must match), any TPs; one
+        # attention-DP size and expert sharding (the spec's parallelism holds one for both).
         for i, p_cap in prefill_caps.items():
             if p_cap <= 0:
                 continue
             ps = engines[i].shape
             for j, d_cap in decode_caps.items():
                 ds = engines[j].shape
-                same = (ps.gpu.id, ps.quantization, ps.kv_dtype) == (
+                same = (ps.gpu.id, ps.quantization, ps.kv_dtype, ps.attn_dp, ps.ep > 1) == (
                     ds.gpu.id,
                     ds.quantization,
                     ds.kv_dtype,
+                    ds.attn_dp,
+                    ds.ep > 1,
                 )
                 if d_cap > 0 and same:
                     layout = _pd_layout(
@@ -719,6 +835,12 @@ def _reasons(request: OptimizeRequest, config: _Config) -> tuple[str, ...]:
         out.append(f"{d.kv_dtype} KV cache: more concurrent sequences per GPU")
     if d.spec is not None:
         out.append(f"{d.speculator} speculation: {d.spec.accept_length:.2f} tokens per verify step")
+    if d.attn_dp > 1:
+        out.append(
+            f"attention DP{d.attn_dp} x EP{d.tp}: each of {d.attn_dp} attention ranks keeps "
+            "its own sequences' KV cache (no KV-head replication); the experts batch every "
+            "rank's tokens"
+        )
     if config.prefill is not None:
         out.append("prefill/decode split: prompts no longer stall the decode steps")
     if config.cache_aware and request.traffic.turns > 1:
@@ -829,8 +951,9 @@ def predict_layout(request: OptimizeRequest, layout: Layout) -> Prediction | Non
     model, gpu_shape = _model_shape(arch, request.model), _gpu_shape(gpu)
 
     def engine(tp: int) -> _Engine | None:
+        dp = layout.attn_dp if tp % layout.attn_dp == 0 else 1
         shape = _shape(request, base, arch, model, gpu, gpu_shape, tp, layout.quantization,
-                       layout.kv_dtype, "none", None)  # fmt: skip
+                       layout.kv_dtype, "none", None, dp, _layout_ep(layout, tp))  # fmt: skip
         cached = request.traffic.cached_share("cache_aware" in request.features)
         return None if shape is None else _Engine(shape, request.traffic, cached)
 
@@ -853,6 +976,11 @@ def predict_layout(request: OptimizeRequest, layout: Layout) -> Prediction | Non
     return _predict(max(cap, 1e-6), request, (prefill, decode), cap, replicas)
 
 
+def _layout_ep(layout: Layout, tp: int) -> int | None:
+    """`layout`'s EP for an engine of `tp` GPUs: None (EP = TP) unless it divides TP."""
+    return None if layout.ep is None or tp % layout.ep else layout.ep
+
+
 def predict_load(request: OptimizeRequest, layout: Layout) -> Prediction | None:
     """This model's figures for an aggregated `layout` at `request`'s own load (what a benchmark
     of that traffic profile should measure), rather than at the layout's capacity.
@@ -872,7 +1000,8 @@ def predict_load(request: OptimizeRequest, layout: Layout) -> Prediction | None:
     base = _base_spec(request, arch, gpu)
     model, gpu_shape = _model_shape(arch, request.model), _gpu_shape(gpu)
     shape = _shape(request, base, arch, model, gpu, gpu_shape, layout.tp, layout.quantization,
-                   layout.kv_dtype, "none", None)  # fmt: skip
+                   layout.kv_dtype, "none", None, layout.attn_dp,
+                   _layout_ep(layout, layout.tp))  # fmt: skip
     if shape is None:
         return None
     cached = request.traffic.cached_share("cache_aware" in request.features)

@@ -5,7 +5,8 @@ the form and its results in place. Everything is ``deployments.recommend``'s: th
 ``POST /api/v1/optimize`` and the wizard's "Recommend settings". From a candidate, "Deploy this"
 opens the create wizard prefilled with its spec, and "Apply to endpoint" posts it to
 ``optimize_apply``, which makes it the endpoint's next revision with a message saying where it
-came from.
+came from, or (``as=canary``) starts it as a canary at a weight with a quality gate and a
+benchmark (``quality_services.start_experiment``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from controlplane.access import Actor
 from controlplane.guard import actor_of, console_view
 from controlplane.models import Role
 from controlplane.services import ServiceError
-from deployments import queries, recommend
+from deployments import quality_services, queries, recommend
 from deployments.charts import Point, Scatter
 from deployments.forms import model_choices
 from runtime.catalog import list_gpus
@@ -48,6 +49,13 @@ class OptimizeForm(forms.Form):
     itl_ms = forms.FloatField(min_value=0.1, max_value=60_000, initial=50)
     max_cost = forms.FloatField(required=False, min_value=0.01)
     max_gpus = forms.IntegerField(required=False, min_value=1, max_value=4096)
+    # cost: the cheapest layout carrying the rate; throughput: the most output tokens/s per GPU
+    # within the targets, each layout sized to the GPU budget (max GPUs, else one node).
+    objective = forms.ChoiceField(
+        choices=[("cost", "Cheapest for the rate"), ("throughput", "Most tokens/s per GPU")],
+        initial="cost",
+        required=False,  # a query without it (older links) asks the default question
+    )
     confirm = forms.BooleanField(required=False)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -78,6 +86,7 @@ class OptimizeForm(forms.Form):
             ),
             slo=Slo(ttft_p90_s=d["ttft_ms"] / 1000, itl_p90_s=d["itl_ms"] / 1000),
             limits=Limits(max_cost_per_hour=d["max_cost"], max_gpus=d["max_gpus"]),
+            objective="throughput" if d["objective"] == "throughput" else "cost",
         )
 
 
@@ -202,6 +211,8 @@ def optimize_apply(request: HttpRequest) -> HttpResponse:
     if not actor.has_role(Role.DEVELOPER):
         messages.error(request, "Applying settings needs the developer role.")
         return redirect(back)
+    if request.POST.get("as") == "canary":
+        return _apply_as_canary(request, actor, slug, spec, label, back)
     try:
         revision = recommend.apply_candidate(actor, slug, spec, label or "recommended settings")
     except ServiceError as exc:
@@ -211,3 +222,31 @@ def optimize_apply(request: HttpRequest) -> HttpResponse:
         request, f"Revision {revision.number} of {slug}: {recommend.optimizer_message(label)}."
     )
     return redirect("endpoint-revisions", slug=slug)
+
+
+def _apply_as_canary(
+    request: HttpRequest, actor: Actor, slug: str, spec: dict[str, Any], label: str, back: str
+) -> HttpResponse:
+    """The candidate as a canary of the endpoint at the form's weight, with a quality gate and
+    a benchmark when ticked (one ``quality_services.start_experiment``), then its Experiments."""
+    try:
+        weight = int(request.POST.get("weight", ""))
+    except ValueError:
+        messages.error(request, "The canary's weight is a whole number of percent.")
+        return redirect(back)
+    try:
+        canary, gate, benchmark = quality_services.start_experiment(
+            actor, slug, spec, weight=weight, gate=request.POST.get("gate") == "on",
+            benchmark=request.POST.get("benchmark") == "on", label=label,
+        )  # fmt: skip
+    except ServiceError as exc:
+        messages.error(request, f"Not applied: {exc.detail}")
+        return redirect(back)
+    extras = [name for name, made in (("a quality gate", gate), ("a benchmark", benchmark)) if made]
+    messages.success(
+        request,
+        f"Revision {canary.revision.number} of {slug} runs as a canary at {canary.weight}%"
+        + (f" with {' and '.join(extras)}" if extras else "")
+        + ".",
+    )
+    return redirect("endpoint-experiments", slug=slug)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -48,6 +49,25 @@ class AttentionCompute(_Row):
 
     generation: int
     compute: float = Field(gt=0, le=1)
+    source: str
+
+
+class MoeEfficiency(_Row):
+    """The routed experts' grouped GEMMs (fused MoE) on one GPU generation.
+
+    They run far below a dense GEMM's shares: each expert sees only the tokens routed to it, so
+    its M is a few tokens and its tiles mostly idle; `fixed_us` is the router, the top-k and the
+    token sort/permute each MoE layer runs whatever the batch.
+    """
+
+    generation: int
+    # ep: whole experts per GPU (--ep-size = TP); tp: every expert sliced over the TP GPUs.
+    sharding: Literal["ep", "tp"] = "ep"
+    bandwidth: float = Field(gt=0, le=1)  # share of HBM bandwidth streaming expert weights
+    compute: float = Field(gt=0, le=1)  # share of the GEMM dtype's peak the expert GEMMs reach
+    fixed_us: float = Field(ge=0)  # per MoE layer and step
+    # The share rises with the tokens each expert gets: compute x M / (M + half), M per expert.
+    compute_half_tokens: float = Field(default=0.0, ge=0)
     source: str
 
 
@@ -155,6 +175,18 @@ class PerfCatalog(_Row):
     speculative: Speculative
     kv_transfer: KvTransfer
     published: tuple[PublishedFigure, ...] = ()
+    moe: tuple[MoeEfficiency, ...] = ()
+
+    def moe_row(self, sm: int, sharding: str = "ep") -> MoeEfficiency | None:
+        """The newest generation's MoE row for `sharding` at or below `sm`, else the oldest;
+        the EP rows stand in for a sharding without rows; None: no rows at all."""
+        table = [r for r in self.moe if r.sharding == sharding] or list(self.moe)
+        if not table:
+            return None
+        rows = [r for r in table if r.generation <= sm]
+        if not rows:
+            return min(table, key=lambda r: r.generation)
+        return max(rows, key=lambda r: r.generation)
 
     def kernel(self, sm: int, dtype: str, gpu_id: str = "") -> KernelEfficiency:
         """The GPU's own row for `dtype`, else the newest generation's at or below `sm`."""

@@ -46,6 +46,21 @@ class ModelShape:
     qk_rope_head_dim: int | None = None
     checkpoint_quantization: str | None = None
     checkpoint_bytes_per_param: float = 2.0
+    num_experts: int | None = None  # routed experts per MoE layer (None: dense)
+    experts_per_token: int | None = None  # experts each token is routed to
+
+    @property
+    def expert_params_b(self) -> float:
+        """Routed-expert weights (billions) of a MoE model; 0 for a dense one.
+
+        From the totals alone: active = dense + experts x k / E, total = dense + experts.
+        """
+        if not self.num_experts or not self.experts_per_token:
+            return 0.0
+        share = self.experts_per_token / self.num_experts
+        if share >= 1 or self.active_params_b >= self.params_b:
+            return 0.0
+        return max(0.0, (self.params_b - self.active_params_b) / (1 - share))
 
     def kv_bytes_per_token(self, dtype_bytes: float) -> float:
         """KV cache bytes per token over all layers (MLA stores one latent vector per layer)."""
@@ -177,6 +192,8 @@ def _model_shape(arch: Any, model_path: str) -> ModelShape:
         qk_rope_head_dim=getattr(arch, "qk_rope_head_dim", None),
         checkpoint_quantization=getattr(arch, "checkpoint_quantization", None),
         checkpoint_bytes_per_param=float(getattr(arch, "checkpoint_bytes_per_param", 2.0)),
+        num_experts=getattr(arch, "num_experts", None),
+        experts_per_token=getattr(arch, "experts_per_token", None),
     )
 
 

@@ -45,6 +45,23 @@ class SpecConfig:
     def accept_length(self) -> float:
         return expected_accept_length(self.shape, self.acceptance, self.depth_decay, self.tree_gain)
 
+    def accept_length_quantile(self, q: float) -> int:
+        """The accept length at quantile `q` of its distribution (a low `q`: a bad step).
+
+        The simulator draws each verify step's accept length from a chain at
+        ``chain_rate(accept_length)``: k tokens with chance a^(k-1)(1-a), all of them a^n.
+        An inter-token gap's p90 is a step's time over the length at the 10th percentile (each
+        step yields one gap of step / k), not over the mean; below a rate of 0.9 that is 1.
+        """
+        steps = self.shape.num_steps
+        rate = chain_rate(self.accept_length, steps)
+        below = 0.0
+        for k in range(1, steps + 1):
+            below += rate ** (k - 1) * (1 - rate)
+            if below >= q:
+                return k
+        return steps + 1
+
 
 def canonical_algorithm(name: str, catalog: PerfCatalog | None = None) -> str:
     key = name.upper()

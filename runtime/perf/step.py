@@ -11,6 +11,12 @@ A step is a sum of separate kernels, each bounded by the slower of its bytes and
   activation quantization; an FP8 KV cache's quantize-on-write) and per step (scheduler,
   sampling);
 - tensor-parallel all-reduces, two per layer, over the GPU's interconnect;
+- a mixture-of-experts model's routed experts apart from the rest: their weights spread over
+  the whole TP group (EP or TP sharding hold the same bytes per GPU), streamed only for the
+  experts a step's tokens touch, through the fused-MoE kernels' own (much lower) shares;
+- attention data parallelism (SGLang ``--enable-dp-attention --dp-size N``): the TP group's
+  attention runs as N replicas of TP/N GPUs, each with its own sequences and KV cache, while
+  the experts see every rank's tokens (gathered before and scattered after each MoE layer);
 - under speculation, the draft passes and the tree-verification bookkeeping.
 Every efficiency and overhead comes from ``runtime/catalog/perf.yaml``.
 """
@@ -56,6 +62,8 @@ class EngineShape:
     weight_bytes: float | None = None  # all weights as loaded; None: BF16
     kv_bytes_per_value: float = BF16
     spec: SpecConfig | None = None
+    attn_dp: int = 1  # attention data-parallel ranks inside the TP group
+    ep: int = 1  # expert parallelism: >1 whole experts per GPU; 1 every expert sliced (MoE TP)
 
 
 class StepModel:
@@ -114,11 +122,44 @@ class StepModel:
         self.attn_flops_per_pair = 4 * model.num_layers * heads / tp
         kv = model.kv_bytes_per_token(engine.kv_bytes_per_value)
         self.kv_bytes_per_token = kv / (1 if model.kv_lora_rank else min(tp, model.num_kv_heads))
+        self.attn_dp = engine.attn_dp if engine.attn_dp > 1 and tp % engine.attn_dp == 0 else 1
+        self.attn_tp = tp // self.attn_dp
+        sharding = "ep" if engine.ep > 1 else "tp"
+        self.moe = cat.moe_row(gpu.sm, sharding) if model.expert_params_b > 0 else None
+        if self.moe is not None:
+            self._init_moe(model, total, embedding, compute_tflops(gpu, engine.quantization))
+
+    def _init_moe(self, model: ModelShape, total: float, embedding: float, tflops: float) -> None:
+        """Split a MoE model's weights into the routed experts (over all TP GPUs) and the rest
+        (attention, router, shared parts: over an attention rank's TP/attn_dp GPUs)."""
+        assert self.moe is not None
+        attn_tp = self.attn_tp
+        experts = model.expert_params_b / model.params_b * max(0.0, total - embedding)
+        self.expert_bytes = experts / self.tp
+        self.expert_bandwidth = self.gpu.hbm_bandwidth_gbs * 1e9 * self.moe.bandwidth
+        self.expert_flops = tflops * 1e12 * self.moe.compute
+        self.route_share = (model.experts_per_token or 1) / (model.num_experts or 1)
+        self.expert_flops_per_token = 2 * model.expert_params_b * 1e9 * self.route_share / self.tp
+        self.head_bytes = self.head_bytes * self.tp / attn_tp
+        self.head_flops = self.head_flops * self.tp / attn_tp
+        dense = max(0.0, total - embedding - experts) / attn_tp - self.head_bytes
+        self.active_weight_bytes, self.inactive_weight_bytes = dense, 0.0
+        dense_params = model.active_params_b - model.expert_params_b * self.route_share
+        body = dense_params * 1e9 - 2 * model.vocab_size * model.hidden_size
+        self.flops_per_token = 2 * max(body, 0.1 * dense_params * 1e9) / attn_tp
+        heads = model.num_attention_heads * model.head_dim
+        self.attn_flops_per_pair = 4 * model.num_layers * heads / attn_tp
+        kv = model.kv_bytes_per_token(self.engine.kv_bytes_per_value)
+        split = 1 if model.kv_lora_rank else min(attn_tp, model.num_kv_heads)
+        self.kv_bytes_per_token = kv / split
+        self.half_tokens = self.half_tokens * attn_tp / self.tp  # wider per-GPU GEMMs
 
     # ---- one step ----------------------------------------------------------------------------
     def step_seconds(self, work: StepWork) -> float:
         if work.empty:
             return 0.0
+        if self.moe is not None:
+            return self._moe_step_seconds(work)
         tokens = work.prefill_tokens + work.decode_tokens
         gemm = max(
             self._weights_read(tokens) / self.gemm_bandwidth
@@ -139,6 +180,56 @@ class StepModel:
             seconds += spec.verify_overhead_s * work.decode_tokens
         return seconds
 
+    def _moe_step_seconds(self, work: StepWork) -> float:
+        """A MoE step: each attention rank runs its share of the sequences through the dense
+        part; the experts run every rank's tokens; gather/scatter around each MoE layer."""
+        assert self.moe is not None
+        dp = self.attn_dp
+        tokens = work.prefill_tokens + work.decode_tokens
+        rank = tokens / dp  # the ranks split the batch evenly
+        dense = max(
+            self._weights_read(tokens) / self.gemm_bandwidth
+            + self.head_bytes / self.head_bandwidth,
+            self.gemm_compute_seconds(
+                self.flops_per_token * rank + self.head_flops * work.decode_tokens / dp, rank
+            ),
+        )
+        # A local expert is streamed when any token is routed to it.
+        touched = 1 - (1 - self.route_share) ** tokens
+        per_expert = max(tokens * self.route_share, 1e-9)
+        ramp = (per_expert + self.moe.compute_half_tokens) / per_expert
+        experts = max(
+            self.expert_bytes * touched / self.expert_bandwidth,
+            self.expert_flops_per_token * tokens * ramp / self.expert_flops,
+        )
+        attention = (
+            self.kv_bytes_per_token * work.decode_context / dp / self.attn_bandwidth
+            + self.attn_flops_per_pair * work.prefill_pairs / dp / self.attn_flops
+        )
+        layers = self.model.num_layers
+        fixed = layers * (self.layer_overhead + self.moe.fixed_us * 1e-6) + self.step_overhead
+        seconds = dense + experts + attention + fixed + self._moe_comm_seconds(tokens)
+        spec = self.engine.spec
+        if spec is not None and work.decode_seqs:
+            seconds += self.draft_seconds(work.decode_seqs, work.decode_context // dp)
+            seconds += spec.verify_overhead_s * work.decode_tokens / dp
+        return seconds
+
+    def _moe_comm_seconds(self, tokens: float) -> float:
+        """Without attention DP: the TP all-reduces. With it: per layer, the gather of every
+        rank's tokens before the experts and the scatter after (a ring all-reduce's bytes over
+        the whole group), plus the attention rank's own all-reduce when it spans GPUs."""
+        if self.attn_dp == 1:
+            return self.allreduce_seconds(int(tokens))
+        layers = self.model.num_layers
+        size = tokens * self.model.hidden_size * BF16
+        group = 2 * (self.tp - 1) / self.tp * size / self.link_bandwidth + 2 * self.link_latency
+        inner = 0.0
+        if self.attn_tp > 1:
+            share = 2 * (self.attn_tp - 1) / self.attn_tp * size / self.attn_dp
+            inner = share / self.link_bandwidth + self.link_latency
+        return layers * (group + inner)
+
     def decode_step_seconds(self, batch: int, context: int) -> float:
         """One plain decode step of `batch` sequences holding `context` tokens each."""
         work = StepWork(decode_seqs=batch, decode_tokens=batch, decode_context=batch * context)
@@ -150,12 +241,12 @@ class StepModel:
         return self.step_seconds(work)
 
     # ---- parts -------------------------------------------------------------------------------
-    def _weights_read(self, tokens: int) -> float:
+    def _weights_read(self, tokens: float) -> float:
         # MoE: a small batch touches only a few experts; a large one touches all of them.
         touched = min(1.0, tokens / 256)
         return self.active_weight_bytes + self.inactive_weight_bytes * touched
 
-    def gemm_compute_seconds(self, flops: float, tokens: int) -> float:
+    def gemm_compute_seconds(self, flops: float, tokens: float) -> float:
         """`flops` of GEMMs over M = `tokens` rows, which reach M / (M + half) of the kernel's
         share of peak (small M leaves tiles and SMs idle)."""
         if tokens <= 0:

@@ -43,5 +43,7 @@ class Roofline(StepModel):
             weight_bytes=model_weight_bytes(args, model),
             kv_bytes_per_value=kv_dtype_bytes(args.kv_cache_dtype, args.dtype),
             spec=engine_spec(args, model),
+            attn_dp=max(1, args.attn_dp_size),  # --enable-dp-attention --dp-size N
+            ep=max(1, args.ep_size),
         )
         super().__init__(gpu, model, engine)

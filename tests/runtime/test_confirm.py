@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from runtime.__main__ import main
-from runtime.confirm import attach_measurements, confirm, confirm_top
+from runtime.confirm import attach_measurements, confirm, confirm_top, confirmed_pick
 from runtime.optimize import OptimizeRequest, Slo, Traffic, optimize, result_dict
 
 CHAT = OptimizeRequest(
@@ -102,6 +102,29 @@ def test_top_picks_land_under_measured_in_the_answer() -> None:
     assert data["best"]["measured"] == data["ranked"][0]["measured"]
     assert all(c["measured"] is None for c in data["ranked"][2:])
     json.dumps(data, allow_nan=False)
+
+
+def test_the_recommendation_is_the_first_pick_that_met_the_slos_when_run() -> None:
+    result = optimize(CHAT)
+    confirmations = list(confirm_top(CHAT, result, 2, requests=40))
+    assert all(c.measured.meets_slo for c in confirmations)
+    # The first pick as if its run had missed (its own figures, only the verdict changed).
+    missed = replace(confirmations[0].measured, meets_slo=False)
+    confirmations[0] = replace(confirmations[0], measured=missed)
+    assert confirmed_pick(confirmations) is confirmations[1]
+    data = result_dict(result)
+    attach_measurements(data, confirmations)
+    assert data["best"]["label"] == result.ranked[1].label
+    assert data["best"]["measured"] == data["ranked"][1]["measured"]
+    reasons = data["best"]["reasons"]
+    assert any(r.startswith("confirmed: met the SLOs") and "cheapest" in r for r in reasons)
+    assert any(r.startswith(result.ranked[0].label) and "missed" in r for r in reasons)
+    # None met them: the analytic pick stays, and a note says it is unconfirmed.
+    none = [replace(c, measured=replace(c.measured, meets_slo=False)) for c in confirmations]
+    data = result_dict(result)
+    attach_measurements(data, none)
+    assert data["best"]["label"] == result.ranked[0].label
+    assert any("unconfirmed" in note for note in data["notes"])
 
 
 def test_cli_confirm(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,116 @@
+"""The optimizer on MoE models (attention DP in the search), multi-turn history that overflows
+the KV pool, speculative gaps at p90, and the command line's objective and mean-TPOT target."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runtime.__main__ import main
+from runtime.optimize import (
+    Layout,
+    Limits,
+    OptimizeRequest,
+    Slo,
+    Traffic,
+    optimize,
+    predict_layout,
+    predict_load,
+)
+from runtime.validate import has_errors, validate
+
+MOE = OptimizeRequest(
+    model="qwen3-235b-a22b",
+    gpus=("H200",),
+    traffic=Traffic(1024, 256, rate_rps=1.0),
+    slo=Slo(2.0, float("inf"), tpot_mean_s=0.05),
+    limits=Limits(max_gpus=16),
+    features=frozenset({"disaggregation"}),
+    objective="throughput",
+)
+
+
+def test_moe_search_tries_attention_dp_and_every_pick_validates() -> None:
+    result = optimize(MOE)
+    assert result.best is not None
+    sizes = {c.spec.parallelism.attn_dp for c in result.ranked}
+    assert sizes - {1}, "attention DP never made the ranking"
+    # Both expert layouts are searched: whole experts per GPU (EP = TP) and sliced (ep 1).
+    assert {c.spec.parallelism.ep > 1 for c in result.ranked if c.spec.parallelism.tp > 1} == {
+        True,
+        False,
+    }
+    for candidate in result.ranked:
+        par = candidate.spec.parallelism
+        assert par.tp % par.attn_dp == 0 and par.ep in (1, par.tp)
+        assert not has_errors(validate(candidate.spec))
+        if par.attn_dp > 1:
+            assert f"attention-DP{par.attn_dp}" in candidate.label
+            assert any("attention DP" in reason for reason in candidate.reasons)
+
+
+def test_a_dense_model_is_never_given_attention_dp() -> None:
+    dense = OptimizeRequest(model="llama-3.1-8b", gpus=("H100-SXM",), limits=Limits(max_gpus=8))
+    assert all(c.spec.parallelism.attn_dp == 1 for c in optimize(dense).ranked)
+
+
+def test_predict_layout_prices_attention_dp() -> None:
+    tp8 = predict_layout(MOE, Layout("H200", 8, replicas=2))
+    dp8 = predict_layout(MOE, Layout("H200", 8, replicas=2, attn_dp=8))
+    sliced = predict_layout(MOE, Layout("H200", 8, replicas=2, attn_dp=8, ep=1))
+    assert tp8 is not None and dp8 is not None and sliced is not None
+    assert tp8.gpus == dp8.gpus == sliced.gpus == 16
+    assert (
+        len({tp8.tokens_per_s_per_gpu, dp8.tokens_per_s_per_gpu, sliced.tokens_per_s_per_gpu}) == 3
+    )
+
+
+def _long_answers(turns: int) -> OptimizeRequest:
+    return OptimizeRequest(
+        model="llama-3.1-70b",
+        gpus=("H100-SXM",),
+        traffic=Traffic(4000, 2000, rate_rps=1.0, turns=turns),
+        slo=Slo(5.0, 0.1),
+    )
+
+
+def test_history_that_overflows_the_kv_pool_is_not_counted_as_cached() -> None:
+    # ~245 conversations of 6000 tokens in progress: a TP2 BF16-KV pool (~210k tokens) holds
+    # few of them, so LRU evicts each history before its next turn; a TP4 FP8-KV pool holds all.
+    small, large = Layout("H100-SXM", 2, "fp8"), Layout("H100-SXM", 4, "fp8", "fp8_e4m3")
+    for layout, keeps in ((small, False), (large, True)):
+        one, three = predict_load(_long_answers(1), layout), predict_load(_long_answers(3), layout)
+        assert one is not None and three is not None
+        assert (three.ttft_p90_s < 0.9 * one.ttft_p90_s) is keeps
+
+
+def test_speculative_gaps_at_p90_are_a_bad_steps_not_the_means() -> None:
+    request = OptimizeRequest(
+        model="llama-3.1-8b",
+        gpus=("H100-SXM",),
+        traffic=Traffic(2048, 512, rate_rps=2.0),
+        slo=Slo(1.0, 0.05),
+        features=frozenset({"speculator"}),
+    )
+    speculative = [c for c in optimize(request).ranked if c.spec.speculator.enabled]
+    assert speculative
+    for candidate in speculative:
+        p = candidate.prediction
+        assert p.itl_p90_s > 1.1 * p.tpot_mean_s
+
+
+def test_cli_objective_and_mean_tpot(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["optimize", "llama-3.1-8b", "--gpu", "H100-SXM", "--max-gpus", "8", "--json"]
+    assert main([*argv, "--objective", "throughput", "--tpot-mean-ms", "40"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert any("objective throughput" in note for note in data["notes"])
+    assert main([*argv, "--objective", "cost"]) == 0
+    assert not any(
+        "objective throughput" in n for n in json.loads(capsys.readouterr().out)["notes"]
+    )
+    with pytest.raises(SystemExit):
+        main([*argv, "--objective", "speed"])
+    assert "--objective" in capsys.readouterr().err
+    assert main([*argv, "--tpot-mean-ms", "0"]) == 2
+    assert "--tpot-mean-ms" in capsys.readouterr().err

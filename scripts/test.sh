@@ -73,12 +73,58 @@ if [ -z "${PLINTH_SKIP_BROWSER_INSTALL:-}" ] && [ ! -x /usr/bin/chromium ]; then
   apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null
 fi
 
+# Benchmarks run the real NVIDIA AIPerf from Plinth's tools environment, which Plinth makes on
+# first use (~1.2 GB, a couple of minutes); made here, beside the linters, so no test skips or
+# pays for it.
+echo "[test] tools environment (in the background)"
+"$BIN/python" -m deployments.tools_env >"$RUN_DIR/tools-env.log" 2>&1 &
+TOOLS_PID=$!
+tools_ready() {
+  wait "$TOOLS_PID" || { cat "$RUN_DIR/tools-env.log"; echo "[test] tools environment failed"; exit 1; }
+}
+
 echo "[test] ruff";          "$BIN/ruff" check .
 "$BIN/ruff" format --check .
 echo "[test] mypy";          "$BIN/mypy"
 echo "[test] import-linter"; "$BIN/lint-imports"
-# Benchmarks run the real NVIDIA AIPerf from Plinth's tools environment, which Plinth makes on
-# first use (~1.2 GB, a couple of minutes); made here so no test skips or pays for it.
-echo "[test] tools environment"; "$BIN/python" -m deployments.tools_env
-echo "[test] pytest"
-"$BIN/pytest" "$@"
+
+if [ "$#" -gt 0 ]; then  # a chosen subset: one run, as asked
+  tools_ready
+  echo "[test] pytest"
+  exec "$BIN/pytest" "$@"
+fi
+
+# The whole suite runs as two pytest processes side by side, each with its own test database and
+# Redis database: the unit-heavy directories (CPU-bound) and the end-to-end ones, which mostly
+# wait on the engines, workers, gateways and browsers they start. On 2 cores that halves the wall
+# time. Every test directory not named in UNIT runs in the second, so none can be left out.
+UNIT=(tests/controlplane tests/runtime tests/drivers tests/sweep tests/sim tests/perf tests/deploy
+      tests/test_conventions.py)
+E2E=()
+for entry in tests/*/ tests/test_*.py; do
+  entry=${entry%/}
+  case " ${UNIT[*]} " in *" $entry "*) continue ;; esac
+  [ "${entry##*/}" = __pycache__ ] && continue
+  E2E+=("$entry")
+done
+E2E_REDIS=$("$BIN/python" - "$REDIS_URL" <<'PY'
+import sys
+from urllib.parse import urlparse, urlunparse
+u = urlparse(sys.argv[1])
+db = int(u.path.strip("/") or 0)
+print(urlunparse(u._replace(path=f"/{(db + 1) % 16}")))
+PY
+)
+E2E_DB="${PLINTH_TEST_DB_NAME:-test_plinth}_e2e"
+tools_ready
+echo "[test] pytest: ${UNIT[*]} (here) and ${E2E[*]} (beside it; its output follows)"
+PLINTH_TEST_DB_NAME=$E2E_DB REDIS_URL=$E2E_REDIS "$BIN/pytest" "${E2E[@]}" >"$RUN_DIR/e2e.log" 2>&1 &
+E2E_PID=$!
+UNIT_RC=0
+"$BIN/pytest" "${UNIT[@]}" || UNIT_RC=$?
+E2E_RC=0
+wait "$E2E_PID" || E2E_RC=$?
+echo "[test] ---- end-to-end directories ----"
+cat "$RUN_DIR/e2e.log"
+echo "[test] pytest exit codes: unit $UNIT_RC, end-to-end $E2E_RC"
+[ "$UNIT_RC" -eq 0 ] && [ "$E2E_RC" -eq 0 ]

@@ -23,7 +23,6 @@ from django.test import Client
 
 from controlplane import services as platform
 from controlplane.models import AuditEvent
-from deployments import canary_watch
 from deployments.models import Benchmark, BenchmarkStatus, Deployment
 from deployments.status import ACTIVE
 from deployments.tools_env import aiperf_installed
@@ -137,41 +136,5 @@ def test_a_benchmark_runs_aiperf_through_the_gateway_and_stores_its_sweep(stack:
     assert row["completion_tokens"] > 0
 
 
-def test_with_a_canary_running_each_revision_is_benchmarked_on_its_own(stack: Stack) -> None:
-    created = stack.api("post", "/deployments", {"slug": "bench2", "spec": small_spec()})
-    deployment = Deployment.objects.get(pk=created["id"])
-    wait_until(lambda: refresh(deployment).status == ACTIVE, "the endpoint active", timeout=120)
-    fp8 = {**small_spec(), "quantization": {"method": "fp8"}}
-    stack.api("post", "/deployments/bench2/canary", {"spec": fp8, "weight": 50})
-
-    def canary_ready() -> bool:
-        canary = refresh(deployment).canaries.get()
-        return canary.ready_replicas >= 1
-
-    wait_until(canary_ready, "the canary's pool ready", timeout=120)
-    profile = {"concurrency": [2], "duration_s": 3, "input_tokens": 64, "output_tokens": 8}
-    canary = refresh(deployment).canaries.get()
-    seen = []
-    for revision in (2, 1):
-        queued = stack.api(
-            "post", "/deployments/bench2/benchmarks", {"profile": profile, "revision": revision}
-        )
-        wait_until(
-            lambda q=queued: (
-                Benchmark.objects.get(pk=q["id"]).status
-                in (BenchmarkStatus.SUCCEEDED, BenchmarkStatus.FAILED)
-            ),
-            f"the benchmark of revision {revision} finished",
-            timeout=300,
-            interval=2,
-        )
-        body = stack.api("get", f"/deployments/bench2/benchmarks/{queued['id']}")
-        assert body["status"] == "succeeded", body["error"]
-        assert body["revision"] == revision and body["served_revisions"] == [revision]
-        # Every request was pinned: the gateway's per-revision counts moved on one side only.
-        traffic = canary_watch.traffic(canary)
-        seen.append((traffic["canary"]["requests"], traffic["baseline"]["requests"]))
-        assert body["results"][0]["requests"] > 0
-    (canary_after_r2, baseline_after_r2), (canary_after_r1, baseline_after_r1) = seen
-    assert canary_after_r2 > 0 and baseline_after_r2 == 0
-    assert canary_after_r1 == canary_after_r2 and baseline_after_r1 > 0
+# Benchmarking each revision of a running canary (every request pinned to its revision) is
+# covered by tests/quality/test_end_to_end.py, which benchmarks both sides of a gated canary.

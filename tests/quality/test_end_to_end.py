@@ -77,6 +77,8 @@ def benchmark(actor: Any, deployment: Any, revision: int) -> None:
     queued.refresh_from_db()
     assert status == BenchmarkStatus.SUCCEEDED, queued.error
     assert queued.results and queued.results[0]["requests"] > 0, queued.error
+    # Every request was pinned to the benchmarked revision, with the canary splitting traffic.
+    assert queued.served_revisions == [revision]
 
 
 def test_an_fp8_canary_passes_its_gate_and_an_mxfp4_one_is_held_until_overridden(

@@ -132,19 +132,23 @@ def _by_revision(
         return {}
     out: dict[str, dict[str, Any]] = {}
     for revision, deltas in groups.items():
-        interval = merge(deltas)
-        requests = interval.counter("sglang:num_requests_total")
-        generated = interval.counter("sglang:generation_tokens_total")
-        out[revision] = {
-            "requests": requests,
-            "requests_per_s": requests / seconds if seconds else 0.0,
-            "tokens_per_s": generated / seconds if seconds else 0.0,
-            "ttft_p50": interval.percentile(TTFT, 0.5),
-            "ttft_p90": interval.percentile(TTFT, 0.9),
-            "itl_p50": interval.percentile(ITL, 0.5),
-            "itl_p90": interval.percentile(ITL, 0.9),
-        }
+        out[revision] = _traffic(merge(deltas), seconds)
     return out
+
+
+def _traffic(interval: MetricsSnapshot, seconds: float) -> dict[str, Any]:
+    """Requests, rates and latency percentiles of one interval (a sample's, or one revision's)."""
+    requests = interval.counter("sglang:num_requests_total")
+    generated = interval.counter("sglang:generation_tokens_total")
+    return {
+        "requests": requests,
+        "requests_per_s": requests / seconds if seconds else 0.0,
+        "tokens_per_s": generated / seconds if seconds else 0.0,
+        "ttft_p50": interval.percentile(TTFT, 0.5),
+        "ttft_p90": interval.percentile(TTFT, 0.9),
+        "itl_p50": interval.percentile(ITL, 0.5),
+        "itl_p90": interval.percentile(ITL, 0.9),
+    }
 
 
 def _replica_figures(
@@ -180,21 +184,13 @@ def _record_probe(deployment: Deployment, at: datetime) -> None:
 def _figures(
     interval: MetricsSnapshot, gauges: MetricsSnapshot, seconds: float, queued: float
 ) -> dict[str, Any]:
-    requests = interval.counter("sglang:num_requests_total")
     prompt = interval.counter("sglang:prompt_tokens_total")
-    generated = interval.counter("sglang:generation_tokens_total")
     cached = interval.counter("sglang:cached_tokens_total")
     return {
-        "requests": requests,
+        **_traffic(interval, seconds),
         "prompt_tokens": prompt,
-        "generation_tokens": generated,
+        "generation_tokens": interval.counter("sglang:generation_tokens_total"),
         "cached_tokens": cached,
-        "requests_per_s": requests / seconds if seconds else 0.0,
-        "tokens_per_s": generated / seconds if seconds else 0.0,
-        "ttft_p50": interval.percentile(TTFT, 0.5),
-        "ttft_p90": interval.percentile(TTFT, 0.9),
-        "itl_p50": interval.percentile(ITL, 0.5),
-        "itl_p90": interval.percentile(ITL, 0.9),
         "running": gauges.gauge("sglang:num_running_reqs") or 0.0,
         "queued": max(queued, gauges.gauge("sglang:num_queue_reqs") or 0.0),
         "kv_usage": gauges.gauge_mean("sglang:token_usage"),

@@ -13,18 +13,20 @@ and a fresh router. Workloads:
   tenants, a long tail): more prefix tokens than the whole fleet's KV cache holds (96 x 1,500 vs
   4 x ~18,000), so the tail misses whatever the router does, and hot tenants pull load.
 
-Router configurations: ``plinth`` is cache-aware with the flags a deployed endpoint gets
-(``runtime.launch.smg_policy`` and ``cache_aware_args`` of ``PLINTH_ROUTING``, the argv builder
-the local driver and the Kubernetes render use); ``plinth_keyed`` is the placement a spec may
-choose instead (``routing.placement: by_count``): smg's manual policy, each routing key to the
-worker with the fewest keys in flight, pinned there. Every request carries the routing key
-Plinth's gateway adds to what it forwards, computed by the same function
-(``runtime.routing_key``); routers not told to read that header ignore it. ``smg`` is
-cache-aware with smg 1.13's own defaults (no flags); ``prefix_hash`` is smg's consistent-hash
-ring over the prompt's head with its bounded load (a ``routing.policy`` a spec may pick);
-``round_robin`` is the baseline. Printed per run: prefix-cache hit rate (engine counters: cached
-/ prompt tokens), TTFT p50 and p90 as the clients saw them, throughput, in simulated time, and
-how many tenants each engine got in the warm-up (sorted, e.g. ``5/4/4/3``).
+Router configurations: ``plinth`` is what a deployed endpoint gets by default: the flags of
+``runtime.launch`` (``smg_policy`` and ``cache_aware_args`` of ``PLINTH_ROUTING``, the argv
+builder the local driver and the Kubernetes render use) and, since its placement is
+``by_count``, the gateway's placement (``gateway.placement``, in Redis: ``--redis-url``): each
+routing key to the replica holding the fewest keys, named in ``x-smg-target-worker``.
+``plinth_tree`` is the placement a spec may choose instead (``routing.placement: first_fit``):
+smg's cache-aware tree with Plinth's knobs. Every request carries the routing key Plinth's
+gateway adds to what it forwards, computed by the same function (``runtime.routing_key``);
+routers not told to read that header ignore it. ``smg`` is cache-aware with smg 1.13's own
+defaults (no flags); ``prefix_hash`` is smg's consistent-hash ring over the prompt's head with its
+bounded load (a ``routing.policy`` a spec may pick); ``round_robin`` is the baseline. Printed
+per run: prefix-cache hit rate (engine counters: cached / prompt tokens), TTFT p50 and p90 as
+the clients saw them, throughput, in simulated time, and how many tenants each engine got in
+the warm-up (sorted, e.g. ``5/4/4/3``).
 
 The deployment is a real but memory-tight shape (Qwen3-32B in FP8 on one L40S per replica), so one
 replica's KV cache holds only a few tenants' prompts while the fleet's holds them all (on
@@ -33,11 +35,10 @@ placement smg makes for a tenant's first request sticks, and it is uneven from r
 (5/4/4/3 most often, 9/3/2/2 seen): an engine given six or more thrashes its cache, so repeat runs
 differ. smg 1.13 places a prefix it has not seen without regard to how many prefixes a worker
 already holds: all 16 tenants' first requests at once put 13/1/1/1 or 7/7/1/1, one at a time
-6/4/3/3 or 6/5/3/2, and none of its knobs measured here fixes that (see ``runtime.spec``'s
-``PLINTH_ROUTING``). ``plinth_keyed`` spreads tenants whose first requests overlap (the default
-``--warm-up waves``: 4/4/4/4) but places tenants arriving alone at random (``--warm-up
-one-by-one``). Run: ``python bench/routing.py`` (about twelve minutes; ``--workloads`` and
-``--routers`` pick a subset).
+6/4/3/3 or 6/5/3/2 (see ``runtime.spec``'s ``PLINTH_ROUTING``). The gateway's placement counts
+the keys each replica holds, whether the tenants' first requests overlap (``--warm-up waves``,
+the default) or arrive alone (``--warm-up one-by-one``). Run: ``python bench/routing.py``
+(about twelve minutes; ``--workloads`` and ``--routers`` pick a subset).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ import random
 import statistics
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -57,8 +59,11 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.launch import cache_aware_args, smg_policy
-from runtime.routing_key import ROUTING_KEY_HEADER, routing_key
+import redis.asyncio as aioredis
+
+from gateway.placement import Placements
+from runtime.launch import cache_aware_args, gateway_places, smg_policy
+from runtime.routing_key import ROUTING_KEY_HEADER, TARGET_WORKER_HEADER, routing_key
 from runtime.sim.launcher import SimCluster, http_get
 from runtime.sim.tokenizer import Tokenizer
 from runtime.spec import PLINTH_ROUTING
@@ -72,15 +77,42 @@ WORDS = (
 
 WORKLOADS = ("shared-prefix", "multi-turn", "many-tenant")
 # Name -> (smg policy, extra smg flags). "smg" passes no flags: whatever smg 1.13 defaults to.
-# "plinth_keyed" is the placement a spec may choose instead: by count of routing keys.
-_KEYED = replace(PLINTH_ROUTING, placement="by_count")
+# "plinth_tree" is the placement a spec may choose instead: smg's tree, with Plinth's knobs.
+_TREE = replace(PLINTH_ROUTING, placement="first_fit")
 CONFIGS: dict[str, tuple[str, list[str]]] = {
     "round_robin": ("round_robin", []),
     "smg": ("cache_aware", []),
     "prefix_hash": ("prefix_hash", []),
     "plinth": (smg_policy("cache_aware", PLINTH_ROUTING), cache_aware_args(PLINTH_ROUTING)),
-    "plinth_keyed": (smg_policy("cache_aware", _KEYED), cache_aware_args(_KEYED)),
+    "plinth_tree": (smg_policy("cache_aware", _TREE), cache_aware_args(_TREE)),
 }
+# The configurations whose requests the gateway places (as a deployed endpoint's would be).
+PLACED = {
+    "plinth": gateway_places("cache_aware", PLINTH_ROUTING.placement, split=False),
+    "plinth_tree": gateway_places("cache_aware", _TREE.placement, split=False),
+}
+
+
+@dataclass
+class GatewayPart:
+    """What Plinth's gateway adds to a forwarded request: the routing key and, for a pool it
+    places, the replica slot (``gateway.placement``, the gateway's own code and Redis table)."""
+
+    placements: Placements | None = None
+    pool: str = ""
+    slots: int = 0
+
+    async def headers(self, body: dict[str, object]) -> dict[str, str]:
+        key = routing_key(body)
+        if key is None:
+            return {}
+        headers = {ROUTING_KEY_HEADER: key}
+        if self.placements is not None:
+            slot = await self.placements.slot(self.pool, key, self.slots, time.time())
+            headers[TARGET_WORKER_HEADER] = str(slot)
+        return headers
+
+
 HIT_COUNTERS = ("sglang:prompt_tokens_total", "sglang:cached_tokens_total")
 REQUESTS = "sglang:num_requests_total"
 
@@ -160,6 +192,7 @@ async def client_loop(
     deadline: float,
     result: RunResult,
     args: argparse.Namespace,
+    gateway: GatewayPart,
 ) -> None:
     while time.monotonic() < deadline:
         (system,) = rng.choices(workload.prompts, workload.weights)
@@ -169,7 +202,7 @@ async def client_loop(
                 return
             messages.append({"role": "user", "content": question(rng)})
             body = request_body(model, messages, args.output_tokens)
-            answer = await one_request(session, url, body, result, args.time_scale)
+            answer = await one_request(session, url, body, result, args.time_scale, gateway)
             if answer is None:
                 break
             messages.append({"role": "assistant", "content": answer})
@@ -181,13 +214,13 @@ async def one_request(
     body: dict[str, object],
     result: RunResult,
     time_scale: float,
+    gateway: GatewayPart,
 ) -> str | None:
     """Stream one chat completion; its text, or None when it failed."""
     start, first, usage, text = time.monotonic(), None, None, []
-    # The header Plinth's gateway adds to every request it forwards, from the same function;
-    # only a router told to read it (Plinth's by-count placement) does.
-    key = routing_key(body)
-    headers = {ROUTING_KEY_HEADER: key} if key else {}
+    # The headers Plinth's gateway adds to every request it forwards, from the same code; only
+    # a router told to read them (Plinth's by-count placement) does.
+    headers = await gateway.headers(body)
     try:
         async with session.post(
             f"{url}/v1/chat/completions", json=body, headers=headers
@@ -243,6 +276,7 @@ async def warm_up(
     cluster: SimCluster,
     prompts: list[str],
     args: argparse.Namespace,
+    gateway: GatewayPart,
 ) -> None:
     """One request per tenant, so each policy has placed every tenant before measuring.
 
@@ -259,7 +293,10 @@ async def warm_up(
             for hello in ({"role": "user", "content": "Hello?"},)
         ]
         await asyncio.gather(
-            *(one_request(session, cluster.url, b, scratch, args.time_scale) for b in bodies)
+            *(
+                one_request(session, cluster.url, b, scratch, args.time_scale, gateway)
+                for b in bodies
+            )
         )
 
 
@@ -268,8 +305,13 @@ async def drive(cluster: SimCluster, result: RunResult, args: argparse.Namespace
     rng = random.Random(args.seed)
     timeout = aiohttp.ClientTimeout(total=600)
     connector = aiohttp.TCPConnector(limit=0)
+    client = aioredis.Redis.from_url(args.redis_url) if PLACED.get(result.config) else None
+    gateway = GatewayPart()
+    if client is not None:
+        # A pool of its own per run: a fresh router, whose slots mean fresh replicas.
+        gateway = GatewayPart(Placements(client), f"bench-{uuid.uuid4().hex}", len(cluster.engines))
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        await warm_up(session, cluster, workload.prompts, args)
+        await warm_up(session, cluster, workload.prompts, args, gateway)
         placed = [int(counter([url], REQUESTS)) for url in cluster.engine_urls]
         result.placement = sorted(placed, reverse=True)
         before = [counter(cluster.engine_urls, name) for name in HIT_COUNTERS]
@@ -285,10 +327,13 @@ async def drive(cluster: SimCluster, result: RunResult, args: argparse.Namespace
                 deadline,
                 result,
                 args,
+                gateway,
             )
             for _ in range(result.load)
         ]
         await asyncio.gather(*loops)
+    if client is not None:
+        await client.aclose()
     result.sim_seconds = (time.monotonic() - start) * args.time_scale
     prompt, cached = (
         counter(cluster.engine_urls, n) - b for n, b in zip(HIT_COUNTERS, before, strict=True)
@@ -332,8 +377,10 @@ def print_table(results: list[RunResult], args: argparse.Namespace) -> None:
     )
     policy, flags = CONFIGS["plinth"]
     print(f"plinth = {policy} {' '.join(flags + args.plinth_extra.split())}")
-    policy, flags = CONFIGS["plinth_keyed"]
-    print(f"plinth_keyed = {policy} {' '.join(flags)} (every request carries the routing key)")
+    if PLACED["plinth"]:
+        print("  and the gateway's placement by count (x-smg-target-worker), Redis at --redis-url")
+    policy, flags = CONFIGS["plinth_tree"]
+    print(f"plinth_tree = {policy} {' '.join(flags)} (every request carries the routing key)")
     print("smg = cache_aware with smg's defaults; prefix_hash with smg's defaults")
     header = f"{'workload':<14} {'load':>5} {'router':<12} {'hit rate':>8} {'TTFT p50':>9}"
     header += f" {'TTFT p90':>9} {'req/s':>7} {'out tok/s':>9} {'done':>5} {'errors':>6}"
@@ -349,7 +396,7 @@ def print_table(results: list[RunResult], args: argparse.Namespace) -> None:
         for load in args.loads:
             runs = {r.config: r for r in results if r.workload == workload and r.load == load}
             plinth = runs.get("plinth")
-            for peer in ("plinth_keyed", "smg", "prefix_hash", "round_robin"):
+            for peer in ("plinth_tree", "smg", "prefix_hash", "round_robin"):
                 other = runs.get(peer)
                 if plinth is None or other is None:
                     continue
@@ -392,6 +439,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--time-scale", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--warm-up", choices=("waves", "one-by-one"), default="waves")
+    parser.add_argument(
+        "--redis-url",
+        default="redis://127.0.0.1:6379/15",
+        help="Redis for the gateway's placement table (a pool of its own per run)",
+    )
     parser.add_argument(
         "--plinth-extra",
         default="",

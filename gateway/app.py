@@ -41,11 +41,13 @@ from gateway.inbound import (
 )
 from gateway.limits import RateLimiter
 from gateway.metering import Meter
+from gateway.placement import Placements, pool_id
 from gateway.refresher import LoadChanges, RouteRefresher
 from gateway.routes import Endpoint, InferenceKey, RouteTable
 from gateway.split import PIN_HEADER, SESSION_HEADER, Splitter, Steer, pin_of, session_of
 from gateway.upstream import (
     Relay,
+    SlotRefused,
     UpstreamBroke,
     new_pool,
     open_upstream,
@@ -72,6 +74,16 @@ async def send_wake_task(deployment_id: str) -> None:
     from controlplane.celery import app as celery_app
 
     await asyncio.to_thread(celery_app.send_task, WAKE_TASK, args=[deployment_id])
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """One revision's replicas behind their router: where a request is forwarded."""
+
+    router_url: str
+    revision: int | None
+    replicas: int  # ready, by the control plane's count
+    placed: bool  # the gateway names the replica (``gateway.placement``)
 
 
 @dataclass(slots=True)
@@ -107,6 +119,7 @@ class Gateway:
         # Subscriptions block for as long as nothing changes: no read timeout on those.
         self._pubsub_redis = redis_clients.async_subscriber(config.redis_url)
         self.limiter = RateLimiter(self.redis)
+        self.placements = Placements(self.redis)
         self.meter = Meter(self.redis, self.limiter)
         self.refresher = RouteRefresher(
             self._load,
@@ -295,16 +308,21 @@ class Gateway:
 
     def _pick(
         self, endpoint: Endpoint, prepared: Prepared | None, steer: Steer, record: Exchange
-    ) -> tuple[str, int | None]:
-        """The router (and revision) this request goes to: a canary's share goes to its pool."""
-        if endpoint.canary is None:
-            return endpoint.router_url, endpoint.revision
+    ) -> Pool:
+        """The pool (router, revision) this request goes to: a canary's share goes to its own."""
+        canary = endpoint.canary
+        if canary is None:
+            return Pool(
+                endpoint.router_url, endpoint.revision, endpoint.ready_replicas, endpoint.placed
+            )
         payload = prepared.payload if prepared is not None else None
-        key = session_of(steer.session, payload) if endpoint.canary.sticky else b""
-        url, revision, _ = self.splitter.pick(endpoint, key, steer.pin)
+        key = session_of(steer.session, payload) if canary.sticky else b""
+        url, revision, to_canary = self.splitter.pick(endpoint, key, steer.pin)
         if revision is not None:
             record.split = (endpoint.id, revision)
-        return url, revision
+        if to_canary:
+            return Pool(url, revision, canary.ready_replicas, canary.placed)
+        return Pool(url, revision, endpoint.ready_replicas, endpoint.placed)
 
     async def _serving(self, endpoint: Endpoint) -> Endpoint:
         if endpoint.serving:
@@ -318,15 +336,15 @@ class Gateway:
         route: Route,
         prepared: Prepared | None,
         endpoint: Endpoint,
-        target: tuple[str, int | None],
+        target: Pool,
         send: Send,
         record: obs.AccessRecord,
         relay: Relay,
         watcher: asyncio.Task[None],
     ) -> None:
         before = time.perf_counter()
-        router_url, revision = target
-        response = await self._open(route, prepared, endpoint, router_url, record.request_id)
+        revision = target.revision
+        response = await self._open(route, prepared, endpoint, target, record.request_id)
         relay.response = response
         answered = time.perf_counter()
         relay.status = record.status = response.status
@@ -357,19 +375,57 @@ class Gateway:
         route: Route,
         prepared: Prepared | None,
         endpoint: Endpoint,
-        router_url: str,
+        pool: Pool,
         request_id: str,
     ) -> Response:
         body = prepared.body if prepared is not None else None
-        url = router_url + route.path
+        url = pool.router_url + route.path
+        key = routing_key(prepared.payload) if prepared is not None else None
+        slot = None
+        if pool.placed:
+            if key is None:
+                # No prompt to keep a cache for: spread by the request id's hash, placing
+                # nothing (else smg's fallback, the Authorization header, picks one replica).
+                key = request_id
+            else:
+                slot = await self._slot(pool, key)
         try:
-            key = routing_key(prepared.payload) if prepared is not None else None
-            return await open_upstream(
-                self.pool, route.method, url, body, request_id, endpoint.upstream_auth, key
-            )
+            try:
+                return await open_upstream(
+                    self.pool,
+                    route.method,
+                    url,
+                    body,
+                    request_id,
+                    endpoint.upstream_auth,
+                    key,
+                    slot,
+                )
+            except SlotRefused:
+                # The router has no ready replica at that slot (one went away, or its list and
+                # the control plane's count disagree for a moment): nothing ran, so send it by
+                # the key alone, and read the pool's placements afresh next time.
+                obs.UPSTREAM_ERRORS.labels(endpoint.slug, "placement_refused").inc()
+                self.placements.forget(pool_id(pool.router_url))
+                return await open_upstream(
+                    self.pool, route.method, url, body, request_id, endpoint.upstream_auth, key
+                )
         except GatewayError as error:
             obs.UPSTREAM_ERRORS.labels(endpoint.slug, error.code).inc()
             raise
+
+    async def _slot(self, pool: Pool, key: str) -> int | None:
+        """The replica slot of ``key`` in ``pool`` (``gateway.placement``); None when Redis
+        cannot say: the router then places the request by its key's hash."""
+        if pool.replicas < 1:
+            return None
+        try:
+            return await self.placements.slot(
+                pool_id(pool.router_url), key, pool.replicas, time.time()
+            )
+        except aioredis.RedisError:
+            logger.warning("placement skipped: Redis unavailable")
+            return None
 
     def _meter(
         self, key: InferenceKey, endpoint: Endpoint, relay: Relay, record: obs.AccessRecord

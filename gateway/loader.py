@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection
+from typing import Any, cast
 
 from django.db import close_old_connections, connections
 from django.db.models import F
@@ -19,6 +20,8 @@ from controlplane.crypto import engine_api_key
 from controlplane.models import ApiKey, ApiKeyKind
 from deployments.models import ROUTE_FIELDS, Canary, CanaryStatus, Deployment, DesiredState
 from gateway.routes import CanaryRoute, Endpoint, InferenceKey, RouteChanges, RouteTable
+from runtime.launch import gateway_places
+from runtime.spec import PLINTH_ROUTING, RoutingPlacement, RoutingPolicy
 
 
 def load_endpoints(ids: Collection[str] | None = None) -> dict[str, Endpoint]:
@@ -27,7 +30,7 @@ def load_endpoints(ids: Collection[str] | None = None) -> dict[str, Endpoint]:
     rows = (
         Deployment.objects.exclude(desired_state=DesiredState.DELETED)
         .only("id", *ROUTE_FIELDS)
-        .annotate(serving_revision=F("current_revision__number"))
+        .annotate(serving_revision=F("current_revision__number"), **_placement("current_revision"))
     )
     if ids is not None:
         rows = rows.filter(pk__in=list(ids))
@@ -45,19 +48,45 @@ def load_endpoints(ids: Collection[str] | None = None) -> dict[str, Endpoint]:
             upstream_auth=b"Bearer " + engine_api_key(str(row.id)).encode(),
             revision=getattr(row, "serving_revision", None),  # annotated by the query
             canary=canaries.get(str(row.id)),
+            placed=_places(*(getattr(row, name, None) for name in _PLACEMENT)),
         )
     return endpoints
 
 
+# Annotation name -> the setting it reads from a revision's spec.
+_PLACEMENT = {
+    "route_policy": "routing__policy",
+    "route_placement": "routing__placement",
+    "route_split": "disaggregation__enabled",
+}
+
+
+def _placement(revision: str) -> dict[str, Any]:
+    """The three settings of a revision that decide whether the gateway places its requests,
+    read in the same query (JSON values: a missing one is None)."""
+    return {name: F(f"{revision}__spec__{path}") for name, path in _PLACEMENT.items()}
+
+
+def _places(policy: object, placement: object, split: object) -> bool:
+    """``runtime.launch.gateway_places`` of stored settings, unset ones taking their defaults
+    (the router was started from the same settings by ``runtime.launch.router_args``)."""
+    # Stored settings were validated when their revision was made: the names are the spec's.
+    return gateway_places(
+        cast(RoutingPolicy, policy or "cache_aware"),
+        cast(RoutingPlacement, placement or PLINTH_ROUTING.placement),
+        split is True,
+    )
+
+
 def load_canaries(ids: Collection[str] | None = None) -> dict[str, CanaryRoute]:
     """The running canaries by endpoint id, of every endpoint or of ``ids`` (one query)."""
-    rows = Canary.objects.filter(status=CanaryStatus.RUNNING)
+    rows = Canary.objects.filter(status=CanaryStatus.RUNNING).annotate(**_placement("revision"))
     if ids is not None:
         rows = rows.filter(deployment_id__in=list(ids))
     fields = ("deployment_id", "revision__number", "router_url", "weight", "sticky")
     routes: dict[str, CanaryRoute] = {}
-    for deployment_id, number, url, weight, sticky, ready in rows.values_list(
-        *fields, "ready_replicas"
+    for deployment_id, number, url, weight, sticky, ready, *route in rows.values_list(
+        *fields, "ready_replicas", *_PLACEMENT
     ):
         routes[str(deployment_id)] = CanaryRoute(
             revision=number,
@@ -65,6 +94,7 @@ def load_canaries(ids: Collection[str] | None = None) -> dict[str, CanaryRoute]:
             weight=weight,
             sticky=sticky,
             ready_replicas=ready,
+            placed=_places(*route),
         )
     return routes
 

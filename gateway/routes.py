@@ -30,6 +30,7 @@ class CanaryRoute:
     weight: int  # percent of requests, 1-50
     sticky: bool  # one conversation's requests go to one revision
     ready_replicas: int
+    placed: bool = False  # the gateway names each request's replica (``gateway.placement``)
 
     @property
     def serving(self) -> bool:
@@ -50,6 +51,8 @@ class Endpoint:
     upstream_auth: bytes = field(default=b"", repr=False)
     revision: int | None = None  # the serving revision's number (X-Plinth-Revision)
     canary: CanaryRoute | None = None  # a canary's pool taking a share (``gateway.split``)
+    # The serving revision's requests name their replica (``gateway.placement``).
+    placed: bool = False
 
     @property
     def serving(self) -> bool:

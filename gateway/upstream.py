@@ -19,10 +19,11 @@ from gateway.errors import GatewayError
 from gateway.http1 import Pool, Response, UpstreamError
 from gateway.metering import Usage
 from gateway.usage_parsing import StreamFilter, usage_from_body
-from runtime.routing_key import ROUTING_KEY_HEADER
+from runtime.routing_key import ROUTING_KEY_HEADER, TARGET_WORKER_HEADER
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ROUTING_KEY_HEADER_BYTES = ROUTING_KEY_HEADER.encode()
+TARGET_WORKER_HEADER_BYTES = TARGET_WORKER_HEADER.encode()
 
 # Response headers worth passing on; the rest are hop-by-hop or the router's internals
 # (``x-smg-routed-worker-id`` would disclose replica addresses).
@@ -81,6 +82,7 @@ async def open_upstream(
     request_id: str,
     auth: bytes = b"",
     routing_key: str | None = None,
+    slot: int | None = None,
 ) -> Response:
     headers = [(b"x-request-id", request_id.encode())]
     if auth:
@@ -88,6 +90,9 @@ async def open_upstream(
     if routing_key:
         # The prompt prefix's key (runtime.routing_key), by which the router places requests.
         headers.append((ROUTING_KEY_HEADER_BYTES, routing_key.encode()))
+    if slot is not None:
+        # The replica the gateway placed the key on (gateway.placement), which the router obeys.
+        headers.append((TARGET_WORKER_HEADER_BYTES, str(slot).encode()))
     if body is not None:
         headers.append((b"content-type", b"application/json"))
     try:
@@ -101,10 +106,38 @@ async def open_upstream(
             type="service_unavailable" if status == 503 else "upstream_error",
             retry_after=UPSTREAM_RETRY_AFTER_SECONDS if status == 503 else None,
         ) from exc
+    if response.status == 503 and slot is not None and await _refuses_slot(response):
+        raise SlotRefused(slot)
     if response.status >= 500:
         response.close()  # its body is the router's or the engine's internals: not relayed
         raise upstream_failed(response.status)
     return response
+
+
+class SlotRefused(Exception):
+    """The router has no ready replica at the slot the request named (``gateway.placement``):
+    nothing ran, so the request may be sent again without one."""
+
+
+# smg's answer when the worker a request named is not there or not healthy (its
+# consistent_hashing policy's `target_worker_miss`): 503 with this error code.
+_REFUSED_CODE = b'"no_available_workers"'
+_REFUSAL_BYTES = 16 * 1024
+
+
+async def _refuses_slot(response: Response) -> bool:
+    """Whether a 503 is smg refusing the named slot (not an engine's or router's failure)."""
+    body = b""
+    try:
+        async for chunk in response.chunks():
+            body += chunk
+            if len(body) > _REFUSAL_BYTES:
+                break
+    except (UpstreamError, OSError, TimeoutError):
+        return False
+    finally:
+        response.close()
+    return _REFUSED_CODE in body
 
 
 def upstream_failed(status: int) -> GatewayError:

@@ -32,7 +32,7 @@ from runtime.catalog.flags import arity_problem, split_argv
 from runtime.extra_flags import flag_argv
 from runtime.memory import GIB, model_weight_bytes
 from runtime.routing_key import ROUTING_KEY_HEADER
-from runtime.spec import RoutingDefaults, RoutingPolicy, RuntimeSpec
+from runtime.spec import RoutingDefaults, RoutingPlacement, RoutingPolicy, RuntimeSpec
 from runtime.topology import EngineGroup, engine_groups
 
 ENGINE_PORT = 30000
@@ -358,27 +358,44 @@ def engine_role(spec: RuntimeSpec, group: EngineGroup, labels: dict[str, str] | 
 ROUTING_KEY_IDLE_SECONDS = 600
 
 
-def smg_policy(policy: RoutingPolicy, knobs: RoutingDefaults) -> str:
-    """The smg `--policy` of a spec's routing: cache_aware placed by count is smg's manual."""
-    return "manual" if policy == "cache_aware" and knobs.placement == "by_count" else policy
+def gateway_places(policy: RoutingPolicy, placement: RoutingPlacement, split: bool) -> bool:
+    """Whether the gateway names each request's replica (`gateway.placement`), not the router.
+
+    cache_aware placed by_count, on a pool of regular replicas. A P/D split has two pools per
+    request, which one slot cannot name: its router places keys itself (`smg_policy`).
+    """
+    return policy == "cache_aware" and placement == "by_count" and not split
 
 
-def cache_aware_args(knobs: RoutingDefaults) -> list[str]:
+def smg_policy(policy: RoutingPolicy, knobs: RoutingDefaults, split: bool = False) -> str:
+    """The smg `--policy` of a spec's routing.
+
+    cache_aware placed by_count: `consistent_hashing`, which sends a request to the replica the
+    gateway named (`x-smg-target-worker`), and one that names none by its routing key's hash.
+    On a P/D split, smg's `manual`: each key pinned to the prefill and the decode replica with
+    the fewest keys in flight (`min_group`; smg counts keys in flight, not keys placed).
+    """
+    if policy != "cache_aware" or knobs.placement != "by_count":
+        return policy
+    return "manual" if split else "consistent_hashing"
+
+
+def cache_aware_args(knobs: RoutingDefaults, split: bool = False) -> list[str]:
     """smg flags of cache-aware routing with `knobs`, always spelled out (policy: `smg_policy`).
 
-    by_count: smg's manual policy reads the gateway's routing key (`runtime.routing_key`) and
-    gives a key it has not seen to the worker with the fewest keys in flight, where it stays
-    (until idle `ROUTING_KEY_IDLE_SECONDS`, or its worker goes). first_fit: every knob of
+    by_count: the router reads the gateway's routing key (`runtime.routing_key`), by which it
+    places a request that names no replica (and, on a P/D split, every request: min_group,
+    pinned until idle `ROUTING_KEY_IDLE_SECONDS` or its worker goes). first_fit: every knob of
     smg's cache-aware tree. Always explicit, never left to smg: its defaults move requests off
     the replica holding their prefix (bench/routing.py), and a new smg release could change
     them under a deployed endpoint.
     """
     if knobs.placement == "by_count":
-        return [
-            *("--routing-key-headers", ROUTING_KEY_HEADER),
-            *("--assignment-mode", "min_group"),
-            *("--max-idle-secs", str(ROUTING_KEY_IDLE_SECONDS)),
-        ]
+        args = ["--routing-key-headers", ROUTING_KEY_HEADER]
+        if split:
+            args += ["--assignment-mode", "min_group"]
+            args += ["--max-idle-secs", str(ROUTING_KEY_IDLE_SECONDS)]
+        return args
     args = ["--cache-threshold", str(knobs.cache_threshold)]
     args += ["--balance-abs-threshold", str(knobs.balance_abs_threshold)]
     args += ["--balance-rel-threshold", str(knobs.balance_rel_threshold)]
@@ -399,11 +416,11 @@ def router_args(spec: RuntimeSpec) -> list[str]:
     args = ["--host", "0.0.0.0", "--port", str(ROUTER_PORT)]  # noqa: S104
     if spec.disaggregation.enabled:
         args.append("--pd-disaggregation")
-    knobs = route.resolved()
+    knobs, split = route.resolved(), spec.disaggregation.enabled
     # In P/D mode --policy is both pools' policy: each pool keeps one key on one replica.
-    args += ["--policy", smg_policy(route.policy, knobs)]
+    args += ["--policy", smg_policy(route.policy, knobs, split)]
     if route.policy == "cache_aware":
-        args += cache_aware_args(knobs)
+        args += cache_aware_args(knobs, split)
     args += ["--prometheus-host", "0.0.0.0", "--prometheus-port", str(ROUTER_METRICS_PORT)]  # noqa: S104
     args += ["--health-check-interval-secs", str(ROUTER_HEALTH_CHECK_SECONDS)]
     return args

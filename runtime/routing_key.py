@@ -1,11 +1,11 @@
 """The routing key of an inference request: a hash naming the context its prompt can share.
 
-A deployed router places requests by this key (``RoutingSettings.placement == "by_count"``):
-smg pins each key to one engine and gives a key it has not seen to the engine with the fewest
-keys in flight (``--assignment-mode min_group``), so tenants spread by count and each one's
-prefix cache stays on one engine. smg 1.13's own placement of an unseen prefix ignores how many
-prefixes an engine already holds, and an engine given too many thrashes its cache (see
-``runtime.spec``'s ``PLINTH_ROUTING``).
+Requests are placed by this key (``RoutingSettings.placement == "by_count"``, the default): the
+gateway gives a key it has not seen to the replica holding the fewest keys and keeps it there
+(``gateway.placement``), so tenants spread by count and each one's prefix cache stays on one
+replica; the router falls back to the key's hash for a request that names no replica. smg 1.13's
+own placement of an unseen prefix ignores how many prefixes a replica already holds, and a
+replica given too many thrashes its cache (see ``runtime.spec``'s ``PLINTH_ROUTING``).
 
 The shareable context of a chat is its leading system (or developer) messages plus the first
 other message: a tenant's system prompt is repeated by every request of the tenant, and the
@@ -28,6 +28,9 @@ from typing import Any
 
 # The header the gateway sets and the deployed router reads (``--routing-key-headers``).
 ROUTING_KEY_HEADER = "x-plinth-routing-key"
+# smg's header naming the replica (an index into its workers) a request must go to; honoured by
+# its consistent_hashing policy. The gateway sets it where it places keys (``gateway.placement``).
+TARGET_WORKER_HEADER = "x-smg-target-worker"
 # smg's cache-aware prefix length is 256 tokens, and it hashes four characters per token of
 # untokenized text (`--prefix-token-count`): the same reach, about a paragraph.
 PREFIX_CHARS = 1024

@@ -368,18 +368,19 @@ class RoutingSettings(_Group):
     measures. Only the cache-aware policy reads them; the router is always given all of them.
     `prefix_hash` runs with smg's own ring settings (measured below cache_aware, not tuned).
 
-    `placement` decides how cache_aware places a prefix it has not seen. `first_fit` (Plinth's
-    default): smg's cache-aware tree places it, with the knobs below. `by_count`: the gateway
-    names each request's shareable prefix with a routing key (`runtime.routing_key`); the router
-    gives a new key to the replica with the fewest keys in flight and keeps it there (smg's
-    manual policy, `min_group`), and the tree's knobs are not read. Measured in `PLINTH_ROUTING`'s
-    comment: better when tenants' first requests overlap, worse when they arrive one at a time.
+    `placement` decides where cache_aware sends a prefix it has not seen. `by_count` (Plinth's
+    default): the gateway names each request's shareable prefix with a routing key
+    (`runtime.routing_key`), gives a new key to the replica holding the fewest keys and keeps it
+    there (`gateway.placement`); the router sends each request to the replica named, and the
+    tree's knobs are not read. On a P/D split the router places keys itself (smg's manual
+    policy, `min_group`). `first_fit`: smg's cache-aware tree places it, with the knobs below.
+    Measured in `PLINTH_ROUTING`'s comment.
     """
 
     policy: RoutingPolicy = "cache_aware"
     placement: RoutingPlacement | None = Field(
         default=None,
-        description="by_count: a new prefix to the replica with fewest in flight; first_fit: smg's",
+        description="by_count: a new prefix to the replica holding fewest; first_fit: smg's tree",
     )
     cache_threshold: float | None = Field(
         default=None, ge=0, le=1, description="minimum prefix-match ratio to stick to a replica"
@@ -478,7 +479,7 @@ PLINTH_ROUTING = RoutingDefaults(
     balance_rel_threshold=100.0,
     overload_protection=False,
     warmup_seconds=0,
-    placement="first_fit",
+    placement="by_count",
 )
 
 

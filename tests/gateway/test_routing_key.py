@@ -1,7 +1,7 @@
 """The gateway names each request's shareable prompt prefix for the router
-(``runtime.routing_key``): behind a router placing by count of routing keys (a spec's
-``routing.placement: by_count``), every request of a tenant reaches the one engine that holds its
-system prompt's cache."""
+(``runtime.routing_key``) and, placing by count (``routing.placement: by_count``, the default),
+the replica it goes to: every request of a tenant reaches the one engine that holds its system
+prompt's cache."""
 
 from __future__ import annotations
 
@@ -60,5 +60,5 @@ def test_a_tenants_requests_through_the_gateway_reach_one_engine(cast, gateway, 
         grew = [
             metric_sum(url, REQUESTS) - b for url, b in zip(sim.engine_urls, before, strict=True)
         ]
-        # Without the key smg's manual policy spreads keyless requests by load.
+        # One ready replica: one slot; smg would spread requests naming none by load or hash.
         assert sorted(grew) == [0, 8], grew

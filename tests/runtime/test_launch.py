@@ -17,7 +17,7 @@ import yaml
 
 from runtime.catalog import sglang_flags, smg_flags
 from runtime.catalog.flags import split_argv
-from runtime.launch import RolePlan, cache_aware_args, plan, with_flag
+from runtime.launch import RolePlan, cache_aware_args, gateway_places, plan, with_flag
 from runtime.routing_key import ROUTING_KEY_HEADER
 from runtime.spec import PLINTH_ROUTING, SMG_ROUTING, RuntimeSpec
 from runtime.validate import check
@@ -135,7 +135,8 @@ def test_disaggregated_roles() -> None:
 
 
 def test_router_args_leave_discovery_to_the_driver(spec_data: SpecData) -> None:
-    router = plan(_spec(spec_data(routing={"cache_threshold": 0.4}))).roles[-1]
+    routing = {"placement": "first_fit", "cache_threshold": 0.4}
+    router = plan(_spec(spec_data(routing=routing))).roles[-1]
     assert router.command == ["smg", "launch"]
     for flag in ("--worker-urls", "--service-discovery", "--selector"):
         assert flag not in router.args
@@ -149,33 +150,38 @@ def _flag(args: list[str], flag: str) -> str:
     return args[args.index(flag) + 1]
 
 
-def test_router_places_keyed_prefixes_by_count_when_asked(spec_data: SpecData) -> None:
-    # The gateway's routing key, each new key to the replica with the fewest keys in flight.
-    args = plan(_spec(spec_data(routing={"placement": "by_count"}))).roles[-1].args
-    assert _flag(args, "--policy") == "manual"
+def test_router_obeys_the_gateways_placement_by_default(spec_data: SpecData) -> None:
+    # The gateway names each request's replica (gateway.placement); consistent_hashing obeys
+    # x-smg-target-worker and places a request naming none by the gateway's routing key.
+    args = plan(_spec(spec_data())).roles[-1].args
+    assert PLINTH_ROUTING.placement == "by_count"
+    assert _flag(args, "--policy") == "consistent_hashing"
     assert _flag(args, "--routing-key-headers") == ROUTING_KEY_HEADER
-    assert _flag(args, "--assignment-mode") == "min_group"
-    assert int(_flag(args, "--max-idle-secs")) > 0
-    assert "--cache-threshold" not in args
+    assert "--cache-threshold" not in args and "--assignment-mode" not in args
+    assert gateway_places("cache_aware", "by_count", split=False)
     flags = [flag for flag, _ in split_argv(args)]
     assert len(flags) == len(set(flags))
 
 
 def test_disaggregated_router_places_both_pools_by_key(spec_data: SpecData) -> None:
+    # One slot cannot name a prefill and a decode replica: smg pins each key in both pools.
     data = spec_data(disaggregation={"enabled": True}, routing={"placement": "by_count"})
     args = plan(_spec(data)).roles[-1].args
     assert "--pd-disaggregation" in args and _flag(args, "--policy") == "manual"
     assert _flag(args, "--assignment-mode") == "min_group"
+    assert int(_flag(args, "--max-idle-secs")) > 0
+    assert not gateway_places("cache_aware", "by_count", split=True)
 
 
 def test_placement_by_count_applies_to_cache_aware_only(spec_data: SpecData) -> None:
     data = spec_data(routing={"policy": "round_robin", "placement": "by_count"})
     args = plan(_spec(data)).roles[-1].args
     assert _flag(args, "--policy") == "round_robin" and "--routing-key-headers" not in args
+    assert not gateway_places("round_robin", "by_count", split=False)
 
 
-def test_router_gets_plinths_routing_defaults_not_smgs(spec_data: SpecData) -> None:
-    args = plan(_spec(spec_data())).roles[-1].args
+def test_tree_placement_gets_plinths_routing_defaults_not_smgs(spec_data: SpecData) -> None:
+    args = plan(_spec(spec_data(routing={"placement": "first_fit"}))).roles[-1].args
     assert _flag(args, "--policy") == "cache_aware"
     assert float(_flag(args, "--cache-threshold")) == PLINTH_ROUTING.cache_threshold
     assert int(_flag(args, "--balance-abs-threshold")) == PLINTH_ROUTING.balance_abs_threshold
@@ -202,6 +208,7 @@ def test_smg_routing_is_what_the_smg_catalogue_defaults_to() -> None:
 
 def test_routing_knobs_set_in_the_spec_reach_the_router(spec_data: SpecData) -> None:
     routing = {
+        "placement": "first_fit",
         "balance_abs_threshold": 4096,
         "balance_rel_threshold": 2.5,
         "overload_protection": True,

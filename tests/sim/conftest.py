@@ -55,14 +55,16 @@ def _cluster(policy: str, tmp: Path, router_args: Sequence[str] = ()) -> Iterato
 
 @pytest.fixture(scope="module")
 def cache_aware_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
-    """Cache-aware routing with the knobs a deployed endpoint's router gets."""
-    args = cache_aware_args(PLINTH_ROUTING)
+    """smg's cache-aware tree with the knobs a deployed endpoint's router gets when its spec
+    places by the tree (`routing.placement: first_fit`)."""
+    args = cache_aware_args(replace(PLINTH_ROUTING, placement="first_fit"))
     yield from _cluster("cache_aware", tmp_path_factory.mktemp("cache_aware"), args)
 
 
 @pytest.fixture(scope="module")
 def keyed_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
-    """The router of a spec with `routing.placement: by_count` (keyed by the gateway's header)."""
+    """The router of a spec placed by count (`routing.placement: by_count`, the default): it
+    sends a request to the replica the gateway names, or one naming none by its routing key."""
     knobs = replace(PLINTH_ROUTING, placement="by_count")
     policy, args = smg_policy("cache_aware", knobs), cache_aware_args(knobs)
     yield from _cluster(policy, tmp_path_factory.mktemp("keyed"), args)

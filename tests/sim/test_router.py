@@ -12,7 +12,7 @@ import httpx
 import openai
 from openai.types.chat import ChatCompletionMessageParam
 
-from runtime.routing_key import ROUTING_KEY_HEADER, routing_key
+from runtime.routing_key import ROUTING_KEY_HEADER, TARGET_WORKER_HEADER, routing_key
 from runtime.sim.launcher import SimCluster
 from tests.sim.scrape import metric_sum
 
@@ -108,8 +108,8 @@ def test_identical_long_prefixes_land_on_one_engine_placed_by_key(
 
 
 def test_each_tenant_stays_where_its_key_was_placed(keyed_cluster: SimCluster) -> None:
-    # Placement itself (smg's min_group: the worker with the fewest keys in flight) depends on
-    # timing, so how evenly tenants spread is bench/routing.py's to measure, not a test's.
+    # A request naming no replica (the gateway could not reach Redis, or the router refused the
+    # slot) goes by its routing key's hash: each tenant keeps one home, concurrently too.
     def body(tenant: int) -> dict[str, object]:
         system = f"You are the assistant of tenant {tenant} of the Example Exchange. " * 30
         messages = [{"role": "system", "content": system}, {"role": "user", "content": "Hi?"}]
@@ -129,6 +129,32 @@ def test_each_tenant_stays_where_its_key_was_placed(keyed_cluster: SimCluster) -
     assert [home(tenant) for tenant in range(8)] == homes
     with ThreadPoolExecutor(max_workers=8) as pool:
         assert list(pool.map(home, [*range(8), *range(8)])) == homes + homes
+
+
+def test_router_sends_each_request_to_the_replica_the_gateway_named(
+    keyed_cluster: SimCluster,
+) -> None:
+    # The contract gateway.placement relies on: slot i is one replica, a different one for
+    # each slot, whatever the routing key; a slot past the last replica is refused (503).
+    def served(slot: int, tenant: int) -> tuple[int, str]:
+        payload = {
+            "model": keyed_cluster.model,
+            "messages": [{"role": "user", "content": f"Tenant {tenant} asks: hello?"}],
+            "max_tokens": 2,
+        }
+        headers = {ROUTING_KEY_HEADER: f"tenant-{tenant}", TARGET_WORKER_HEADER: str(slot)}
+        response = httpx.post(
+            f"{keyed_cluster.url}/v1/chat/completions", json=payload, headers=headers, timeout=60
+        )
+        return response.status_code, response.headers.get("x-smg-routed-worker-id", "")
+
+    count = len(keyed_cluster.engine_urls)
+    homes = {slot: {served(slot, tenant) for tenant in range(4)} for slot in range(count)}
+    assert all(len(answers) == 1 for answers in homes.values()), homes
+    engines = {answer for answers in homes.values() for status, answer in answers}
+    assert {status for answers in homes.values() for status, _ in answers} == {200}
+    assert engines == set(keyed_cluster.engine_urls)
+    assert served(count, 0)[0] == 503
 
 
 def test_identical_long_prefixes_land_on_one_engine_under_prefix_hash(

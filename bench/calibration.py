@@ -102,12 +102,13 @@ from aiconfigurator.cli.api import cli_estimate
 out = []
 for p in json.load(sys.stdin):
     try:
-        moe = {"attention_dp_size": p["dp"], "moe_tp_size": p.get("moe_tp", 1),
-               "moe_ep_size": p["moe_ep"]}
+        moe = {}  # dense points name no expert layout
+        if "moe_ep" in p:
+            moe = {"attention_dp_size": p["dp"], "moe_tp_size": p.get("moe_tp", 1),
+                   "moe_ep_size": p["moe_ep"]}
         r = cli_estimate(p["model"], p["system"], mode=p["mode"], backend_name="sglang",
                          isl=p["isl"], osl=2, batch_size=p["batch"], tp_size=p["tp"],
-                         gemm_quant_mode=p["gemm"], kvcache_quant_mode=p["kv"], stride=1,
-                         **(moe if "moe_ep" in p else {}))
+                         gemm_quant_mode=p["gemm"], kvcache_quant_mode=p["kv"], stride=1, **moe)
         out.append({"ms": r.ttft if p["mode"] == "static_ctx" else r.tpot,
                     "version": r.backend_version})
     except Exception as exc:  # a point outside its data: reported, not fatal

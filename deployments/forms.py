@@ -419,6 +419,13 @@ SECTIONS: tuple[Section, ...] = (
                 flag="--policy",
                 router=True,
             ),
+            FormField(
+                "routing.placement",
+                "Placement of a new prompt prefix",
+                "cache_aware only. Default by count: the gateway gives each new prefix the replica"
+                " holding the fewest; first fit: smg's cache tree places it, with the knobs below",
+                names={"by_count": "by count", "first_fit": "first fit (smg's tree)"},
+            ),
             # Empty numbers take Plinth's measured defaults (runtime.spec.PLINTH_ROUTING), shown.
             FormField(
                 "routing.cache_threshold",

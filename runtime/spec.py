@@ -440,39 +440,38 @@ SMG_ROUTING = RoutingDefaults(
     overload_protection=True,
     warmup_seconds=60,
 )
-# Plinth's deployed defaults, chosen with bench/routing.py (4 simulated L40S engines, load 64,
-# Qwen3-32B FP8; hit rate on shared-prefix / many-tenant / multi-turn; 10 s runs, noisy to ~5
-# points). The load-balance fallback is what costs most: smg's 64 / 1.5 gave 80% on shared-prefix
-# (with overload and warm-up off), 32768 / 2 gave 94% / 69%, 131072 / 4 gave 92% / 69%, and never
-# falling back (1,000,000 / 100) 99% / 71-76% with the best throughput on both; a hot prefix then
-# queues at its engine (max_running_requests) rather than spilling its cache. Overload protection
-# and warm-up diversion move requests the same way and are off. A cache threshold of 0.5 measured
-# as 0.3 (smg's) on many-tenant and multi-turn, so 0.3 stays. Caveat, measured: with no fallback a
-# tenant stays where smg first put it, and smg's first placement can be uneven (6 of 16 tenants on
-# one engine), which cost 25 s shared-prefix runs 99% -> 85-93% in about half the repeats.
-# Looked for a placement-aware setting (Issue 15, 25 s shared-prefix runs, bench/routing.py): none
-# found in smg 1.13. smg places an unseen prefix without counting the prefixes a worker holds:
-# 16 first requests at once went 13/1/1/1 or 7/7/1/1, one at a time 6/4/3/3, staggered under load
-# 13/1/1/1, whatever the cache threshold (0.8 too) or --selection-accounting-ttl-ms 5000. From a
-# clumped start nothing recovered: balance 32/2 61%, 16/1.5 67%, overload protection on the waiting
-# queue alone 52%; with smg's placement, --overload-token-usage-threshold 0.9 gave 99.4% in 5 runs
-# of 6 and 75% on 9/3/2/2 (no gain), --balance-token-usage-threshold 0.25 46-57%, balance 8/1.3
-# 74-75%. prefix_hash (a policy a spec may pick) places by hash, which 16 tenants on 4 engines
-# leave above 5 per engine about 70% of the time: 63% with its defaults, 82% with load factor 1.5
-# and abs 16. So these stay, with the caveat, measured again (5 runs): 99.4% on 5/4/4/3, 5/4/4/3
-# and 4/4/4/4 placements, 91.6% on 6/4/4/2 and 90.6% on 6/5/3/2; multi-turn 98.2%, many-tenant
-# 72.3%, both the best of the four configurations bench/routing.py compares.
-# Placement by count of routing keys (Issue 15; `placement: by_count`, smg's manual policy with
-# `min_group`, the gateway's `runtime.routing_key` header) measured, same bench, load 64, 25 s
-# runs: with the bench's warm-up (tenants' first requests in waves of four) it placed 4/4/4/4 and
-# hit 99.4% in 5 runs of 5 (the tree: 92.1% on 6/4/4/2 in the same table, 2.5x less throughput);
-# multi-turn 98.2% (tree 98.2%, TTFT p50 1.4x lower); many-tenant 62.6% and 74.7% in two runs
-# (tree 71.0% and 71.4%). But smg's min_group counts keys in flight, not keys placed (keys whose
-# streams were already answering did not count, measured), so tenants arriving one at a time on
-# a quiet endpoint are placed at random and stay: with a one-by-one warm-up it hit 67.5% / 64.8% /
-# 63.4% (6/5/4/1, 5/5/4/2, 7/5/3/1) where the tree, which gives an unmatched prefix to its
-# smallest tree, hit 83.3% / 99.4% / 99.4%. Not the default, then: a spec may choose it for
-# traffic whose tenants start together (or under load).
+# Plinth's knobs for smg's cache-aware tree (`placement: first_fit`; the deployed defaults until
+# placement by count), chosen with bench/routing.py (4 simulated L40S engines, load 64, Qwen3-32B
+# FP8; hit rate on shared-prefix / many-tenant / multi-turn; 10 s runs, noisy to ~5 points). The
+# load-balance fallback is what costs most: smg's 64 / 1.5 gave 80% on shared-prefix (with overload
+# and warm-up off), 32768 / 2 gave 94% / 69%, 131072 / 4 gave 92% / 69%, and never falling back
+# (1,000,000 / 100) 99% / 71-76% with the best throughput on both; a hot prefix then queues at its
+# engine (max_running_requests) rather than spilling its cache. Overload protection and warm-up
+# diversion move requests the same way and are off. A cache threshold of 0.5 measured as 0.3 (smg's)
+# on many-tenant and multi-turn, so 0.3 stays. Caveat, measured: with no fallback a tenant stays
+# where smg first put it, and smg's first placement can be uneven (6 of 16 tenants on one engine),
+# which cost 25 s shared-prefix runs 99% -> 85-93% in about half the repeats. Looked for a
+# placement-aware setting (Issue 15, 25 s shared-prefix runs, bench/routing.py): none found in smg
+# 1.13. smg places an unseen prefix without counting the prefixes a worker holds: 16 first requests
+# at once went 13/1/1/1 or 7/7/1/1, one at a time 6/4/3/3, staggered under load 13/1/1/1, whatever
+# the cache threshold (0.8 too) or --selection-accounting-ttl-ms 5000. From a clumped start nothing
+# recovered: balance 32/2 61%, 16/1.5 67%, overload protection on the waiting queue alone 52%; with
+# smg's placement, --overload-token-usage-threshold 0.9 gave 99.4% in 5 runs of 6 and 75% on 9/3/2/2
+# (no gain), --balance-token-usage-threshold 0.25 46-57%, balance 8/1.3 74-75%. prefix_hash (a
+# policy a spec may pick) places by hash, which 16 tenants on 4 engines leave above 5 per engine
+# about 70% of the time: 63% with its defaults, 82% with load factor 1.5 and abs 16. So the tree
+# keeps these, with the caveat, measured again (5 runs): 99.4% on 5/4/4/3, 5/4/4/3 and 4/4/4/4
+# placements, 91.6% on 6/4/4/2 and 90.6% on 6/5/3/2; multi-turn 98.2%, many-tenant 72.3%, both the
+# best of the four configurations bench/routing.py compares.
+# Placement by count (Issue 15; `placement: by_count`, the default since): the gateway places each
+# routing key on the replica holding the fewest keys, in a table in Redis (`gateway.placement`),
+# and smg's consistent_hashing obeys the slot it names (`x-smg-target-worker`). Measured with
+# bench/routing.py (same shape, load 64, 25 s runs): shared-prefix 99.4% in 10 runs of 10, 4/4/4/4
+# every time, whether tenants' first requests overlapped (5 runs) or arrived one at a time (5
+# runs); in one full table 99.4% against the tree's 80.8% (8/4/3/1) with 5.9x its throughput,
+# multi-turn 98.2% (tree 98.2%), many-tenant 70.0% (tree 71.7%; 1.11x its throughput). Earlier,
+# smg's manual policy with `min_group` was tried for this: it counts keys in flight, not keys
+# placed, so tenants arriving one at a time landed at random (63-68%).
 PLINTH_ROUTING = RoutingDefaults(
     cache_threshold=0.3,
     balance_abs_threshold=1_000_000,

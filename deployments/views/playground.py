@@ -40,6 +40,7 @@ from controlplane.services import ServiceError
 from deployments import queries
 from deployments.models import Canary, CanaryStatus, Deployment
 from deployments.views.endpoints import inference_url
+from runtime.routing_key import ROUTING_KEY_HEADER, routing_key
 
 # The playground's limits: enforced here, and rendered into the form's attributes from the same
 # numbers (the ``playground_limit`` template tag), so the page can never promise more.
@@ -332,7 +333,11 @@ def playground_chat(request: HttpRequest, slug: str) -> HttpResponse | Streaming
         "headers": {"Authorization": "Bearer $PLINTH_API_KEY", **pin},
         "body": body,
     }
-    relay = _relay(url, bearer, body, pin, shown)
+    headers = dict(pin)
+    if settings.PLINTH_PLAYGROUND_UPSTREAM == "router" and (key := routing_key(body)):
+        # What the gateway adds: the router places the conversation by it (runtime.routing_key).
+        headers[ROUTING_KEY_HEADER] = key
+    relay = _relay(url, bearer, body, headers, shown)
     response = StreamingHttpResponse(relay, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
@@ -348,9 +353,9 @@ def _sse_note(note: dict[str, Any]) -> bytes:
 
 
 async def _relay(
-    url: str, key: str, body: dict[str, Any], pin: dict[str, str], shown: dict[str, Any]
+    url: str, key: str, body: dict[str, Any], extra: dict[str, str], shown: dict[str, Any]
 ) -> AsyncIterator[bytes]:
-    headers = {"Authorization": f"Bearer {key}", **pin}
+    headers = {"Authorization": f"Bearer {key}", **extra}
     yield _sse_note({"request": shown})
     try:
         async with (
@@ -361,7 +366,7 @@ async def _relay(
                 detail = (await upstream.aread()).decode("utf-8", errors="replace")
                 yield _sse_error(_refusal(upstream.status_code, detail))
                 return
-            answered = upstream.headers.get(REVISION_HEADER) or pin.get(REVISION_HEADER)
+            answered = upstream.headers.get(REVISION_HEADER) or extra.get(REVISION_HEADER)
             if answered and answered.isdigit():
                 yield _sse_note({"revision": int(answered)})
             async for chunk in upstream.aiter_raw():

@@ -5,6 +5,8 @@ SGLang estimates (built from its measured per-kernel silicon data) over a grid o
 TP x GEMM dtype x batch x context. AIConfigurator is a ~850 MB tool, never a Plinth dependency:
 the bench creates its own venv (``bench/.venvs/aiconfigurator``, git-ignored) on first use and
 queries it in a subprocess. Targets: every decode step within 10%, every prefill within 15%.
+Points where AIC's own measured GEMMs are not monotone in the rows (``AIC_ANOMALIES``) are marked,
+and the bench prints those GEMMs from AIC's silicon table beside BF16's, in the same run.
 
 Part 2 reproduces end-to-end figures from cited sources (``published`` in
 ``runtime/catalog/perf.yaml``): single-request decode speed with and without EAGLE-2/EAGLE-3 and
@@ -115,6 +117,42 @@ for p in json.load(sys.stdin):
         out.append({"error": f"{type(exc).__name__}: {str(exc)[:120]}"})
 print(json.dumps(out))
 """
+
+
+# Runs inside the AIConfigurator venv: AIC's own measured SGLang GEMM latencies (its silicon
+# table, which its estimates are built from) at the rows M of the asked shapes (the nearest shape
+# the table holds), and per system and dtype how many of its shapes take longer at M = 512 than
+# at M = 1024.
+_AIC_GEMM_WORKER = r"""
+import json, math, sys
+from pathlib import Path
+import aiconfigurator_core, pandas as pd
+root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
+ask = json.load(sys.stdin)
+tables, out = {}, {"shapes": [], "non_monotone": []}
+def table(system):
+    if system not in tables:
+        path = root / system / "gemm" / "sglang" / "0.5.14" / "gemm_perf.parquet"
+        tables[system] = pd.read_parquet(path)
+    return tables[system]
+for q in ask["shapes"]:
+    df = table(q["system"])
+    d = df[df.gemm_dtype == q["dtype"]]
+    pairs = set(zip(d.n, d.k))
+    n, k = min(pairs, key=lambda p: abs(math.log(p[0] / q["n"])) + abs(math.log(p[1] / q["k"])))
+    rows = d[(d.n == n) & (d.k == k)].set_index("m").latency
+    out["shapes"].append({**q, "table_n": int(n), "table_k": int(k),
+                          "ms": {str(m): float(rows[m]) for m in q["m"] if m in rows.index}})
+for system in ask["systems"]:
+    df = table(system)
+    for dtype in ("bfloat16", "fp8_block"):
+        p = df[df.gemm_dtype == dtype].pivot_table(index=["n", "k"], columns="m", values="latency")
+        both = p[[512, 1024]].dropna()
+        out["non_monotone"].append({"system": system, "dtype": dtype, "shapes": len(both),
+                                    "slower_at_512": int((both[512] > both[1024]).sum())})
+print(json.dumps(out))
+"""
+GEMM_ROWS = (256, 512, 1024, 2048)
 
 
 def ensure_aic() -> Path:
@@ -305,6 +343,47 @@ def print_summary(
     return ok
 
 
+def print_gemm_evidence(python: Path, points: list[Point]) -> None:
+    """AIConfigurator's own GEMM table at the marked points: the QKV and output projections of
+    each marked model, per M, beside BF16's. Where the table's GEMM takes longer at fewer rows,
+    no physics whose time grows with M can meet AIC on both sides."""
+    marked = {(p.model, p.gpu, p.tp, p.quant) for p in points
+              if AIC_ANOMALIES.get((p.gpu, p.quant, p.mode, p.tokens))}  # fmt: skip
+    shapes = []
+    for model, gpu, tp, quant in sorted(marked, key=str):
+        m = _shape(model)
+        qkv = ((m.num_attention_heads + 2 * m.num_kv_heads) * m.head_dim // tp, m.hidden_size)
+        out = (m.hidden_size, m.num_attention_heads * m.head_dim // tp)
+        for dtype in ("bfloat16", AIC_GEMM[quant]):
+            for name, (n, k) in (("qkv", qkv), ("output", out)):
+                label = f"{model} TP{tp} {name}"
+                shapes.append({"system": AIC_SYSTEMS[gpu], "dtype": dtype, "n": n, "k": k,
+                               "m": list(GEMM_ROWS), "label": label})  # fmt: skip
+    if not shapes:
+        return
+    ask = {"shapes": shapes, "systems": sorted({s["system"] for s in shapes})}
+    done = subprocess.run([python, "-c", _AIC_GEMM_WORKER], input=json.dumps(ask),
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    print("\n== AIConfigurator's own GEMM table at the marked points (ms per GEMM, by rows M) ==")
+    print(f"{'shape':<30}{'system':<10}{'dtype':<11}{'table n x k':>13}"
+          + "".join(f"{f'M={m}':>9}" for m in GEMM_ROWS))  # fmt: skip
+    for row in answer["shapes"]:
+        ms = [row["ms"].get(str(m)) for m in GEMM_ROWS]
+        cells = "".join(f"{v:>9.4f}" if v is not None else f"{'-':>9}" for v in ms)
+        size = f"{row['table_n']}x{row['table_k']}"
+        steps = [
+            f"{a} slower than {b}"
+            for a, b, ta, tb in zip(GEMM_ROWS, GEMM_ROWS[1:], ms, ms[1:], strict=False)
+            if ta is not None and tb is not None and ta > tb
+        ]
+        flag = f"  M={', M='.join(steps)}" if steps else ""
+        print(f"{row['label']:<30}{row['system']:<10}{row['dtype']:<11}{size:>13}{cells}{flag}")
+    for row in answer["non_monotone"]:
+        print(f"{row['system']} {row['dtype']}: {row['slower_at_512']} of {row['shapes']} shapes "
+              "take longer at M=512 than at M=1024")  # fmt: skip
+
+
 def decode_tok_s(figure: PublishedFigure, quant: str | None, algorithm: str | None) -> float:
     """Output tokens/s of one request (or `figure.batch` requests, per request) at `context`."""
     target = _shape(figure.model)
@@ -381,8 +460,9 @@ def main() -> None:
         get_gpu(gpu)
     ok = True
     if not args.no_aic:
-        points = grid(args.quick)
-        ok = print_aic_table(points, query_aic(ensure_aic(), points))
+        points, python = grid(args.quick), ensure_aic()
+        ok = print_aic_table(points, query_aic(python, points))
+        print_gemm_evidence(python, points)
     ok = print_published_table() and ok
     print_algorithms()
     sys.exit(0 if ok else 1)

@@ -109,7 +109,8 @@ class GatewayPart:
         headers = {ROUTING_KEY_HEADER: key}
         if self.placements is not None:
             slot = await self.placements.slot(self.pool, key, self.slots, time.time())
-            headers[TARGET_WORKER_HEADER] = str(slot)
+            if slot is not None:  # None only once the router refused every slot (never here)
+                headers[TARGET_WORKER_HEADER] = str(slot)
         return headers
 
 

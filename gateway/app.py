@@ -13,6 +13,7 @@ Django settings at lifespan start-up. Tests may build a :class:`Gateway` themsel
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import json
 import logging
@@ -389,34 +390,30 @@ class Gateway:
                 key = request_id
             else:
                 slot = await self._slot(pool, key)
+        send = functools.partial(
+            open_upstream, self.pool, route.method, url, body, request_id, endpoint.upstream_auth
+        )
         try:
-            try:
-                return await open_upstream(
-                    self.pool,
-                    route.method,
-                    url,
-                    body,
-                    request_id,
-                    endpoint.upstream_auth,
-                    key,
-                    slot,
-                )
-            except SlotRefused:
-                # The router has no ready replica at that slot (one went away, or its list and
-                # the control plane's count disagree for a moment): nothing ran, so send it by
-                # the key alone, and read the pool's placements afresh next time.
-                obs.UPSTREAM_ERRORS.labels(endpoint.slug, "placement_refused").inc()
-                self.placements.forget(pool_id(pool.router_url))
-                return await open_upstream(
-                    self.pool, route.method, url, body, request_id, endpoint.upstream_auth, key
-                )
+            # A slot the router refuses (no ready replica there) ran nothing: it is left out
+            # for a while (gateway.placement), the key placed again among the other slots and
+            # the request sent there; with no slot left, it goes by its key's hash.
+            for _ in range(pool.replicas):
+                if slot is None:
+                    break
+                try:
+                    return await send(key, slot)
+                except SlotRefused:
+                    obs.UPSTREAM_ERRORS.labels(endpoint.slug, "placement_refused").inc()
+                    self.placements.refuse(pool_id(pool.router_url), slot)
+                    slot = await self._slot(pool, key)
+            return await send(key)
         except GatewayError as error:
             obs.UPSTREAM_ERRORS.labels(endpoint.slug, error.code).inc()
             raise
 
     async def _slot(self, pool: Pool, key: str) -> int | None:
         """The replica slot of ``key`` in ``pool`` (``gateway.placement``); None when Redis
-        cannot say: the router then places the request by its key's hash."""
+        cannot say or no slot is left: the router then places the request by its key's hash."""
         if pool.replicas < 1:
             return None
         try:

@@ -13,8 +13,10 @@ been idle for ``ROUTING_KEY_IDLE_SECONDS``. The request then carries smg's
 ``x-smg-target-worker`` header with that slot (the router runs ``consistent_hashing``, which
 honours it; see ``runtime.launch.smg_policy``). A slot is an index into the router's list of
 workers, which is stable while the pool's membership is; a slot at or past the number of ready
-replicas is placed afresh, and a request the router cannot send to its slot (the replica went
-away) is sent again by the routing key alone (``gateway.app``).
+replicas is placed afresh. A slot the router refuses (no ready replica there: one went away, or
+the control plane counts a replica the router does not list yet) is left out for
+``REFUSED_SECONDS`` by the gateway process that saw it: its keys move to the other slots for good
+and new keys go there too (``gateway.app`` sends the refused request again).
 
 The table lives in Redis, one hash of key -> slot, one sorted set of last use and one hash of
 counts per pool, changed by one Lua script, so every gateway replica places alike and a restart
@@ -39,12 +41,18 @@ LOCAL_SECONDS = 30.0
 LOCAL_ENTRIES = 65_536
 # Idle keys forgotten per call: a bounded cost, which busy pools reach often enough.
 _EVICT_PER_CALL = 64
+# How long a slot the router refused is left out of placement (about a router health check and
+# a readiness probe, after which it is tried again).
+REFUSED_SECONDS = 10.0
 
 # KEYS: key -> slot (hash), key -> last use (sorted set), slot -> keys placed (hash).
-# ARGV: routing key, slots, now, idle seconds, expiry of the whole table.
+# ARGV: routing key, slots, now, idle seconds, expiry of the whole table, then the slots left
+# out (refused). Returns the key's slot, or -1 when every slot is left out.
 PLACE = f"""
 local key, slots = ARGV[1], tonumber(ARGV[2])
 local now, idle, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local out = {{}}
+for i = 6, #ARGV do out[tonumber(ARGV[i])] = true end
 local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - idle,
                          'LIMIT', 0, {_EVICT_PER_CALL})
 for _, old in ipairs(stale) do
@@ -54,16 +62,18 @@ for _, old in ipairs(stale) do
   redis.call('ZREM', KEYS[2], old)
 end
 local slot = tonumber(redis.call('HGET', KEYS[1], key))
-if slot == nil or slot >= slots then
-  if slot ~= nil then redis.call('HINCRBY', KEYS[3], slot, -1) end
+if slot == nil or slot >= slots or out[slot] then
   local names = {{}}
   for i = 0, slots - 1 do names[#names + 1] = tostring(i) end
   local counts = redis.call('HMGET', KEYS[3], unpack(names))
-  local fewest = nil
+  local fewest, best = nil, nil
   for i = 1, slots do
     local n = tonumber(counts[i]) or 0
-    if fewest == nil or n < fewest then fewest, slot = n, i - 1 end
+    if not out[i - 1] and (fewest == nil or n < fewest) then fewest, best = n, i - 1 end
   end
+  if best == nil then return -1 end
+  if slot ~= nil then redis.call('HINCRBY', KEYS[3], slot, -1) end
+  slot = best
   redis.call('HSET', KEYS[1], key, slot)
   redis.call('HINCRBY', KEYS[3], slot, 1)
 end
@@ -93,43 +103,62 @@ class Placements:
         client: aioredis.Redis,
         idle_seconds: float = ROUTING_KEY_IDLE_SECONDS,
         local_seconds: float = LOCAL_SECONDS,
+        refused_seconds: float = REFUSED_SECONDS,
     ) -> None:
         self._client = client
         self.idle_seconds = idle_seconds
         self.local_seconds = local_seconds
+        self.refused_seconds = refused_seconds
         # (pool, key) -> (slot, slots it was placed among, monotonic expiry)
         self._local: dict[tuple[str, str], tuple[int, int, float]] = {}
+        # pool -> {slot the router refused: monotonic time until which it is left out}
+        self._refused: dict[str, dict[int, float]] = {}
 
-    async def slot(self, pool: str, key: str, slots: int, now: float) -> int:
-        """The slot (0 .. slots-1) of ``key`` in ``pool``, placing it if it has none.
+    async def slot(self, pool: str, key: str, slots: int, now: float) -> int | None:
+        """The slot (0 .. slots-1) of ``key`` in ``pool``, placing it if it has none or if its
+        slot is left out (``refuse``); None when every slot is left out.
 
         ``now`` is wall-clock seconds (shared by the gateway replicas through Redis). Raises
         ``redis.RedisError`` when Redis cannot answer and the key is not remembered locally.
         """
         if slots < 1:
             raise ValueError("a pool places keys among one slot or more")
+        out = self._left_out(pool)
         remembered = self._local.get((pool, key))
         if remembered is not None:
             slot, among, until = remembered
-            if among == slots and time.monotonic() < until:
+            if among == slots and time.monotonic() < until and slot not in out:
                 return slot
-        slot = await self._place(pool, key, slots, now)
+        placed = await self._place(pool, key, slots, now, out)
+        if placed is None:
+            return None
         if len(self._local) >= LOCAL_ENTRIES:
             self._local.clear()
-        self._local[(pool, key)] = (slot, slots, time.monotonic() + self.local_seconds)
-        return slot
+        self._local[(pool, key)] = (placed, slots, time.monotonic() + self.local_seconds)
+        return placed
 
-    def forget(self, pool: str) -> None:
-        """Drop what this replica remembers of ``pool`` (its router refused a slot)."""
-        for entry in [e for e in self._local if e[0] == pool]:
-            del self._local[entry]
+    def refuse(self, pool: str, slot: int) -> None:
+        """The router has no ready replica at ``slot``: leave it out for ``refused_seconds``."""
+        self._refused.setdefault(pool, {})[slot] = time.monotonic() + self.refused_seconds
 
-    async def _place(self, pool: str, key: str, slots: int, now: float) -> int:
+    def _left_out(self, pool: str) -> frozenset[int]:
+        refused = self._refused.get(pool)
+        if not refused:
+            return frozenset()
+        clock = time.monotonic()
+        for slot in [s for s, until in refused.items() if until <= clock]:
+            del refused[slot]
+        return frozenset(refused)
+
+    async def _place(
+        self, pool: str, key: str, slots: int, now: float, out: frozenset[int]
+    ) -> int | None:
         # The table outlives its keys' idle time a little, so a deleted pool's table goes too.
-        args = (key, slots, now, self.idle_seconds, int(self.idle_seconds * 2) + 60)
+        ttl = int(self.idle_seconds * 2) + 60
+        args: list[str | int | float] = [key, slots, now, self.idle_seconds, ttl, *sorted(out)]
         try:
             slot = await self._client.evalsha(_PLACE_SHA, 3, *table_keys(pool), *args)
         except NoScriptError:
             await self._client.script_load(PLACE)
             slot = await self._client.evalsha(_PLACE_SHA, 3, *table_keys(pool), *args)
-        return int(slot)
+        return None if int(slot) < 0 else int(slot)

@@ -184,9 +184,9 @@ def test_at_most_64_idle_keys_are_forgotten_per_call(pool: str) -> None:
     assert_counts_match(pool)
 
 
-def test_a_replica_remembers_its_answers_until_forget(pool: str) -> None:
+def test_a_replica_remembers_its_answers_for_their_slot_count(pool: str) -> None:
     """With local memory, a second ask does not reach Redis (its table deleted meanwhile, the
-    same answer comes back and nothing is written); ``forget`` or another slot count asks again."""
+    same answer comes back and nothing is written); another slot count asks again."""
 
     async def body(client: aioredis.Redis) -> list[int]:
         places = Placements(client, local_seconds=3600)
@@ -194,17 +194,43 @@ def test_a_replica_remembers_its_answers_until_forget(pool: str) -> None:
         await client.delete(*table_keys(pool))
         answers.append(await places.slot(pool, "b", 2, 1002.0))  # remembered: 1
         assert await client.exists(*table_keys(pool)) == 0  # Redis was not asked
-        places.forget("some-other-pool")
-        answers.append(await places.slot(pool, "b", 2, 1003.0))  # still remembered
-        places.forget(pool)
-        answers.append(await places.slot(pool, "b", 2, 1004.0))  # the empty table: slot 0
-        answers.append(await places.slot(pool, "a", 2, 1005.0))  # a is new there too: slot 1
         # Remembered among 2 slots, asked among 3: Redis answers (its emptied table: slot 0).
-        await client.delete(*table_keys(pool))
-        answers.append(await places.slot(pool, "a", 3, 1006.0))
+        answers.append(await places.slot(pool, "a", 3, 1003.0))
         return answers
 
-    assert with_placements(body) == [0, 1, 1, 1, 0, 1, 0]
+    assert with_placements(body) == [0, 1, 1, 0]
+
+
+def test_a_refused_slot_is_left_out_its_keys_moved_and_new_keys_kept_off(pool: str) -> None:
+    """After ``refuse``, a key on that slot is placed again among the others (for good: the
+    count moves with it) and new keys never land there; with every slot refused, None."""
+
+    async def body(client: aioredis.Redis) -> list[int | None]:
+        places = Placements(client, local_seconds=3600, refused_seconds=3600)
+        answers = [await places.slot(pool, k, 2, 1000.0) for k in ("a", "b")]  # 0, 1
+        places.refuse(pool, 1)
+        answers += [await places.slot(pool, k, 2, 1001.0) for k in ("b", "c", "d")]  # all 0
+        counts = await client.hgetall(table_keys(pool)[2])
+        assert {int(s): int(n) for s, n in counts.items()} == {0: 4, 1: 0}
+        places.refuse(pool, 0)
+        answers.append(await places.slot(pool, "a", 2, 1002.0))  # nothing left: None
+        # Another process (nothing refused there) sees the moves, and slot 1 free again.
+        other = Placements(client, local_seconds=0)
+        answers += [await other.slot(pool, k, 2, 1003.0) for k in ("b", "e")]
+        return answers
+
+    assert with_placements(body) == [0, 1, 0, 0, 0, None, 0, 1]
+
+
+def test_a_refusal_lasts_only_its_time(pool: str) -> None:
+    """A refusal that has run out leaves nothing out: placement by count resumes."""
+
+    async def body(client: aioredis.Redis) -> list[int | None]:
+        places = Placements(client, local_seconds=0, refused_seconds=0)
+        places.refuse(pool, 0)
+        return [await places.slot(pool, k, 2, 1000.0) for k in ("a", "b")]
+
+    assert with_placements(body) == [0, 1]
 
 
 @pytest.fixture

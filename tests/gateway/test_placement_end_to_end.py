@@ -132,11 +132,13 @@ def test_tenants_arriving_one_at_a_time_each_get_an_engine_and_keep_it(
     assert sorted(totals) == [4.0, 4.0, 4.0, 4.0], totals
 
 
-def test_a_slot_the_router_lacks_is_sent_again_by_key(
+def test_a_slot_the_router_lacks_is_left_out_and_its_requests_sent_again(
     cast: Cast, gateway: GatewayProcess, tmp_path: Any
 ) -> None:
-    """2 engines, while the control plane counts 3 ready replicas: keys placed on slot 2 are
-    refused by the router (503) and re-sent without a target; every request answers 200."""
+    """2 engines, while the control plane counts 3 ready replicas: a key placed on slot 2 is
+    refused by the router (503), slot 2 is left out and the request sent again to another slot;
+    every request answers 200 (how many refusals depends on how long slot 2 stays left out, so
+    the count is only checked to be one or more)."""
     endpoint = create_endpoint(cast, "overcounted")
     with placed_cluster(2, endpoint, tmp_path) as sim:
         mark_serving(endpoint, sim.url, replicas=3)
@@ -156,8 +158,7 @@ def test_a_slot_the_router_lacks_is_sent_again_by_key(
         endpoint="overcounted",
         reason="placement_refused",
     )
-    # Six tenants over three slots by count: two on slot 2, refused at least on first use.
-    assert refused >= 2, refused
+    assert refused >= 1, refused
 
 
 def created(cast: Cast, slug: str, **spec: Any) -> Deployment:

@@ -28,6 +28,7 @@ from runtime.catalog import FlagCatalog, sglang_flags, smg_flags
 from runtime.catalog.flags import arity_problem, split_argv
 from runtime.extra_flags import EXTRA_FLAG_ALLOWLIST, EXTRA_FLAG_DENYLIST
 from runtime.launch import LaunchPlan, cache_aware_args, plan, with_flag
+from runtime.routing_key import ROUTING_KEY_HEADER
 from runtime.spec import RuntimeSpec
 from runtime.validate import check, has_errors
 from tests.drivers.reference_specs import ENGINE_KEY, REF
@@ -272,7 +273,7 @@ def test_both_drivers_start_the_router_with_the_plans_routing_knobs() -> None:
         {
             "model": {"source": "meta-llama/Llama-3.1-8B-Instruct"},
             "hardware": {"gpu": "H100-SXM"},
-            "routing": {"warmup_seconds": 45},
+            "routing": {"placement": "first_fit", "warmup_seconds": 45},
         }
     )
     assert spec is not None and not has_errors(issues)
@@ -283,3 +284,15 @@ def test_both_drivers_start_the_router_with_the_plans_routing_knobs() -> None:
         for flag, values in split_argv(knobs):
             assert router[router.index(flag) + 1 : router.index(flag) + 1 + len(values)] == values
         assert router[router.index("--worker-warmup-secs") + 1] == "45"
+
+
+def test_both_drivers_start_the_router_obeying_the_gateways_placement_by_default() -> None:
+    spec, issues = check(
+        {"model": {"source": "meta-llama/Llama-3.1-8B-Instruct"}, "hardware": {"gpu": "H100-SXM"}}
+    )
+    assert spec is not None and not has_errors(issues)
+    revision = RevisionPlan(number=1, plan=plan(spec), replicas=1, hf_token=SECRET)
+    for source in (_local_argvs(revision), _kube_argvs(revision)):
+        (router,) = [args for role, args, _ in source if role == "router"]
+        assert router[router.index("--policy") + 1] == "consistent_hashing"
+        assert router[router.index("--routing-key-headers") + 1] == ROUTING_KEY_HEADER

@@ -46,23 +46,31 @@ def system_prompt(tenant: str) -> str:
     return f"You are the assistant of the {tenant}. Answer briefly and kindly. " * 40
 
 
-def ask(gateway: GatewayProcess, slug: str, key: str, tenant: str, question: str) -> None:
+def chat(
+    gateway: GatewayProcess, slug: str, key: str, tenant: str, question: str
+) -> httpx.Response:
     messages = [
         {"role": "system", "content": system_prompt(tenant)},
         {"role": "user", "content": question},
     ]
-    answer = httpx.post(
+    return httpx.post(
         f"{gateway.base_url(slug)}/chat/completions",
         json={"model": "sim/llama-test", "messages": messages, "max_tokens": 2},
         headers={"Authorization": f"Bearer {key}"},
         timeout=30,
     )
+
+
+def ask(gateway: GatewayProcess, slug: str, key: str, tenant: str, question: str) -> None:
+    answer = chat(gateway, slug, key, tenant, question)
     assert answer.status_code == 200, answer.text
     # The router's choice of engine is not relayed to the client.
     assert "x-smg-routed-worker-id" not in answer.headers
 
 
-def placed_cluster(engines: int, endpoint: Deployment, log_dir: Any) -> SimCluster:
+def placed_cluster(
+    engines: int, endpoint: Deployment, log_dir: Any, engine_args: list[str] | None = None
+) -> SimCluster:
     """Engines behind the router a by_count revision gets (``runtime.launch.router_args``)."""
     policy, args = smg_policy("cache_aware", PLINTH_ROUTING), cache_aware_args(PLINTH_ROUTING)
     assert policy == "consistent_hashing"
@@ -70,6 +78,7 @@ def placed_cluster(engines: int, endpoint: Deployment, log_dir: Any) -> SimClust
         engines=engines,
         policy=policy,
         router_args=args,
+        engine_args=engine_args or [],
         time_scale=TIME_SCALE,
         log_dir=log_dir,
         api_key=engine_api_key(str(endpoint.pk)),
@@ -218,30 +227,12 @@ def test_an_engine_error_on_a_placed_request_is_not_taken_for_a_refused_slot(
     so the request is not re-sent without its target (which would run it twice) nor counted as
     a refused placement."""
     endpoint = create_endpoint(cast, "failing")
-    policy, args = smg_policy("cache_aware", PLINTH_ROUTING), cache_aware_args(PLINTH_ROUTING)
-    with SimCluster(
-        engines=2,
-        policy=policy,
-        router_args=args,
-        engine_args=["--sim-error-rate", "1.0"],
-        time_scale=TIME_SCALE,
-        log_dir=tmp_path,
-        api_key=engine_api_key(str(endpoint.pk)),
-    ) as sim:
+    with placed_cluster(2, endpoint, tmp_path, ["--sim-error-rate", "1.0"]) as sim:
         fresh_table(sim.url)
         mark_serving(endpoint, sim.url, replicas=2)
         key = inference_key(cast)
         wait_routable(gateway, "failing", key)
-        messages = [
-            {"role": "system", "content": system_prompt("lighthouse")},
-            {"role": "user", "content": "Hello?"},
-        ]
-        answer = httpx.post(
-            f"{gateway.base_url('failing')}/chat/completions",
-            json={"model": "sim/llama-test", "messages": messages, "max_tokens": 2},
-            headers={"Authorization": f"Bearer {key}"},
-            timeout=30,
-        )
+        answer = chat(gateway, "failing", key, "lighthouse", "Hello?")
         assert answer.status_code == 503, answer.text
     refused = metric_sum(
         gateway.metrics_url,

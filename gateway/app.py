@@ -398,7 +398,7 @@ class Gateway:
             # for a while (gateway.placement), the key placed again among the other slots and
             # the request sent there; with no slot left, it goes by its key's hash.
             for _ in range(pool.replicas):
-                if slot is None:
+                if slot is None or key is None:  # no slot without a key
                     break
                 try:
                     return await send(key, slot)

@@ -46,9 +46,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
+import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -59,6 +63,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import redis
 import redis.asyncio as aioredis
 
 from gateway.placement import Placements
@@ -442,8 +447,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--warm-up", choices=("waves", "one-by-one"), default="waves")
     parser.add_argument(
         "--redis-url",
-        default="redis://127.0.0.1:6379/15",
-        help="Redis for the gateway's placement table (a pool of its own per run)",
+        default=os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/15",
+        help="Redis for the gateway's placement table (a pool of its own per run); when none "
+        "answers there, the bench starts the redis-server `make run` embeds, and stops it after",
     )
     parser.add_argument(
         "--plinth-extra",
@@ -453,8 +459,47 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def placement_redis(url: str, data_dir: Path) -> tuple[str, subprocess.Popen[bytes] | None]:
+    """A Redis for the gateway's placement table: the one at ``url``, or when none answers there
+    the redis-server `make run` embeds (``scripts/run.py``), started on a free port."""
+    try:
+        redis.Redis.from_url(url, socket_timeout=2).ping()
+        return url, None
+    except redis.ConnectionError:
+        pass
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from run import redis_argv  # scripts/ is not a package
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    server = subprocess.Popen(redis_argv(port, data_dir, appendonly=False))
+    client = redis.Redis(port=port, socket_timeout=2)
+    for _ in range(300):
+        try:
+            client.ping()
+            return f"redis://127.0.0.1:{port}/0", server
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    server.kill()
+    raise SystemExit(f"no Redis at {url}, and the embedded redis-server did not start")
+
+
 def main() -> None:
     args = parse_args()
+    server = None
+    if any(PLACED.get(name) for name in args.routers):
+        data_dir = Path(tempfile.mkdtemp(prefix="plinth-bench-routing-redis-"))
+        args.redis_url, server = placement_redis(args.redis_url, data_dir)
+    try:
+        run_all(args)
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+
+
+def run_all(args: argparse.Namespace) -> None:
     results = []
     for workload in args.workloads:
         for load in args.loads:

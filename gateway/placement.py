@@ -12,7 +12,12 @@ the replica slot holding the fewest keys, the lowest slot on a tie, and stays th
 been idle for ``ROUTING_KEY_IDLE_SECONDS``. The request then carries smg's
 ``x-smg-target-worker`` header with that slot (the router runs ``consistent_hashing``, which
 honours it; see ``runtime.launch.smg_policy``). A slot is an index into the router's list of
-workers, which is stable while the pool's membership is; a slot at or past the number of ready
+*available* workers (smg 1.13 drops unhealthy and circuit-broken ones before reading it; a worker
+that joins is appended, one that leaves shifts those after it down). So the slots keep their
+replicas while the pool is healthy and its membership steady; when a replica is down or removed,
+the keys of the later slots meet other replicas' caches until it is back (or, after a removal,
+once: then they stay). smg offers no stable name for a worker to target (1.13 takes an index
+only), which is what a sturdier mapping would need. A slot at or past the number of ready
 replicas is placed afresh. A slot the router refuses (no ready replica there: one went away, or
 the control plane counts a replica the router does not list yet) is left out for
 ``REFUSED_SECONDS`` by the gateway process that saw it: its keys move to the other slots for good

@@ -11,6 +11,7 @@ per request): httpx about 900 µs, aiohttp about 260 µs, ``gateway.http1`` abou
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -123,16 +124,21 @@ class SlotRefused(Exception):
 # consistent_hashing policy's `target_worker_miss`): 503 with this error code.
 _REFUSED_CODE = b'"no_available_workers"'
 _REFUSAL_BYTES = 16 * 1024
+_REFUSAL_SECONDS = 2.0
 
 
 async def _refuses_slot(response: Response) -> bool:
-    """Whether a 503 is smg refusing the named slot (not an engine's or router's failure)."""
+    """Whether a 503 is smg refusing the named slot (not an engine's or router's failure).
+
+    smg's refusal is a small body sent whole at once: a body slower than ``_REFUSAL_SECONDS``
+    or larger than ``_REFUSAL_BYTES`` is not one, and does not hold the client any longer."""
     body = b""
     try:
-        async for chunk in response.chunks():
-            body += chunk
-            if len(body) > _REFUSAL_BYTES:
-                break
+        async with asyncio.timeout(_REFUSAL_SECONDS):
+            async for chunk in response.chunks():
+                body += chunk
+                if len(body) > _REFUSAL_BYTES:
+                    return False
     except (UpstreamError, OSError, TimeoutError):
         return False
     finally:

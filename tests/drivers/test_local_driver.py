@@ -15,7 +15,7 @@ import pytest
 
 from deployments.drivers import base
 from deployments.drivers.local.driver import LocalDriver, LocalOptions
-from deployments.drivers.local.processes import ProcessTable, stop_all
+from deployments.drivers.local.processes import ProcessRecord, ProcessTable, stop_all
 from runtime import launch
 from runtime.client import RouterClient
 from runtime.spec import RuntimeSpec
@@ -291,3 +291,53 @@ def test_a_process_stopped_by_another_worker_leaves_no_zombie(tmp_path: Path) ->
     finally:
         spawner.kill()
         spawner.wait(10)
+
+
+def _sleeper(cwd: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], cwd=cwd)
+
+
+def test_a_process_left_without_a_record_is_killed_before_the_next_one_starts(
+    tmp_path: Path,
+) -> None:
+    """A worker killed between starting a process and saving its record leaves it running in the
+    run directory with no record; the next spawn there kills it rather than run a duplicate.
+    A recorded process and its own children are left alone."""
+    root = tmp_path / "endpoint"
+    root.mkdir()
+    table = ProcessTable(root)
+    family = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"
+    )
+    kept = ProcessRecord(name="router", role="router", revision=1, pid=0, port=1,
+                         start_ticks=0, config="", started_at=0.0)  # fmt: skip
+    table.spawn(kept, [sys.executable, "-c", family], {}, root)
+    orphan = _sleeper(root)  # started as a killed worker would have left it: no record
+    try:
+        wait_until(lambda: len(_pids_in(root)) == 3, "the router, its child and the orphan")
+        engine = dataclasses.replace(kept, name="r1-engine-0", role="engine", pid=0)
+        table.spawn(engine, [sys.executable, "-c", "import time; time.sleep(600)"], {}, root)
+        wait_until(lambda: orphan.poll() is not None, "the orphan killed")
+        assert orphan.returncode == -signal.SIGKILL
+        survivors = _pids_in(root)
+        assert kept.pid in survivors and engine.pid in survivors
+        assert len(survivors) == 3  # the router's own child too
+    finally:
+        orphan.kill()
+        orphan.wait(10)
+        for pid in _pids_in(root):  # the router, its child and the engine
+            os.kill(pid, signal.SIGKILL)
+
+
+def _pids_in(root: Path) -> set[int]:
+    """Live processes working in ``root`` (the local driver's sign of whose a process is)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            here = entry.name.isdigit() and (entry / "cwd").resolve(strict=True) == root.resolve()
+        except OSError:
+            continue
+        if here and _state(int(entry.name)) not in (None, "Z"):
+            found.add(int(entry.name))
+    return found

@@ -14,6 +14,7 @@ it, no ``<defunct>`` entry is left behind.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +39,24 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _processes_in(root: Path) -> list[tuple[int, int]]:
+    """(pid, parent pid) of the live processes whose working directory is ``root``."""
+    found = []
+    target = root.resolve()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "cwd").resolve(strict=True) != target:
+                continue
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            found.append((int(entry.name), int(fields[1])))
+    return found
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -133,7 +152,10 @@ class ProcessTable:
         even for programs that rewrite their command line and environment (setproctitle).
         """
         self.root.mkdir(parents=True, exist_ok=True)
-        with self.log_path(record.name).open("ab") as log:
+        with self._spawn_lock(), self.log_path(record.name).open("ab") as log:
+            # A worker killed between starting a process and saving its record left it running
+            # with no record: it would run beside the one started now (a duplicate engine).
+            self._kill_orphans()
             # No API key in the log the console shows, nor in the record.
             shown = redact_argv(argv)
             # Stamped (UTC, ISO 8601) so a reader knows when each run began.
@@ -149,13 +171,33 @@ class ProcessTable:
                 cwd=cwd,
                 start_new_session=True,  # survives the worker; signalled by pid only
             )
-        _reap_when_it_exits(popen)
-        record.pid = popen.pid
-        record.start_ticks = _start_ticks(popen.pid) or 0
-        record.started_at = time.time()
-        record.argv = shown
-        self.save(record)
+            _reap_when_it_exits(popen)
+            record.pid = popen.pid
+            record.start_ticks = _start_ticks(popen.pid) or 0
+            record.started_at = time.time()
+            record.argv = shown
+            self.save(record)
         return record
+
+    @contextlib.contextmanager
+    def _spawn_lock(self) -> Iterator[None]:
+        """One spawner at a time in this run directory, across worker processes: while it is
+        held, every process here not in a record is an orphan (the lock dies with its holder)."""
+        with (self.root / ".spawn.lock").open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _kill_orphans(self) -> None:
+        """SIGKILL the processes working in this run directory that no record names and whose
+        parent no record names either (a recorded process' own children are its business)."""
+        recorded = {r.pid for r in self.records() if r.pid}
+        for pid, parent in _processes_in(self.root):
+            if pid != os.getpid() and pid not in recorded and parent not in recorded:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
 
     def terminate(self, record: ProcessRecord, grace_s: float) -> bool:
         """SIGTERM once, SIGKILL after ``grace_s``; True once the process is gone (record too)."""

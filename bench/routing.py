@@ -48,7 +48,6 @@ import asyncio
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -69,7 +68,7 @@ import redis.asyncio as aioredis
 from gateway.placement import Placements
 from runtime.launch import cache_aware_args, gateway_places, smg_policy
 from runtime.routing_key import ROUTING_KEY_HEADER, TARGET_WORKER_HEADER, routing_key
-from runtime.sim.launcher import SimCluster, http_get
+from runtime.sim.launcher import SimCluster, free_port, http_get
 from runtime.sim.tokenizer import Tokenizer
 from runtime.spec import PLINTH_ROUTING
 
@@ -468,21 +467,16 @@ def placement_redis(url: str, data_dir: Path) -> tuple[str, subprocess.Popen[byt
     except redis.ConnectionError:
         pass
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    from run import redis_argv  # scripts/ is not a package
+    from run import StartError, redis_argv, wait_for_port  # scripts/ is not a package
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    port = free_port()
     server = subprocess.Popen(redis_argv(port, data_dir, appendonly=False))
-    client = redis.Redis(port=port, socket_timeout=2)
-    for _ in range(300):
-        try:
-            client.ping()
-            return f"redis://127.0.0.1:{port}/0", server
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    server.kill()
-    raise SystemExit(f"no Redis at {url}, and the embedded redis-server did not start")
+    try:
+        wait_for_port(port, "the embedded redis-server", proc=server)
+    except StartError as exc:
+        server.kill()
+        raise SystemExit(f"no Redis at {url}, and {exc}") from exc
+    return f"redis://127.0.0.1:{port}/0", server
 
 
 def main() -> None:

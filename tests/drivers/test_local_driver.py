@@ -19,6 +19,7 @@ from deployments.drivers.local.processes import ProcessRecord, ProcessTable, sto
 from runtime import launch
 from runtime.client import RouterClient
 from runtime.spec import RuntimeSpec
+from tests.engine.processes import processes_of
 from tests.waiting import wait_until
 
 REF = base.DeploymentRef(id="5f0c8e0a-0000-4000-8000-000000000001", slug="local-chat")
@@ -315,29 +316,16 @@ def test_a_process_left_without_a_record_is_killed_before_the_next_one_starts(
     table.spawn(kept, [sys.executable, "-c", family], {}, root)
     orphan = _sleeper(root)  # started as a killed worker would have left it: no record
     try:
-        wait_until(lambda: len(_pids_in(root)) == 3, "the router, its child and the orphan")
+        wait_until(lambda: len(processes_of(root)) == 3, "the router, its child and the orphan")
         engine = dataclasses.replace(kept, name="r1-engine-0", role="engine", pid=0)
         table.spawn(engine, [sys.executable, "-c", "import time; time.sleep(600)"], {}, root)
         wait_until(lambda: orphan.poll() is not None, "the orphan killed")
         assert orphan.returncode == -signal.SIGKILL
-        survivors = _pids_in(root)
+        survivors = set(processes_of(root))
         assert kept.pid in survivors and engine.pid in survivors
         assert len(survivors) == 3  # the router's own child too
     finally:
         orphan.kill()
         orphan.wait(10)
-        for pid in _pids_in(root):  # the router, its child and the engine
+        for pid in processes_of(root):  # the router, its child and the engine
             os.kill(pid, signal.SIGKILL)
-
-
-def _pids_in(root: Path) -> set[int]:
-    """Live processes working in ``root`` (the local driver's sign of whose a process is)."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        try:
-            here = entry.name.isdigit() and (entry / "cwd").resolve(strict=True) == root.resolve()
-        except OSError:
-            continue
-        if here and _state(int(entry.name)) not in (None, "Z"):
-            found.add(int(entry.name))
-    return found

@@ -70,6 +70,25 @@ class LiveConsole:
         return "\n".join(parts)
 
 
+def at_rest(deployment_id: object, timeout: float = 60.0) -> None:
+    """Wait until the live worker has acted on an endpoint's last change and left it at rest
+    (stopped or scaled to zero, nothing running, no pass due).
+
+    A test that writes into the endpoint's run directory waits for this first: otherwise the
+    worker may still be acting on the create, starting an engine that writes the very log file
+    the test wrote, or stopping one after the test looked.
+    """
+    from django.db.models import F
+
+    from deployments.models import Deployment
+    from tests.waiting import wait_until
+
+    rest = Deployment.objects.filter(
+        pk=deployment_id, observed_generation=F("generation"), next_reconcile_at__isnull=True
+    )
+    wait_until(rest.exists, f"endpoint {deployment_id} at rest", timeout)
+
+
 def _environment(db_name: str, tmp: Path) -> dict[str, str]:
     db = settings.DATABASES["default"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}

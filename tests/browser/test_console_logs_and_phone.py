@@ -14,7 +14,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from deployments import services
 from deployments.models import Deployment
-from tests.browser.conftest import LiveConsole
+from tests.browser.conftest import LiveConsole, at_rest
 from tests.browser.test_console_journey import answer_dialog, sign_in, watch_csp
 from tests.browser.test_console_trust import axe_violations
 from tests.conftest import Cast
@@ -55,6 +55,7 @@ def _idle_endpoint(cast: Cast, slug: str, *, revisions: int = 1) -> Deployment:
     for n in range(1, revisions):
         spec = {**SPEC, "batching": {"max_running_requests": 32 * (n + 1)}}
         services.update_settings(actor, endpoint.pk, spec=spec, base_revision=n, message="more")
+    at_rest(endpoint.pk)  # the worker is done with it: no engine of the create writes logs
     return endpoint
 
 

@@ -16,14 +16,14 @@ from django.db import transaction
 
 from controlplane import redis_clients
 
-CHANNEL = "plinth:changes"
 logger = logging.getLogger(__name__)
 
 
 def _publish(kind: str, object_id: str) -> None:
     try:
         message = json.dumps({"kind": kind, "id": object_id})
-        redis_clients.client(settings.REDIS_URL).publish(CHANNEL, message)
+        client = redis_clients.client(settings.REDIS_URL)
+        client.publish(redis_clients.changes_channel(client), message)
     except redis.RedisError:
         # The periodic refresh catches up; a mutation must not fail because Redis blinked.
         logger.warning("could not publish change notification kind=%s", kind)

@@ -21,6 +21,7 @@ __all__ = [
     "as_text",
     "async_client",
     "async_subscriber",
+    "changes_channel",
     "client",
     "command_options",
 ]
@@ -69,3 +70,15 @@ def as_text(value: bytes | str) -> str:
 def async_subscriber(url: str) -> aioredis.Redis:
     """A client for pub/sub subscriptions, which block until something is published."""
     return aioredis.Redis.from_url(url, **_subscriber_options())
+
+
+def changes_channel(client: redis.Redis | aioredis.Redis) -> str:
+    """The pub/sub channel of change notifications (``controlplane.notify``) for the database
+    that ``client`` talks to.
+
+    Redis pub/sub ignores database numbers: a subscriber hears every publisher on the server.
+    The number in the name keeps two installs (or two test runs) that share a server on
+    different databases from reloading on each other's changes.
+    """
+    db = client.connection_pool.connection_kwargs.get("db", 0)
+    return f"plinth:changes:{int(db)}"

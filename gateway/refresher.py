@@ -1,7 +1,7 @@
 """Keeps the route table fresh in the background: on change notifications and periodically.
 
 Loads run in one worker thread (the Django ORM is blocking). A notification on
-``plinth:changes`` (``controlplane.notify``, ``{"kind": "deployment"|"api_key", "id": ...}``)
+``plinth:changes:<db>`` (``controlplane.notify``, ``{"kind": "deployment"|"api_key", "id": ...}``)
 names what changed: only those endpoints and keys are read again and swapped into a copy of the
 table, so one endpoint's change costs the same at 10 endpoints as at 1,000. Bursts coalesce into
 one load of every id named meanwhile. A notification this process cannot read, and every
@@ -25,10 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import redis.asyncio as aioredis
 
+from controlplane import redis_clients
 from gateway.observability import ROUTE_TABLE_CLOCK
 from gateway.routes import RouteChanges, RouteTable
 
-CHANNEL = "plinth:changes"  # controlplane.notify.CHANNEL; not imported to keep Django out
 logger = logging.getLogger("plinth.gateway")
 # The kinds of change notification that name one route (controlplane.notify's publishers).
 _KINDS = ("deployment", "api_key")
@@ -195,7 +195,7 @@ class RouteRefresher:
         while True:
             try:
                 async with self._client.pubsub(ignore_subscribe_messages=True) as pubsub:
-                    await pubsub.subscribe(CHANNEL)
+                    await pubsub.subscribe(redis_clients.changes_channel(self._client))
                     # Anything may have changed while we were not subscribed.
                     self.mark_dirty()
                     backoff = 0.5

@@ -10,7 +10,7 @@ from typing import Any
 import redis
 from django.conf import settings
 
-from controlplane.notify import CHANNEL
+from controlplane import redis_clients
 from deployments import services
 from deployments.models import Deployment
 from deployments.tasks.engine import reconcile_deployment
@@ -22,7 +22,7 @@ def test_creating_queues_one_reconcile_after_commit(
     api: Clients, broker: redis.Redis, django_capture_on_commit_callbacks: Any
 ) -> None:
     changes = broker.pubsub(ignore_subscribe_messages=True)
-    changes.subscribe(CHANNEL)
+    changes.subscribe(redis_clients.changes_channel(broker))
     with django_capture_on_commit_callbacks() as callbacks:
         created = api.dave.post("deployments", {"slug": "chat", "spec": SPEC}).json()
         assert queued(broker) == []  # not before the transaction commits

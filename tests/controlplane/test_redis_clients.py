@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 import redis
 from django.conf import settings
 from django.core.cache import cache
 
-from controlplane import redis_clients
+from controlplane import notify, redis_clients
 from tests.controlplane.source_tree import call_name, sources
 
 FACTORY = "controlplane/redis_clients.py"
@@ -81,3 +84,41 @@ def test_djangos_cache_uses_the_same_options() -> None:
     assert settings.CACHES["default"]["OPTIONS"] == redis_clients.command_options()
     cache.set("redis-clients-check", 1, timeout=5)
     assert cache.get("redis-clients-check") == 1
+
+
+@pytest.mark.django_db
+def test_change_notifications_stay_on_their_database(
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """Pub/sub ignores database numbers; the channel's name carries it, so a subscriber on
+    another database of the same server hears nothing of this one's changes."""
+    here = redis_clients.client(settings.REDIS_URL)
+    kwargs = here.connection_pool.connection_kwargs
+    server = {name: kwargs[name] for name in ("host", "port", "password") if name in kwargs}
+    other = redis.Redis(**server, db=(int(kwargs.get("db", 0)) + 1) % 16)
+    assert redis_clients.changes_channel(here) != redis_clients.changes_channel(other)
+    listeners = [client.pubsub(ignore_subscribe_messages=True) for client in (here, other)]
+    marker = f"d-{uuid.uuid4()}"
+    try:
+        for client, pubsub in zip((here, other), listeners, strict=True):
+            pubsub.subscribe(redis_clients.changes_channel(client))
+            pubsub.get_message(timeout=1)  # the subscription's confirmation
+        with django_capture_on_commit_callbacks(execute=True):
+            notify.publish_on_commit("deployment", marker)
+        assert _heard(listeners[0], marker, seconds=5)
+        # Another run may be using that database: only this change's absence counts.
+        assert not _heard(listeners[1], marker, seconds=0.5)
+    finally:
+        for pubsub in listeners:
+            pubsub.close()
+        other.close()
+
+
+def _heard(pubsub: redis.client.PubSub, marker: str, seconds: float) -> bool:
+    """Whether a message naming ``marker`` arrives on ``pubsub`` within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        message = pubsub.get_message(timeout=left)
+        if message is not None and marker in redis_clients.as_text(message["data"]):
+            return True
+    return False

@@ -21,7 +21,7 @@ import redis
 from django.conf import settings
 from django.utils import timezone
 
-from controlplane import notify
+from controlplane import redis_clients
 from deployments import reconcile, services
 from deployments.models import Deployment
 from deployments.status import ACTIVE, SCALED_TO_ZERO, STOPPED
@@ -120,7 +120,7 @@ def notifications() -> Iterator[redis.client.PubSub]:
     """A subscriber to the gateway's change channel on the real Redis."""
     client = redis.Redis.from_url(settings.REDIS_URL)
     pubsub = client.pubsub(ignore_subscribe_messages=True)
-    pubsub.subscribe(notify.CHANNEL)
+    pubsub.subscribe(redis_clients.changes_channel(client))
     pubsub.get_message(timeout=1)  # the subscription's confirmation
     yield pubsub
     pubsub.close()

@@ -18,7 +18,7 @@ import redis
 from django.conf import settings
 from django.db import connections
 
-from controlplane import notify, redis_clients
+from controlplane import redis_clients
 from controlplane import services as platform
 from deployments import services as deployment_services
 from gateway import loader
@@ -119,7 +119,8 @@ def test_a_notification_it_cannot_read_alone_reloads_the_whole_table(cast: Cast)
         try:
             await until(lambda: loads.full == 2, "subscribed")
             client = redis.Redis.from_url(settings.REDIS_URL)
-            await asyncio.to_thread(client.publish, notify.CHANNEL, json.dumps({"kind": "x"}))
+            channel = redis_clients.changes_channel(client)
+            await asyncio.to_thread(client.publish, channel, json.dumps({"kind": "x"}))
             await until(lambda: loads.full == 3, "reloaded whole")
             client.close()
         finally:

@@ -1,4 +1,5 @@
-"""A Celery worker survives its Redis broker restarting, and no task is lost or run twice.
+"""A Celery worker survives its Redis broker restarting or dropping its connections, and no task
+is lost or run twice.
 
 Real parts: redis-server started as `make run` starts it (AOF), Plinth's Celery app in a real
 worker process (``broker_worker`` adds a task the test holds open), SIGKILL to Redis while a
@@ -67,6 +68,10 @@ class Broker:
     def restart_redis(self) -> None:
         self.redis.kill()
         self.redis.start()
+
+    def drop_connections(self) -> None:
+        """Redis closes every client's connection but this one and stays up."""
+        self.redis.client().client_kill_filter(_type="normal", skipme=True)
 
     def alive(self) -> bool:
         """Running and not on its way out (it waits for its running task before exiting)."""
@@ -145,3 +150,22 @@ def test_a_task_queued_when_redis_dies_runs_once_after_it_restarts(broker: Broke
     broker.assert_alive()
     broker.assert_nothing_left_to_redeliver()
     assert sorted(broker.lines()) == ["done a", "done queued", "start a", "start queued"]
+
+
+def test_a_task_running_when_the_connection_drops_runs_once(broker: Broker) -> None:
+    # Redis stays up, so the worker's restore of what it had delivered reaches it at once: the
+    # running task's message put back would run it again in the other process.
+    broker.start_worker(concurrency=2)
+    broker.send("a")
+    wait_until(lambda: "start a" in broker.lines(), "task a started")
+
+    broker.drop_connections()
+    wait_until(lambda: broker.reconnected() or not broker.alive(), "reconnected or exited")
+    broker.assert_alive()
+    broker.send("b")
+    wait_until(lambda: "start b" in broker.lines(), "task b started")
+    broker.release.touch()
+    wait_until(lambda: "done a" in broker.lines() and "done b" in broker.lines(), "both done")
+    broker.assert_nothing_left_to_redeliver()
+    broker.assert_alive()
+    assert sorted(broker.lines()) == ["done a", "done b", "start a", "start b"]

@@ -35,7 +35,7 @@ from deployments.drivers.kube.driver import KubeDriver
 from deployments.drivers.kube.render import KubeOptions, render_revision
 from deployments.drivers.kube.weights import Weights, weights_of
 from runtime.spec import MODEL_CACHE_PATH
-from tests.drivers.kube_emulator import running_emulator
+from tests.drivers.kube_emulator import CLIENT_TIMEOUT_S, running_emulator
 from tests.drivers.reference_specs import REF, golden_names, load_spec, revision_plan
 from tests.drivers.test_fences import pod_specs
 from tests.drivers.test_manifests import K8S_VERSIONS, lws_schema
@@ -290,7 +290,7 @@ def test_the_driver_applies_the_job_prunes_it_for_other_models_and_deletes_it() 
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     cluster = ClusterSettings(model_cache=ClaimCache(claim_name="models"))
     with running_emulator() as emulator:
-        client = KubeClient.for_host(emulator.url, timeout=1.0)
+        client = KubeClient.for_host(emulator.url, timeout=CLIENT_TIMEOUT_S)
         try:
             driver = KubeDriver(client, KubeOptions(cluster=cluster))
             first = revision_plan(load_spec("llama-3.1-8b-h100"), hf_token=TOKEN)

@@ -36,6 +36,10 @@ from kmock._internal import enums, rendering
 from deployments.drivers.kube.client import KINDS, Kind
 
 STALL_SECONDS = 3.0
+# The read timeout of the tests' clients: longer than the in-process emulator ever takes to
+# answer on a loaded machine, so only an injected stall times out. A test that injects one gives
+# its client a timeout below STALL_SECONDS.
+CLIENT_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -194,16 +198,22 @@ class PlinthKubeEmulator(kmock.KubernetesEmulator):
             return response
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
-            for version, res, ns, kind, raw in list(self.history):
+            # The history and its version as of now: a change recorded while a write below
+            # waits on the client is sent on the next round, not skipped.
+            events, top = list(self.history), self.version
+            for version, res, ns, kind, raw in events:
                 if version > after and res == resource and self._matching(request, raw, ns):
                     await response.write(json.dumps({"type": kind, "object": raw}).encode() + b"\n")
-            after = max(after, self.version)
+            after = max(after, top)
             left = deadline - asyncio.get_running_loop().time()
             if left <= 0 or self.closing:
                 break
             async with self._changed:
-                with suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), timeout=left)
+                # Checked again under the lock that changes and close() notify under: one that
+                # came since the check above would otherwise be missed until the timeout.
+                if self.version <= after and not self.closing:
+                    with suppress(TimeoutError):
+                        await asyncio.wait_for(self._changed.wait(), timeout=left)
         await response.write_eof()
         return response
 
@@ -432,7 +442,8 @@ def running_emulator() -> Iterator[RunningEmulator]:
             started.set()
             await stop.wait()
 
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    main = loop.create_task(serve())
+    thread = threading.Thread(target=loop.run_until_complete, args=(main,), daemon=True)
     thread.start()
     if not started.wait(timeout=15):
         raise RuntimeError("the Kubernetes emulator did not start")
@@ -450,5 +461,17 @@ def running_emulator() -> Iterator[RunningEmulator]:
             stop.set()
 
         asyncio.run_coroutine_threadsafe(close(), loop)
-        thread.join(timeout=10)
+        thread.join(timeout=30)
+        if thread.is_alive():
+            # A request handler that will not end (a client's connection the server waits on)
+            # holds the server's shutdown: cancel the handlers, not the server.
+            def cancel_handlers() -> None:
+                for task in asyncio.all_tasks(loop):
+                    if task is not main:
+                        task.cancel()
+
+            loop.call_soon_threadsafe(cancel_handlers)
+            thread.join(timeout=30)
+        if thread.is_alive():
+            raise RuntimeError("the Kubernetes emulator did not stop")
         loop.close()

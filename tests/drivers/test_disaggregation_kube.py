@@ -15,7 +15,7 @@ from deployments.drivers.kube.client import KubeClient
 from deployments.drivers.kube.driver import KubeDriver
 from deployments.drivers.kube.render import KubeOptions, render_revision
 from runtime.spec import RuntimeSpec
-from tests.drivers.kube_emulator import RunningEmulator, running_emulator
+from tests.drivers.kube_emulator import CLIENT_TIMEOUT_S, RunningEmulator, running_emulator
 from tests.drivers.reference_specs import REF, load_spec, revision_plan
 
 NS = REF.namespace
@@ -90,7 +90,7 @@ def _pod(name: str, role: str, ready: bool) -> dict[str, Any]:
 def test_pools_reach_the_cluster_at_their_sizes_and_come_back_per_role(
     emulator: RunningEmulator,
 ) -> None:
-    client = KubeClient.for_host(emulator.url, timeout=1.0)
+    client = KubeClient.for_host(emulator.url, timeout=CLIENT_TIMEOUT_S)
     try:
         driver = KubeDriver(client)
         driver.apply(REF, revision_plan(pd_spec(decode_replicas=3)))

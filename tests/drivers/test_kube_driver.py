@@ -22,7 +22,12 @@ from deployments.drivers.kube.client import (
 from deployments.drivers.kube.driver import KubeDriver
 from deployments.egress import EgressPolicy
 from deployments.kubeconfig import KubeconfigPolicy
-from tests.drivers.kube_emulator import RunningEmulator, running_emulator
+from tests.drivers.kube_emulator import (
+    CLIENT_TIMEOUT_S,
+    STALL_SECONDS,
+    RunningEmulator,
+    running_emulator,
+)
 from tests.drivers.reference_specs import REF, load_spec, revision_plan
 
 NS = REF.namespace
@@ -37,7 +42,7 @@ def emulator() -> Iterator[RunningEmulator]:
 
 @pytest.fixture
 def driver(emulator: RunningEmulator) -> Iterator[KubeDriver]:
-    client = KubeClient.for_host(emulator.url, timeout=1.0)
+    client = KubeClient.for_host(emulator.url, timeout=CLIENT_TIMEOUT_S)
     yield KubeDriver(client)
     client.close()
 
@@ -92,7 +97,7 @@ def test_a_settled_endpoint_costs_one_read_and_no_write(
 def test_without_the_skip_every_object_is_read_and_pruned_each_pass(
     emulator: RunningEmulator,
 ) -> None:
-    client = KubeClient.for_host(emulator.url, timeout=1.0)
+    client = KubeClient.for_host(emulator.url, timeout=CLIENT_TIMEOUT_S)
     old = KubeDriver(client, skip_unchanged=False)
     old.apply(REF, plan())
     start = len(emulator.emulator._requests)
@@ -214,12 +219,12 @@ def test_forbidden_and_invalid_are_permanent(
         driver.apply(REF, plan())
 
 
-def test_a_stalled_api_is_a_temporary_timeout(
-    driver: KubeDriver, emulator: RunningEmulator
-) -> None:
+def test_a_stalled_api_is_a_temporary_timeout(emulator: RunningEmulator) -> None:
+    client = KubeClient.for_host(emulator.url, timeout=STALL_SECONDS / 3)
     emulator.inject("GET", "deployments/chat-engine", None)
     with pytest.raises(KubeTemporaryError, match="did not answer"):
-        driver.apply(REF, plan())
+        KubeDriver(client).apply(REF, plan())
+    client.close()
 
 
 def pod(name: str, revision: int, status: dict[str, Any], role: str = "engine") -> dict[str, Any]:
@@ -471,14 +476,14 @@ def test_a_guarded_client_never_connects_to_a_name_that_resolves_to_loopback(
 ) -> None:
     # The same emulator, named "localhost": resolved when the socket opens, refused there.
     named = emulator.url.replace("127.0.0.1", "localhost")
-    client = KubeClient.for_host(named, timeout=1.0, egress=EgressPolicy())
+    client = KubeClient.for_host(named, timeout=CLIENT_TIMEOUT_S, egress=EgressPolicy())
     with pytest.raises(KubePermanentError, match="resolves to an address that is a loopback"):
         client.get(kind_of("v1", "Service"), NS, "chat-router")
     client.close()
     assert not emulator.emulator._requests  # nothing reached the server
     # Allowed by the operator, the guarded client connects to the address it checked.
     allowed = EgressPolicy.build(allow=["127.0.0.0/8", "::1"])
-    client = KubeClient.for_host(named, timeout=1.0, egress=allowed)
+    client = KubeClient.for_host(named, timeout=CLIENT_TIMEOUT_S, egress=allowed)
     assert client.get(kind_of("v1", "Service"), NS, "chat-router") is None
     client.close()
     assert emulator.emulator._requests
@@ -539,7 +544,8 @@ def test_a_name_is_resolved_once_per_connection_and_the_checked_address_is_used(
 
     monkeypatch.setattr(socket, "getaddrinfo", rebinding)
     named = emulator.url.replace("127.0.0.1", "api.rebind.test")
-    client = KubeClient.for_host(named, timeout=1.0, egress=EgressPolicy.build(allow=["127.0.0.1"]))
+    egress = EgressPolicy.build(allow=["127.0.0.1"])
+    client = KubeClient.for_host(named, timeout=CLIENT_TIMEOUT_S, egress=egress)
     assert client.get(kind_of("v1", "Service"), NS, "chat-router") is None  # reached the emulator
     assert asked == ["api.rebind.test"]  # and the connection did not look the name up again
     client.close()  # the next connection resolves afresh, gets the metadata address: refused

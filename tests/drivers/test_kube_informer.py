@@ -14,7 +14,7 @@ from deployments.drivers.kube import labels as L
 from deployments.drivers.kube.client import KubeClient, KubeGone, kind_of
 from deployments.drivers.kube.driver import KubeDriver
 from deployments.drivers.kube.informer import ClusterCache, Informer
-from tests.drivers.kube_emulator import RunningEmulator, running_emulator
+from tests.drivers.kube_emulator import CLIENT_TIMEOUT_S, RunningEmulator, running_emulator
 from tests.drivers.reference_specs import REF, load_spec, revision_plan
 from tests.waiting import wait_until
 
@@ -31,7 +31,7 @@ def emulator() -> Iterator[RunningEmulator]:
 
 @pytest.fixture
 def client(emulator: RunningEmulator) -> Iterator[KubeClient]:
-    client = KubeClient.for_host(emulator.url, timeout=2.0)
+    client = KubeClient.for_host(emulator.url, timeout=CLIENT_TIMEOUT_S)
     yield client
     client.close()
 
@@ -145,7 +145,7 @@ def plan(number: int = 1, name: str = "llama-3.1-8b-h100") -> Any:
 
 @pytest.fixture
 def cache(emulator: RunningEmulator) -> Iterator[ClusterCache]:
-    cache = ClusterCache(KubeClient.for_host(emulator.url, timeout=2.0), NS).start()
+    cache = ClusterCache(KubeClient.for_host(emulator.url, timeout=CLIENT_TIMEOUT_S), NS).start()
     for informer in cache.informers.values():
         assert informer.wait_synced(10)
     yield cache
@@ -201,7 +201,8 @@ def test_a_worker_keeps_one_cache_per_cluster_and_replaces_it_when_its_access_ch
     built: list[ClusterCache] = []
 
     def build() -> ClusterCache:
-        built.append(ClusterCache(KubeClient.for_host(emulator.url, timeout=2.0), NS, watch_s=1))
+        client = KubeClient.for_host(emulator.url, timeout=CLIENT_TIMEOUT_S)
+        built.append(ClusterCache(client, NS, watch_s=1))
         return built[-1]
 
     try:

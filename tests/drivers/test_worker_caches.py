@@ -27,7 +27,7 @@ from deployments.drivers.kube.driver import KubeDriver
 from deployments.drivers.kube.informer import ClusterCache
 from deployments.drivers.kube.observe import observation
 from deployments.models import Deployment, Revision
-from tests.drivers.kube_emulator import RunningEmulator
+from tests.drivers.kube_emulator import CLIENT_TIMEOUT_S, RunningEmulator
 from tests.drivers.test_gpu_placement import H100, node
 from tests.engine.conftest import NS, emulator, endpoint, refresh
 from tests.engine.test_reconcile_kube import put_pod, running
@@ -128,7 +128,7 @@ def test_a_burst_of_changes_to_an_endpoints_objects_makes_it_due_once(
     endpoint: Deployment, emulator: RunningEmulator
 ) -> None:
     batches = Batches()
-    cache = ClusterCache(KubeClient.for_host(emulator.url, timeout=2.0), NS)
+    cache = ClusterCache(KubeClient.for_host(emulator.url, timeout=CLIENT_TIMEOUT_S), NS)
     cache.on_change(batches, debounce_s=0.5)
     cache.start()
     try:
@@ -161,8 +161,8 @@ def test_a_due_endpoint_stays_due_and_a_later_one_is_due_now(endpoint: Deploymen
 
 def test_the_inventory_reads_nodes_from_a_synced_cache(emulator: RunningEmulator) -> None:
     emulator.put("v1", "Node", None, node("h100-a", H100))  # type: ignore[arg-type]
-    cache = ClusterCache(KubeClient.for_host(emulator.url, timeout=2.0), NS).start()
-    client = KubeClient.for_host(emulator.url, timeout=2.0)
+    cache = ClusterCache(KubeClient.for_host(emulator.url, timeout=CLIENT_TIMEOUT_S), NS).start()
+    client = KubeClient.for_host(emulator.url, timeout=CLIENT_TIMEOUT_S)
     try:
         nodes = cache.informers["Node"]
         assert nodes.wait_synced(10) and len(nodes) == 1

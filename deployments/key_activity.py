@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from datetime import UTC, datetime
 
 import redis
 from django.conf import settings
 
 from controlplane import redis_clients
 from controlplane import services as platform
+from deployments.redis_fields import as_time
 
 KEY_LAST_USED_HASH = "plinth:usage:key_last_used"
 PROCESSING_PREFIX = "plinth:key_last_used:processing:"
@@ -36,8 +36,9 @@ def flush_key_last_used(client: redis.Redis | None = None) -> int:
     written = 0
     for name in client.scan_iter(match=f"{PROCESSING_PREFIX}*"):
         times = {
-            redis_clients.as_text(key_id): datetime.fromtimestamp(int(epoch), tz=UTC)
+            redis_clients.as_text(key_id): when
             for key_id, epoch in client.hgetall(name).items()
+            if (when := as_time(epoch)) is not None  # else not a gateway's: skipped
         }
         written += platform.record_keys_used(times)
         client.delete(name)

@@ -42,6 +42,7 @@ from django.utils import timezone
 from controlplane import redis_clients
 from controlplane.models import ApiKey
 from deployments.models import Deployment, UsageFlushBatch, UsageRecord
+from deployments.redis_fields import as_count, as_time, as_uuid
 
 USAGE_PREFIX = "plinth:usage:"
 MINUTES_SET = "plinth:usage:minutes"
@@ -67,6 +68,7 @@ class FlushResult:
     requests: int = 0
     endpoints_touched: int = 0
     skipped: list[str] = field(default_factory=list)
+    malformed: int = 0  # fields that no gateway wrote (they do not parse): skipped
 
 
 def _client() -> redis.Redis:
@@ -109,7 +111,11 @@ def _claim_minutes(client: redis.Redis, include_current: bool) -> None:
 def _flush_hash(client: redis.Redis, name: bytes, result: FlushResult) -> None:
     batch = name.decode()
     minute = int(batch.removeprefix(PROCESSING_PREFIX).split(":", 1)[0])
-    counts = _parse_counts(client.hgetall(name))
+    counts, malformed = _parse_counts(client.hgetall(name))
+    if malformed:
+        # Not written by a gateway (nothing can bill them): skipped, so the batch still goes.
+        logger.warning("usage batch %s: %d malformed fields skipped", batch, malformed)
+        result.malformed += malformed
     rows = _usage_rows(counts, datetime.fromtimestamp(minute, tz=UTC), result)
     with transaction.atomic():
         # False when a flush that died before deleting the batch had committed it already.
@@ -144,32 +150,39 @@ def prune_batches() -> int:
     return deleted
 
 
-Counts = dict[tuple[str, str, str], dict[str, int]]
+Counts = dict[tuple[uuid.UUID, uuid.UUID, str], dict[str, int]]
 # organization, key, endpoint, slug, minute, then the COUNTERS in their order.
 UsageRow = tuple[uuid.UUID, uuid.UUID, uuid.UUID, str, datetime, int, int, int, int]
 
 
-def _parse_counts(raw: dict[bytes | str, bytes | str]) -> Counts:
+def _parse_counts(raw: dict[bytes | str, bytes | str]) -> tuple[Counts, int]:
+    """The counts by (key, endpoint, slug), and how many fields did not parse."""
     counts: Counts = defaultdict(dict)
+    malformed = 0
     for field_name, value in raw.items():
-        key_id, endpoint_id, slug, counter = redis_clients.as_text(field_name).split("|")
-        if counter in COUNTERS:
-            counts[(key_id, endpoint_id, slug)][counter] = int(value)
-    return counts
+        parts = redis_clients.as_text(field_name).split("|")
+        if len(parts) != 4:
+            malformed += 1
+            continue
+        key_id, endpoint_id, slug, counter = parts
+        key, endpoint, amount = as_uuid(key_id), as_uuid(endpoint_id), as_count(value)
+        if key is None or endpoint is None or amount is None:
+            malformed += 1
+        elif counter in COUNTERS:
+            counts[(key, endpoint, slug)][counter] = amount
+    return counts, malformed
 
 
 def _usage_rows(counts: Counts, minute: datetime, result: FlushResult) -> list[UsageRow]:
-    key_ids = {key_id for key_id, _, _ in counts}
+    key_ids = {key for key, _, _ in counts}
     organizations = dict(ApiKey.objects.filter(pk__in=key_ids).values_list("id", "organization_id"))
     rows: list[UsageRow] = []
-    for (key_id, endpoint_id, slug), values in counts.items():
-        organization_id = organizations.get(uuid.UUID(key_id))
+    for (key, endpoint, slug), values in counts.items():
+        organization_id = organizations.get(key)
         if organization_id is None:
-            result.skipped.append(key_id)  # the key was deleted; its usage goes with it
+            result.skipped.append(str(key))  # the key was deleted; its usage goes with it
             continue
         requests, prompt, cached, completion = (values.get(counter, 0) for counter in COUNTERS)
-        endpoint = uuid.UUID(endpoint_id)
-        key = uuid.UUID(key_id)
         rows.append(
             (organization_id, key, endpoint, slug, minute, requests, prompt, cached, completion)
         )
@@ -197,8 +210,9 @@ def flush_last_requests(client: redis.Redis) -> int:
     touched = 0
     for name in client.scan_iter(match=f"{LAST_REQUEST_PROCESSING_PREFIX}*"):
         for endpoint_id, epoch in client.hgetall(name).items():
-            when = datetime.fromtimestamp(int(epoch), tz=UTC)
-            touched += record_last_request(redis_clients.as_text(endpoint_id), when)
+            endpoint, when = as_uuid(endpoint_id), as_time(epoch)
+            if endpoint is not None and when is not None:  # else not a gateway's: skipped
+                touched += record_last_request(endpoint, when)
         client.delete(name)
     return touched
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -116,6 +117,7 @@ def test_unknown_and_deleted_keys_are_skipped(cast, clean_hash: None) -> None:
     created = platform.create_api_key(cast.actor(cast.alice, cast.acme), name="k", kind="inference")
     gone = str(created.api_key.pk)
     created.api_key.delete()
-    redis_client().hset(KEY_LAST_USED_HASH, mapping={gone: int(time.time()), "junk": 1})
+    junk = {"junk": 1, str(uuid.uuid4()): "later"}  # no key, and no time
+    redis_client().hset(KEY_LAST_USED_HASH, mapping={gone: int(time.time()), **junk})
     assert flush_key_last_used() == 0
     assert not list(redis_client().scan_iter(match=f"{PROCESSING_PREFIX}*"))

@@ -6,15 +6,25 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from datetime import UTC, datetime
 
 import pytest
 import redis.asyncio as aioredis
 from django.conf import settings
+from hypothesis import given
+from hypothesis import strategies as st
 
 from controlplane.models import ApiKey
 from deployments.models import Deployment, UsageFlushBatch, UsageRecord
-from deployments.usage import LOCK_KEY, MINUTES_SET, PROCESSING_PREFIX, flush_usage
+from deployments.redis_fields import as_count, as_time, as_uuid
+from deployments.usage import (
+    LAST_REQUEST_HASH,
+    LOCK_KEY,
+    MINUTES_SET,
+    PROCESSING_PREFIX,
+    flush_usage,
+)
 from gateway.limits import RateLimiter
 from gateway.metering import Meter, Usage, minute_of, usage_hash
 from gateway.routes import Endpoint, InferenceKey
@@ -116,6 +126,37 @@ def test_last_request_time_moves_forward_only(counted):
     endpoint.refresh_from_db()
     assert endpoint.last_request_at == datetime.fromtimestamp(int(now), tz=UTC)
     assert Deployment.objects.filter(last_request_at__isnull=False).count() == 1
+
+
+def test_fields_no_gateway_wrote_are_skipped_and_the_batch_still_goes(counted):
+    count, endpoint = counted
+    client = redis_client()
+    now = time.time()
+    minute = minute_of(now - 120)
+    count(Usage(10, 5, 2), minute + 1)
+    client.hset(usage_hash(minute), mapping={
+        "k1000|e1|batched|requests": 1,  # ids that are not ids (a test's, a hand-made one)
+        f"{uuid.uuid4()}|{endpoint.pk}|billing|requests": "many",  # not a count
+        "no separators": 1,
+    })  # fmt: skip
+    client.hset(LAST_REQUEST_HASH, mapping={"e1": int(now), str(uuid.uuid4()): "soon"})
+
+    first = flush_usage()
+
+    assert (first.minutes, first.requests, first.malformed) == (1, 1, 3)
+    assert rows() == [(1, 10, 2, 5)]  # the gateway's count went in beside them
+    assert not list(client.scan_iter(match=f"{PROCESSING_PREFIX}*"))  # nothing left to fail on
+    endpoint.refresh_from_db()
+    assert endpoint.last_request_at == datetime.fromtimestamp(int(minute + 1), tz=UTC)
+
+
+@given(st.one_of(st.binary(max_size=40), st.text(max_size=40)))
+def test_a_redis_field_that_does_not_parse_is_none_never_an_error(value: bytes | str) -> None:
+    for read in (as_uuid, as_count, as_time):
+        read(value)  # returns or answers None: never raises
+    count = as_count(value)
+    assert count is None or count >= 0
+    assert as_time(value) is None or count is not None
 
 
 def flush_killed_after(step: int) -> int:

@@ -391,6 +391,43 @@ def print_gemm_evidence(python: Path, points: list[Point]) -> None:
               "take longer at M=512 than at M=1024")  # fmt: skip
 
 
+PROMPT_LENGTHS = (256, 384, 512, 640, 768, 1024, 1536, 2048)
+
+
+def print_prefill_by_length(python: Path, points: list[Point]) -> None:
+    """AIConfigurator's own prefill estimates at the marked configurations, by prompt length,
+    FP8 beside BF16, with the model's. Marks where AIC's prefill takes less time for a longer
+    prompt, or longer in FP8 than in BF16 at the same length: item 8 requires the model never
+    to do either, so it cannot follow AIC there."""
+    flagged = [p for p in points if AIC_ANOMALIES.get((p.gpu, p.quant, p.mode, p.tokens))]
+    marked = sorted({(p.model, p.gpu, p.tp, p.quant, p.kv) for p in flagged}, key=str)
+    if not marked:
+        return
+    asked = [
+        Point(model, gpu, tp, quant, kv, "prefill", 1, n)
+        for model, gpu, tp, low, kv in marked
+        for quant in (low, None)
+        for n in PROMPT_LENGTHS
+    ]
+    aic = {p: float(str(a["ms"])) for p, a in zip(asked, query_aic(python, asked), strict=True)}
+    print("\n== AIConfigurator's own prefill at the marked configurations, ms by prompt length ==")
+    print(f"{'configuration':<28}{'tokens':>7}{'AIC fp8':>9}{'AIC bf16':>10}{'model':>8}  marks")
+    for model, gpu, tp, quant, kv in marked:
+        before = None
+        for n in PROMPT_LENGTHS:
+            low = Point(model, gpu, tp, quant, kv, "prefill", 1, n)
+            fp8, bf16 = aic[low], aic[Point(model, gpu, tp, None, kv, "prefill", 1, n)]
+            marks = []
+            if before is not None and fp8 < before:
+                marks.append("faster than the shorter prompt")
+            if fp8 > bf16:
+                marks.append("FP8 slower than BF16")
+            before = fp8
+            label = f"{model} {gpu} TP{tp}"
+            print(f"{label:<28}{n:>7}{fp8:>9.2f}{bf16:>10.2f}{model_ms(low):>8.2f}  "
+                  + "; ".join(marks))  # fmt: skip
+
+
 def decode_tok_s(figure: PublishedFigure, quant: str | None, algorithm: str | None) -> float:
     """Output tokens/s of one request (or `figure.batch` requests, per request) at `context`."""
     target = _shape(figure.model)
@@ -470,6 +507,7 @@ def main() -> None:
         points, python = grid(args.quick), ensure_aic()
         ok = print_aic_table(points, query_aic(python, points))
         print_gemm_evidence(python, points)
+        print_prefill_by_length(python, points)
     ok = print_published_table() and ok
     print_algorithms()
     sys.exit(0 if ok else 1)

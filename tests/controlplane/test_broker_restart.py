@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +61,17 @@ class Broker:
             "tests.hold", args=[str(self.log), str(self.release), name], queue=self.queue
         )
         sender.close()
+
+    def lose_redis_under_a_running_task(self, lose: Callable[[], None]) -> None:
+        """Two worker processes, one running the held task ``a`` and the other polling Redis for
+        more (the connection kombu tore down into the AttributeError); then ``lose`` Redis under
+        them, and wait until the worker has connected again."""
+        self.start_worker(concurrency=2)
+        self.send("a")
+        wait_until(lambda: "start a" in self.lines(), "task a started")
+        lose()
+        wait_until(lambda: self.reconnected() or not self.alive(), "reconnected or exited")
+        self.assert_alive()
 
     def lines(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
@@ -117,15 +128,7 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
 
 
 def test_worker_survives_redis_restarting_under_a_running_task(broker: Broker) -> None:
-    # Two processes: one runs the held task, the other keeps polling Redis for more, which is
-    # the connection kombu tore down into the AttributeError.
-    broker.start_worker(concurrency=2)
-    broker.send("a")
-    wait_until(lambda: "start a" in broker.lines(), "task a started")
-
-    broker.restart_redis()
-    wait_until(lambda: broker.reconnected() or not broker.alive(), "reconnected or exited")
-    broker.assert_alive()
+    broker.lose_redis_under_a_running_task(broker.restart_redis)
     broker.release.touch()
     wait_until(lambda: "done a" in broker.lines(), "task a done")
 
@@ -155,13 +158,7 @@ def test_a_task_queued_when_redis_dies_runs_once_after_it_restarts(broker: Broke
 def test_a_task_running_when_the_connection_drops_runs_once(broker: Broker) -> None:
     # Redis stays up, so the worker's restore of what it had delivered reaches it at once: the
     # running task's message put back would run it again in the other process.
-    broker.start_worker(concurrency=2)
-    broker.send("a")
-    wait_until(lambda: "start a" in broker.lines(), "task a started")
-
-    broker.drop_connections()
-    wait_until(lambda: broker.reconnected() or not broker.alive(), "reconnected or exited")
-    broker.assert_alive()
+    broker.lose_redis_under_a_running_task(broker.drop_connections)
     broker.send("b")
     wait_until(lambda: "start b" in broker.lines(), "task b started")
     broker.release.touch()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -21,6 +20,7 @@ from django.core.cache import cache
 
 from controlplane import notify, redis_clients
 from tests.controlplane.source_tree import call_name, sources
+from tests.waiting import wait_until
 
 FACTORY = "controlplane/redis_clients.py"
 BUILDERS = {"Redis", "StrictRedis", "from_url", "ConnectionPool", "BlockingConnectionPool"}
@@ -105,20 +105,32 @@ def test_change_notifications_stay_on_their_database(
             pubsub.get_message(timeout=1)  # the subscription's confirmation
         with django_capture_on_commit_callbacks(execute=True):
             notify.publish_on_commit("deployment", marker)
-        assert _heard(listeners[0], marker, seconds=5)
+        # Then a fence on each channel: pub/sub delivers in the order of publishing, so whatever
+        # a listener was sent of this change came before its fence.
+        fence = f"fence-{uuid.uuid4()}"
+        for client in (here, other):
+            client.publish(redis_clients.changes_channel(client), fence)
+        assert any(marker in sent for sent in _sent_before(listeners[0], fence))
         # Another run may be using that database: only this change's absence counts.
-        assert not _heard(listeners[1], marker, seconds=0.5)
+        assert not any(marker in sent for sent in _sent_before(listeners[1], fence))
     finally:
         for pubsub in listeners:
             pubsub.close()
         other.close()
 
 
-def _heard(pubsub: redis.client.PubSub, marker: str, seconds: float) -> bool:
-    """Whether a message naming ``marker`` arrives on ``pubsub`` within ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while (left := deadline - time.monotonic()) > 0:
-        message = pubsub.get_message(timeout=left)
-        if message is not None and marker in redis_clients.as_text(message["data"]):
-            return True
-    return False
+def _sent_before(pubsub: redis.client.PubSub, fence: str) -> list[str]:
+    """The messages ``pubsub`` was sent before ``fence``."""
+    sent: list[str] = []
+
+    def fenced() -> bool:
+        message = pubsub.get_message(timeout=1)
+        if message is None:
+            return False
+        text = redis_clients.as_text(message["data"])
+        if text != fence:
+            sent.append(text)
+        return text == fence
+
+    wait_until(fenced, f"the fence on {pubsub.channels}", interval=0)
+    return sent

@@ -41,6 +41,11 @@ redis_answers() { "$BIN/python" -c "import redis,sys; redis.Redis.from_url(sys.a
 
 if ! db_answers "$DATABASE_URL"; then
   echo "[test] PostgreSQL does not answer at DATABASE_URL; starting Debian's PostgreSQL"
+  # Some machine kinds carry only the psql client: install the server (it brings the postgres user).
+  if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
+    echo "[test] installing Debian's postgresql"
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+  fi
   PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
   PGDIR="$RUN_DIR/pg"
   PGPORT=$(free_port)

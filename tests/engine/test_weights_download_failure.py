@@ -20,7 +20,7 @@ from deployments import reconcile, services
 from deployments.drivers.kube import labels as L
 from deployments.drivers.kube.client import KubeClient, kind_of
 from deployments.models import Deployment
-from deployments.status import ACTIVE, FAILED
+from deployments.status import ACTIVE, FAILED, STOPPED
 from tests.conftest import Cast
 from tests.drivers.kube_emulator import CLIENT_TIMEOUT_S, RunningEmulator
 from tests.engine.conftest import NS, refresh, small_spec
@@ -214,3 +214,26 @@ def test_a_failed_download_rolls_back_to_the_serving_revision(
     assert deployment.events.filter(reason="RolloutFailed").count() == 1
     assert engine_template_revision(emulator) == "1"
     assert [j["metadata"]["labels"][L.REVISION] for j in download_jobs(emulator)] == ["1"]
+
+
+@pytest.mark.django_db
+def test_a_stop_and_start_after_a_failed_download_tries_it_afresh(
+    cast: Cast, on_a_claim: Deployment, emulator: RunningEmulator
+) -> None:
+    deployment = step(on_a_claim)
+    job = the_job(emulator)
+    fail(emulator, job, {**GAVE_UP, "reason": "DeadlineExceeded", "message": "too long"})
+    deployment = step(deployment)
+    assert deployment.status == FAILED and "DeadlineExceeded: " in deployment.failure_reason
+
+    actor = cast.actor(cast.alice, cast.acme)
+    services.stop(actor, deployment.pk)
+    deployment = step(deployment)
+    assert deployment.status == STOPPED
+    assert emulator.get("apps/v1", "Deployment", NS, "kchat-engine") is None
+    services.start(actor, deployment.pk)
+    deployment = step(deployment)
+    assert deployment.status != FAILED and deployment.failure_reason == ""
+    assert engine_template_revision(emulator) == "1"  # the engines are back
+    fresh = the_job(emulator)
+    assert fresh["metadata"]["uid"] != job["metadata"]["uid"] and conditions(fresh) == []

@@ -214,6 +214,14 @@ class KubeDriver:
     # --- stop / delete ---
 
     def stop(self, ref: base.DeploymentRef) -> bool:
+        """Stop the workloads; the rest stays for the next start (a download that finished
+        among it), but for two things a start must not find. The anchor: its set hash says
+        every object is as rendered, which it no longer is, so its Service goes and the next
+        apply writes every object again. And a download Job that failed: a start tries afresh."""
+        for kind, obj in self._owned(ref, [("v1", "Service"), ("batch/v1", "Job")]):
+            failed = _role(obj) == L.WEIGHTS and job_failed(obj) is not None
+            if (_set_hash(obj) or failed) and not obj["metadata"].get("deletionTimestamp"):
+                self.client.delete(kind, ref.namespace, obj["metadata"]["name"])
         return self._delete_kinds(ref, WORKLOAD_KINDS)
 
     def delete(self, ref: base.DeploymentRef) -> bool:
@@ -350,6 +358,10 @@ def _log_source(pod: dict[str, Any]) -> base.LogSource:
         restarts=int(status.get("restartCount") or 0),
         has_previous=bool(terminated),
     )
+
+
+def _role(obj: dict[str, Any]) -> str | None:
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(L.ROLE)
 
 
 def _uid(obj: dict[str, Any]) -> str:

@@ -139,9 +139,8 @@ def _run(work: Pass, driver: Driver) -> None:
     settled = decide(_rollout_facts(work, target, after))
     if revision == target and settled.promote and deployment.current_revision != target:
         _promote(work, target)
-    if settled.first_deploy_late and deployment.failed_at is None:
-        why = _not_ready_reason(after, target.number)
-        _fail(work, f"revision {target.number} was not ready within its startup window ({why})")
+    if settled.first_deploy_failed and deployment.failed_at is None:
+        _fail(work, _why_not_serving(after, target.number))
     _record_observation(work, after, revision, before)
 
 
@@ -163,6 +162,7 @@ def _rollout_facts(work: Pass, target: Revision, seen: Observation) -> RolloutFa
         deadline=deadline,
         target_ready=seen.ready_count(target.number),
         desired_replicas=deployment.desired_replicas,
+        target_failed=seen.failure(target.number) is not None,
     )
 
 
@@ -174,7 +174,7 @@ def _start_or_abandon(
         window = startup_window_s(target)
         facts["rollout_started_at"] = work.now
         facts["rollout_deadline"] = work.now + timedelta(seconds=window)
-        if deployment.failed_at is not None:
+        if deployment.failed_at is not None or deployment.failure_reason:
             # A new revision gets its own chance: the failure was the previous target's.
             facts.update(failed_at=None, failure_reason="")
         verb = DEPLOYING if deployment.current_revision is None else ROLLOUT_STARTED
@@ -188,13 +188,12 @@ def _start_or_abandon(
             message += f", else revision {deployment.current_revision.number} keeps serving"
         work.event("info", verb, message, target.number)
     if decision.abandon:
-        facts.update(rollout_started_at=None, rollout_deadline=None)
-        why = _not_ready_reason(seen, target.number)
+        why = _why_not_serving(seen, target.number)
         current = _number(deployment.current_revision)
-        message = (
-            f"revision {target.number} was not ready within its startup window ({why}); "
-            f"rolled back: revision {current} keeps serving"
-        )
+        message = f"{why}; rolled back: revision {current} keeps serving"
+        # The endpoint serves, so it is not failed (no ``failed_at``), but its failure reason
+        # says why the target does not serve until a new rollout starts.
+        facts.update(rollout_started_at=None, rollout_deadline=None, failure_reason=message)
         work.event("warning", ROLLOUT_FAILED, message, target.number, why=why)
 
 
@@ -204,6 +203,16 @@ def _promote(work: Pass, target: Revision) -> None:
     if previous is not None:
         message = f"revision {target.number} is serving; revision {previous.number} is retired"
         work.event("info", "RolloutComplete", message, target.number)
+
+
+def _why_not_serving(observation: Observation, revision: int) -> str:
+    """Why a target was given up on: in the cluster's words when it will never be ready (its
+    weights download failed), else its window passed with what its replicas were doing."""
+    failure = observation.failure(revision)
+    if failure is not None:
+        return f"revision {revision} will not become ready ({failure.reason}: {failure.message})"
+    why = _not_ready_reason(observation, revision)
+    return f"revision {revision} was not ready within its startup window ({why})"
 
 
 def _not_ready_reason(observation: Observation, revision: int) -> str:

@@ -7,7 +7,8 @@ revision are started next to the old ones (surge) and old ones are stopped only 
 ready, so applying the previous revision again is the rollback.
 
 ``Observation`` holds facts, not a status: per replica its phase, readiness, restarts and last
-reason; per deployment the router's address and the events worth showing. Phases are the ones
+reason; per deployment the router's address, the events worth showing and the revisions that
+will not become ready whatever time passes (``RevisionFailure``). Phases are the ones
 ``deployments.status`` understands: pending, starting, loading, running, ready, failed,
 terminating.
 """
@@ -169,11 +170,27 @@ class ObservedEvent:
 
 
 @dataclass(frozen=True)
+class RevisionFailure:
+    """A revision that will not become ready however long it is given, until something changes
+    (a new revision, a stop and start): its weights download gave up, say. ``reason`` and
+    ``message`` are the cluster's own words (a Job's condition, its pod's last lines)."""
+
+    revision: int
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Observation:
     replicas: tuple[ReplicaFacts, ...] = ()
     router_url: str = ""
     router_ready: bool = False
     events: tuple[ObservedEvent, ...] = ()
+    failures: tuple[RevisionFailure, ...] = ()
+
+    def failure(self, revision: int) -> RevisionFailure | None:
+        """Why ``revision`` will not become ready; None when nothing says it will not."""
+        return next((f for f in self.failures if f.revision == revision), None)
 
     def engines(self, revision: int | None = None) -> list[ReplicaFacts]:
         return [

@@ -30,15 +30,17 @@ from deployments.cluster_settings import (
     SharedClaimCache,
 )
 from deployments.drivers.kube import labels as L
-from deployments.drivers.kube.client import KubeClient
+from deployments.drivers.kube.client import KubeClient, kind_of
 from deployments.drivers.kube.driver import KubeDriver
+from deployments.drivers.kube.informer import ClusterCache
 from deployments.drivers.kube.render import KubeOptions, render_revision
 from deployments.drivers.kube.weights import Weights, weights_of
 from runtime.spec import MODEL_CACHE_PATH
-from tests.drivers.kube_emulator import CLIENT_TIMEOUT_S, running_emulator
+from tests.drivers.kube_emulator import CLIENT_TIMEOUT_S, RunningEmulator, running_emulator
 from tests.drivers.reference_specs import REF, golden_names, load_spec, revision_plan
 from tests.drivers.test_fences import pod_specs
 from tests.drivers.test_manifests import K8S_VERSIONS, lws_schema
+from tests.waiting import wait_until
 
 TOKEN = "hf_token_value_never_in_an_engine"
 CACHES: dict[str, Any] = {
@@ -143,7 +145,9 @@ def test_per_claim_one_job_downloads_and_the_engines_wait_for_it(cache: str) -> 
     objs = rendered("llama-3.3-70b-tp4-fp8-eagle3-h100", cache)
     [job] = jobs(objs)
     pod = job["spec"]["template"]["spec"]
-    assert pod["restartPolicy"] == "OnFailure"
+    # Each try a pod of its own, kept once failed with its log's last lines to say why.
+    assert pod["restartPolicy"] == "Never"
+    assert {c["terminationMessagePolicy"] for c in pod["containers"]} == {"FallbackToLogsOnError"}
     assert all(has_token(c) for c in pod["containers"])
     assert len(pod["containers"]) == 2  # the model and the draft model
     claim = "models" if cache == "claim" else "chat-model-cache"
@@ -313,4 +317,101 @@ def test_the_driver_applies_the_job_prunes_it_for_other_models_and_deletes_it() 
                 emulator.get("batch/v1", "Job", REF.namespace, renamed["metadata"]["name"]) is None
             )
         finally:
+            client.close()
+
+
+# A Job's pods carry its uid in this label (the Job controller's, Kubernetes 1.27+).
+JOB_UID = "batch.kubernetes.io/controller-uid"
+
+
+def _the_job(emulator: RunningEmulator, client: KubeClient) -> dict[str, Any]:
+    [job] = client.list(kind_of("batch/v1", "Job"), REF.namespace)
+    return job
+
+
+def _give_up(emulator: RunningEmulator, job: dict[str, Any], last_words: str) -> None:
+    """As the Job controller: a failed pod (its log's end as termination message), then the
+    Job's Failed condition."""
+    meta = job["metadata"]
+    labels = {**job["spec"]["template"]["metadata"]["labels"], JOB_UID: meta["uid"]}
+    terminated = {"exitCode": 1, "reason": "Error", "message": last_words}
+    pod = {
+        "metadata": {"name": f"{meta['name']}-a", "namespace": REF.namespace, "labels": labels},
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [{"name": "weights-0", "state": {"terminated": terminated}}],
+        },
+    }
+    emulator.put("v1", "Pod", REF.namespace, pod)
+    failed = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+              "message": "Job has reached the specified backoff limit"}  # fmt: skip
+    emulator.put("batch/v1", "Job", REF.namespace, {**job, "status": {"conditions": [failed]}})
+
+
+def test_a_failed_download_is_its_revisions_failure_until_another_revision_replaces_it() -> None:
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    cluster = ClusterSettings(model_cache=ClaimCache(claim_name="models"))
+    spec = load_spec("llama-3.1-8b-h100")
+    with running_emulator() as emulator:
+        client = KubeClient.for_host(emulator.url, timeout=CLIENT_TIMEOUT_S)
+        try:
+            driver = KubeDriver(client, KubeOptions(cluster=cluster))
+            driver.apply(REF, revision_plan(spec, number=1, hf_token=TOKEN))
+            assert driver.observe(REF).failures == ()
+            job = _the_job(emulator, client)
+            noise = "Fetching 4 files: 0%| | 0/4 " * 40
+            _give_up(
+                emulator, job, f"{noise}\nhf_abcdefghijklmnop rejected:\n401 Repository Not Found"
+            )
+            seen = driver.observe(REF)
+            [failure] = seen.failures
+            assert seen.failure(1) == failure and seen.failure(2) is None
+            assert failure.reason == "BackoffLimitExceeded"
+            assert failure.message.startswith(
+                f"the weights download (Job {job['metadata']['name']}) failed: Job has reached "
+                "the specified backoff limit; weights-0 exited with code 1: …"
+            )
+            # The end of its log, where the error is, on one line; a token never shown.
+            assert failure.message.endswith("hf_*** rejected: 401 Repository Not Found")
+            assert "hf_abcdefghijklmnop" not in failure.message and len(failure.message) < 600
+
+            # Placed again, the revision keeps its failed Job: its rollout stays failed.
+            driver.apply(REF, revision_plan(spec, number=1, hf_token=TOKEN))
+            assert _the_job(emulator, client)["metadata"]["uid"] == job["metadata"]["uid"]
+            # Another revision of the same models gets a fresh try of the same Job.
+            driver.apply(REF, revision_plan(spec, number=2, hf_token=TOKEN))
+            fresh = _the_job(emulator, client)
+            assert fresh["metadata"]["name"] == job["metadata"]["name"]
+            assert fresh["metadata"]["uid"] != job["metadata"]["uid"]
+            assert "status" not in fresh and driver.observe(REF).failures == ()
+        finally:
+            client.close()
+
+
+def test_the_workers_cache_sees_a_failed_download() -> None:
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    cluster = ClusterSettings(model_cache=ClaimCache(claim_name="models"))
+    with running_emulator() as emulator:
+        client = KubeClient.for_host(emulator.url, timeout=CLIENT_TIMEOUT_S)
+        watching = KubeClient.for_host(emulator.url, timeout=CLIENT_TIMEOUT_S)
+        cache = ClusterCache(watching, REF.namespace).start()
+        try:
+            assert all(informer.wait_synced(10) for informer in cache.informers.values())
+            driver = KubeDriver(client, KubeOptions(cluster=cluster), cache=cache)
+            driver.apply(REF, revision_plan(load_spec("llama-3.1-8b-h100")))
+            job = _the_job(emulator, client)
+            _give_up(emulator, job, "401 Repository Not Found")
+            jobs, name = cache.informers["Job"], job["metadata"]["name"]
+            wait_until(lambda: (jobs.get(REF.namespace, name) or {}).get("status"), "seen")
+            pods = cache.informers["Pod"]
+            wait_until(lambda: pods.get(REF.namespace, f"{name}-a"), "its pod seen")
+            start = len(emulator.emulator._requests)
+            [failure] = driver.observe(REF).failures
+            assert failure.message.endswith(
+                "weights-0 exited with code 1: 401 Repository Not Found"
+            )
+            asked = list(emulator.emulator._requests)[start:]
+            assert [r for r in asked if r.params.get("watch") != "true"] == []  # all cached
+        finally:
+            cache.stop()
             client.close()

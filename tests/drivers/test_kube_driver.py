@@ -151,6 +151,19 @@ def test_a_new_revision_updates_the_pod_template(
     assert forced  # our own objects: field conflicts are forced
 
 
+def test_a_start_after_a_stop_applies_the_workloads_again(
+    driver: KubeDriver, emulator: RunningEmulator
+) -> None:
+    driver.apply(REF, plan())
+    assert driver.stop(REF) is True
+    assert emulator.get("apps/v1", "Deployment", NS, "chat-engine") is None
+    assert emulator.get("v1", "Secret", NS, "chat-api-key") is not None  # kept for the start
+    # The same rendering as before the stop: the anchor's set hash must not say it is all there.
+    driver.apply(REF, plan())
+    assert emulator.get("apps/v1", "Deployment", NS, "chat-engine") is not None
+    assert emulator.get("apps/v1", "Deployment", NS, "chat-router") is not None
+
+
 def test_delete_removes_everything_and_again_is_done(
     driver: KubeDriver, emulator: RunningEmulator
 ) -> None:

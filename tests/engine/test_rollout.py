@@ -48,7 +48,16 @@ def test_an_abandoned_target_is_not_retried() -> None:
 def test_the_first_revision_serves_with_one_ready_replica_and_is_late_without_any() -> None:
     assert decide(facts(current=None, target_ready=1)).promote
     late = decide(facts(current=None, deadline=NOW - timedelta(seconds=1)))
-    assert (late.apply, late.first_deploy_late, late.abandon) == (2, True, False)
+    assert (late.apply, late.first_deploy_failed, late.abandon) == (2, True, False)
+
+
+def test_a_target_that_will_never_be_ready_is_given_up_before_its_window_passes() -> None:
+    rollout = decide(facts(target_failed=True))
+    assert (rollout.apply, rollout.abandon) == (1, True)
+    first = decide(facts(current=None, target_failed=True))
+    assert (first.apply, first.first_deploy_failed, first.abandon) == (2, True, False)
+    # A replica that is ready after all (its download was retried and done) serves.
+    assert decide(facts(current=None, target_failed=True, target_ready=1)).promote
 
 
 @given(

@@ -311,9 +311,13 @@ class KubeClient:
         path = kind.path(meta.get("namespace"), meta["name"])
         return self._call("PATCH", path, query=query, body=dict(manifest), headers=headers)
 
-    def delete(self, kind: Kind, namespace: str, name: str) -> bool:
-        """Delete one object; True when it is gone, including when it was never there."""
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Foreground"}
+    def delete(
+        self, kind: Kind, namespace: str, name: str, *, propagation: str = "Foreground"
+    ) -> bool:
+        """Delete one object; True when it is gone, including when it was never there.
+        ``Foreground``: the object stays until what it owns is gone; ``Background``: it goes
+        now, and the garbage collector takes what it owned."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
         try:
             self._call("DELETE", kind.path(namespace, name), body=body)
         except KubePermanentError as exc:

@@ -12,6 +12,11 @@ the new revision no longer renders (a role removed, a Deployment that became a L
 are deleted, and only then is the anchor written with the new set hash, so a worker that dies
 half way leaves the old hash and the next pass does it all again. Rolling out and rolling back
 are Kubernetes' own rolling update: applying the previous revision again is the rollback.
+
+A weights download Job that failed is reported with its revision (``observe``), and kept as it
+is while that revision is placed, so a failed rollout is not retried pass after pass; placing
+another revision (an edit, a rollback) replaces it with a fresh Job, since a Job never runs
+again once it has given up.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,7 +35,7 @@ from deployments.drivers.kube import labels as L
 from deployments.drivers.kube import placement
 from deployments.drivers.kube.client import Kind, KubeClient, KubePermanentError, kind_of
 from deployments.drivers.kube.informer import ClusterCache
-from deployments.drivers.kube.observe import observation
+from deployments.drivers.kube.observe import job_failed, observation
 from deployments.drivers.kube.render import KubeOptions, render_revision, router_url
 from runtime.launch import ROUTER_PORT
 
@@ -114,6 +120,10 @@ class KubeDriver:
                 f"{manifest['kind']} {ref.namespace}/{name} exists and is not managed by Plinth "
                 "for this endpoint; rename the endpoint or remove that object"
             )
+        if current is not None and _failed_for_another_revision(current, manifest):
+            # Gone at once (its failed pods after it), so the apply below creates it afresh.
+            self.client.delete(kind, ref.namespace, name, propagation="Background")
+            current = None
         unchanged = current is not None and _config_hash(current) == _config_hash(manifest)
         if unchanged and (not always or _set_hash(current or {}) == _set_hash(manifest)):
             return False
@@ -164,20 +174,28 @@ class KubeDriver:
     # --- observe ---
 
     def observe(self, ref: base.DeploymentRef) -> base.Observation:
-        selector = L.owner_selector(ref.id)
-        cached = self.cache.fresh("Pod", ref.namespace) if self.cache else None
+        pod_kind = kind_of("v1", "Pod")
+        pods = self._list(pod_kind, ref.namespace, L.owner_selector(ref.id))
+        events = self._list(kind_of("v1", "Event"), ref.namespace) if pods else []
+        jobs = self._list(kind_of("batch/v1", "Job"), ref.namespace, L.weights_selector(ref.id))
+        # A failed Job's pods say why it failed; they carry no endpoint label, so they are read
+        # by their Job's uid, and only then.
+        job_pods = [
+            pod
+            for job in jobs
+            if job_failed(job) is not None
+            for pod in self._list(pod_kind, ref.namespace, {L.JOB_UID: _uid(job)})
+        ]
+        return observation(pods, events, router_url(ref, ROUTER_PORT), jobs, job_pods)
+
+    def _list(
+        self, kind: Kind, namespace: str, selector: Mapping[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Objects of ``kind``: from the worker's cache while it is synced, else the API."""
+        cached = self.cache.fresh(kind.kind, namespace) if self.cache else None
         if cached is not None:
-            pods = cached.list(ref.namespace, selector)
-        else:
-            pods = self.client.list(kind_of("v1", "Pod"), ref.namespace, selector)
-        events: list[dict[str, Any]] = []
-        if pods:
-            cached = self.cache.fresh("Event", ref.namespace) if self.cache else None
-            if cached is not None:
-                events = cached.list(ref.namespace)
-            else:
-                events = self.client.list(kind_of("v1", "Event"), ref.namespace)
-        return observation(pods, events, router_url(ref, ROUTER_PORT))
+            return cached.list(namespace, selector)
+        return self.client.list(kind, namespace, selector)
 
     # --- the cluster ---
 
@@ -196,6 +214,14 @@ class KubeDriver:
     # --- stop / delete ---
 
     def stop(self, ref: base.DeploymentRef) -> bool:
+        """Stop the workloads; the rest stays for the next start (a download that finished
+        among it), but for two things a start must not find. The anchor: its set hash says
+        every object is as rendered, which it no longer is, so its Service goes and the next
+        apply writes every object again. And a download Job that failed: a start tries afresh."""
+        for kind, obj in self._owned(ref, [("v1", "Service"), ("batch/v1", "Job")]):
+            failed = _role(obj) == L.WEIGHTS and job_failed(obj) is not None
+            if (_set_hash(obj) or failed) and not obj["metadata"].get("deletionTimestamp"):
+                self.client.delete(kind, ref.namespace, obj["metadata"]["name"])
         return self._delete_kinds(ref, WORKLOAD_KINDS)
 
     def delete(self, ref: base.DeploymentRef) -> bool:
@@ -332,6 +358,23 @@ def _log_source(pod: dict[str, Any]) -> base.LogSource:
         restarts=int(status.get("restartCount") or 0),
         has_previous=bool(terminated),
     )
+
+
+def _role(obj: dict[str, Any]) -> str | None:
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(L.ROLE)
+
+
+def _uid(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
+
+
+def _failed_for_another_revision(current: dict[str, Any], manifest: dict[str, Any]) -> bool:
+    """A download Job that gave up while another revision was placed: this one gets a fresh try
+    (one that failed for this very revision stays, and its rollout stays failed)."""
+    if manifest["kind"] != "Job" or job_failed(current) is None:
+        return False
+    revision = ((current.get("metadata") or {}).get("labels") or {}).get(L.REVISION)
+    return bool(revision != manifest["metadata"]["labels"].get(L.REVISION))
 
 
 def _config_hash(obj: dict[str, Any]) -> str | None:

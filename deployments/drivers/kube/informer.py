@@ -8,12 +8,13 @@ asks ``synced`` first and reads the API directly otherwise. Nothing here deletes
 driver deletes only what a direct LIST returned, so a stale cache never deletes anything.
 
 ``ClusterCache`` holds one informer per kind (Deployments, LeaderWorkerSets, Pods, Services,
-Pod Events by field selector, Nodes) for one cluster and namespace, started lazily on first
-use: Celery prefork workers each keep their own (the cache is "shared by a worker"). Its
-``on_change`` maps every watched change of an endpoint's object (a Pod, Deployment, LWS or
-Service by its labels, a pod's Event by the pod's) to the endpoint's id and hands the ids to a
-callback, a burst of changes at most once per ``debounce_s``: the worker makes those endpoints
-due, so an idle endpoint needs no pass until something happens to it. A relist (after 410)
+weights download Jobs, Pod Events by field selector, Nodes) for one cluster and namespace,
+started lazily on first use: Celery prefork workers each keep their own (the cache is "shared
+by a worker"). Its ``on_change`` maps every watched change of an endpoint's object (a Pod,
+Deployment, LWS, Service or Job by its labels, a pod's Event by the pod's) to the endpoint's
+id and hands the ids to a callback, a burst of changes at most once per ``debounce_s``: the
+worker makes those endpoints due, so an idle endpoint needs no pass until something happens to
+it. A relist (after 410)
 reports what changed while no watch was open; the first list reports nothing.
 """
 
@@ -221,6 +222,8 @@ class ClusterCache:
             "Deployment": informer("apps/v1", "Deployment", namespace, selector=owned),
             "Pod": informer("v1", "Pod", namespace, selector=owned),
             "Service": informer("v1", "Service", namespace, selector=owned),
+            # A failed download fails its rollout: watched, so that is seen at once.
+            "Job": informer("batch/v1", "Job", namespace, selector={**owned, L.ROLE: L.WEIGHTS}),
             # Only events about pods: the rest of a busy namespace's events are not read.
             "Event": informer("v1", "Event", namespace, fields="involvedObject.kind=Pod"),
             "Node": informer("v1", "Node", None),

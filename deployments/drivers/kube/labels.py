@@ -26,10 +26,19 @@ LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
 # The catalogue GPU type an engine pod was placed for (an unschedulable pod's reason names it).
 GPU = "plinth.dev/gpu"
+# The role of an endpoint's weights download Job (``render.weights_job``).
+WEIGHTS = "weights"
+# Set by the Job controller on every pod of one Job (Kubernetes 1.27+): the Job's uid.
+JOB_UID = "batch.kubernetes.io/controller-uid"
 
 
 def owner_selector(deployment_id: str) -> dict[str, str]:
     return {MANAGED_BY: PLINTH, DEPLOYMENT: deployment_id}
+
+
+def weights_selector(deployment_id: str) -> dict[str, str]:
+    """This endpoint's weights download Jobs (not a benchmark's, which is its Job too)."""
+    return {**owner_selector(deployment_id), ROLE: WEIGHTS}
 
 
 def role_selector(deployment_id: str, role: str) -> dict[str, str]:

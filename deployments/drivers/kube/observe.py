@@ -1,12 +1,16 @@
-"""Pods and events -> facts: one ReplicaFacts per engine replica, the events worth a timeline line.
+"""Pods, events and Jobs -> facts: one ReplicaFacts per engine replica, the events worth a
+timeline line, the revisions whose weights download gave up.
 
 Pure functions over plain dicts as the API returns them. Kubernetes' reasons map to what a person
 needs to act on: Unschedulable (with the scheduler's own message), ImagePullBackOff,
-CrashLoopBackOff, OOMKilled, failing probes and a startup that ran out of time.
+CrashLoopBackOff, OOMKilled, failing probes, a startup that ran out of time, and a weights
+download Job that failed (its condition's reason and message, and its last pod's last words),
+which its revision's engines, waiting in ``wait-for-weights``, would otherwise wait for forever.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from ipaddress import ip_address
 from typing import Any
@@ -170,9 +174,87 @@ def timeline_events(
     return lines
 
 
+def job_failed(job: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The Job's ``Failed`` condition once it has given up (backoff limit, deadline), else None."""
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return next(
+        (c for c in conditions if c.get("type") == "Failed" and c.get("status") == "True"), None
+    )
+
+
+def download_failures(
+    jobs: Iterable[Mapping[str, Any]], job_pods: Iterable[Mapping[str, Any]]
+) -> list[base.RevisionFailure]:
+    """The revisions whose weights download Job failed, each with the Job's reason and message
+    and what its last failed pod said (``job_pods``: the pods of those Jobs). A Job fails the
+    revision its label names, which apply sets to the revision each pass places."""
+    pods = list(job_pods)
+    failures = []
+    for job in jobs:
+        condition = job_failed(job)
+        revision = _revision(job)
+        if condition is None or revision is None:
+            continue
+        meta = job.get("metadata") or {}
+        said = _last_words([p for p in pods if _labels(p).get(L.JOB_UID) == meta.get("uid")])
+        message = f"the weights download (Job {meta.get('name')}) failed: " + (
+            condition.get("message") or "it gave up"
+        )
+        failures.append(
+            base.RevisionFailure(
+                revision=revision,
+                reason=str(condition.get("reason") or "JobFailed")[:64],
+                message=f"{message}; {said}" if said else message,
+            )
+        )
+    return failures
+
+
+# What is kept of a pod's termination message (the last lines of its log, with
+# ``FallbackToLogsOnError``): the end, where the error is.
+LAST_WORDS_CHARS = 400
+# A model hub token, should a failing tool ever print one.
+_HUB_TOKEN = re.compile(r"hf_[A-Za-z0-9]{8,}")
+
+
+def _last_words(pods: list[Mapping[str, Any]]) -> str:
+    """What the newest failed pod of a Job says about its failure: a container's exit code,
+    reason and termination message, else the pod's own reason (evicted, past its deadline)."""
+    failed = [p for p in pods if (p.get("status") or {}).get("phase") == "Failed"]
+    if not failed:
+        return ""
+    pod = max(failed, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
+    status = pod.get("status") or {}
+    for container in status.get("containerStatuses") or []:
+        ended = (container.get("state") or {}).get("terminated") or {}
+        ended = ended or (container.get("lastState") or {}).get("terminated") or {}
+        if not ended or ended.get("exitCode") == 0:
+            continue
+        head = f"{container.get('name')} exited with code {ended.get('exitCode')}"
+        if ended.get("reason") and ended.get("reason") != "Error":
+            head += f" ({ended['reason']})"
+        text = _tail(str(ended.get("message") or ""))
+        return f"{head}: {text}" if text else head
+    reason, message = status.get("reason") or "", _tail(str(status.get("message") or ""))
+    return ": ".join(part for part in (reason, message) if part)
+
+
+def _tail(text: str) -> str:
+    """The end of ``text`` on one line, any key or token in it masked."""
+    flat = " ".join(base.redact_log_line(text).split())
+    flat = _HUB_TOKEN.sub("hf_***", flat)
+    return flat if len(flat) <= LAST_WORDS_CHARS else "…" + flat[-LAST_WORDS_CHARS:]
+
+
 def observation(
-    pods: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]], router_url: str
+    pods: Iterable[Mapping[str, Any]],
+    events: Iterable[Mapping[str, Any]],
+    router_url: str,
+    jobs: Iterable[Mapping[str, Any]] = (),
+    job_pods: Iterable[Mapping[str, Any]] = (),
 ) -> base.Observation:
+    """``jobs``: the endpoint's weights download Jobs; ``job_pods``: the pods of those that
+    failed (read only then)."""
     pods = list(pods)
     events = list(events)
     failures = probe_failures(events)
@@ -185,7 +267,12 @@ def observation(
         router_url=router_url if routers else "",
         router_ready=any(r.ready for r in routers),
         events=tuple(timeline_events(events, roles)),
+        failures=tuple(download_failures(jobs, job_pods)),
     )
+
+
+def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("labels") or {})
 
 
 def _name(pod: Mapping[str, Any]) -> str:

@@ -206,16 +206,25 @@ def weights_job(
     (or other download settings) make a new Job, and the old one is pruned. Its pods carry no
     endpoint label, so they are never taken for replicas; deleting the Job (foreground) takes
     them with it.
+
+    A failed download is reported in its own words (``observe.download_failures``): each try is
+    a pod of its own (``Never`` restarts in place), kept once failed with its last log lines as
+    its termination message. Five tries (about 2.5 min of back-off between them) fit well inside
+    the shortest startup window (10 min), so the rollout fails with the download's reason
+    rather than with a window that ran out while it was still retrying.
     """
     cluster = options.cluster
     engines = [r for r in revision.plan.roles if r.role != "router"]
     image = engine_image(engines[0], revision, cluster)
     containers = [
-        _weights_container(ref, revision, f"weights-{at}", w, image, cluster)
+        {
+            **_weights_container(ref, revision, f"weights-{at}", w, image, cluster),
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+        }
         for at, w in enumerate(weights)
     ]
     pod: dict[str, Any] = {
-        "restartPolicy": "OnFailure",
+        "restartPolicy": "Never",
         "containers": containers,
         "volumes": [_cache_volume(ref, cluster), {"name": "tmp", "emptyDir": {}}],
         "enableServiceLinks": False,
@@ -228,14 +237,15 @@ def weights_job(
         pod["securityContext"] = {"fsGroup": cluster.engine_run_as_user}
     labels = {
         k: v
-        for k, v in L.object_labels(ref.slug, ref.id, revision.number, "weights").items()
+        for k, v in L.object_labels(ref.slug, ref.id, revision.number, L.WEIGHTS).items()
         if k not in (L.DEPLOYMENT, L.REVISION, L.ROLE)
     }
     job: dict[str, Any] = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": _meta(ref, revision, "", "weights"),
-        "spec": {"backoffLimit": 10, "template": {"metadata": {"labels": labels}, "spec": pod}},
+        # Its revision label says which revision's rollout a failure of it fails.
+        "metadata": _meta(ref, revision, "", L.WEIGHTS),
+        "spec": {"backoffLimit": 4, "template": {"metadata": {"labels": labels}, "spec": pod}},
     }
     job = with_operator_metadata(job, cluster)
     digest = hashlib.sha256(json.dumps(job["spec"], sort_keys=True).encode()).hexdigest()[:10]

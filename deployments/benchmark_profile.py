@@ -72,7 +72,12 @@ class LoadPoint:
 
 @dataclass
 class PointResult:
-    """One load point's measured figures (latencies in ms), as stored in ``Benchmark.results``."""
+    """One load point's measured figures (latencies in ms), as stored in ``Benchmark.results``.
+
+    ``requests`` are the answers measured; ``empty_answers`` (no text at all) and ``errors`` are
+    counted apart from them and from each other. The answer length asked for sits beside the
+    measured mean and minimum, with ``off_length_answers`` that differed from it, and ``notes``
+    says in words what a reader must know about them."""
 
     kind: str
     value: float
@@ -82,9 +87,14 @@ class PointResult:
     output_tokens_per_s: float = 0.0
     requests_per_s: float = 0.0
     input_tokens_mean: float = 0.0
+    output_tokens_requested: int = 0
     output_tokens_mean: float = 0.0
+    output_tokens_min: float = 0.0
+    off_length_answers: int = 0
+    empty_answers: int = 0
     latency_ms: dict[str, dict[str, float]] = field(default_factory=dict)
     error_summary: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

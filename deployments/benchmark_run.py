@@ -152,7 +152,7 @@ def _run_local_point(
     export = run_aiperf(
         argv, point_dir, tools_dir=Path(settings.PLINTH_TOOLS_DIR), timeout_s=budget
     )
-    _store(benchmark, read_export(export.parent, point))
+    _store(benchmark, read_export(export.parent, point, output_tokens=profile.output_tokens))
 
 
 def _run_on_kubernetes(benchmark: Benchmark, profile: TrafficProfile, api_key: str) -> None:
@@ -188,7 +188,7 @@ def _run_on_kubernetes(benchmark: Benchmark, profile: TrafficProfile, api_key: s
     finally:
         client.close()
     for point, export in zip(points, exports, strict=True):
-        _store(benchmark, parse_export(export, point))
+        _store(benchmark, parse_export(export, point, output_tokens=profile.output_tokens))
 
 
 def _artifact_dir(benchmark: Benchmark) -> Path:

@@ -56,15 +56,32 @@ class LatencyOut(Schema):
 class PointOut(Schema):
     kind: str = Field(description="concurrency or request_rate")
     value: float
-    requests: int
-    errors: int
+    requests: int = Field(description="answers measured (empty answers and errors apart)")
+    errors: int = Field(description="requests that failed; empty answers are not among them")
     duration_s: float
     output_tokens_per_s: float
     requests_per_s: float
     input_tokens_mean: float
+    output_tokens_requested: int | None = Field(
+        None,
+        description="the answer length every request asked for (max_completion_tokens, "
+        "pinned with ignore_eos and min_tokens); null for a point stored before it was kept",
+    )
     output_tokens_mean: float
+    output_tokens_min: float | None = Field(None, description="the shortest answer measured")
+    off_length_answers: int | None = Field(
+        None, description="answers whose length was not the one asked for"
+    )
+    empty_answers: int = Field(
+        0,
+        description="answers with no text (the engine ended them before any token); AIPerf "
+        "counts them as errors, Plinth apart from errors",
+    )
     latency_ms: dict[str, LatencyOut] = Field(description="ttft, itl and e2e")
     error_summary: list[str]
+    notes: list[str] = Field(
+        default_factory=list, description="what to know about the answers, in words"
+    )
 
 
 class PredictionOut(Schema):

@@ -62,6 +62,8 @@ class SimOptions:
     stall_seconds: float = 0.0
     slowdown: float = 1.0
     drain_timeout: float = 60.0
+    # Answer as an engine that accepts ignore_eos / min_tokens but does not honour them.
+    ignore_length_pins: bool = False
 
 
 @dataclass(frozen=True)
@@ -214,6 +216,12 @@ def _clock_mode(value: str) -> str:
     return value
 
 
+def _switch(value: str) -> bool:
+    if value.lower() not in ("0", "1", "true", "false"):
+        raise ValueError(value)
+    return value.lower() in ("1", "true")
+
+
 def _non_negative_int(value: str) -> int:
     number = int(value)
     if number < 0:
@@ -302,6 +310,14 @@ _SIM_FLAGS: tuple[_SimFlag, ...] = (
         _non_negative_float,
         "PLINTH_SIM_DRAIN_TIMEOUT",
         "real seconds SIGTERM waits for in-flight requests (60)",
+    ),
+    (
+        ("--sim-ignore-length-pins",),
+        "ignore_length_pins",
+        _switch,
+        "PLINTH_SIM_IGNORE_LENGTH_PINS",
+        "1: accept ignore_eos and min_tokens but answer as if they were not sent, as an engine "
+        "without them would (0)",
     ),
 )
 

@@ -89,6 +89,8 @@ class Engine:
         rid: str | None = None,
     ) -> SimRequest:
         key = request_key(self.default_seed if seed is None else seed, input_ids)
+        if self.args.sim.ignore_length_pins:
+            params = dataclasses.replace(params, ignore_eos=False, min_new_tokens=0)
         source = TokenSource(
             key, self.args.sim.output_len_mean, self.noise, input_ids, params.temperature
         )

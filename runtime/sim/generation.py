@@ -86,6 +86,18 @@ class ServingContext:
         return max_new_tokens
 
 
+def checked_min_new_tokens(value: int | None, max_new_tokens: int, native: bool) -> int:
+    """SGLang's check of ``min_new_tokens`` against the effective ``max_new_tokens``."""
+    if value is None:
+        return 0
+    if not 0 <= value <= max_new_tokens:
+        raise RequestError(
+            f"min_new_tokens must be in [0, max_new_tokens({max_new_tokens})], got {value}.",
+            native=native,
+        )
+    return value
+
+
 class RequestRun:
     def __init__(self, ctx: ServingContext, req: SimRequest) -> None:
         self.ctx = ctx

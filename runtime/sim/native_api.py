@@ -22,6 +22,7 @@ from runtime.sim.errors import (
 from runtime.sim.generation import (
     RequestRun,
     ServingContext,
+    checked_min_new_tokens,
     input_logprob_entries,
     logprob_entries,
     meta_spec,
@@ -36,6 +37,7 @@ class NativeRequest:
     prompts: list[list[int]]
     batched: bool
     max_new_tokens: int
+    min_new_tokens: int | None
     stop: tuple[str, ...]
     stop_token_ids: tuple[int, ...]
     ignore_eos: bool
@@ -82,6 +84,7 @@ def parse_generate(ctx: ServingContext, body: dict[str, Any]) -> NativeRequest:
         prompts=prompts,
         batched=batched,
         max_new_tokens=_max_new_tokens(sampling),
+        min_new_tokens=optional_int(sampling, "min_new_tokens"),
         stop=string_list(sampling, "stop"),
         stop_token_ids=int_list(sampling, "stop_token_ids"),
         ignore_eos=optional_bool(sampling, "ignore_eos"),
@@ -180,6 +183,7 @@ def _start(ctx: ServingContext, parsed: NativeRequest, ids: list[int]) -> Reques
     max_new = max(1, ctx.check_lengths(len(ids), parsed.max_new_tokens, native=True))
     params = GenerationParams(
         max_new_tokens=max_new,
+        min_new_tokens=checked_min_new_tokens(parsed.min_new_tokens, max_new, native=True),
         ignore_eos=parsed.ignore_eos,
         stop=parsed.stop,
         stop_token_ids=parsed.stop_token_ids,

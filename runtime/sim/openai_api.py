@@ -27,7 +27,12 @@ from runtime.sim.errors import (
     read_json_object,
     string_list,
 )
-from runtime.sim.generation import RequestRun, ServingContext, logprob_entries
+from runtime.sim.generation import (
+    RequestRun,
+    ServingContext,
+    checked_min_new_tokens,
+    logprob_entries,
+)
 from runtime.sim.request import GenerationParams, SimRequest
 from runtime.sim.tokenizer import CHAT_ROLES, Tokenizer
 
@@ -87,6 +92,7 @@ def parse_request(ctx: ServingContext, body: dict[str, Any], chat: bool) -> Open
     if max_tokens is None:
         max_tokens = optional_int(body, "max_tokens", minimum=0)
     max_new = max(1, ctx.check_lengths(len(prompt_ids), max_tokens, native=False))
+    min_new = checked_min_new_tokens(optional_int(body, "min_tokens"), max_new, native=False)
     stream = optional_bool(body, "stream")
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
@@ -98,6 +104,7 @@ def parse_request(ctx: ServingContext, body: dict[str, Any], chat: bool) -> Open
         prompt_ids=prompt_ids,
         params=GenerationParams(
             max_new_tokens=max_new,
+            min_new_tokens=min_new,
             ignore_eos=optional_bool(body, "ignore_eos"),
             stop=string_list(body, "stop"),
             stop_token_ids=int_list(body, "stop_token_ids"),

@@ -15,6 +15,9 @@ from runtime.sim.sampling import TokenSource
 @dataclass(frozen=True)
 class GenerationParams:
     max_new_tokens: int = 128
+    # SGLang's ``min_new_tokens`` (``min_tokens`` on the OpenAI routes): no EOS or stop token
+    # ends the answer before this many tokens; ``ignore_eos``: none ends it at all.
+    min_new_tokens: int = 0
     ignore_eos: bool = False
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()

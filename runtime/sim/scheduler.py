@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from runtime.sim.kvpool import KvPool
-from runtime.sim.request import FinishReason, SimRequest, Update
+from runtime.sim.request import FinishReason, GenerationParams, SimRequest, Update
 from runtime.sim.roofline import StepWork
 from runtime.sim.tokenizer import EOS_ID, Tokenizer
 
@@ -307,7 +307,7 @@ class Scheduler:
 
     def _next_token(self, req: SimRequest) -> int:
         position = len(req.output_ids)
-        natural_end = not req.params.ignore_eos and position + 1 >= req.source.natural_len
+        natural_end = _may_stop(req.params, position) and position + 1 >= req.source.natural_len
         token = req.source.token_at(position, finishing=natural_end)
         req.output_ids.append(token)
         before = len(req.text)
@@ -319,9 +319,9 @@ class Scheduler:
 
     def _stop_reason(self, req: SimRequest, token: int, before: int) -> FinishReason | None:
         params = req.params
-        if token == EOS_ID and not params.ignore_eos:
-            return FinishReason("stop", matched=EOS_ID)
-        if token in params.stop_token_ids:
+        if _may_stop(params, len(req.output_ids) - 1) and (
+            token == EOS_ID or token in params.stop_token_ids
+        ):
             return FinishReason("stop", matched=token)
         for stop in params.stop:
             at = req.text.find(stop, max(0, before - len(stop) + 1))
@@ -403,3 +403,10 @@ class _Budget:
             granted = extend if first else 0
         self.remaining -= granted
         return granted
+
+
+def _may_stop(params: GenerationParams, position: int) -> bool:
+    """Whether the token at output ``position`` may be EOS or a stop token: never under
+    ``ignore_eos`` (SGLang then skips its stop-token check), and not before ``min_new_tokens``
+    (SGLang masks those tokens' logits until then). Stop strings are not held back by either."""
+    return not params.ignore_eos and position >= params.min_new_tokens

@@ -593,6 +593,11 @@ def _point_rows(benchmark: Any) -> list[dict[str, Any]]:
                 "load": f"{point['kind']}={point['value']:g}",
                 "requests": point["requests"],
                 "errors": point["errors"],
+                "empty": point.get("empty_answers") or 0,
+                # The answer length asked for beside the measured ones (older points lack it).
+                "out_tok_asked": point.get("output_tokens_requested"),
+                "out_tok_mean": point["output_tokens_mean"],
+                "out_tok_min": point.get("output_tokens_min"),
                 "ttft_p50": lat.get("ttft", {}).get("p50"),
                 "ttft_p90": lat.get("ttft", {}).get("p90"),
                 "ttft_p90_pred": guess.get("ttft_p90_ms"),
@@ -667,6 +672,9 @@ def bench_show(endpoint: Endpoint, benchmark_id: str, output: OutputOpt = Output
     if rows:
         typer.echo("")
         show(rows, output)
+    for point in _plain(benchmark).get("results") or []:
+        for note in point.get("notes") or []:  # short or empty answers, in words
+            typer.echo(f"{point['kind']}={point['value']:g}: {note}")
 
 
 @bench_app.command("compare")

@@ -939,9 +939,14 @@ class PointOut(ApiModel):
     output_tokens_per_s: float
     requests_per_s: float
     input_tokens_mean: float
+    output_tokens_requested: int | None = None
     output_tokens_mean: float
+    output_tokens_min: float | None = None
+    off_length_answers: int | None = None
+    empty_answers: int = 0
     latency_ms: dict[str, LatencyOut]
     error_summary: list[str]
+    notes: list[str] | None = None
 
 
 class PoolBounds(ApiModel):

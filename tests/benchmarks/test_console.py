@@ -59,6 +59,27 @@ def test_a_developer_queues_a_benchmark_and_reads_its_results(cast: Cast) -> Non
     assert labels == ["measured p50", "measured p90", "predicted p90"]
 
 
+def test_the_results_show_the_asked_and_measured_answer_lengths_and_empty_answers(
+    cast: Cast,
+) -> None:
+    _serving(cast)
+    dave = signed_in(cast.dave)
+    dave.post("/endpoints/chat/benchmarks/", {"concurrency": "4", "output_tokens": "24"})
+    benchmark = Benchmark.objects.get()
+    notes = ["6 of 50 answers were not the 24 output tokens asked for", "2 answers had no text"]
+    lengths = {"output_tokens_requested": 24, "output_tokens_mean": 21.5, "output_tokens_min": 3}
+    short = {**_point(4, 20.0), **lengths, "off_length_answers": 6, "empty_answers": 2}
+    short["notes"] = notes
+    Benchmark.objects.filter(pk=benchmark.pk).update(
+        status=BenchmarkStatus.SUCCEEDED, results=[short]
+    )
+    page = dave.get(f"/endpoints/chat/benchmarks/{benchmark.pk}/").content.decode()
+    assert "Output tokens asked / mean / min" in page and "Empty answers" in page
+    assert '<td class="warning">24 / 21.5 / 3</td>' in page
+    assert "c=4: 6 of 50 answers were not the 24 output tokens asked for" in page
+    assert "c=4: 2 answers had no text" in page
+
+
 def test_two_benchmarks_compare_and_refusals_are_shown(cast: Cast) -> None:
     _serving(cast)
     dave = signed_in(cast.dave)

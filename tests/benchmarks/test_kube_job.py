@@ -57,9 +57,12 @@ def test_the_job_runs_the_pinned_aiperf_once_per_point_without_the_key_in_its_co
     assert f"--tokenizer {TOKENIZER_MOUNT}" in script and "--use-server-token-count" in script
     assert f'--api-key "${KEY_ENV}"' in script
     assert "--header X-Plinth-Revision:03" in script  # pinned to the benchmarked revision
+    assert "--extra-inputs ignore_eos:true --extra-inputs min_tokens:" in script  # answer length
     assert KEY not in str(job)
     (env,) = [e for e in container["env"] if e["name"] == KEY_ENV]
     assert env["valueFrom"]["secretKeyRef"]["name"] == job["metadata"]["name"]
+    settings = {e["name"]: e.get("value") for e in container["env"]}
+    assert settings["AIPERF_METRICS_OSL_MISMATCH_PCT_THRESHOLD"] == "0"  # as on the local runner
     assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] == 900
     assert subprocess.run(["sh", "-n", "-c", script], check=False).returncode == 0
     labels = job["metadata"]["labels"]

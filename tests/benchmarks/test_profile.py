@@ -69,36 +69,64 @@ def test_the_command_uses_the_shipped_tokenizer_and_the_servers_token_counts() -
     # 40% of the prompt is one prefix every request shares; the rest is the request's own.
     assert "--isl 600" in joined and "--prompt-prefix-length 400" in joined
     assert "--conversation-turn-mean 3" in joined and "--concurrency 4" in joined
+    # Every answer asks for 50 tokens and pins it, so the model's own end cannot shorten it.
+    assert "--osl 50" in joined and "--osl-stddev 0" in joined
+    pins = [argv[i + 1] for i, a in enumerate(argv) if a == "--extra-inputs"]
+    assert pins == ["ignore_eos:true", "min_tokens:50"]
     headers = [argv[i + 1] for i, a in enumerate(argv) if a == "--header"]
     assert headers == ["X-Plinth-Benchmark:b1", "X-Plinth-Revision:02"]  # the gateway's pin
     assert "pk_secret" not in redacted(argv) and "pk_secret" in argv
     env = aiperf_env({"HF_HUB_OFFLINE": "1", "PATH": "/bin"})
     assert "HF_HUB_OFFLINE" not in env and env["PATH"] == "/bin"
+    assert env["AIPERF_METRICS_OSL_MISMATCH_PCT_THRESHOLD"] == "0"  # every off-length answer
 
 
 EXPORT = {
     "request_count": {"unit": "requests", "avg": 230.0},
-    "error_request_count": {"unit": "requests", "avg": 2.0},
+    "error_request_count": {"unit": "requests", "avg": 3.0},
     "benchmark_duration": {"unit": "sec", "avg": 4.07},
     "request_throughput": {"unit": "requests/sec", "avg": 56.36},
     "output_token_throughput": {"unit": "tokens/sec", "avg": 1716.0},
     "input_sequence_length": {"unit": "tokens", "avg": 101.5},
-    "output_sequence_length": {"unit": "tokens", "avg": 30.4},
+    "output_sequence_length": {"unit": "tokens", "avg": 30.4, "min": 3.0, "max": 32.0},
+    "osl_mismatch_count": {"unit": "requests", "avg": 41.0},
     "time_to_first_token": {"unit": "ms", "avg": 21.9, "p50": 7.25, "p90": 59.3, "p99": 102.0},
     "inter_token_latency": {"unit": "ms", "avg": 0.96, "p50": 0.70, "p90": 1.83, "p99": 3.49},
     "request_latency": {"unit": "ms", "avg": 50.3, "p50": 28.3, "p90": 107.4, "p99": 157.8},
     "error_summary": [
-        {"error_details": {"type": "InvalidInferenceResultError", "message": "empty"}, "count": 2}
+        {
+            "error_details": {
+                "type": "InvalidInferenceResultError",
+                # As AIPerf 0.13 words an answer that carried no text.
+                "message": "InvalidInferenceResultError('Invalid inference result: No responses "
+                "with actual content were received from the server (only usage/metadata, "
+                "null/empty data, or [DONE] markers)')",
+            },
+            "count": 2,
+        },
+        {"error_details": {"type": "HTTPError", "message": "502 Bad Gateway"}, "count": 1},
     ],
 }
 
 
 def test_an_export_becomes_a_point() -> None:
-    point = parse_export(EXPORT, LoadPoint("concurrency", 4))
-    assert (point.requests, point.errors, point.requests_per_s) == (230, 2, 56.36)
+    point = parse_export(EXPORT, LoadPoint("concurrency", 4), output_tokens=32)
+    assert (point.requests, point.requests_per_s) == (230, 56.36)
     assert point.latency_ms["ttft"] == {"p50": 7.25, "p90": 59.3, "p99": 102.0}
     assert point.latency_ms["e2e"]["p99"] == 157.8
-    assert point.error_summary == ["InvalidInferenceResultError: empty (x2)"]
+
+
+def test_a_point_reports_the_asked_and_measured_lengths_and_empty_answers_apart() -> None:
+    point = parse_export(EXPORT, LoadPoint("concurrency", 4), output_tokens=32)
+    assert (point.output_tokens_requested, point.output_tokens_mean) == (32, 30.4)
+    assert (point.output_tokens_min, point.off_length_answers) == (3.0, 41)
+    # AIPerf's 3 errors: 2 empty answers (valid answers with no text) and 1 real failure.
+    assert (point.empty_answers, point.errors) == (2, 1)
+    assert point.error_summary == ["HTTPError: 502 Bad Gateway (x1)"]
+    off_length, empty = point.notes
+    assert off_length.startswith("41 of 230 answers were not the 32 output tokens asked for")
+    assert "mean 30.4, shortest 3" in off_length
+    assert empty.startswith("2 answers had no text") and "not errors" in empty
 
 
 def test_the_prediction_grows_with_the_load_and_keeps_littles_law() -> None:
@@ -114,11 +142,11 @@ def test_the_prediction_grows_with_the_load_and_keeps_littles_law() -> None:
 
 
 def test_compare_lines_points_up_by_load() -> None:
-    a = [parse_export(EXPORT, LoadPoint("concurrency", 4)).as_dict()]
+    a = [parse_export(EXPORT, LoadPoint("concurrency", 4), output_tokens=32).as_dict()]
     faster = {**EXPORT, "request_throughput": {"avg": 112.72}}
     b = [
-        parse_export(faster, LoadPoint("concurrency", 4)).as_dict(),
-        parse_export(EXPORT, LoadPoint("concurrency", 8)).as_dict(),
+        parse_export(faster, LoadPoint("concurrency", 4), output_tokens=32).as_dict(),
+        parse_export(EXPORT, LoadPoint("concurrency", 8), output_tokens=32).as_dict(),
     ]
     (row,) = compare(a, b)
     assert row["metrics"]["requests_per_s"]["pct"] == 100.0

@@ -43,8 +43,10 @@ def test_benchmarks_from_the_command_line(
     first = Benchmark.objects.get()
     assert first.profile["concurrency"] == [1, 4] and first.profile["input_tokens"] == 200
     plinth("bench", "run", "cli-bench", "-c", "2", code=4)  # one at a time: a conflict
+    short = {**_point(1, 20.0), "output_tokens_requested": 24, "output_tokens_min": 3.0}
+    short.update(empty_answers=3, notes=["3 answers had no text"])
     Benchmark.objects.filter(pk=first.pk).update(
-        status=BenchmarkStatus.SUCCEEDED, results=[_point(1, 20.0), _point(4, 40.0)]
+        status=BenchmarkStatus.SUCCEEDED, results=[short, _point(4, 40.0)]
     )
     plinth("bench", "run", "cli-bench", "-c", "0", code=5)  # refused input names the field
     plinth("bench", "run", "cli-bench", "-c", "4", "--name", "second")
@@ -57,5 +59,8 @@ def test_benchmarks_from_the_command_line(
     assert [b["name"] for b in listed] == ["second", ""]
     shown = plinth("bench", "show", "cli-bench", str(first.pk))
     assert "TTFT_P90_PRED" in shown and "concurrency=4" in shown, shown
+    # The answer length asked for beside the measured ones, and what to know about them.
+    assert "OUT_TOK_ASKED" in shown and "OUT_TOK_MIN" in shown and "EMPTY" in shown, shown
+    assert "concurrency=1: 3 answers had no text" in shown, shown
     compared = plinth("bench", "compare", "cli-bench", str(first.pk), str(second.pk))
     assert "ttft_p90_ms" in compared and "-25.0%" in compared, compared

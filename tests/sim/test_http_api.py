@@ -173,6 +173,34 @@ def test_metrics_carry_sglang_names_and_labels(sim_engine: ManagedProcess) -> No
     assert 'tp_rank="0"' in text and 'engine_type="unified"' in text
 
 
+def test_min_tokens_hold_the_end_back_and_ignore_eos_answers_the_full_length(
+    sim_engine: ManagedProcess,
+) -> None:
+    """As SGLang: ``min_tokens`` (``min_new_tokens`` natively) lets no EOS end an answer before
+    that many tokens; ``ignore_eos`` lets none end it, so it runs to ``max_tokens``."""
+
+    def answer(seed: int, **extra: Any) -> dict[str, Any]:
+        body = chat(sim_engine, "Say something short", max_tokens=40, seed=seed, **extra)
+        return {**body["choices"][0], **body["usage"]}
+
+    seed = next(s for s in range(100) if answer(s)["completion_tokens"] < 20)  # ends early
+    short = answer(seed)
+    held = answer(seed, min_tokens=30)
+    exact = answer(seed, ignore_eos=True)
+    assert short["finish_reason"] == held["finish_reason"] == "stop"
+    assert 30 < held["completion_tokens"] <= 40
+    assert held["message"]["content"].startswith(short["message"]["content"])
+    assert exact["finish_reason"] == "length" and exact["completion_tokens"] == 40
+
+    def generated(seed: int, **extra: Any) -> int:
+        sampling = {"max_new_tokens": 40, "sampling_seed": seed, **extra}
+        body = {"text": "Say something short", "sampling_params": sampling}
+        return int(post(sim_engine, "/generate", body).json()["meta_info"]["completion_tokens"])
+
+    seed = next(s for s in range(100) if generated(s) < 20)
+    assert generated(seed, min_new_tokens=30) > 30
+
+
 @pytest.mark.parametrize(
     ("path", "body", "fragment"),
     [
@@ -184,6 +212,11 @@ def test_metrics_carry_sglang_names_and_labels(sim_engine: ManagedProcess) -> No
             "temperature",
         ),
         ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, "role"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "min_tokens": 8},
+            "min_new_tokens must be in [0, max_new_tokens(4)], got 8.",
+        ),
         ("/v1/completions", {"prompt": "hi", "max_tokens": 10**9}, "maximum context length"),
         ("/v1/completions", {"prompt": "hi", "n": 3}, "n > 1"),
     ],

@@ -15,7 +15,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from deployments.benchmark_aiperf import TOKENIZER_DIR, aiperf_argv
+from deployments.benchmark_aiperf import AIPERF_SETTINGS, TOKENIZER_DIR, aiperf_argv
 from deployments.benchmark_profile import TrafficProfile, load_points
 from deployments.drivers.kube import labels as L
 from deployments.tools_env import AIPERF_IMAGE, AIPERF_VERSION
@@ -124,7 +124,7 @@ def benchmark_job(
         ],
         "env": [
             {"name": "HOME", "value": POD_TMP},
-            {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+            *({"name": k, "value": v} for k, v in AIPERF_SETTINGS.items()),
             {
                 "name": KEY_ENV,
                 "valueFrom": {"secretKeyRef": {"name": name, "key": KEY_FIELD}},

@@ -26,6 +26,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, tzinfo
 from pathlib import Path
 
 from deployments.drivers import base
@@ -338,12 +339,13 @@ class LocalDriver:
                 after=query.after,
                 since=query.since,
                 max_bytes=base.LOG_READ_BYTES,
+                zone=_stamp_zone(source),
             )
         except FileNotFoundError:  # removed since it was listed: the endpoint was deleted
             return base.LogLines(replica=source.name, replicas=sources)
         except OSError as exc:
             raise TemporaryDriverError(f"the log of {source.name} cannot be read") from exc
-        lines = [base.LogLine(base.redact_log_line(text), ts) for text, ts in found.lines]
+        lines = [base.LogLine(base.clean_log_line(text), ts) for text, ts in found.lines]
         return base.LogLines(
             replica=source.name,
             lines=lines,
@@ -375,6 +377,12 @@ def _log_source(name: str) -> base.LogSource:
     """A log file's process: ``r<revision>-<role>-<index>`` or the router."""
     match = _PROCESS_NAME.match(name)
     return base.LogSource(name=name, role=match["role"] if match else name)
+
+
+def _stamp_zone(source: base.LogSource) -> tzinfo | None:
+    """The zone of a process' zoneless stamps: smg writes UTC (``2025-06-01 12:00:00``, whatever
+    ``TZ`` says); SGLang and the simulator write local time (None)."""
+    return UTC if source.role == ROUTER else None
 
 
 def _identity(table: ProcessTable, name: str) -> dict[str, str]:

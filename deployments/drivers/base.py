@@ -56,19 +56,18 @@ _TERMINAL_CONTROL = re.compile(
 def clean_log_line(line: str) -> str:
     """``line`` as shown: as a terminal would render it, any API key in it masked with ``***``.
 
-    Escape sequences and control characters are removed, and a carriage return overwrites from
-    the start of the line (a progress bar's last state is what is left). Removing them first
+    Escape sequences and control characters are removed, and a carriage return starts the line
+    over (a progress bar redrawn in place: its last state is what is left). Removing them first
     also keeps a coloured ``api_key=`` from hiding its value from the mask.
     """
     return _SECRET_IN_LOG.sub(r"\1***", plain_text(line))
 
 
 def plain_text(line: str) -> str:
-    """``line`` without terminal control: escape sequences gone, carriage returns rendered."""
-    shown = ""
-    for segment in _TERMINAL_CONTROL.sub("", line).split("\r"):
-        shown = segment + shown[len(segment) :]
-    return shown
+    """``line`` without terminal control: escape sequences gone, and only what follows the last
+    carriage return (the redraw erases the rest: tqdm pads it, others send an erase code)."""
+    drawn = [segment for segment in _TERMINAL_CONTROL.sub("", line).split("\r") if segment]
+    return drawn[-1] if drawn else ""
 
 
 def redact_argv(argv: list[str]) -> list[str]:

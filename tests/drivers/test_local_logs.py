@@ -136,7 +136,8 @@ ROUTER_LOG = (
 # SGLang's and the simulator's stamps are local time; a progress bar redraws after each \r.
 ENGINE_LOG = (
     "[2026-12-04 21:35:09] \x1b[1mLoad weight begin\x1b[0m\n"
-    "Loading shards:   0% | 0/4 [00:00<?]\rLoading shards: 100% | 4/4 [00:03<00:00]\x1b[K\n"
+    "Loading shards:   0% | 0/4 [00:00<?]\rLoading shards: 100% | 4/4 [00:03<00:00]\n"
+    "Capturing batches (bs=8 avail_mem=40 GB)\r\x1b[KCaptured\n"  # erased, then redrawn
     "[2026-12-04 21:35:14 TP0] Load weight end\n"
 )
 
@@ -160,10 +161,11 @@ def test_coloured_lines_come_back_plain_at_the_times_they_carry(
     assert [line.text for line in engine] == [
         "[2026-12-04 21:35:09] Load weight begin",
         "Loading shards: 100% | 4/4 [00:03<00:00]",
+        "Captured",
         "[2026-12-04 21:35:14 TP0] Load weight end",
     ]
     ist = datetime(2026, 12, 4, 16, 5, tzinfo=UTC)  # 21:35 in Kolkata
-    assert [line.ts for line in engine] == [ist + timedelta(seconds=s) for s in (9, 9, 14)]
+    assert [line.ts for line in engine] == [ist + timedelta(seconds=s) for s in (9, 9, 9, 14)]
     # What was read plain is what ``since`` filters and a follower continues from.
     since = driver.logs(REF, base.LogQuery(replica="router", since=utc + timedelta(seconds=10)))
     assert [line.text for line in since.lines] == [router[-1].text]

@@ -5,7 +5,8 @@ Front ends never import a driver (import-linter), so they call :func:`read_logs`
 the request, picks the endpoint's driver as reconcile does and asks it: files of the local
 cluster's processes, pods' containers on a Kubernetes cluster. A replica name is matched against
 the names the driver lists, never joined into a path, so no input reaches another endpoint's
-logs. Every line is redacted of API keys by the driver. Who may read logs is the caller's
+logs. Every line comes from the driver as plain text (no terminal escapes) with its API keys
+masked (``drivers.base.clean_log_line``). Who may read logs is the caller's
 business (developers and up: a log can hold what users sent).
 
 Each line gets a level read from its text (SGLang's and uvicorn's ``INFO``/``WARNING``/``ERROR``
@@ -41,8 +42,8 @@ CURSOR = re.compile(r"\A[0-9A-Za-z:.\-]{1,64}\Z")
 # Levels a reader can filter by, least severe first; a filter keeps its level and those after.
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 MAX_SEARCH = 200
-# The level word is looked for near the start (after a timestamp, a logger name, colour codes),
-# so a message that merely mentions "error" later on is not an ERROR line.
+# The level word is looked for near the start (after a timestamp, a logger name), so a message
+# that merely mentions "error" later on is not an ERROR line.
 _LEVEL_WORD = re.compile(
     r"\b(DEBUG|INFO|WARN(?:ING)?|ERROR|CRITICAL|FATAL|Traceback)\b", re.IGNORECASE
 )
@@ -56,7 +57,6 @@ _LEVEL_NAMES = {
     "fatal": "ERROR",
     "traceback": "ERROR",
 }
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # A line that starts with a time ("[2026-01-01 12:00:00]", "2026-01-01T12:00:00Z") begins a new
 # record; any other line (a traceback's frames, a wrapped message) continues the one before.
 _NEW_RECORD = re.compile(r"\A\s*\[?\d{4}-\d{2}-\d{2}")
@@ -142,8 +142,7 @@ def parse_since(value: str, now: datetime | None = None) -> datetime:
 
 def line_level(text: str) -> str:
     """The level a log line names near its start ("" when none): INFO, WARNING, ERROR, DEBUG."""
-    head = _ANSI.sub("", text[: _LEVEL_SCAN_CHARS * 2])[:_LEVEL_SCAN_CHARS]
-    found = _LEVEL_WORD.search(head)
+    found = _LEVEL_WORD.search(text[:_LEVEL_SCAN_CHARS])
     if found is None:
         return ""
     word = found.group(1)
@@ -165,7 +164,7 @@ def filter_lines(lines: list[LogLine], *, q: str = "", level: str = "") -> list[
     current = ""
     for line in lines:
         named = line_level(line.text)
-        if named or _NEW_RECORD.match(_ANSI.sub("", line.text[:40])):
+        if named or _NEW_RECORD.match(line.text):
             current = named
         if LEVELS.index(current or "INFO") < floor:
             continue

@@ -43,11 +43,32 @@ _SECRET_IN_LOG = re.compile(
 
 
 _KEY_FLAGS = frozenset({"--api-key", "--admin-api-key"})
+# What a terminal acts on rather than shows (ECMA-48). smg colours and dims every part of its
+# lines even into a file or a pipe (``ESC[2m2026-01-01 12:00:00ESC[0m ESC[32m INFO``), progress
+# bars move the cursor and erase; a browser would show all of it as junk.
+_TERMINAL_CONTROL = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: every SGR (colour, dim, italic, reset), cursor, erase
+    r"|\x1b[\]PX^_].*?(?:\x07|\x1b\\|\Z)"  # OSC (titles, links), DCS, SOS, PM, APC: to their end
+    r"|\x1b[ -/]*[0-~]?"  # any other escape (ESC 7, ESC ( B), or a lone ESC
+    r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]"  # other control characters; tab, CR kept
+)
 
 
-def redact_log_line(line: str) -> str:
-    """``line`` with any engine or router API key in it replaced by ``***``."""
-    return _SECRET_IN_LOG.sub(r"\1***", line)
+def clean_log_line(line: str) -> str:
+    """``line`` as shown: as a terminal would render it, any API key in it masked with ``***``.
+
+    Escape sequences and control characters are removed, and a carriage return starts the line
+    over (a progress bar redrawn in place: its last state is what is left). Removing them first
+    also keeps a coloured ``api_key=`` from hiding its value from the mask.
+    """
+    return _SECRET_IN_LOG.sub(r"\1***", plain_text(line))
+
+
+def plain_text(line: str) -> str:
+    """``line`` without terminal control: escape sequences gone, and only what follows the last
+    carriage return (the redraw erases the rest: tqdm pads it, others send an erase code)."""
+    drawn = [segment for segment in _TERMINAL_CONTROL.sub("", line).split("\r") if segment]
+    return drawn[-1] if drawn else ""
 
 
 def redact_argv(argv: list[str]) -> list[str]:
@@ -303,8 +324,8 @@ class Driver(Protocol):
         """Remove everything the endpoint owns; True once nothing is left (absent counts)."""
 
     def logs(self, ref: DeploymentRef, query: LogQuery) -> LogLines:
-        """Lines of the replica ``query`` picks (``pick_source``), every line redacted with
-        ``redact_log_line``; no read when it picks none."""
+        """Lines of the replica ``query`` picks (``pick_source``), every line shown through
+        ``clean_log_line``; no read when it picks none."""
 
     def close(self) -> None:
         """Release connections (the kube client's pool); running endpoints are unaffected."""

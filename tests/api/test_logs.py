@@ -69,6 +69,27 @@ def test_a_developer_reads_and_follows_a_process_log(
     assert len(api.dave.get(f"deployments/chat/logs?since={since}").json()["lines"]) == 2
 
 
+def test_the_router_log_reads_plain_at_the_times_smg_stamped(
+    api: Clients, endpoint: Deployment, run_dir: Path
+) -> None:
+    # smg colours its lines even into a file, and stamps them in UTC without saying so.
+    (run_dir / "router.log").write_text(
+        "\x1b[2m2026-12-04 21:35:09\x1b[0m \x1b[32m INFO\x1b[0m \x1b[2msmg::server\x1b[0m"
+        "\x1b[2m:\x1b[0m Starting router\n"
+        "\x1b[2m2026-12-04 21:35:11\x1b[0m \x1b[33m WARN\x1b[0m \x1b[2msmg::health\x1b[0m"
+        "\x1b[2m:\x1b[0m worker \x1b[3murl\x1b[0m\x1b[2m=\x1b[0mhttp://w:1 unhealthy\n"
+    )
+    body = api.dave.get("deployments/chat/logs?replica=router").json()
+    assert [(line["text"], line["level"]) for line in body["lines"]] == [
+        ("2026-12-04 21:35:09  INFO smg::server: Starting router", "INFO"),
+        ("2026-12-04 21:35:11  WARN smg::health: worker url=http://w:1 unhealthy", "WARNING"),
+    ]
+    assert [datetime.fromisoformat(line["ts"]) for line in body["lines"]] == [
+        datetime(2026, 12, 4, 21, 35, 9, tzinfo=UTC),
+        datetime(2026, 12, 4, 21, 35, 11, tzinfo=UTC),
+    ]
+
+
 def test_an_endpoint_without_replicas_has_no_lines(api: Clients, endpoint: Deployment) -> None:
     body = api.alice.get(f"deployments/{endpoint.pk}/logs").json()
     assert body["replica"] == "" and body["lines"] == [] and body["replicas"] == []

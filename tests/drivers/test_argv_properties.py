@@ -29,6 +29,7 @@ from runtime.catalog.flags import arity_problem, split_argv
 from runtime.extra_flags import EXTRA_FLAG_ALLOWLIST, EXTRA_FLAG_DENYLIST
 from runtime.launch import LaunchPlan, cache_aware_args, plan, with_flag
 from runtime.routing_key import ROUTING_KEY_HEADER
+from runtime.secret_flags import expand
 from runtime.spec import RuntimeSpec
 from runtime.validate import check, has_errors
 from tests.drivers.reference_specs import ENGINE_KEY, REF
@@ -160,16 +161,20 @@ def _assert_plan_safe(spec: RuntimeSpec, launch: LaunchPlan, managed: set[str]) 
 
 
 def _local_argvs(revision: RevisionPlan) -> Iterator[tuple[str, list[str], FlagCatalog]]:
+    """Each process' argv as it reads it: the endpoint's key put in place of its reference
+    inside the process (``runtime.secret_flags``), never on the command line itself."""
     driver = LocalDriver(LocalOptions(run_dir=Path("/nonexistent"), smg="smg"))
+    keyed = [driver.options.python, "-m", "runtime.secret_flags"]
+    environ = {API_KEY_ENV: ENGINE_KEY}
     for role in revision.plan.roles:
         if role.role == "router":
-            argv = driver.router_argv(revision, 31000, 31001)
-            assert argv[:2] == ["smg", "launch"]
-            yield role.role, argv[2:], ROUTER
+            argv = driver.router_argv(revision, 31000, 31001, ENGINE_KEY)
+            assert argv[:5] == [*keyed, "smg", "launch"] and ENGINE_KEY not in argv
+            yield role.role, expand(argv[5:], dict(environ)), ROUTER
         else:
-            argv = driver.engine_argv(role, 31002)
-            assert argv[1:3] == ["-m", "runtime.sim"]
-            yield role.role, argv[3:], ENGINES
+            argv = driver.engine_argv(role, 31002, ENGINE_KEY)
+            assert argv[:5] == [*keyed, "-m", "runtime.sim"] and ENGINE_KEY not in argv
+            yield role.role, expand(argv[5:], dict(environ)), ENGINES
 
 
 _REFERENCE = re.compile(r"\$(\$|\(([A-Za-z_][A-Za-z0-9_]*)\))")

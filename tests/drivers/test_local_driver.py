@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -219,10 +221,22 @@ def test_prefill_and_decode_pools_come_up_behind_one_router(driver: LocalDriver)
     assert answer.status_code == 200
 
 
-def test_an_endpoint_with_a_key_refuses_callers_without_it(tmp_path: Path) -> None:
+def command_lines(run_dir: Path) -> dict[int, str]:
+    """What ``ps`` shows of each process working in ``run_dir`` (every one an endpoint runs)."""
+    found = {}
+    for pid in processes_of(run_dir):
+        with contextlib.suppress(OSError):  # gone meanwhile
+            found[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    return found
+
+
+def test_an_endpoint_with_a_key_refuses_callers_without_it_and_lists_it_nowhere(
+    tmp_path: Path,
+) -> None:
     key = "pek_" + "3c" * 32
     keyed = dataclasses.replace(REF, api_key=key)
     local = LocalDriver(LocalOptions(run_dir=tmp_path, env=SIM_ENV, stop_grace_s=3))
+    started = datetime.now(UTC).replace(microsecond=0)  # stamps are whole seconds
 
     def step() -> base.Observation:
         local.apply(keyed, revision(1))
@@ -243,9 +257,21 @@ def test_an_endpoint_with_a_key_refuses_callers_without_it(tmp_path: Path) -> No
         )
         assert answer.status_code == 200
         for name in ("r1-engine-0", "router"):
-            lines = [line.text for line in local.logs(keyed, base.LogQuery(replica=name)).lines]
+            read = local.logs(keyed, base.LogQuery(replica=name)).lines
+            lines = [line.text for line in read]
             assert lines and "--api-key ***" in lines[0]
             assert not [line for line in lines if key in line], name
+            # smg's coloured lines come back plain, each at the time it was written.
+            assert not [line for line in lines if "\x1b" in line], name
+            assert all(line.ts and started <= line.ts <= datetime.now(UTC) for line in read)
+        # No local user can read the key off the process table: not the engine's, not smg's
+        # (which retitles itself "smg::router" once started, too late to hide its argv).
+        listed = command_lines(tmp_path / REF.id)
+        assert not [argv for argv in listed.values() if key in argv]
+        assert len(listed) == 2 and "--api-key $(PLINTH_API_KEY)" in " ".join(listed.values())
+        engine_role = revision(1).plan.roles[0]
+        execed = local.engine_argv(engine_role, 1, key) + local.router_argv(revision(1), 2, 3, key)
+        assert key not in " ".join(execed)
         table = ProcessTable(tmp_path / REF.id)
         assert key not in "".join(p.read_text() for p in table.root.glob("*.json"))
     finally:

@@ -4,6 +4,8 @@ their lines carry, picked by replica and role, never through a link."""
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -100,13 +102,73 @@ def test_lines_carry_the_times_the_process_stamped(driver: LocalDriver, run_dir:
 
 
 def test_stamps_are_read_only_where_they_are_times() -> None:
-    assert line_time(b"2025-13-01 12:00:00 not a month") is None
+    assert line_time("2025-13-01 12:00:00 not a month") is None
     assert (
-        line_time(b"[2025-06-01 12:00:00.123] x")
+        line_time("[2025-06-01 12:00:00.123] x")
         == datetime(2025, 6, 1, 12, 0, 0, 123000).astimezone()
     )
-    assert line_time(b"2025-06-01T12:00:00+02:00 x") == datetime(2025, 6, 1, 10, tzinfo=UTC)
-    assert line_time(b"id 2025-06-01 12:00:00") is None  # not at the start
+    assert line_time("2025-06-01T12:00:00+02:00 x") == datetime(2025, 6, 1, 10, tzinfo=UTC)
+    assert line_time("2025-06-01T12:00:00+02:00 x", UTC) == datetime(2025, 6, 1, 10, tzinfo=UTC)
+    assert line_time("2025-06-01 12:00:00 x", UTC) == datetime(2025, 6, 1, 12, tzinfo=UTC)
+    assert line_time("id 2025-06-01 12:00:00") is None  # not at the start
+
+
+@pytest.fixture
+def far_from_utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process' local time 5:30 ahead of UTC, so a stamp read in the wrong zone shows."""
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+# As smg 1.13 writes its log into a file: every part coloured or dimmed, the time in UTC (it
+# ignores TZ) with no zone named. After the driver's own line for the start of the run.
+ROUTER_LOG = (
+    "2026-12-04T21:35:08+00:00 --- starting router: smg launch --api-key ***\n"
+    "\x1b[2m2026-12-04 21:35:09\x1b[0m \x1b[32m INFO\x1b[0m \x1b[2msmg::server\x1b[0m"
+    "\x1b[2m:\x1b[0m Starting router on 127.0.0.1:39871\n"
+    "  policy: CacheAware\n"
+    "\x1b[2m2026-12-04 21:35:11\x1b[0m \x1b[33m WARN\x1b[0m \x1b[2msmg::auth\x1b[0m\x1b[2m:\x1b[0m "
+    "key \x1b[3mapi_key\x1b[0m\x1b[2m=\x1b[0msk-live-1 \x1b]8;;http://x\x1b\\docs\x1b]8;;\x1b\\\n"
+)
+# SGLang's and the simulator's stamps are local time; a progress bar redraws after each \r.
+ENGINE_LOG = (
+    "[2026-12-04 21:35:09] \x1b[1mLoad weight begin\x1b[0m\n"
+    "Loading shards:   0% | 0/4 [00:00<?]\rLoading shards: 100% | 4/4 [00:03<00:00]\n"
+    "Capturing batches (bs=8 avail_mem=40 GB)\r\x1b[KCaptured\n"  # erased, then redrawn
+    "[2026-12-04 21:35:14 TP0] Load weight end\n"
+)
+
+
+def test_coloured_lines_come_back_plain_at_the_times_they_carry(
+    driver: LocalDriver, run_dir: Path, far_from_utc: None
+) -> None:
+    write(run_dir, "router", ROUTER_LOG)
+    write(run_dir, "r1-engine-0", ENGINE_LOG)
+    router = driver.logs(REF, base.LogQuery(replica="router")).lines
+    assert [line.text for line in router] == [
+        "2026-12-04T21:35:08+00:00 --- starting router: smg launch --api-key ***",
+        "2026-12-04 21:35:09  INFO smg::server: Starting router on 127.0.0.1:39871",
+        "  policy: CacheAware",  # a continuation: the line above's time
+        "2026-12-04 21:35:11  WARN smg::auth: key api_key=*** docs",
+    ]
+    utc = datetime(2026, 12, 4, 21, 35, tzinfo=UTC)
+    seconds = [8, 9, 9, 11]
+    assert [line.ts for line in router] == [utc + timedelta(seconds=s) for s in seconds]
+    engine = driver.logs(REF, base.LogQuery(replica="r1-engine-0")).lines
+    assert [line.text for line in engine] == [
+        "[2026-12-04 21:35:09] Load weight begin",
+        "Loading shards: 100% | 4/4 [00:03<00:00]",
+        "Captured",
+        "[2026-12-04 21:35:14 TP0] Load weight end",
+    ]
+    ist = datetime(2026, 12, 4, 16, 5, tzinfo=UTC)  # 21:35 in Kolkata
+    assert [line.ts for line in engine] == [ist + timedelta(seconds=s) for s in (9, 9, 9, 14)]
+    # What was read plain is what ``since`` filters and a follower continues from.
+    since = driver.logs(REF, base.LogQuery(replica="router", since=utc + timedelta(seconds=10)))
+    assert [line.text for line in since.lines] == [router[-1].text]
 
 
 def test_replicas_are_picked_by_name_and_role_and_never_by_path(

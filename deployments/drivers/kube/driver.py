@@ -282,7 +282,7 @@ class KubeDriver:
         stamped = stamped[: query.tail] if after is not None else stamped[-query.tail :]
         last = next((s for s, _ in reversed(stamped) if s is not None), after)
         lines = [
-            base.LogLine(base.redact_log_line(line), _as_datetime(s) if s else None)
+            base.LogLine(base.clean_log_line(line), _as_datetime(s) if s else None)
             for s, line in stamped
         ]
         return base.LogLines(

@@ -43,11 +43,10 @@ from deployments.drivers.base import HF_TOKEN_ENV, DeploymentRef, RevisionPlan
 from deployments.drivers.kube import labels as L
 from deployments.drivers.kube.weights import DOWNLOAD_SCRIPT, WAIT_SCRIPT, Weights, weights_of
 from runtime.launch import DIST_INIT_PORT, ROUTER_IMAGE, Probe, RolePlan, with_flag
+from runtime.secret_flags import API_KEY_ENV, API_KEY_REF
 from runtime.spec import MODEL_CACHE_PATH, default_engine_image
 
 HF_TOKEN_KEY = HF_TOKEN_ENV  # the Secret's key, named as the variable it becomes
-# The variable engines and the router read the endpoint's API key from, and the Secret's key.
-API_KEY_ENV = "PLINTH_API_KEY"
 ROUTER_USER = 65532  # smg needs no user of its own: any non-root id
 PRESTOP_SLEEP_S = 15  # lets the router see the pod go unready before the engine drains
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
@@ -343,7 +342,7 @@ def _api_key_env(ref: DeploymentRef) -> list[dict[str, Any]]:
 def _with_api_key(ref: DeploymentRef, args: list[str]) -> list[str]:
     """``args`` (already escaped) with ``--api-key`` read from the Secret when the pod starts:
     the one ``$(...)`` of a container's args that is the renderer's own."""
-    return with_flag(args, "--api-key", f"$({API_KEY_ENV})") if ref.api_key else args
+    return with_flag(args, "--api-key", API_KEY_REF) if ref.api_key else args
 
 
 def _pod_annotations(ref: DeploymentRef) -> dict[str, str]:

@@ -4,7 +4,13 @@ The tools environment (``deployments.tools_env``) is made on first use, under a 
 first benchmark of an installation waits a couple of minutes for it. AIPerf writes its artifacts
 (``profile_export_aiperf.json``, its log) into a directory of the benchmark's, which the caller
 keeps. A run that fails or overruns raises ``PermanentDriverError`` with the tail of AIPerf's
-log (never the command line, which holds the temporary key).
+log (never a line naming ``--api-key``).
+
+AIPerf reads the benchmark's temporary key from ``--api-key`` only (its ``${VAR}`` substitution
+is for config files), and a command line is readable by every local user: as for engines
+(``runtime.secret_flags``), the key travels in the environment and the command line says
+``--api-key $(PLINTH_API_KEY)``. That module is run by its path with the tools environment's
+Python and ``-P``, so no module of Plinth's can shadow one of AIPerf's.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from pathlib import Path
 from deployments.benchmark_aiperf import EXPORT_FILE, aiperf_env
 from deployments.drivers.errors import PermanentDriverError
 from deployments.tools_env import ensure_aiperf
+from runtime import secret_flags
 
 LOG_FILE = "aiperf-stdout.log"
 _TAIL_LINES = 15
@@ -26,14 +33,15 @@ def run_aiperf(argv: list[str], artifact_dir: Path, *, tools_dir: Path, timeout_
     executable = ensure_aiperf(tools_dir)
     artifact_dir.mkdir(parents=True, exist_ok=True)
     log = artifact_dir / LOG_FILE
+    command, key_env = keyed_command(executable, argv)
     with log.open("wb") as out:
         try:
             done = subprocess.run(
-                [str(executable), *argv],
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=aiperf_env(os.environ),
+                env={**aiperf_env(os.environ), **key_env},
                 cwd=artifact_dir,
                 timeout=timeout_s,
                 check=False,
@@ -46,6 +54,18 @@ def run_aiperf(argv: list[str], artifact_dir: Path, *, tools_dir: Path, timeout_
     if done.returncode != 0 or not export.is_file():
         raise PermanentDriverError(f"AIPerf exited with status {done.returncode}{_tail(log)}")
     return export
+
+
+def keyed_command(executable: Path, argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The command that runs ``executable argv`` with its ``--api-key`` value off the command
+    line, and the environment that carries that value."""
+    if "--api-key" not in argv[:-1]:
+        return [str(executable), *argv], {}
+    at = argv.index("--api-key") + 1
+    shown = [*argv[:at], secret_flags.API_KEY_REF, *argv[at + 1 :]]
+    python = executable.with_name("python")
+    command = [str(python), "-P", secret_flags.__file__, str(executable), *shown]
+    return command, {secret_flags.API_KEY_ENV: argv[at]}
 
 
 def _tail(log: Path) -> str:

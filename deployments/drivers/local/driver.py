@@ -8,9 +8,11 @@ keep the router running and its worker list equal to the ready engines.
 
 The endpoint's API key (``ref.api_key``) guards its engines and router here too: on a shared
 machine any local process (or a web page, by DNS rebinding) can reach a loopback port. SGLang and
-smg read the key from argv only, so it is on their command lines (a local user who can list
-processes can read it); it is masked in the log's command line, and smg is handed it for each
-worker it is told to add (it sends a worker no key of its own otherwise).
+smg read the key from argv only, and a command line is readable by every local user, so a keyed
+process is started through ``runtime.secret_flags`` as a Kubernetes container is: the key in its
+environment (readable by its own user only), ``--api-key $(PLINTH_API_KEY)`` on its command
+line, the value put in place inside the process. smg is handed the key for each worker it is
+told to add (it sends a worker no key of its own otherwise).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, tzinfo
 from pathlib import Path
 
 from deployments.drivers import base
@@ -34,6 +37,7 @@ from deployments.drivers.local.logfile import read_log
 from deployments.drivers.local.processes import ProcessRecord, ProcessTable, free_port
 from runtime.client import EngineClient, RouterClient, RuntimeUnavailable
 from runtime.launch import RolePlan, with_flag
+from runtime.secret_flags import API_KEY_ENV, API_KEY_REF
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 ROUTER = "router"
@@ -53,6 +57,11 @@ class LocalOptions:
 
 def _digest(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _key_env(api_key: str) -> dict[str, str]:
+    """Where a keyed process finds the value its ``--api-key $(PLINTH_API_KEY)`` stands for."""
+    return {API_KEY_ENV: api_key} if api_key else {}
 
 
 def _key_digest(api_key: str) -> str:
@@ -138,7 +147,7 @@ class LocalDriver:
             bootstrap = free_port()
             argv = with_flag(argv, "--disaggregation-bootstrap-port", bootstrap)
         env = {**_inherited_env(), **self.options.env, **role.env, **_identity(table, name)}
-        env["PYTHONPATH"] = str(REPO_ROOT)
+        env.update({"PYTHONPATH": str(REPO_ROOT), **_key_env(api_key)})
         if revision.hf_token:
             # A gated model's token: in the environment only, never in argv, which the log's
             # first line and every process listing show.
@@ -161,20 +170,25 @@ class LocalDriver:
         """The command line of one engine process: the plan's argv, on loopback at ``port``,
         demanding ``api_key`` when there is one."""
         args = with_flag(with_flag(role.args, "--host", "127.0.0.1"), "--port", port)
-        if api_key:
-            args = with_flag(args, "--api-key", api_key)
-        return [*self._engine_command(), *args]
+        if not api_key:
+            return [self.options.python, "-m", self._engine_module(), *args]
+        args = with_flag(args, "--api-key", API_KEY_REF)  # the value is in the environment
+        return [*self._keyed(), "-m", self._engine_module(), *args]
 
-    def _engine_command(self) -> list[str]:
+    def _engine_module(self) -> str:
         if self.options.engine == "sim":
-            return [self.options.python, "-m", "runtime.sim"]
+            return "runtime.sim"
         if self.options.engine == "sglang":
             if importlib.util.find_spec("sglang") is None:
                 raise PermanentDriverError(
                     "PLINTH_LOCAL_ENGINE=sglang, but SGLang is not installed for this Python"
                 )
-            return [self.options.python, "-m", "sglang.launch_server"]
+            return "sglang.launch_server"
         raise PermanentDriverError(f"unknown local engine {self.options.engine!r}: sim or sglang")
+
+    def _keyed(self) -> list[str]:
+        """The start of the command line of a process whose ``--api-key`` is a reference."""
+        return [self.options.python, "-m", "runtime.secret_flags"]
 
     def _retiring(
         self,
@@ -205,7 +219,7 @@ class LocalDriver:
         router = revision.plan.role("router")
         args = list(router.args) if router else []
         if api_key:
-            args = with_flag(args, "--api-key", api_key)
+            args = with_flag(args, "--api-key", API_KEY_REF)  # the value is in the environment
         args = with_flag(args, "--host", "127.0.0.1")
         args = with_flag(args, "--prometheus-host", "127.0.0.1")
         args = with_flag(args, "--health-check-interval-secs", self.options.router_health_check_s)
@@ -218,7 +232,8 @@ class LocalDriver:
         """The command line of the router process, serving on ``port``."""
         args = self._router_args(revision, api_key)
         args = with_flag(with_flag(args, "--port", port), "--prometheus-port", metrics_port)
-        return [self.options.smg or _smg_binary(), "launch", *args]
+        smg = [self.options.smg or _smg_binary(), "launch"]
+        return [*self._keyed(), *smg, *args] if api_key else [*smg, *args]
 
     def _ensure_router(
         self,
@@ -228,7 +243,7 @@ class LocalDriver:
         api_key: str,
     ) -> ProcessRecord:
         args = self._router_args(revision, api_key)
-        config = _digest(args)
+        config = _digest(args, _key_digest(api_key))  # argv names the key, not its value
         current = next((r for r in live if r.role == ROUTER), None)
         if current is not None and current.alive() and current.config == config:
             return current
@@ -255,6 +270,7 @@ class LocalDriver:
             restarts=restarts,
         )
         env = {**_inherited_env(), "HF_HUB_OFFLINE": "1", **_identity(table, ROUTER)}
+        env.update({"PYTHONPATH": str(REPO_ROOT), **_key_env(api_key)})
         return table.spawn(record, argv, env, table.root)
 
     def _sync_router(
@@ -338,12 +354,13 @@ class LocalDriver:
                 after=query.after,
                 since=query.since,
                 max_bytes=base.LOG_READ_BYTES,
+                zone=_stamp_zone(source),
             )
         except FileNotFoundError:  # removed since it was listed: the endpoint was deleted
             return base.LogLines(replica=source.name, replicas=sources)
         except OSError as exc:
             raise TemporaryDriverError(f"the log of {source.name} cannot be read") from exc
-        lines = [base.LogLine(base.redact_log_line(text), ts) for text, ts in found.lines]
+        lines = [base.LogLine(base.clean_log_line(text), ts) for text, ts in found.lines]
         return base.LogLines(
             replica=source.name,
             lines=lines,
@@ -375,6 +392,12 @@ def _log_source(name: str) -> base.LogSource:
     """A log file's process: ``r<revision>-<role>-<index>`` or the router."""
     match = _PROCESS_NAME.match(name)
     return base.LogSource(name=name, role=match["role"] if match else name)
+
+
+def _stamp_zone(source: base.LogSource) -> tzinfo | None:
+    """The zone of a process' zoneless stamps: smg writes UTC (``2025-06-01 12:00:00``, whatever
+    ``TZ`` says); SGLang and the simulator write local time (None)."""
+    return UTC if source.role == ROUTER else None
 
 
 def _identity(table: ProcessTable, name: str) -> dict[str, str]:

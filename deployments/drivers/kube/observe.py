@@ -241,7 +241,7 @@ def _last_words(pods: list[Mapping[str, Any]]) -> str:
 
 def _tail(text: str) -> str:
     """The end of ``text`` on one line, any key or token in it masked."""
-    flat = " ".join(base.redact_log_line(text).split())
+    flat = " ".join(" ".join(base.clean_log_line(line) for line in text.split("\n")).split())
     flat = _HUB_TOKEN.sub("hf_***", flat)
     return flat if len(flat) <= LAST_WORDS_CHARS else "…" + flat[-LAST_WORDS_CHARS:]
 

@@ -24,9 +24,10 @@ A slot is *down* when a request sent there reached no engine: the router refused
 ready replica there: one went away, or the control plane counts a replica the router does not
 list yet), or could not connect to its replica (killed, crashed: the router still lists it until
 its health checks fail). The gateway process that saw it marks it down in Redis for
-``DOWN_SECONDS``, in the same script call that places the key again, so every gateway process
-leaves it out from its next placement on: the slot's keys move to the other slots for good, new
-keys go there too, and ``gateway.app`` sends the request again at once. When the mark runs out
+``DOWN_SECONDS`` (``GATEWAY_SLOT_DOWN_SECONDS``), in the same script call that places the key
+again, so every gateway process leaves it out from its next placement on: the slot's keys move
+to the other slots for good, new keys go to those too, and ``gateway.app`` sends the request
+again at once. When the mark runs out
 the slot is placed on again (it holds the fewest keys by then); if its replica is still gone,
 the next request there is sent again too and marks it once more.
 

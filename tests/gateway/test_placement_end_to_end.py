@@ -405,3 +405,45 @@ def test_a_killed_engine_fails_only_what_it_was_running_and_its_slot_is_dropped_
     finally:
         for gateway in gateways:
             stop_process(gateway.popen)
+
+
+def test_a_request_the_killed_engine_was_running_is_not_sent_again(
+    cast: Cast, gateway: GatewayProcess, tmp_path: Any
+) -> None:
+    """2 engines: a long non-streamed chat runs on its engine when that engine is killed. The
+    router answers 500 `call_upstream_request_error` (with smg's retries off, its answer tells
+    a request that reached the engine from one that did not): the engine may have run it, so
+    the gateway answers 503 and does not send it to the other engine."""
+    endpoint = create_endpoint(cast, "mid-answer")
+    with placed_cluster(2, endpoint, tmp_path) as sim:
+        mark_serving(endpoint, sim.url, replicas=2)
+        key = inference_key(cast)
+        wait_routable(gateway, "mid-answer", key)
+        fresh_table(sim.url)
+        victim = engine_of_next(sim, lambda: ask(gateway, "mid-answer", key, "orchard", "Hi?"))
+        survivor = sim.engines[1 - victim]
+        before = metric_sum(survivor.url, REQUESTS)
+        answers: list[httpx.Response] = []
+        messages = [
+            {"role": "system", "content": system_prompt("orchard")},
+            {"role": "user", "content": "Tell me everything."},
+        ]
+        body = {"model": "sim/llama-test", "messages": messages, "max_tokens": 20_000}
+        body["ignore_eos"] = True
+        request = threading.Thread(
+            target=lambda: answers.append(
+                httpx.post(
+                    f"{gateway.base_url('mid-answer')}/chat/completions",
+                    json=body,
+                    headers={"Authorization": f"Bearer {key}"},
+                    timeout=60,
+                )
+            )
+        )
+        request.start()
+        engine = sim.engines[victim]
+        wait_until(lambda: metric_sum(engine.url, "sglang:num_running_reqs") >= 1, "running", 10)
+        engine.popen.kill()
+        request.join(60)
+        assert [a.status_code for a in answers] == [503], [a.text for a in answers]
+        assert metric_sum(survivor.url, REQUESTS) == before

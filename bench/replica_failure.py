@@ -4,10 +4,11 @@ One run: N simulated engines behind the real smg router, and two of Plinth's gat
 gateway's own code, ``gateway.app.Gateway``, built in process from a one-endpoint route table,
 sharing one Redis as two gateway processes would) taking requests in turn. Steady traffic
 (``--rate`` requests a second, open loop) sends chats of ``2 x N`` tenants (each tenant its own
-long system prompt, so its own routing key), streamed and not, until every tenant has been
-answered a few times; then one engine, picked at random, is killed (SIGKILL), and the traffic
-goes on until the router has noticed (its health checks mark the engine unhealthy) and
-``--after`` requests have been sent since the engine exited. Counted, per run:
+long system prompt, so its own routing key; ``--output-tokens`` long answers), streamed and
+not, until every tenant has been answered a few times; then one engine, picked at random, is
+killed (SIGKILL), and the traffic goes on until the router has noticed (its health checks mark
+the engine unhealthy) and ``--after`` requests have been sent since the engine exited.
+Counted, per run:
 
 - requests sent after the engine exited, and how many of them failed: none of them can have
   reached the dead engine, so every failure here is routing's;
@@ -31,7 +32,7 @@ The router checks its workers' health every second here (``runtime.sim.launcher`
 router checks every ``ROUTER_HEALTH_CHECK_SECONDS`` (10), so the window in which a router that is
 left to itself sends requests to a dead replica lasts about ten times longer there. Figures are
 counts, not timings. Redis: a redis-server of the bench's own (the one ``make run`` embeds), so
-nothing is left in another. Run: ``python bench/replica_failure.py`` (about four minutes).
+nothing is left in another. Run: ``python bench/replica_failure.py`` (about six minutes).
 """
 
 from __future__ import annotations
@@ -115,12 +116,15 @@ def route_table(router_url: str, replicas: int, placed: bool) -> tuple[RouteTabl
     return table, new.plaintext
 
 
-async def send(client: httpx.AsyncClient, api_key: str, tenant: int, stream: bool) -> Sent:
+async def send(
+    client: httpx.AsyncClient, api_key: str, tenant: int, stream: bool, tokens: int
+) -> Sent:
     messages = [
         {"role": "system", "content": system_prompt(tenant)},
         {"role": "user", "content": f"Question {random.random():.6f}?"},
     ]
-    body = {"model": "sim/llama-test", "messages": messages, "max_tokens": 16, "stream": stream}
+    body = {"model": "sim/llama-test", "messages": messages, "max_tokens": tokens}
+    body.update(stream=stream, ignore_eos=True)
     started = time.monotonic()
     try:
         answer = await client.post(
@@ -182,7 +186,8 @@ async def run_once(config: str, replicas: int, seed: int, args: argparse.Namespa
 
             async def one(n: int) -> None:
                 gateway = clients[n % 2]
-                sent.append(await send(gateway, api_key, n % tenants, (n // tenants) % 2 == 1))
+                stream = (n // tenants) % 2 == 1
+                sent.append(await send(gateway, api_key, n % tenants, stream, args.output_tokens))
 
             n = 0
             while not stop.is_set():
@@ -228,7 +233,8 @@ def print_table(results: list[RunResult], args: argparse.Namespace) -> None:
     print()
     print(
         f"Failed requests per engine kill ({args.kills} kills per cell, {args.rate:g} requests/s, "
-        f"2 x N tenants, time scale {args.time_scale:g}): failed / sent after the engine exited;"
+        f"2 x N tenants, {args.output_tokens} output tokens, time scale {args.time_scale:g}): "
+        "failed / sent after the engine exited;"
         " failed / in flight at the kill. Summed over the kills."
     )
     header = "| configuration |"
@@ -269,6 +275,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=20.0, help="requests per second, in all")
     parser.add_argument("--after", type=int, default=100, help="requests sent after the exit")
     parser.add_argument("--time-scale", type=float, default=20.0)
+    parser.add_argument(
+        "--output-tokens", type=int, default=256, help="per answer: longer, more in flight"
+    )
     return parser.parse_args()
 
 

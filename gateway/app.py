@@ -47,13 +47,14 @@ from gateway.refresher import LoadChanges, RouteRefresher
 from gateway.routes import Endpoint, InferenceKey, RouteTable
 from gateway.split import PIN_HEADER, SESSION_HEADER, Splitter, Steer, pin_of, session_of
 from gateway.upstream import (
+    NotDelivered,
     Relay,
-    SlotRefused,
     UpstreamBroke,
     new_pool,
     open_upstream,
     relay_body,
     response_headers,
+    upstream_failed,
 )
 from gateway.usage_parsing import StreamFilter
 from runtime.routing_key import routing_key
@@ -120,7 +121,7 @@ class Gateway:
         # Subscriptions block for as long as nothing changes: no read timeout on those.
         self._pubsub_redis = redis_clients.async_subscriber(config.redis_url)
         self.limiter = RateLimiter(self.redis)
-        self.placements = Placements(self.redis)
+        self.placements = Placements(self.redis, down_seconds=config.slot_down_seconds)
         self.meter = Meter(self.redis, self.limiter)
         self.refresher = RouteRefresher(
             self._load,
@@ -382,6 +383,7 @@ class Gateway:
         body = prepared.body if prepared is not None else None
         url = pool.router_url + route.path
         key = routing_key(prepared.payload) if prepared is not None else None
+        placed_key = key if pool.placed else None
         slot = None
         if pool.placed:
             if key is None:
@@ -393,32 +395,53 @@ class Gateway:
         send = functools.partial(
             open_upstream, self.pool, route.method, url, body, request_id, endpoint.upstream_auth
         )
+        # A request that reached no engine (the router refused its slot, or could not connect
+        # to the replica: gateway.upstream.NotDelivered) ran nothing: its slot is marked down
+        # for every gateway process (gateway.placement), the key placed again among the other
+        # slots and the request sent there at once. Each try leaves one more slot out; with no
+        # slot left, it goes by its key's hash. A pool the gateway does not place is left to
+        # its router's own retries.
+        tries = pool.replicas + 1 if pool.placed else 1
         try:
-            # A slot the router refuses (no ready replica there) ran nothing: it is left out
-            # for a while (gateway.placement), the key placed again among the other slots and
-            # the request sent there; with no slot left, it goes by its key's hash.
-            for _ in range(pool.replicas):
-                if slot is None or key is None:  # no slot without a key
-                    break
+            while True:
                 try:
                     return await send(key, slot)
-                except SlotRefused:
-                    obs.UPSTREAM_ERRORS.labels(endpoint.slug, "placement_refused").inc()
-                    self.placements.refuse(pool_id(pool.router_url), slot)
-                    slot = await self._slot(pool, key)
-            return await send(key)
+                except NotDelivered as miss:
+                    obs.UPSTREAM_ERRORS.labels(endpoint.slug, miss.reason).inc()
+                    tries -= 1
+                    if tries < 1:
+                        raise upstream_failed(miss.status) from miss
+                    slot = await self._moved(pool, placed_key, miss.slot)
         except GatewayError as error:
             obs.UPSTREAM_ERRORS.labels(endpoint.slug, error.code).inc()
             raise
 
-    async def _slot(self, pool: Pool, key: str) -> int | None:
-        """The replica slot of ``key`` in ``pool`` (``gateway.placement``); None when Redis
-        cannot say or no slot is left: the router then places the request by its key's hash."""
+    async def _slot(self, pool: Pool, key: str, down: int | None = None) -> int | None:
+        """The replica slot of ``key`` in ``pool`` (``gateway.placement``), ``down`` marked down
+        first; None when Redis cannot say or no slot is left: the router then places the
+        request by its key's hash."""
         if pool.replicas < 1:
             return None
         try:
             return await self.placements.slot(
-                pool_id(pool.router_url), key, pool.replicas, time.time()
+                pool_id(pool.router_url), key, pool.replicas, time.time(), down
+            )
+        except aioredis.RedisError:
+            logger.warning("placement skipped: Redis unavailable")
+            return None
+
+    async def _moved(self, pool: Pool, key: str | None, down: int | None) -> int | None:
+        """Where a request goes after its try at slot ``down`` (None: by its key's hash) reached
+        no engine: its placed routing ``key``'s new slot, or for a request the gateway does not
+        place (``key`` None: it has no prompt), any slot not down. None when no slot is left or
+        Redis cannot say."""
+        if key is not None:
+            return await self._slot(pool, key, down)
+        if pool.replicas < 1:
+            return None
+        try:
+            return await self.placements.spare(
+                pool_id(pool.router_url), pool.replicas, time.time(), down
             )
         except aioredis.RedisError:
             logger.warning("placement skipped: Redis unavailable")

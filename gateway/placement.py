@@ -18,20 +18,31 @@ replicas while the pool is healthy and its membership steady; when a replica is 
 the keys of the later slots meet other replicas' caches until it is back (or, after a removal,
 once: then they stay). smg offers no stable name for a worker to target (1.13 takes an index
 only), which is what a sturdier mapping would need. A slot at or past the number of ready
-replicas is placed afresh. A slot the router refuses (no ready replica there: one went away, or
-the control plane counts a replica the router does not list yet) is left out for
-``REFUSED_SECONDS`` by the gateway process that saw it: its keys move to the other slots for good
-and new keys go there too (``gateway.app`` sends the refused request again).
+replicas is placed afresh.
 
-The table lives in Redis, one hash of key -> slot, one sorted set of last use and one hash of
-counts per pool, changed by one Lua script, so every gateway replica places alike and a restart
-keeps the placements. Each gateway replica remembers its answers for ``LOCAL_SECONDS``: the
-request path goes to Redis once per key and interval, not per request.
+A slot is *down* when a request sent there reached no engine: the router refused the slot (no
+ready replica there: one went away, or the control plane counts a replica the router does not
+list yet), or could not connect to its replica (killed, crashed: the router still lists it until
+its health checks fail). The gateway process that saw it marks it down in Redis for
+``DOWN_SECONDS`` (``GATEWAY_SLOT_DOWN_SECONDS``), in the same script call that places the key
+again, so every gateway process leaves it out from its next placement on: the slot's keys move
+to the other slots for good, new keys go to those too, and ``gateway.app`` sends the request
+again at once. When the mark runs out
+the slot is placed on again (it holds the fewest keys by then); if its replica is still gone,
+the next request there is sent again too and marks it once more.
+
+The table lives in Redis, one hash of key -> slot, one sorted set of last use, one hash of
+counts and one sorted set of down slots (by the time their mark runs out) per pool, changed by
+one Lua script, so every gateway replica places alike and a restart keeps the placements. Each
+gateway replica remembers its answers for ``LOCAL_SECONDS``: the request path goes to Redis once
+per key and interval, not per request. A replica that remembers a key on a slot another marked
+down learns it at the latest when its own request there reaches no engine, and sends it again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import random
 import time
 
 import redis.asyncio as aioredis
@@ -46,18 +57,30 @@ LOCAL_SECONDS = 30.0
 LOCAL_ENTRIES = 65_536
 # Idle keys forgotten per call: a bounded cost, which busy pools reach often enough.
 _EVICT_PER_CALL = 64
-# How long a slot the router refused is left out of placement (about a router health check and
-# a readiness probe, after which it is tried again).
-REFUSED_SECONDS = 10.0
+# How long a slot where a request reached no engine is left out of placement, by every gateway
+# process (about a router health check and a readiness probe, after which it is tried again).
+DOWN_SECONDS = 10.0
 
-# KEYS: key -> slot (hash), key -> last use (sorted set), slot -> keys placed (hash).
-# ARGV: routing key, slots, now, idle seconds, expiry of the whole table, then the slots left
-# out (refused). Returns the key's slot, or -1 when every slot is left out.
+# KEYS: key -> slot (hash), key -> last use (sorted set), slot -> keys placed (hash), slot ->
+# until when it is down (sorted set).
+# ARGV: routing key ('' for none: only mark and read the down slots), slots, now, idle seconds,
+# expiry of the whole table, seconds a slot stays down, then the slots found down now.
+# Returns {the key's slot (-1 when every slot is down, or no key), then slot, until, ... of the
+# slots down}.
 PLACE = f"""
 local key, slots = ARGV[1], tonumber(ARGV[2])
 local now, idle, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local down_for = tonumber(ARGV[6])
+for i = 7, #ARGV do redis.call('ZADD', KEYS[4], now + down_for, ARGV[i]) end
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+local down = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
 local out = {{}}
-for i = 6, #ARGV do out[tonumber(ARGV[i])] = true end
+for i = 1, #down, 2 do out[tonumber(down[i])] = true end
+local function answer(slot)
+  for _, name in ipairs(KEYS) do redis.call('EXPIRE', name, ttl) end
+  return {{slot, unpack(down)}}
+end
+if key == '' then return answer(-1) end
 local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - idle,
                          'LIMIT', 0, {_EVICT_PER_CALL})
 for _, old in ipairs(stale) do
@@ -76,15 +99,14 @@ if slot == nil or slot >= slots or out[slot] then
     local n = tonumber(counts[i]) or 0
     if not out[i - 1] and (fewest == nil or n < fewest) then fewest, best = n, i - 1 end
   end
-  if best == nil then return -1 end
+  if best == nil then return answer(-1) end
   if slot ~= nil then redis.call('HINCRBY', KEYS[3], slot, -1) end
   slot = best
   redis.call('HSET', KEYS[1], key, slot)
   redis.call('HINCRBY', KEYS[3], slot, 1)
 end
 redis.call('ZADD', KEYS[2], now, key)
-for _, name in ipairs(KEYS) do redis.call('EXPIRE', name, ttl) end
-return slot
+return answer(slot)
 """
 _PLACE_SHA = hashlib.sha1(PLACE.encode()).hexdigest()  # noqa: S324 (Redis's id)
 
@@ -94,10 +116,10 @@ def pool_id(router_url: str) -> str:
     return hashlib.blake2b(router_url.encode(), digest_size=8).hexdigest()
 
 
-def table_keys(pool: str) -> tuple[str, str, str]:
-    """The pool's three Redis keys, in one hash slot (``{pool}``) so the script may use them."""
+def table_keys(pool: str) -> tuple[str, str, str, str]:
+    """The pool's four Redis keys, in one hash slot (``{pool}``) so the script may use them."""
     base = f"plinth:place:{{{pool}}}"
-    return f"{base}:slot", f"{base}:seen", f"{base}:count"
+    return f"{base}:slot", f"{base}:seen", f"{base}:count", f"{base}:down"
 
 
 class Placements:
@@ -108,33 +130,39 @@ class Placements:
         client: aioredis.Redis,
         idle_seconds: float = ROUTING_KEY_IDLE_SECONDS,
         local_seconds: float = LOCAL_SECONDS,
-        refused_seconds: float = REFUSED_SECONDS,
+        down_seconds: float = DOWN_SECONDS,
     ) -> None:
         self._client = client
         self.idle_seconds = idle_seconds
         self.local_seconds = local_seconds
-        self.refused_seconds = refused_seconds
+        self.down_seconds = down_seconds
         # (pool, key) -> (slot, slots it was placed among, monotonic expiry)
         self._local: dict[tuple[str, str], tuple[int, int, float]] = {}
-        # pool -> {slot the router refused: monotonic time until which it is left out}
-        self._refused: dict[str, dict[int, float]] = {}
+        # pool -> {slot down: monotonic time until which it is left out}: the down slots Redis
+        # named in its last answer, plus those this process found since.
+        self._down: dict[str, dict[int, float]] = {}
 
-    async def slot(self, pool: str, key: str, slots: int, now: float) -> int | None:
+    async def slot(
+        self, pool: str, key: str, slots: int, now: float, down: int | None = None
+    ) -> int | None:
         """The slot (0 .. slots-1) of ``key`` in ``pool``, placing it if it has none or if its
-        slot is left out (``refuse``); None when every slot is left out.
+        slot is down; None when every slot is down.
 
+        ``down``: a slot where this process's request just reached no engine. It is marked down
+        for every gateway process for ``down_seconds``, and the key placed again if it was there.
         ``now`` is wall-clock seconds (shared by the gateway replicas through Redis). Raises
         ``redis.RedisError`` when Redis cannot answer and the key is not remembered locally.
         """
         if slots < 1:
             raise ValueError("a pool places keys among one slot or more")
-        out = self._left_out(pool)
+        if down is not None:
+            self._mark_down(pool, down)
         remembered = self._local.get((pool, key))
-        if remembered is not None:
+        if remembered is not None and down is None:
             slot, among, until = remembered
-            if among == slots and time.monotonic() < until and slot not in out:
+            if among == slots and time.monotonic() < until and slot not in self._left_out(pool):
                 return slot
-        placed = await self._place(pool, key, slots, now, out)
+        placed = await self._place(pool, key, slots, now, down)
         if placed is None:
             return None
         if len(self._local) >= LOCAL_ENTRIES:
@@ -142,28 +170,45 @@ class Placements:
         self._local[(pool, key)] = (placed, slots, time.monotonic() + self.local_seconds)
         return placed
 
-    def refuse(self, pool: str, slot: int) -> None:
-        """The router has no ready replica at ``slot``: leave it out for ``refused_seconds``."""
-        self._refused.setdefault(pool, {})[slot] = time.monotonic() + self.refused_seconds
+    async def spare(self, pool: str, slots: int, now: float, down: int | None) -> int | None:
+        """A slot for a request that holds none (it has no routing key), after its try at
+        ``down`` (None: by its hash) reached no engine: ``down`` is marked as ``slot`` marks it,
+        and one of the slots not down is picked at random, placing nothing; None when every slot
+        is down. Raises ``redis.RedisError`` when Redis cannot answer."""
+        if down is not None:
+            self._mark_down(pool, down)
+        await self._place(pool, "", slots, now, down)
+        up = [s for s in range(slots) if s not in self._left_out(pool)]
+        return random.choice(up) if up else None
+
+    def _mark_down(self, pool: str, slot: int) -> None:
+        # Here at once, whatever Redis answers: a failed call must not send there again.
+        self._down.setdefault(pool, {})[slot] = time.monotonic() + self.down_seconds
 
     def _left_out(self, pool: str) -> frozenset[int]:
-        refused = self._refused.get(pool)
-        if not refused:
+        down = self._down.get(pool)
+        if not down:
             return frozenset()
         clock = time.monotonic()
-        for slot in [s for s, until in refused.items() if until <= clock]:
-            del refused[slot]
-        return frozenset(refused)
+        for slot in [s for s, until in down.items() if until <= clock]:
+            del down[slot]
+        return frozenset(down)
 
     async def _place(
-        self, pool: str, key: str, slots: int, now: float, out: frozenset[int]
+        self, pool: str, key: str, slots: int, now: float, down: int | None
     ) -> int | None:
         # The table outlives its keys' idle time a little, so a deleted pool's table goes too.
         ttl = int(self.idle_seconds * 2) + 60
-        args: list[str | int | float] = [key, slots, now, self.idle_seconds, ttl, *sorted(out)]
+        args: list[str | int | float] = [key, slots, now, self.idle_seconds, ttl]
+        args += [self.down_seconds, *([] if down is None else [down])]
         try:
-            slot = await self._client.evalsha(_PLACE_SHA, 3, *table_keys(pool), *args)
+            reply = await self._client.evalsha(_PLACE_SHA, 4, *table_keys(pool), *args)
         except NoScriptError:
             await self._client.script_load(PLACE)
-            slot = await self._client.evalsha(_PLACE_SHA, 3, *table_keys(pool), *args)
-        return None if int(slot) < 0 else int(slot)
+            reply = await self._client.evalsha(_PLACE_SHA, 4, *table_keys(pool), *args)
+        slot, marks = int(reply[0]), reply[1:]
+        clock = time.monotonic()
+        self._down[pool] = {
+            int(marks[i]): clock + float(marks[i + 1]) - now for i in range(0, len(marks), 2)
+        }
+        return None if slot < 0 else slot

@@ -12,6 +12,7 @@ per request): httpx about 900 µs, aiohttp about 260 µs, ``gateway.http1`` abou
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -107,43 +108,66 @@ async def open_upstream(
             type="service_unavailable" if status == 503 else "upstream_error",
             retry_after=UPSTREAM_RETRY_AFTER_SECONDS if status == 503 else None,
         ) from exc
-    if response.status == 503 and slot is not None and await _refuses_slot(response):
-        raise SlotRefused(slot)
+    if response.status in _UNDELIVERED:
+        reason = _UNDELIVERED[response.status].get(await _router_code(response))
+        if reason is not None and (slot is not None or reason == "replica_unreachable"):
+            raise NotDelivered(slot, reason, response.status)
     if response.status >= 500:
         response.close()  # its body is the router's or the engine's internals: not relayed
         raise upstream_failed(response.status)
     return response
 
 
-class SlotRefused(Exception):
-    """The router has no ready replica at the slot the request named (``gateway.placement``):
-    nothing ran, so the request may be sent again without one."""
+class NotDelivered(Exception):
+    """The router's answer says the request reached no engine, so nothing ran and it may be sent
+    again: the router refused the slot the request named (no ready replica there,
+    ``gateway.placement``), or could not connect to the replica it chose (dead, and still listed
+    until the router's health checks notice). ``slot`` is the one named (None: none was)."""
+
+    def __init__(self, slot: int | None, reason: str, status: int) -> None:
+        super().__init__(reason)
+        self.slot, self.reason, self.status = slot, reason, status
 
 
-# smg's answer when the worker a request named is not there or not healthy (its
-# consistent_hashing policy's `target_worker_miss`): 503 with this error code.
-_REFUSED_CODE = b'"no_available_workers"'
-_REFUSAL_BYTES = 16 * 1024
-_REFUSAL_SECONDS = 2.0
+# smg's answers (by status and error code) for a request that reached no engine, found by trying
+# smg 1.13 with a killed engine: 503 `no_available_workers` when the named worker is not among
+# the available ones (consistent_hashing's `target_worker_miss`); 500
+# `call_upstream_connection_failed` when connecting to the worker failed. The second means "never
+# sent" only with smg's own retries off (``runtime.launch.cache_aware_args``): with them, an
+# engine that dies under a request makes smg send it again to the same dead worker, and the
+# last try's connection failure is what it answers. A request the dead engine had accepted is
+# answered 500 `call_upstream_request_error` (before any byte of the answer) or ends its stream
+# with an error event: it may have run, and is never sent again.
+_UNDELIVERED: dict[int, dict[str, str]] = {
+    503: {"no_available_workers": "placement_refused"},
+    500: {"call_upstream_connection_failed": "replica_unreachable"},
+}
+_ROUTER_ERROR_BYTES = 16 * 1024
+_ROUTER_ERROR_SECONDS = 2.0
 
 
-async def _refuses_slot(response: Response) -> bool:
-    """Whether a 503 is smg refusing the named slot (not an engine's or router's failure).
+async def _router_code(response: Response) -> str:
+    """The error code of a router's 5xx (``{"error": {"code": ...}}``), or ""; closes it.
 
-    smg's refusal is a small body sent whole at once: a body slower than ``_REFUSAL_SECONDS``
-    or larger than ``_REFUSAL_BYTES`` is not one, and does not hold the client any longer."""
+    smg's own errors are small bodies sent whole at once: a body slower than
+    ``_ROUTER_ERROR_SECONDS`` or larger than ``_ROUTER_ERROR_BYTES`` is not one, and does not
+    hold the client any longer."""
     body = b""
     try:
-        async with asyncio.timeout(_REFUSAL_SECONDS):
+        async with asyncio.timeout(_ROUTER_ERROR_SECONDS):
             async for chunk in response.chunks():
                 body += chunk
-                if len(body) > _REFUSAL_BYTES:
-                    return False
+                if len(body) > _ROUTER_ERROR_BYTES:
+                    return ""
     except (UpstreamError, OSError, TimeoutError):
-        return False
+        return ""
     finally:
         response.close()
-    return _REFUSED_CODE in body
+    try:
+        code = json.loads(body)["error"]["code"]
+    except (ValueError, TypeError, KeyError):
+        return ""
+    return code if isinstance(code, str) else ""
 
 
 def upstream_failed(status: int) -> GatewayError:

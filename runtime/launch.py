@@ -385,7 +385,8 @@ def cache_aware_args(knobs: RoutingDefaults, split: bool = False) -> list[str]:
 
     by_count: the router reads the gateway's routing key (`runtime.routing_key`), by which it
     places a request that names no replica (and, on a P/D split, every request: min_group,
-    pinned until idle `ROUTING_KEY_IDLE_SECONDS` or its worker goes). first_fit: every knob of
+    pinned until idle `ROUTING_KEY_IDLE_SECONDS` or its worker goes); without a split, smg's
+    retries are off (the gateway's own go to another replica). first_fit: every knob of
     smg's cache-aware tree. Always explicit, never left to smg: its defaults move requests off
     the replica holding their prefix (bench/routing.py), and a new smg release could change
     them under a deployed endpoint.
@@ -395,6 +396,13 @@ def cache_aware_args(knobs: RoutingDefaults, split: bool = False) -> list[str]:
         if split:
             args += ["--assignment-mode", "min_group"]
             args += ["--max-idle-secs", str(ROUTING_KEY_IDLE_SECONDS)]
+        else:
+            # The gateway sends a request that reached no engine to another replica
+            # (`gateway.app`). smg's retries go to the replica the request named, so they never
+            # help a dead one; and they send again a request its engine died under, after
+            # which smg's answer (the last try's failed connection) no longer tells the gateway
+            # that the request may have run.
+            args.append("--disable-retries")
         return args
     args = ["--cache-threshold", str(knobs.cache_threshold)]
     args += ["--balance-abs-threshold", str(knobs.balance_abs_threshold)]

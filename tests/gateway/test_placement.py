@@ -55,7 +55,7 @@ def with_placements(body: Callable[[aioredis.Redis], Awaitable[T]], url: str | N
 def table(pool: str) -> tuple[dict[str, int], dict[str, float], dict[int, int]]:
     """The pool's table as Redis holds it: key -> slot, key -> last use, slot -> count."""
     client = redis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
-    slot_key, seen_key, count_key = table_keys(pool)
+    slot_key, seen_key, count_key, _ = table_keys(pool)
     slots = {str(k): int(v) for k, v in client.hgetall(slot_key).items()}
     pairs = cast(list[tuple[str, float]], client.zrange(seen_key, 0, -1, withscores=True))
     seen = dict(pairs)
@@ -201,36 +201,61 @@ def test_a_replica_remembers_its_answers_for_their_slot_count(pool: str) -> None
     assert with_placements(body) == [0, 1, 1, 0]
 
 
-def test_a_refused_slot_is_left_out_its_keys_moved_and_new_keys_kept_off(pool: str) -> None:
-    """After ``refuse``, a key on that slot is placed again among the others (for good: the
-    count moves with it) and new keys never land there; with every slot refused, None."""
+def test_a_slot_found_down_is_left_out_by_every_process_its_keys_moved_and_new_keys_kept_off(
+    pool: str,
+) -> None:
+    """After ``slot(down=...)``, the key on that slot is placed again among the others (for
+    good: the count moves with it) and new keys never land there, in this process and in another
+    that found nothing itself; with every slot down, None."""
 
     async def body(client: aioredis.Redis) -> list[int | None]:
-        places = Placements(client, local_seconds=3600, refused_seconds=3600)
+        places = Placements(client, local_seconds=3600, down_seconds=3600)
+        other = Placements(client, local_seconds=3600, down_seconds=3600)
         answers = [await places.slot(pool, k, 2, 1000.0) for k in ("a", "b")]  # 0, 1
-        places.refuse(pool, 1)
-        answers += [await places.slot(pool, k, 2, 1001.0) for k in ("b", "c", "d")]  # all 0
+        answers.append(await places.slot(pool, "b", 2, 1001.0, down=1))  # moved: 0
+        answers += [await other.slot(pool, k, 2, 1001.0) for k in ("c", "d")]  # all 0
+        answers.append(await other.slot(pool, "b", 2, 1001.0))  # moved for the other too
         counts = await client.hgetall(table_keys(pool)[2])
         assert {int(s): int(n) for s, n in counts.items()} == {0: 4, 1: 0}
-        places.refuse(pool, 0)
-        answers.append(await places.slot(pool, "a", 2, 1002.0))  # nothing left: None
-        # Another process (nothing refused there) sees the moves, and slot 1 free again.
-        other = Placements(client, local_seconds=0)
-        answers += [await other.slot(pool, k, 2, 1003.0) for k in ("b", "e")]
+        answers.append(await other.slot(pool, "a", 2, 1002.0, down=0))  # nothing left: None
+        answers.append(await places.slot(pool, "e", 2, 1002.0))  # None here too
         return answers
 
-    assert with_placements(body) == [0, 1, 0, 0, 0, None, 0, 1]
+    assert with_placements(body) == [0, 1, 0, 0, 0, 0, None, None]
 
 
-def test_a_refusal_lasts_only_its_time(pool: str) -> None:
-    """A refusal that has run out leaves nothing out: placement by count resumes."""
+def test_a_down_mark_lasts_only_its_time_in_every_process(pool: str) -> None:
+    """A down mark that has run out leaves nothing out, here and in another process: placement
+    by count resumes, and the emptied slot takes new keys."""
 
     async def body(client: aioredis.Redis) -> list[int | None]:
-        places = Placements(client, local_seconds=0, refused_seconds=0)
-        places.refuse(pool, 0)
-        return [await places.slot(pool, k, 2, 1000.0) for k in ("a", "b")]
+        places = Placements(client, local_seconds=0, down_seconds=5)
+        other = Placements(client, local_seconds=0, down_seconds=5)
+        answers = [await places.slot(pool, "a", 2, 1000.0, down=0)]  # 1
+        answers.append(await other.slot(pool, "b", 2, 1004.0))  # 0 still down: 1
+        answers.append(await other.slot(pool, "c", 2, 1005.0))  # up again: 0
+        return answers
 
-    assert with_placements(body) == [0, 1]
+    # The local marks run out by the monotonic clock; Redis's by the times given here.
+    assert with_placements(body) == [1, 1, 0]
+
+
+def test_a_request_with_no_key_gets_a_spare_slot_and_marks_its_down_one(pool: str) -> None:
+    """``spare`` places nothing: it marks the slot down for every process and picks among the
+    others; None when none is left."""
+
+    async def body(client: aioredis.Redis) -> list[int | None]:
+        places = Placements(client, local_seconds=0, down_seconds=3600)
+        other = Placements(client, local_seconds=0, down_seconds=3600)
+        answers = [await places.spare(pool, 3, 1000.0, down=2) for _ in range(20)]
+        assert set(answers) == {0, 1}
+        assert table(pool)[0] == {}  # no key placed
+        answers = [await other.slot(pool, "a", 3, 1001.0)]  # 0: the first not down
+        answers.append(await other.spare(pool, 3, 1001.0, down=0))  # 1
+        answers.append(await places.spare(pool, 3, 1002.0, down=1))  # None
+        return answers
+
+    assert with_placements(body) == [0, 1, None]
 
 
 @pytest.fixture

@@ -2,11 +2,16 @@
 smg's consistent_hashing, which obeys the gateway's ``x-smg-target-worker``, tenants arriving one
 at a time each get an engine of their own and keep it; a slot the router does not have (the
 control plane counts more replicas than the router lists) is refused with 503 and the request
-sent again by its key alone; and only a revision routed cache_aware placed by_count without a
-P/D split is placed by the gateway (``gateway.loader``)."""
+sent again by its key alone; an engine killed under steady traffic fails only the requests it
+was running, the others sent at once to the other replica and its slot left out by every gateway
+process; and only a revision routed cache_aware placed by_count without a P/D split is placed by
+the gateway (``gateway.loader``)."""
 
 from __future__ import annotations
 
+import threading
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -31,6 +36,8 @@ from tests.gateway.conftest import (
     create_endpoint,
     inference_key,
     mark_serving,
+    start_gateway,
+    stop_process,
     wait_routable,
 )
 from tests.sim.scrape import metric_sum
@@ -265,3 +272,178 @@ def test_keyless_requests_do_not_stack_two_tenants_on_one_engine(
         assert response.status_code == 200, response.text
         second = engine_of_next(sim, lambda: ask(gateway, "probed", key, "bakery", "Hi?"))
     assert first != second
+
+
+@dataclass
+class Sent:
+    """One request of the steady traffic: when it was sent and answered, and whether it was
+    answered whole (200 and a complete body: choices, or a stream ending in [DONE] with no
+    error event)."""
+
+    stream: bool
+    started: float
+    ended: float
+    ok: bool
+    detail: str
+
+
+def send_one(client: httpx.Client, url: str, key: str, tenant: str, stream: bool) -> Sent:
+    messages = [
+        {"role": "system", "content": system_prompt(tenant)},
+        {"role": "user", "content": "How are you?"},
+    ]
+    body = {"model": "sim/llama-test", "messages": messages, "max_tokens": 16, "stream": stream}
+    started = time.monotonic()
+    try:
+        with client.stream(
+            "POST", url, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=30
+        ) as answer:
+            text = answer.read().decode(errors="replace")
+            status = answer.status_code
+    except httpx.HTTPError as exc:
+        return Sent(stream, started, time.monotonic(), False, repr(exc))
+    if stream:
+        ok = status == 200 and text.rstrip().endswith("data: [DONE]") and '"error"' not in text
+    else:
+        ok = status == 200 and '"choices"' in text
+    return Sent(stream, started, time.monotonic(), ok, f"{status} {text[-300:]}")
+
+
+class SteadyTraffic:
+    """Clients sending one tenant's chats back to back through one gateway, streamed and not."""
+
+    def __init__(self, gateway: GatewayProcess, slug: str, key: str, tenant: str) -> None:
+        self.url = f"{gateway.base_url(slug)}/chat/completions"
+        self.key, self.tenant = key, tenant
+        self.sent: list[Sent] = []
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._client, args=(i % 2 == 1,)) for i in range(3)
+        ]
+
+    def _client(self, stream: bool) -> None:
+        with httpx.Client() as client:
+            while not self._stop.is_set():
+                self.sent.append(send_one(client, self.url, self.key, self.tenant, stream))
+                stream = not stream
+
+    def __enter__(self) -> SteadyTraffic:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(60)
+
+    def answered_since(self, moment: float) -> int:
+        return sum(1 for sent in list(self.sent) if sent.started > moment)
+
+
+def unanswered(gateway: GatewayProcess, slug: str) -> float:
+    """Tries the gateway sent again because they reached no engine (by either reason)."""
+    return sum(
+        metric_sum(
+            gateway.metrics_url, "plinth_gateway_upstream_errors_total", endpoint=slug, reason=r
+        )
+        for r in ("replica_unreachable", "placement_refused")
+    )
+
+
+def test_a_killed_engine_fails_only_what_it_was_running_and_its_slot_is_dropped_everywhere(
+    cast: Cast, tmp_path: Any
+) -> None:
+    """2 engines, 2 gateway processes sharing Redis. One tenant's steady traffic (3 clients,
+    streamed and not) goes through gateway A to its engine, on slot 1; that engine is killed
+    (SIGKILL). Every request sent once it has exited is answered whole: the router cannot
+    connect to it (500 `call_upstream_connection_failed`, then, once its health checks fail,
+    503 `no_available_workers`), and A sends the request at once to slot 0. Only requests in
+    flight at the kill (sent before the engine exited, not answered before it was killed) may
+    fail. Then gateway B, which sent nothing so far, sends the tenant and three new ones: none
+    goes to slot 1, which A marked down in the shared placement (B sends nothing again), and
+    the surviving engine answers all four."""
+    endpoint = create_endpoint(cast, "failover")
+    gateways: list[GatewayProcess] = []
+    try:
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            # Left out for longer than the test takes, however slow the machine.
+            gateways.append(start_gateway(tmp_path / name, GATEWAY_SLOT_DOWN_SECONDS="600"))
+        first, second = gateways
+        with placed_cluster(2, endpoint, tmp_path / "sim") as sim:
+            mark_serving(endpoint, sim.url, replicas=2)
+            key = inference_key(cast)
+            wait_routable(first, "failover", key)
+            wait_routable(second, "failover", key)
+            fresh_table(sim.url)
+            # "lighthouse" on slot 0; the tenant on slot 1, the highest, so that when the
+            # router drops its engine no other slot changes replica.
+            engine_of_next(sim, lambda: ask(first, "failover", key, "lighthouse", "Hi?"))
+            victim = engine_of_next(sim, lambda: ask(first, "failover", key, "bakery", "Hi?"))
+            survivor = sim.engines[1 - victim]
+            with SteadyTraffic(first, "failover", key, "bakery") as traffic:
+                wait_until(lambda: len(traffic.sent) >= 10, "traffic under way", 30)
+                killed = time.monotonic()
+                sim.engines[victim].popen.kill()
+                sim.engines[victim].popen.wait(10)
+                exited = time.monotonic()
+                wait_until(lambda: traffic.answered_since(exited) >= 30, "traffic after", 60)
+            sent = list(traffic.sent)
+            failed = [s for s in sent if not s.ok]
+            running = [s for s in failed if s.started < exited and s.ended > killed]
+            assert failed == running, [s.detail for s in failed if s not in running]
+            assert unanswered(first, "failover") >= 1  # the path under test was taken
+
+            before = metric_sum(survivor.url, REQUESTS)
+            for tenant in ("bakery", "orchard", "foundry", "shipyard"):
+                ask(second, "failover", key, tenant, "Still there?")
+            wait_until(
+                lambda: metric_sum(survivor.url, REQUESTS) >= before + 4, "answered there", 10
+            )
+            assert unanswered(second, "failover") == 0
+    finally:
+        for gateway in gateways:
+            stop_process(gateway.popen)
+
+
+def test_a_request_the_killed_engine_was_running_is_not_sent_again(
+    cast: Cast, gateway: GatewayProcess, tmp_path: Any
+) -> None:
+    """2 engines: a long non-streamed chat runs on its engine when that engine is killed. The
+    router answers 500 `call_upstream_request_error` (with smg's retries off, its answer tells
+    a request that reached the engine from one that did not): the engine may have run it, so
+    the gateway answers 503 and does not send it to the other engine."""
+    endpoint = create_endpoint(cast, "mid-answer")
+    with placed_cluster(2, endpoint, tmp_path) as sim:
+        mark_serving(endpoint, sim.url, replicas=2)
+        key = inference_key(cast)
+        wait_routable(gateway, "mid-answer", key)
+        fresh_table(sim.url)
+        victim = engine_of_next(sim, lambda: ask(gateway, "mid-answer", key, "orchard", "Hi?"))
+        survivor = sim.engines[1 - victim]
+        before = metric_sum(survivor.url, REQUESTS)
+        answers: list[httpx.Response] = []
+        messages = [
+            {"role": "system", "content": system_prompt("orchard")},
+            {"role": "user", "content": "Tell me everything."},
+        ]
+        body = {"model": "sim/llama-test", "messages": messages, "max_tokens": 20_000}
+        body["ignore_eos"] = True
+        request = threading.Thread(
+            target=lambda: answers.append(
+                httpx.post(
+                    f"{gateway.base_url('mid-answer')}/chat/completions",
+                    json=body,
+                    headers={"Authorization": f"Bearer {key}"},
+                    timeout=60,
+                )
+            )
+        )
+        request.start()
+        engine = sim.engines[victim]
+        wait_until(lambda: metric_sum(engine.url, "sglang:num_running_reqs") >= 1, "running", 10)
+        engine.popen.kill()
+        request.join(60)
+        assert [a.status_code for a in answers] == [503], [a.text for a in answers]
+        assert metric_sum(survivor.url, REQUESTS) == before

@@ -158,6 +158,8 @@ def test_router_obeys_the_gateways_placement_by_default(spec_data: SpecData) -> 
     assert _flag(args, "--policy") == "consistent_hashing"
     assert _flag(args, "--routing-key-headers") == ROUTING_KEY_HEADER
     assert "--cache-threshold" not in args and "--assignment-mode" not in args
+    # smg's retries go to the named replica: the gateway sends what reached no engine elsewhere.
+    assert "--disable-retries" in args
     assert gateway_places("cache_aware", "by_count", split=False)
     flags = [flag for flag, _ in split_argv(args)]
     assert len(flags) == len(set(flags))

@@ -4,7 +4,8 @@
 ``deployments.tasks.scaling`` gathers its inputs and applies what it returns. The rules, in order:
 
 1. Never scale an endpoint that is stopped or being deleted, is failed or not yet deployed, or is
-   rolling out a new revision. A disaggregated endpoint's pools are ``decide_pools``' (below).
+   rolling out a new revision. A disaggregated endpoint's pools are ``decide_pools``' (below);
+   ``decide`` moves such an endpoint only to zero and back (rules 2 and 4, both pools at once).
 2. At zero replicas, wake (to ``max(1, min_replicas)``) only when a request arrived after the
    endpoint was last scaled: a backstop for the gateway's own wake-up message.
 3. Outside ``[floor, max_replicas]`` (the floor is ``max(1, min_replicas)``): move into the bounds
@@ -161,11 +162,10 @@ def decide(
     blocked = _blocked(state)
     if blocked is not None:
         return Decision(state.replicas, state.replicas, blocked, inputs)
-    if state.disaggregated:
-        reason = "not scaled: a disaggregated endpoint's prefill and decode pools scale one by one"
-        return Decision(state.replicas, state.replicas, reason, inputs)
     if state.replicas == 0:
         return _from_zero(policy, observations, state, inputs)
+    if state.disaggregated:
+        return _split_endpoint(policy, observations, state, now, inputs)
     floor = max(1, policy.min_replicas)
     if state.replicas < floor:
         return _to(state.replicas, floor, f"below min_replicas {floor}", inputs)
@@ -194,13 +194,37 @@ def decide(
     return _by_load(policy, rule, observations.samples, now, window, inputs)
 
 
+def _split_endpoint(
+    policy: AutoscalingSettings,
+    observations: Observations,
+    state: State,
+    now: datetime,
+    inputs: dict[str, Any],
+) -> Decision:
+    """A split endpoint's own count moves only to zero (rule 4: both pools go, as the whole
+    endpoint stops) and back (rule 2); between, its pools scale one by one (``decide_pools``)."""
+    window = _in_window(observations.samples, now, policy.window_seconds)
+    idle = _idle_seconds(observations, state, now)
+    inputs["idle_seconds"] = _round(idle)
+    if policy.scale_to_zero and _idle(policy, window, idle):
+        reason = f"no request for {idle:.0f} s; scaling both pools to zero"
+        return _to(state.replicas, 0, reason, inputs)
+    reason = "not scaled: a disaggregated endpoint's prefill and decode pools scale one by one"
+    return Decision(state.replicas, state.replicas, reason, inputs)
+
+
 def decide_pools(
     policy: AutoscalingSettings, observations: Observations, state: State, now: datetime
 ) -> list[Decision]:
-    """One decision per pool of a disaggregated endpoint, each on its own signals and bounds."""
+    """One decision per pool of a disaggregated endpoint, each on its own signals and bounds;
+    none moves while the endpoint is at zero (``decide`` wakes it)."""
     out = []
     for pool in POOLS:
         current = state.pools.get(pool, 1)
+        if state.replicas == 0:
+            reason = f"{pool} pool: the endpoint is at zero replicas"
+            out.append(Decision(current, current, reason, {"pool": pool}, pool))
+            continue
         pool_state = State(
             replicas=current,
             last_scaled_at=state.pools_scaled_at.get(pool),

@@ -10,7 +10,8 @@ Running two passes at once is safe for the same reason, only wasteful.
 
 A split (prefill/decode) endpoint's pools are decided by ``autoscale.decide_pools`` on per-pool
 samples, built from the per-replica figures the probe stores with each replica's role, and
-applied by ``services.autoscale_pool_to``. The SLO policy's performance model comes from
+applied by ``services.autoscale_pool_to``; going to zero when idle, and waking, move the whole
+split endpoint (``decide``), both pools at once. The SLO policy's performance model comes from
 ``runtime.capacity`` for the target revision's spec and the workload the samples show (mean
 prompt and output length, prefix-cache share); the default profile when they show none.
 """
@@ -127,10 +128,10 @@ def _decisions(batch: list[_Endpoint], now: datetime) -> list[tuple[_Endpoint, D
             models=_models(endpoint, mine),
         )
         state = _state(endpoint)
-        if endpoint.disaggregated:
+        decisions = [decide(endpoint.policy, observations, state, now)]
+        if endpoint.disaggregated and not decisions[0].changed:
+            # Going to zero or waking moves the whole endpoint; otherwise its pools scale.
             decisions = decide_pools(endpoint.policy, observations, state, now)
-        else:
-            decisions = [decide(endpoint.policy, observations, state, now)]
         for decision in decisions:
             logger.debug("autoscale %s: %s", deployment.slug, decision.reason)
             out.append((endpoint, decision))

@@ -193,3 +193,20 @@ def test_pool_bounds_are_checked() -> None:
     assert "autoscaling_pools_without_slo" in codes(decode={"min_replicas": 1, "max_replicas": 2})
     assert not codes(**SPLIT) & {"autoscaling_pool_min_above_max", "autoscaling_pools_without_slo",
                                  "autoscaling_ignored_with_disaggregation"}  # fmt: skip
+
+
+def test_pools_hold_while_the_split_endpoint_is_at_zero() -> None:
+    endpoint = spec(disaggregated=True, **SPLIT)
+    backlog = steady(queued=8, queued_prefill_tokens=80_000, ttft_p90=2.0, ready=1)
+    observations = Observations(pools={"prefill": backlog, "decode": backlog},
+                                models=models(endpoint))  # fmt: skip
+    state = State(replicas=0, disaggregated=True, pools={"prefill": 1, "decode": 1})
+    decisions = decide_pools(endpoint.autoscaling, observations, state, NOW)
+    assert [d.changed for d in decisions] == [False, False]
+    assert all("at zero" in d.reason for d in decisions)
+
+
+def test_a_split_endpoint_may_scale_to_zero() -> None:
+    assert not {issue.code for issue in validate(spec(
+        disaggregated=True, **{**SPLIT, "min_replicas": 0, "scale_to_zero": True}
+    ))}  # fmt: skip

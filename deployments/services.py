@@ -34,6 +34,7 @@ from controlplane.celery import app as celery_app
 from controlplane.models import Role
 from controlplane.services import Conflict, ServiceError
 from deployments import clusters, fields, quality_gate, queries, quotas
+from deployments.autoscale import Correction
 from deployments.cluster_settings import cluster_issues
 from deployments.clusters import create_cluster, delete_cluster, update_cluster
 from deployments.models import (
@@ -594,6 +595,33 @@ def autoscale_to(
     record_event(deployment, "info", "Autoscaled", reason, data=data)
     actor = system_actor(deployment.organization)
     _commit_change(actor, deployment, "deployment.autoscale", before)
+    return True
+
+
+MODEL_CORRECTED = "ModelCorrected"
+
+
+def record_model_correction(
+    deployment_id: uuid.UUID | str,
+    revision_number: int,
+    correction: Correction,
+    inputs: dict[str, Any],
+) -> bool:
+    """The SLO policy moved a role's performance-model correction (system): a ``ModelCorrected``
+    event with the corrections before and after, the fit and the decision's inputs; the next
+    pass starts from it (``tasks.scaling`` reads the latest per role). False when the endpoint
+    is gone."""
+    deployment = Deployment.objects.filter(pk=deployment_id).first()
+    if deployment is None:
+        return False
+    data = {
+        "role": correction.role,
+        "correction": dict(correction.after),
+        "from": dict(correction.before),
+        "fitted": dict(correction.fitted),
+        "inputs": inputs,
+    }
+    record_event(deployment, "info", MODEL_CORRECTED, correction.message, revision_number, data)
     return True
 
 

@@ -20,6 +20,8 @@ from deployments.models import Deployment, DeploymentEvent, MetricSample, Quota
 from deployments.reconcile import revision_plan
 from deployments.tasks import scaling
 from deployments.usage import LAST_REQUEST_HASH
+from runtime.capacity import Workload, replica_model
+from runtime.spec import RuntimeSpec
 from tests.api.conftest import Api
 from tests.conftest import Cast, queued
 
@@ -374,3 +376,45 @@ def test_an_idle_split_endpoint_scales_both_pools_to_zero_and_a_request_wakes_th
     sizes = {r.role: plan.replicas_of(r) for r in plan.plan.roles if r.role != "router"}
     assert sizes == {"prefill": 1, "decode": 1}
     assert queued(broker) == [("deployments.reconcile_deployment", [str(split.pk)])]
+
+
+# --- the SLO policy's model correction ------------------------------------------------------------
+
+SLO_POLICY = {"min_replicas": 1, "max_replicas": 4, "window_seconds": 60,
+              "scale_down_delay_seconds": 120, "target_utilization": 1.0,
+              "slo": {"ttft_p90_ms": 500, "itl_p90_ms": 40}}  # fmt: skip
+
+
+def test_an_endpoint_faster_than_its_model_corrects_it_down_one_event_per_move(
+    cast: Cast, broker: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    chat = endpoint(cast, "chat", SLO_POLICY, replicas=2)
+    assert chat.target_revision is not None
+    spec = RuntimeSpec.model_validate(chat.target_revision.spec)
+    model = replica_model(spec, "engine", Workload())
+    assert model is not None
+    rate = 0.75 * model.capacity_rps(0.5, 0.04)
+    predicted = model.predict(rate)
+    now = timezone.now()
+    # Five minutes of two replicas answering twice as fast as the model predicts.
+    MetricSample.objects.bulk_create(
+        MetricSample(
+            deployment=chat, ts=now - timedelta(seconds=15 * i), interval_s=15,
+            replicas_ready=2, requests_per_s=2 * rate, ttft_p90=0.5 * predicted.ttft_s,
+            itl_p90=0.5 * predicted.itl_s,
+        )
+        for i in range(21)
+    )  # fmt: skip
+    run_pass(now, django_capture_on_commit_callbacks)
+    [first] = chat.events.filter(reason="ModelCorrected")
+    assert first.revision_number == chat.target_revision.number
+    assert first.data["role"] == "engine"
+    assert (first.data["from"], first.data["correction"]) == ({}, {"itl": 0.8})
+    assert abs(first.data["fitted"]["itl"] - 0.5) < 0.01
+    assert first.data["inputs"]["correction"] == {"ttft": 1.0, "itl": 0.8}
+    assert "ITL x1.00 -> x0.80" in first.message
+
+    # The next pass starts from what the last one applied: one more bounded step down.
+    run_pass(now + timedelta(seconds=15), django_capture_on_commit_callbacks)
+    second = chat.events.filter(reason="ModelCorrected").latest("id")
+    assert (second.data["from"], second.data["correction"]) == ({"itl": 0.8}, {"itl": 0.64})

@@ -29,19 +29,18 @@
 
 The SLO policy. The performance model (``runtime.capacity``, the optimizer's physics) says how
 many requests/s one replica carries with TTFT and ITL p90 within the targets. The model is
-corrected online, as Dynamo Planner's SLA mode does, in both directions: over the samples of the
-look-back, the ratio of each observed p90 to the model's prediction at that sample's per-replica
-rate is averaged (an EWMA, newest weighing most, bounded to ``CORRECTION_BOUNDS``; samples whose
+corrected online, as Dynamo Planner's SLA mode does, in both directions (``slo_correction``):
+over the samples of the look-back, the ratio of each observed p90 to the model's prediction at
+that sample's per-replica rate is averaged (an EWMA, newest weighing most, bounded; samples whose
 predicted latency is far below the target are left out, as a light load's p90 says little about
 where capacity ends). An endpoint slower than its model (a correction over 1) has the targets the
 capacity is sought for divided by it (a model that predicts half the observed TTFT must aim at
 half the target); one faster on every latency with evidence (under 1) is the model with every
-time scaled by it, so its capacity, queues and KV limits scale too (``_corrected_capacity``).
-Hysteresis: from the corrections the last passes applied (``Observations.corrections``), a
-correction moves up at once, and down only when the fit is more than ``CORRECTION_DEADBAND``
-below it, by at most ``CORRECTION_DOWN_STEP`` per pass; a move is ``Decision.corrected``, which
-the task records as a ``ModelCorrected`` event with its inputs. A sample's load, in replicas, is
-the largest of:
+time scaled by it, so its capacity, queues and KV limits scale too. Hysteresis: from the
+corrections the last passes applied (``Observations.corrections``), a correction moves up at
+once, and down only when the fit is a deadband below it, by a bounded step per pass; a move is
+``Decision.corrected``, which the task records as a ``ModelCorrected`` event with its inputs. A
+sample's load, in replicas, is the largest of:
 
 - arrival rate / corrected capacity (x ``target_utilization``);
 - requests in flight / the concurrency one replica runs at that capacity (engine, decode);
@@ -68,6 +67,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from deployments import slo_correction
 from deployments import status as statuses
 from runtime.capacity import ReplicaModel
 from runtime.spec import AutoscalingSettings, SloTargets
@@ -79,16 +79,6 @@ _EPSILON = 1e-9
 POOLS = ("prefill", "decode")
 # KV-cache usage a replica should stay under: near full, SGLang queues and retracts requests.
 KV_TARGET = 0.85
-# The observed/predicted correction: newest sample's weight, and how far it may move the model.
-CORRECTION_ALPHA = 0.3
-CORRECTION_BOUNDS = (0.5, 4.0)
-# Samples whose predicted latency is below this share of its target are left out.
-CORRECTION_FLOOR = 0.3
-# Hysteresis: a correction moves down (an endpoint faster than modelled) only when the fit is more
-# than this share below it, and then by at most this factor per pass; up, at once.
-CORRECTION_DEADBAND = 0.15
-CORRECTION_DOWN_STEP = 0.8
-LATENCIES = ("ttft", "itl")
 # An observed p90 over its target asks for at most this many times the replicas it ran on.
 BREACH_STEP = 2.0
 
@@ -151,35 +141,11 @@ class Decision:
     pool: str | None = None  # "prefill" or "decode" for a pool's decision
     # Set when this pass moved the model correction of ``role`` (the SLO policy): the new
     # corrections, which the task records as a ``ModelCorrected`` event with the inputs.
-    corrected: Correction | None = None
+    corrected: slo_correction.Correction | None = None
 
     @property
     def changed(self) -> bool:
         return self.desired != self.current
-
-
-@dataclass(frozen=True)
-class Correction:
-    """A change of one role's model correction: observed/predicted latency factors."""
-
-    role: str  # "engine", "prefill" or "decode"
-    before: Mapping[str, float]
-    after: Mapping[str, float]
-    fitted: Mapping[str, float]  # this pass's fit over the look-back, per latency with evidence
-
-    @property
-    def message(self) -> str:
-        moves = ", ".join(
-            f"{metric.upper()} x{self.before.get(metric, 1.0):.2f} -> "
-            f"x{self.after.get(metric, 1.0):.2f}"
-            for metric in LATENCIES
-            if self.after.get(metric, 1.0) != self.before.get(metric, 1.0)
-        )
-        fits = ", ".join(f"{m.upper()} {v:.2f}" for m, v in self.fitted.items())
-        return (
-            f"{self.role} performance model corrected: {moves} (observed / predicted p90 over "
-            f"the look-back: {fits or 'no evidence'})"
-        )
 
 
 @dataclass(frozen=True)
@@ -194,7 +160,9 @@ class _Rule:
     # (current replicas, last scaled) of what is being scaled
     replicas: int
     last_scaled_at: datetime | None
-    corrected: Correction | None = None  # the SLO policy moved its model's correction
+    corrected: slo_correction.Correction | None = (
+        None  # the SLO policy moved its model's correction
+    )
 
 
 def decide(
@@ -439,24 +407,25 @@ def _slo_rule(
     fitted = {
         metric: fit
         for metric, target in targets.items()
-        if target and (fit := _correction(ordered, model, metric, target)) is not None
+        if target and (fit := slo_correction.fit(ordered, model, metric, target)) is not None
     }
     before = dict(observations.corrections.get(role, {}))
-    fix = _hysteresis(before, fitted)
+    fix = slo_correction.hysteresis(before, fitted)
     capacity = running = prefill_budget = 0.0
     if model is not None:
-        raw, at = _corrected_capacity(model, ttft, itl, fix)
+        raw, at = slo_correction.corrected_capacity(model, ttft, itl, fix)
         capacity = raw * policy.target_utilization
         if decodes and raw > 0:
             running = max(1.0, model.running_at(at)) * policy.target_utilization
         if prefills:
             share = 0.8 if role == "prefill" else 1.0  # the transfer and decode start take the rest
-            speed = min(1.0, _speed(fix))  # a faster engine prefills more within the target
+            # A faster engine prefills more within the target.
+            speed = min(1.0, slo_correction.speed(fix))
             prefill_budget = model.prefill_tokens_per_s / speed * (ttft or 1.0) * share
     inputs.update(
         slo=slo.model_dump(mode="json"),
         model=model is not None,
-        correction={m: _round(fix.get(m, 1.0)) for m in LATENCIES},
+        correction={m: _round(fix.get(m, 1.0)) for m in slo_correction.LATENCIES},
         correction_fitted={m: _round(v) for m, v in fitted.items()},
         capacity_rps_per_replica=_round(capacity),
         running_per_replica=_round(running),
@@ -492,8 +461,9 @@ def _slo_rule(
             inputs["driver"] = max(named, key=lambda k: named[k])
         inputs["peak_signals"] = {k: _round(v) for k, v in named.items()}
     corrected = None
-    if model is not None and _moved(before, fix):
-        corrected = Correction(role, before, fix, {m: round(v, 4) for m, v in fitted.items()})
+    if model is not None and slo_correction.moved(before, fix):
+        fits = {m: round(v, 4) for m, v in fitted.items()}
+        corrected = slo_correction.Correction(role, before, fix, fits)
     return _Rule(
         floor=bounds[0],
         ceiling=bounds[1],
@@ -504,91 +474,6 @@ def _slo_rule(
         last_scaled_at=last_scaled_at,
         corrected=corrected,
     )
-
-
-def _correction(
-    ordered: Sequence[Sample], model: ReplicaModel | None, metric: str, target: float
-) -> float | None:
-    """EWMA of observed / predicted p90 over the samples (oldest first), bounded; None with no
-    evidence. A sample with no request or no latency of ``metric`` says nothing, nor does one
-    where the predicted latency is far below the target (under ``CORRECTION_FLOOR`` of it): the
-    fit matters where capacity ends, and at light load a p90 is a few requests that met a
-    prompt's chunk, which the model's p90 (a step once prefill keeps an engine busy a tenth of
-    the time) does not follow. An observed latency far below the target still counts where the
-    model predicted more: that is the evidence of an endpoint faster than its model."""
-    if model is None:
-        return None
-    fitted: float | None = None
-    for s in ordered:
-        observed = s.ttft_p90 if metric == "ttft" else s.itl_p90
-        if observed is None or observed <= 0 or s.requests_per_s <= 0:
-            continue
-        predicted = model.predict(s.requests_per_s / max(1, s.ready))
-        expected = predicted.ttft_s if metric == "ttft" else predicted.itl_s
-        if not math.isfinite(expected) or expected < CORRECTION_FLOOR * target:
-            continue
-        ratio = observed / expected
-        fitted = (
-            ratio if fitted is None else CORRECTION_ALPHA * ratio + (1 - CORRECTION_ALPHA) * fitted
-        )
-    low, high = CORRECTION_BOUNDS
-    return None if fitted is None else min(high, max(low, fitted))
-
-
-def _hysteresis(before: Mapping[str, float], fitted: Mapping[str, float]) -> dict[str, float]:
-    """The corrections to apply this pass, from those applied before and this pass's fits: up
-    to the fit at once (a slower endpoint misses its SLO now); down only when the fit is more
-    than ``CORRECTION_DEADBAND`` below what is applied, and then by at most
-    ``CORRECTION_DOWN_STEP`` (bounded, as a step down of replicas is), so a fit wandering around
-    one value does not move the model back and forth. A latency without evidence this pass
-    lapses to the model (1), as it did before corrections were kept between passes: no factor
-    outlives the load that measured it."""
-    out: dict[str, float] = {}
-    low, _ = CORRECTION_BOUNDS
-    for metric, fit in fitted.items():
-        applied = before.get(metric, 1.0)
-        if fit > applied:
-            out[metric] = fit
-        elif fit >= applied * (1 - CORRECTION_DEADBAND):
-            out[metric] = applied
-        else:
-            out[metric] = max(low, fit, applied * CORRECTION_DOWN_STEP)
-    return {metric: round(value, 4) for metric, value in out.items()}
-
-
-def _moved(before: Mapping[str, float], after: Mapping[str, float]) -> bool:
-    """Whether any latency's correction changed (an absent one is the model's 1)."""
-    return any(before.get(m, 1.0) != after.get(m, 1.0) for m in LATENCIES)
-
-
-def _speed(fix: Mapping[str, float]) -> float:
-    """The endpoint's time scale against its model: the largest correction with evidence."""
-    return max(fix.values(), default=1.0)
-
-
-def _corrected_capacity(
-    model: ReplicaModel, ttft: float | None, itl: float | None, fix: Mapping[str, float]
-) -> tuple[float, float]:
-    """(Requests/s one replica carries within the targets under the corrections, the rate the
-    model is asked its concurrency at for it).
-
-    Slower than modelled (any correction over 1): the model must aim at the targets divided by
-    each correction. Faster (every correction with evidence under 1): the endpoint is the model
-    with every time scaled by ``s``, whose latency at rate r is s x the model's at r x s, so it
-    carries ``capacity(targets / s) / s``: its queues and KV limits move too, not only its
-    latency targets (dividing the targets alone leaves a replica's capacity at the model's
-    stability bound, and a faster endpoint would never need fewer replicas).
-    """
-    speed = _speed(fix)
-    if speed < 1:
-        at = model.capacity_rps(_over(ttft, speed), _over(itl, speed))
-        return at / speed, at
-    raw = model.capacity_rps(_over(ttft, fix.get("ttft", 1.0)), _over(itl, fix.get("itl", 1.0)))
-    return raw, raw
-
-
-def _over(target: float | None, correction: float) -> float | None:
-    return target / correction if target is not None else None
 
 
 # --- the figures -------------------------------------------------------------------------------

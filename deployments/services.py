@@ -34,7 +34,6 @@ from controlplane.celery import app as celery_app
 from controlplane.models import Role
 from controlplane.services import Conflict, ServiceError
 from deployments import clusters, fields, quality_gate, queries, quotas
-from deployments.autoscale import Correction
 from deployments.cluster_settings import cluster_issues
 from deployments.clusters import create_cluster, delete_cluster, update_cluster
 from deployments.models import (
@@ -47,6 +46,7 @@ from deployments.models import (
     Revision,
 )
 from deployments.queries import REVISION_FIELDS, by_id_or_slug
+from deployments.slo_correction import Correction
 from deployments.specs import SpecInvalid, checked_spec, issue_dict
 from deployments.timeline import record_event
 from runtime.spec import RuntimeSpec

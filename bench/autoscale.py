@@ -13,7 +13,8 @@ ticks. The decisions are the real ``deployments.autoscale.decide`` every ``--int
 on samples built as the probe stores them (requests/s, in flight, queued prompt tokens, KV usage,
 TTFT/ITL p90 of the interval). The plant is the performance model of ``runtime.capacity`` (the
 simulator's physics, via the optimizer's queueing model) made ``--slowdown`` times slower than
-the model the SLO policy starts from, so its online correction has something to correct;
+the model the SLO policy starts from (every time scaled; under 1, faster), so its online
+correction has something to correct, up or down;
 requests beyond what the ready replicas carry queue, and their wait adds to their TTFT. A new
 replica serves ``--startup`` simulated seconds after the decision. The concurrency policy's
 target is what one replica runs at its SLO capacity per the same (uncorrected) model, which is
@@ -88,21 +89,22 @@ def rate_at(phases: list[Phase], t: int) -> float:
 
 @dataclass
 class Plant:
-    """Replicas serving under the performance model, ``slowdown`` times slower than it says."""
+    """Replicas serving under the performance model with every time ``slowdown`` times longer
+    (or shorter, under 1): at rate r its latencies are ``slowdown`` x the model's at
+    r x ``slowdown``, and as many requests run as the model runs at that rate (Little's law)."""
 
     model: ReplicaModel
     slowdown: float
     max_rps: float = 0.0  # what one replica sustains at all (a stable queue), in the plant
 
     def __post_init__(self) -> None:
-        self.max_rps = self.model.capacity_rps(None, None)
+        self.max_rps = self.model.capacity_rps(None, None) / self.slowdown
 
     def latencies(self, per_replica_rps: float) -> tuple[float, float, float]:
-        """(TTFT, ITL, running) at this per-replica rate: the model's latencies ``slowdown``
-        times longer, and (Little's law) as many more requests running."""
-        predicted = self.model.predict(min(per_replica_rps, self.max_rps))
+        """(TTFT, ITL, running) at this per-replica rate."""
         s = self.slowdown
-        return predicted.ttft_s * s, predicted.itl_s * s, predicted.running * s
+        predicted = self.model.predict(min(per_replica_rps, self.max_rps) * s)
+        return predicted.ttft_s * s, predicted.itl_s * s, predicted.running
 
     def capacity_rps(self, ttft_s: float, itl_s: float) -> float:
         """The most req/s one plant replica carries within the targets (bisection)."""
@@ -183,6 +185,7 @@ def simulate(
     samples: list[Sample] = []
     interval: list[tuple[float, float, float, int]] = []  # (ttft, itl, served, arrived) per tick
     last_scaled: datetime | None = None
+    corrections: dict[str, float] = {}
     last_request: datetime | None = None
     for t, arrived in enumerate(arrivals):
         fleet.tick(t)
@@ -226,10 +229,13 @@ def simulate(
         reach = now - timedelta(seconds=policy.window_seconds + policy.scale_down_delay_seconds)
         samples = [s for s in samples if s.ts > reach]
         observations = Observations(
-            samples=samples, last_request_at=last_request, models={"engine": model}
-        )
+            samples=samples, last_request_at=last_request, models={"engine": model},
+            corrections={"engine": corrections},
+        )  # fmt: skip
         state = State(replicas=fleet.total, last_scaled_at=last_scaled, first_ready_at=EPOCH)
         decision = decide(policy, observations, state, now)
+        if decision.corrected is not None:  # the task keeps it as a ModelCorrected event
+            corrections = dict(decision.corrected.after)
         if decision.changed:
             fleet.scale_to(decision.desired, t + 1, args.startup)
             last_scaled = now

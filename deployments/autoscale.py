@@ -4,7 +4,8 @@
 ``deployments.tasks.scaling`` gathers its inputs and applies what it returns. The rules, in order:
 
 1. Never scale an endpoint that is stopped or being deleted, is failed or not yet deployed, or is
-   rolling out a new revision. A disaggregated endpoint's pools are ``decide_pools``' (below).
+   rolling out a new revision. A disaggregated endpoint's pools are ``decide_pools``' (below);
+   ``decide`` moves such an endpoint only to zero and back (rules 2 and 4, both pools at once).
 2. At zero replicas, wake (to ``max(1, min_replicas)``) only when a request arrived after the
    endpoint was last scaled: a backstop for the gateway's own wake-up message.
 3. Outside ``[floor, max_replicas]`` (the floor is ``max(1, min_replicas)``): move into the bounds
@@ -28,12 +29,18 @@
 
 The SLO policy. The performance model (``runtime.capacity``, the optimizer's physics) says how
 many requests/s one replica carries with TTFT and ITL p90 within the targets. The model is
-corrected online, as Dynamo Planner's SLA mode does: over the samples of the look-back, the ratio
-of each observed p90 to the model's prediction at that sample's per-replica rate is averaged (an
-EWMA, newest weighing most, bounded to ``CORRECTION_BOUNDS``; samples far below the target are
-left out, as a light load's p90 says little about where capacity ends), and the targets the
-capacity is sought for are divided by it (a model that predicts half the observed TTFT must aim
-at half the target). A sample's load, in replicas, is the largest of:
+corrected online, as Dynamo Planner's SLA mode does, in both directions (``slo_correction``):
+over the samples of the look-back, the ratio of each observed p90 to the model's prediction at
+that sample's per-replica rate is averaged (an EWMA, newest weighing most, bounded; samples whose
+predicted latency is far below the target are left out, as a light load's p90 says little about
+where capacity ends). An endpoint slower than its model (a correction over 1) has the targets the
+capacity is sought for divided by it (a model that predicts half the observed TTFT must aim at
+half the target); one faster on every latency with evidence (under 1) is the model with every
+time scaled by it, so its capacity, queues and KV limits scale too. Hysteresis: from the
+corrections the last passes applied (``Observations.corrections``), a correction moves up at
+once, and down only when the fit is a deadband below it, by a bounded step per pass; a move is
+``Decision.corrected``, which the task records as a ``ModelCorrected`` event with its inputs. A
+sample's load, in replicas, is the largest of:
 
 - arrival rate / corrected capacity (x ``target_utilization``);
 - requests in flight / the concurrency one replica runs at that capacity (engine, decode);
@@ -56,10 +63,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from deployments import slo_correction
 from deployments import status as statuses
 from runtime.capacity import ReplicaModel
 from runtime.spec import AutoscalingSettings, SloTargets
@@ -71,11 +79,6 @@ _EPSILON = 1e-9
 POOLS = ("prefill", "decode")
 # KV-cache usage a replica should stay under: near full, SGLang queues and retracts requests.
 KV_TARGET = 0.85
-# The observed/predicted correction: newest sample's weight, and how far it may move the model.
-CORRECTION_ALPHA = 0.3
-CORRECTION_BOUNDS = (0.5, 4.0)
-# Samples whose observed or predicted latency is below this share of its target are left out.
-CORRECTION_FLOOR = 0.3
 # An observed p90 over its target asks for at most this many times the replicas it ran on.
 BREACH_STEP = 2.0
 
@@ -107,6 +110,9 @@ class Observations:
     last_request_at: datetime | None = None
     pools: Mapping[str, Sequence[Sample]] = field(default_factory=dict)
     models: Mapping[str, ReplicaModel | None] = field(default_factory=dict)
+    # The corrections applied to each role's model so far ({"ttft": x, "itl": y}, only the
+    # latencies that had evidence): the starting point of this pass's hysteresis.
+    corrections: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -133,6 +139,9 @@ class Decision:
     reason: str
     inputs: dict[str, Any] = field(default_factory=dict)
     pool: str | None = None  # "prefill" or "decode" for a pool's decision
+    # Set when this pass moved the model correction of ``role`` (the SLO policy): the new
+    # corrections, which the task records as a ``ModelCorrected`` event with the inputs.
+    corrected: slo_correction.Correction | None = None
 
     @property
     def changed(self) -> bool:
@@ -151,6 +160,9 @@ class _Rule:
     # (current replicas, last scaled) of what is being scaled
     replicas: int
     last_scaled_at: datetime | None
+    corrected: slo_correction.Correction | None = (
+        None  # the SLO policy moved its model's correction
+    )
 
 
 def decide(
@@ -161,11 +173,10 @@ def decide(
     blocked = _blocked(state)
     if blocked is not None:
         return Decision(state.replicas, state.replicas, blocked, inputs)
-    if state.disaggregated:
-        reason = "not scaled: a disaggregated endpoint's prefill and decode pools scale one by one"
-        return Decision(state.replicas, state.replicas, reason, inputs)
     if state.replicas == 0:
         return _from_zero(policy, observations, state, inputs)
+    if state.disaggregated:
+        return _split_endpoint(policy, observations, state, now, inputs)
     floor = max(1, policy.min_replicas)
     if state.replicas < floor:
         return _to(state.replicas, floor, f"below min_replicas {floor}", inputs)
@@ -181,6 +192,8 @@ def decide(
         rule = _slo_rule(policy, policy.slo, "engine", observations.samples, observations,
                          state.replicas, state.last_scaled_at, (floor, policy.max_replicas),
                          inputs)  # fmt: skip
+        decision = _by_load(policy, rule, observations.samples, now, window, inputs)
+        return replace(decision, corrected=rule.corrected)
     else:
         rule = _Rule(
             floor=floor,
@@ -194,13 +207,37 @@ def decide(
     return _by_load(policy, rule, observations.samples, now, window, inputs)
 
 
+def _split_endpoint(
+    policy: AutoscalingSettings,
+    observations: Observations,
+    state: State,
+    now: datetime,
+    inputs: dict[str, Any],
+) -> Decision:
+    """A split endpoint's own count moves only to zero (rule 4: both pools go, as the whole
+    endpoint stops) and back (rule 2); between, its pools scale one by one (``decide_pools``)."""
+    window = _in_window(observations.samples, now, policy.window_seconds)
+    idle = _idle_seconds(observations, state, now)
+    inputs["idle_seconds"] = _round(idle)
+    if policy.scale_to_zero and _idle(policy, window, idle):
+        reason = f"no request for {idle:.0f} s; scaling both pools to zero"
+        return _to(state.replicas, 0, reason, inputs)
+    reason = "not scaled: a disaggregated endpoint's prefill and decode pools scale one by one"
+    return Decision(state.replicas, state.replicas, reason, inputs)
+
+
 def decide_pools(
     policy: AutoscalingSettings, observations: Observations, state: State, now: datetime
 ) -> list[Decision]:
-    """One decision per pool of a disaggregated endpoint, each on its own signals and bounds."""
+    """One decision per pool of a disaggregated endpoint, each on its own signals and bounds;
+    none moves while the endpoint is at zero (``decide`` wakes it)."""
     out = []
     for pool in POOLS:
         current = state.pools.get(pool, 1)
+        if state.replicas == 0:
+            reason = f"{pool} pool: the endpoint is at zero replicas"
+            out.append(Decision(current, current, reason, {"pool": pool}, pool))
+            continue
         pool_state = State(
             replicas=current,
             last_scaled_at=state.pools_scaled_at.get(pool),
@@ -248,7 +285,7 @@ def _pool_decision(
     window = _in_window(samples, now, policy.window_seconds)
     decision = _by_load(policy, rule, samples, now, window, inputs)
     reason = decision.reason if decision.changed else f"{pool} pool: {decision.reason}"
-    return Decision(decision.current, decision.desired, reason, inputs, pool)
+    return Decision(decision.current, decision.desired, reason, inputs, pool, rule.corrected)
 
 
 def _blocked(state: State) -> str | None:
@@ -366,21 +403,30 @@ def _slo_rule(
     itl = slo.itl_p90_ms / 1000 if slo.itl_p90_ms is not None else None
     prefills, decodes = role in ("engine", "prefill"), role in ("engine", "decode")
     ordered = sorted(samples, key=lambda s: s.ts)
-    ttft_fix = _correction(ordered, model, "ttft", ttft) if prefills and ttft else 1.0
-    itl_fix = _correction(ordered, model, "itl", itl) if decodes and itl else 1.0
+    targets = {"ttft": ttft if prefills else None, "itl": itl if decodes else None}
+    fitted = {
+        metric: fit
+        for metric, target in targets.items()
+        if target and (fit := slo_correction.fit(ordered, model, metric, target)) is not None
+    }
+    before = dict(observations.corrections.get(role, {}))
+    fix = slo_correction.hysteresis(before, fitted)
     capacity = running = prefill_budget = 0.0
     if model is not None:
-        raw = model.capacity_rps(_over(ttft, ttft_fix), _over(itl, itl_fix))
+        raw, at = slo_correction.corrected_capacity(model, ttft, itl, fix)
         capacity = raw * policy.target_utilization
         if decodes and raw > 0:
-            running = max(1.0, model.running_at(raw)) * policy.target_utilization
+            running = max(1.0, model.running_at(at)) * policy.target_utilization
         if prefills:
             share = 0.8 if role == "prefill" else 1.0  # the transfer and decode start take the rest
-            prefill_budget = model.prefill_tokens_per_s * (ttft or 1.0) * share
+            # A faster engine prefills more within the target.
+            speed = min(1.0, slo_correction.speed(fix))
+            prefill_budget = model.prefill_tokens_per_s / speed * (ttft or 1.0) * share
     inputs.update(
         slo=slo.model_dump(mode="json"),
         model=model is not None,
-        correction={"ttft": _round(ttft_fix), "itl": _round(itl_fix)},
+        correction={m: _round(fix.get(m, 1.0)) for m in slo_correction.LATENCIES},
+        correction_fitted={m: _round(v) for m, v in fitted.items()},
         capacity_rps_per_replica=_round(capacity),
         running_per_replica=_round(running),
         prefill_tokens_within_ttft=_round(prefill_budget),
@@ -414,6 +460,10 @@ def _slo_rule(
         if named and max(named.values()) > 0:
             inputs["driver"] = max(named, key=lambda k: named[k])
         inputs["peak_signals"] = {k: _round(v) for k, v in named.items()}
+    corrected = None
+    if model is not None and slo_correction.moved(before, fix):
+        fits = {m: round(v, 4) for m, v in fitted.items()}
+        corrected = slo_correction.Correction(role, before, fix, fits)
     return _Rule(
         floor=bounds[0],
         ceiling=bounds[1],
@@ -422,40 +472,8 @@ def _slo_rule(
         unit="replicas' worth of load",
         replicas=replicas,
         last_scaled_at=last_scaled_at,
+        corrected=corrected,
     )
-
-
-def _correction(
-    ordered: Sequence[Sample], model: ReplicaModel | None, metric: str, target: float
-) -> float:
-    """EWMA of observed / predicted p90 over the samples (oldest first), bounded; 1 with no
-    evidence. A sample with no request or no latency of ``metric`` says nothing, nor does one
-    where the observed or the predicted latency is far below the target (under
-    ``CORRECTION_FLOOR`` of it): the fit matters where capacity ends, and at light load a p90
-    is a few requests that met a prompt's chunk, which the model's p90 (a step once prefill
-    keeps an engine busy a tenth of the time) does not follow."""
-    if model is None:
-        return 1.0
-    fitted: float | None = None
-    for s in ordered:
-        observed = s.ttft_p90 if metric == "ttft" else s.itl_p90
-        floor = CORRECTION_FLOOR * target
-        if observed is None or observed < floor or s.requests_per_s <= 0:
-            continue
-        predicted = model.predict(s.requests_per_s / max(1, s.ready))
-        expected = predicted.ttft_s if metric == "ttft" else predicted.itl_s
-        if not math.isfinite(expected) or expected < floor:
-            continue
-        ratio = observed / expected
-        fitted = (
-            ratio if fitted is None else CORRECTION_ALPHA * ratio + (1 - CORRECTION_ALPHA) * fitted
-        )
-    low, high = CORRECTION_BOUNDS
-    return 1.0 if fitted is None else min(high, max(low, fitted))
-
-
-def _over(target: float | None, correction: float) -> float | None:
-    return target / correction if target is not None else None
 
 
 # --- the figures -------------------------------------------------------------------------------

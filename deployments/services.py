@@ -46,6 +46,7 @@ from deployments.models import (
     Revision,
 )
 from deployments.queries import REVISION_FIELDS, by_id_or_slug
+from deployments.slo_correction import Correction
 from deployments.specs import SpecInvalid, checked_spec, issue_dict
 from deployments.timeline import record_event
 from runtime.spec import RuntimeSpec
@@ -506,11 +507,32 @@ def wake(deployment_id: uuid.UUID | str) -> bool:
     before = deployment.desired_snapshot()
     deployment.desired_replicas = replicas
     deployment.last_scaled_at = timezone.now()
+    _wake_pools(deployment, spec)
     record_event(deployment, "info", "ScaleFromZero",
                  f"a request arrived; scaling to {deployment.desired_replicas}",
                  data={"replicas": deployment.desired_replicas})  # fmt: skip
     _commit_change(system_actor(deployment.organization), deployment, "deployment.wake", before)
     return True
+
+
+def _wake_pools(deployment: Deployment, spec: RuntimeSpec) -> None:
+    """A split endpoint coming back from zero: each pool the autoscaler sizes starts at its
+    ``min_replicas`` (as a single-pool endpoint wakes at ``max(1, min_replicas)``), a pool
+    without bounds at its settings' size; the sizes it had before going to zero are not kept."""
+    revision = deployment.target_revision
+    if revision is None or not spec.disaggregation.enabled:
+        return
+    sizes = {}
+    for role in POOL_ROLES:
+        bounds = spec.autoscaling.pool_bounds(role)
+        pool = spec.disaggregation.prefill if role == "prefill" else spec.disaggregation.decode
+        sizes[role] = bounds.min_replicas if bounds is not None else pool.replicas
+    stamp = deployment.last_scaled_at or timezone.now()
+    deployment.pool_replicas = {
+        "revision": revision.number,
+        **sizes,
+        "scaled_at": {role: stamp.isoformat() for role in POOL_ROLES},
+    }
 
 
 def _record_quota_hold(
@@ -567,10 +589,39 @@ def autoscale_to(
     before = deployment.desired_snapshot()
     deployment.desired_replicas = replicas
     deployment.last_scaled_at = timezone.now()
+    if before["desired_replicas"] == 0:
+        _wake_pools(deployment, RuntimeSpec.model_validate(deployment.target_revision.spec))
     data = {"replicas": replicas, "from": before["desired_replicas"], "inputs": inputs}
     record_event(deployment, "info", "Autoscaled", reason, data=data)
     actor = system_actor(deployment.organization)
     _commit_change(actor, deployment, "deployment.autoscale", before)
+    return True
+
+
+MODEL_CORRECTED = "ModelCorrected"
+
+
+def record_model_correction(
+    deployment_id: uuid.UUID | str,
+    revision_number: int,
+    correction: Correction,
+    inputs: dict[str, Any],
+) -> bool:
+    """The SLO policy moved a role's performance-model correction (system): a ``ModelCorrected``
+    event with the corrections before and after, the fit and the decision's inputs; the next
+    pass starts from it (``tasks.scaling`` reads the latest per role). False when the endpoint
+    is gone."""
+    deployment = Deployment.objects.filter(pk=deployment_id).first()
+    if deployment is None:
+        return False
+    data = {
+        "role": correction.role,
+        "correction": dict(correction.after),
+        "from": dict(correction.before),
+        "fitted": dict(correction.fitted),
+        "inputs": inputs,
+    }
+    record_event(deployment, "info", MODEL_CORRECTED, correction.message, revision_number, data)
     return True
 
 

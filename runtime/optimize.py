@@ -77,6 +77,9 @@ MAX_POOL_REPLICAS = 64  # the prefill pool sizes tried when splitting a budget b
 # the same ~10-17%), and it runs two pools and an RDMA link, so a split that gains less than
 # this over an aggregated engine is not worth recommending.
 PD_RANKING_MARGIN = 0.05
+# Validation warnings a pick may carry, each with its reason (`_kept_warnings`): both count
+# requests of the full context length, where the pick is sized for the traffic's own requests.
+KEPT_WARNINGS = frozenset({"memory_below_max_running", "memory_low_concurrency"})
 
 
 class OptimizeError(ValueError):
@@ -587,6 +590,9 @@ class _Config:
     cache_aware: bool
     prediction: Prediction
     max_running: int
+    # The sequences one replica decodes at once at the predicted load: the spec's running cap is
+    # never set below it, or the prediction would not hold.
+    needed_running: int = 1
     routing_matters: bool = True  # False: no history to keep, every policy predicts the same
 
     @property
@@ -762,8 +768,8 @@ def _layout(
         replicas = max(1, _sizing_budget(request, engine.shape.gpu) // engine.shape.tp)
         rate = capacity * replicas
     prediction = _predict(rate, request, engines, capacity * replicas, (0, replicas))
-    running = _max_running(engine, rate / replicas)
-    return _Config(None, engine.shape, replicas, 0, cache_aware, prediction, running)
+    running, needed = _max_running(engine, rate / replicas)
+    return _Config(None, engine.shape, replicas, 0, cache_aware, prediction, running, needed)
 
 
 def _pd_layout(
@@ -782,16 +788,18 @@ def _pd_layout(
         rate = min(caps[0] * p_reps, caps[1] * d_reps)
     capacity = min(caps[0] * p_reps, caps[1] * d_reps)
     prediction = _predict(rate, request, engines, capacity, (p_reps, d_reps))
-    running = _max_running(engines[1], rate / d_reps)
+    running, needed = _max_running(engines[1], rate / d_reps)
     return _Config(engines[0].shape, engines[1].shape, d_reps, p_reps, cache_aware, prediction,
-                   running)  # fmt: skip
+                   running, needed)  # fmt: skip
 
 
-def _max_running(engine: _Engine, rate: float) -> int:
-    """A running-request cap with headroom over the predicted concurrency (bursts queue)."""
+def _max_running(engine: _Engine, rate: float) -> tuple[int, int]:
+    """(A running-request cap with headroom over the predicted concurrency (bursts queue), the
+    predicted concurrency itself)."""
     load = engine.load(rate, Slo(math.inf, math.inf), prefill=False, decode=True)
     want = max(8, math.ceil(2 * load.running))
-    return int(min(want, engine.running_cap, max(1, int(engine.kv_limit))))
+    cap = int(min(want, engine.running_cap, max(1, int(engine.kv_limit))))
+    return cap, min(cap, max(1, math.ceil(load.running)))
 
 
 def _within_limits(request: OptimizeRequest, config: _Config) -> bool:
@@ -802,8 +810,25 @@ def _within_limits(request: OptimizeRequest, config: _Config) -> bool:
 
 
 def _to_spec(request: OptimizeRequest, arch: ModelArch, config: _Config) -> RuntimeSpec:
+    """The config as a spec that validates without warnings where the prediction allows:
+    the running cap within what the KV cache holds at the full context length (never below the
+    predicted concurrency), and the autoscaler's concurrency target at that cap."""
+    spec = _spec_at(request, arch, config, config.max_running)
+    fitting = _full_context_requests(spec, arch)
+    if fitting < config.max_running:
+        spec = _spec_at(request, arch, config, max(fitting, config.needed_running))
+    return spec
+
+
+def _spec_at(
+    request: OptimizeRequest, arch: ModelArch, config: _Config, max_running: int
+) -> RuntimeSpec:
     base = _base_spec(request, arch, config.decode.gpu)
-    data = _spec_data(base, config.decode, arch, max_running=config.max_running)
+    data = _spec_data(base, config.decode, arch, max_running=max_running)
+    # The concurrency policy scales before a replica's running cap is reached (the validator
+    # warns about a target above it); the pick's replica counts are fixed, but a person who
+    # widens max_replicas inherits a target that agrees with the cap.
+    scaling: dict[str, Any] = {"concurrency_target": max_running}
     if config.prefill is not None:
         data["disaggregation"] = {
             "enabled": True,
@@ -812,9 +837,19 @@ def _to_spec(request: OptimizeRequest, arch: ModelArch, config: _Config) -> Runt
         }
         data["parallelism"]["tp"] = config.decode.tp
     else:
-        data["autoscaling"] = {"min_replicas": config.replicas, "max_replicas": config.replicas}
+        scaling.update(min_replicas=config.replicas, max_replicas=config.replicas)
+    data["autoscaling"] = scaling
     data["routing"] = {"policy": "cache_aware" if config.cache_aware else "round_robin"}
     return RuntimeSpec.model_validate(data)
+
+
+def _full_context_requests(spec: RuntimeSpec, arch: ModelArch) -> int:
+    """Requests of the full context length the smallest KV cache of the spec's engine groups
+    (engine, or prefill and decode pools) holds at once: where the validator's headroom warning
+    starts."""
+    gpu = get_gpu(spec.hardware.gpu)
+    return min(memory_fit(spec, gpu, arch, group).concurrent_requests
+               for group in engine_groups(spec))  # fmt: skip
 
 
 def _reasons(request: OptimizeRequest, config: _Config) -> tuple[str, ...]:
@@ -906,9 +941,31 @@ def _candidate(request: OptimizeRequest, arch: ModelArch, config: _Config) -> Ca
         spec=spec,
         prediction=config.prediction,
         features=config.features,
-        reasons=_reasons(request, config),
+        reasons=(*_reasons(request, config), *_kept_warnings(request, issues)),
         warnings=tuple(issues),
     )
+
+
+def _kept_warnings(request: OptimizeRequest, issues: list[Issue]) -> list[str]:
+    """Why each validation warning a pick still carries was left: a recommended spec either
+    validates with no warning or says why (``KEPT_WARNINGS``)."""
+    mean = request.traffic.input_tokens + request.traffic.output_tokens
+    why = {
+        "memory_below_max_running": (
+            f"the cap is the concurrency this traffic's {mean}-token requests are predicted to "
+            "run at; the warning counts requests of the full context length, which then wait "
+            "for memory"
+        ),
+        "memory_low_concurrency": (
+            f"the context length is the smallest the optimizer sets (it holds this traffic's "
+            f"{mean}-token requests with room to spare); the prediction is for those requests"
+        ),
+    }
+    return [
+        f"validation warns ({issue.code}, {issue.field}): {issue.message}; kept because "
+        + why.get(issue.code, "the prediction above does not account for it")
+        for issue in issues
+    ]
 
 
 def _valid(configs: Iterable[_Config], build: Any, limit: int) -> Iterator[Candidate]:

@@ -10,7 +10,8 @@ Running two passes at once is safe for the same reason, only wasteful.
 
 A split (prefill/decode) endpoint's pools are decided by ``autoscale.decide_pools`` on per-pool
 samples, built from the per-replica figures the probe stores with each replica's role, and
-applied by ``services.autoscale_pool_to``. The SLO policy's performance model comes from
+applied by ``services.autoscale_pool_to``; going to zero when idle, and waking, move the whole
+split endpoint (``decide``), both pools at once. The SLO policy's performance model comes from
 ``runtime.capacity`` for the target revision's spec and the workload the samples show (mean
 prompt and output length, prefix-cache share); the default profile when they show none.
 """
@@ -28,6 +29,7 @@ import redis
 from celery import shared_task
 from django.conf import settings
 from django.db.models import Q
+from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
 from controlplane import redis_clients
@@ -41,7 +43,7 @@ from deployments.autoscale import (
     decide,
     decide_pools,
 )
-from deployments.models import Deployment, DesiredState, MetricSample
+from deployments.models import Deployment, DeploymentEvent, DesiredState, MetricSample
 from deployments.queries import REVISION_FIELDS
 from deployments.usage import LAST_REQUEST_HASH
 from runtime.capacity import ReplicaModel, Role, Workload, replica_model
@@ -116,6 +118,7 @@ def _endpoint(deployment: Deployment) -> _Endpoint:
 def _decisions(batch: list[_Endpoint], now: datetime) -> list[tuple[_Endpoint, Decision]]:
     rows = _rows(batch, now)
     seen = _gateway_last_requests([e.deployment.pk for e in batch])
+    corrections = _corrections(batch)
     out = []
     for endpoint in batch:
         deployment = endpoint.deployment
@@ -125,12 +128,13 @@ def _decisions(batch: list[_Endpoint], now: datetime) -> list[tuple[_Endpoint, D
             last_request_at=_latest(deployment.last_request_at, seen.get(str(deployment.pk))),
             pools=_pool_samples(mine) if endpoint.disaggregated else {},
             models=_models(endpoint, mine),
+            corrections=corrections.get(deployment.pk, {}),
         )
         state = _state(endpoint)
-        if endpoint.disaggregated:
+        decisions = [decide(endpoint.policy, observations, state, now)]
+        if endpoint.disaggregated and not decisions[0].changed:
+            # Going to zero or waking moves the whole endpoint; otherwise its pools scale.
             decisions = decide_pools(endpoint.policy, observations, state, now)
-        else:
-            decisions = [decide(endpoint.policy, observations, state, now)]
         for decision in decisions:
             logger.debug("autoscale %s: %s", deployment.slug, decision.reason)
             out.append((endpoint, decision))
@@ -171,6 +175,12 @@ def _pools_scaled_at(endpoint: _Endpoint) -> dict[str, datetime | None]:
 
 def _apply(item: tuple[_Endpoint, Decision]) -> bool:
     endpoint, decision = item
+    if decision.corrected is not None:
+        target = endpoint.deployment.target_revision
+        assert target is not None
+        services.record_model_correction(
+            endpoint.deployment.pk, target.number, decision.corrected, decision.inputs
+        )
     if not decision.changed:
         return False
     try:
@@ -288,6 +298,31 @@ def _models(endpoint: _Endpoint, rows: list[dict[str, Any]]) -> dict[str, Replic
     spec = RuntimeSpec.model_validate(endpoint.spec)
     roles: tuple[Role, ...] = ("prefill", "decode") if endpoint.disaggregated else ("engine",)
     return {role: replica_model(spec, role, workload) for role in roles}
+
+
+def _corrections(batch: list[_Endpoint]) -> dict[uuid.UUID, dict[str, dict[str, float]]]:
+    """Each SLO endpoint's model corrections per role, as its latest ``ModelCorrected`` event of
+    the target revision left them (a new revision's model starts uncorrected); one query, and
+    none for a batch without an SLO policy."""
+    targets = {
+        e.deployment.pk: e.deployment.target_revision.number
+        for e in batch
+        if e.policy.slo is not None and e.deployment.target_revision is not None
+    }
+    if not targets:
+        return {}
+    latest = (
+        DeploymentEvent.objects.filter(deployment_id__in=targets, reason=services.MODEL_CORRECTED)
+        .annotate(role=KeyTextTransform("role", "data"))
+        .order_by("deployment_id", "role", "-id")
+        .distinct("deployment_id", "role")
+        .values_list("deployment_id", "revision_number", "role", "data")
+    )
+    out: dict[uuid.UUID, dict[str, dict[str, float]]] = defaultdict(dict)
+    for pk, revision, role, data in latest:
+        if revision == targets[pk] and isinstance(data.get("correction"), dict):
+            out[pk][role] = {m: float(v) for m, v in data["correction"].items()}
+    return out
 
 
 def _gateway_last_requests(ids: list[uuid.UUID]) -> dict[str, datetime]:

@@ -78,7 +78,8 @@ def disaggregation(ctx: RuleContext) -> Iterator[Issue]:
     yield from _decode_radix(ctx)
     scale = ctx.spec.autoscaling
     pools_scaled = scale.prefill is not None or scale.decode is not None
-    if scale.min_replicas != scale.max_replicas and not pools_scaled:
+    # min_replicas 0 (scale to zero) is honoured: both pools go to zero when idle.
+    if max(1, scale.min_replicas) != scale.max_replicas and not pools_scaled:
         yield warning(
             "autoscaling.max_replicas",
             "autoscaling_ignored_with_disaggregation",
@@ -131,13 +132,6 @@ def autoscaling(ctx: RuleContext) -> Iterator[Issue]:
             "autoscaling_scale_to_zero_min",
             f"scale_to_zero needs min_replicas 0, got {scale.min_replicas}",
             "set autoscaling.min_replicas to 0",
-        )
-    if scale.scale_to_zero and ctx.spec.disaggregation.enabled:
-        yield error(
-            "autoscaling.scale_to_zero",
-            "autoscaling_scale_to_zero_disaggregation",
-            "disaggregated pools cannot scale to zero in Plinth",
-            "turn scale_to_zero off",
         )
     yield from _pool_bounds(ctx)
     running = ctx.spec.batching.max_running_requests

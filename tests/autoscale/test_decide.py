@@ -101,6 +101,15 @@ CASES = [
          state={"rollout_in_progress": True}),
     Case("disaggregated pools are fixed", 1, steady(500), 1, "disaggregated",
          state={"disaggregated": True}),
+    Case("an idle split endpoint takes both pools to zero", 1, steady(0), 0,
+         "scaling both pools to zero", policy=TO_ZERO, last_request_at=ago(901),
+         state={"disaggregated": True}),
+    Case("a split endpoint not idle long enough keeps its pools", 1, steady(0), 1,
+         "scale one by one", policy=TO_ZERO, last_request_at=ago(600),
+         state={"disaggregated": True}),
+    Case("a request wakes a split endpoint at zero", 0, [], 1, "a request arrived",
+         policy=TO_ZERO, last_scaled_at=ago(100), last_request_at=ago(2),
+         state={"disaggregated": True}),
 ]
 # fmt: on
 

@@ -1,6 +1,7 @@
 """The SLO autoscaler scales a split endpoint's pools independently, end to end: prompt-heavy load
 on the local cluster (simulated prefill and decode engines, the smg router) queues prompt tokens
-at the prefill pool, and the autoscaler grows that pool and leaves the decode pool as it is.
+at the prefill pool, and the autoscaler grows that pool and leaves the decode pool as it is. An
+idle split endpoint with scale-to-zero takes both pools to zero and wakes them on a request.
 
 Reconcile, the probe and the autoscaler pass run in the test's process, in the order beat would
 run them.
@@ -9,14 +10,16 @@ run them.
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
+from django.utils import timezone
 
 from deployments import probe, reconcile, services
 from deployments.models import Deployment
-from deployments.status import ACTIVE, role_counts
+from deployments.status import ACTIVE, SCALED_TO_ZERO, role_counts
 from deployments.tasks import scaling
 from tests.autoscale.test_end_to_end import engine_key
 from tests.conftest import Cast
@@ -134,3 +137,52 @@ def test_prompt_heavy_load_grows_the_prefill_pool_and_not_decode(
     assert sample is not None
     served = {r["name"]: r["requests"] for r in sample.replicas if r.get("role") == "prefill"}
     assert served.get("r1-prefill-1", 0) >= 1, served
+
+
+IDLE_SPEC = {
+    **SPEC,
+    "autoscaling": {**SPEC["autoscaling"], "min_replicas": 0, "scale_to_zero": True,  # type: ignore[dict-item]
+                    "scale_to_zero_after_seconds": 60},
+}  # fmt: skip
+
+
+def at_zero(deployment: Deployment) -> Deployment:
+    def step() -> bool:
+        reconcile.reconcile(str(deployment.pk))
+        now = refresh(deployment)
+        return now.status == SCALED_TO_ZERO and not now.replica_facts
+
+    wait_until(step, "scaled to zero with no replica left", timeout=120)
+    return refresh(deployment)
+
+
+def answers(deployment: Deployment) -> bool:
+    body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    reply = httpx.post(f"{deployment.router_url}/v1/chat/completions", json=body,
+                       headers=engine_key(deployment), timeout=300)  # fmt: skip
+    return reply.is_success
+
+
+@pytest.mark.django_db
+def test_an_idle_split_endpoint_scales_both_pools_to_zero_and_wakes_on_a_request(
+    cast: Cast, fast_local: Path
+) -> None:
+    actor = cast.actor(cast.dave, cast.acme)
+    deployment = services.create_deployment(actor, slug="nap", name="Nap", spec=IDLE_SPEC)
+    assert refresh(deployment).desired_replicas == 0  # created at zero, as scale-to-zero is
+    at_zero(deployment)
+
+    assert services.wake(deployment.pk)  # what the gateway's wake-up runs on a request
+    deployment = converge(deployment, prefill=1, decode=1)
+    assert answers(deployment)
+
+    later = timezone.now() + timedelta(minutes=5)  # no request since: idle past 60 s
+    assert scaling.autoscale(now=later.isoformat()) == {"checked": 1, "scaled": 1}
+    event = refresh(deployment).events.filter(reason="Autoscaled").latest("id")
+    assert "scaling both pools to zero: 1 -> 0" in event.message
+    deployment = at_zero(deployment)
+    assert deployment.router_url == ""
+
+    assert services.wake(deployment.pk)
+    deployment = converge(deployment, prefill=1, decode=1)
+    assert answers(deployment)

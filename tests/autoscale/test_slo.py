@@ -11,6 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from deployments.autoscale import Observations, Sample, State, decide, decide_pools
+from deployments.slo_correction import CORRECTION_DEADBAND
 from runtime.capacity import Workload, replica_model
 from runtime.spec import AutoscalingSettings, RuntimeSpec
 from runtime.validate import validate
@@ -47,9 +48,12 @@ def models(endpoint: RuntimeSpec) -> dict[str, Any]:
     return {role: replica_model(endpoint, role, Workload()) for role in roles}  # type: ignore[arg-type]
 
 
-def engine_decision(samples: list[Sample], replicas: int = 1) -> Any:
+def engine_decision(
+    samples: list[Sample], replicas: int = 1, corrections: dict[str, float] | None = None
+) -> Any:
     endpoint = spec()
-    observations = Observations(samples=samples, models=models(endpoint))
+    observations = Observations(samples=samples, models=models(endpoint),
+                                corrections={"engine": corrections or {}})  # fmt: skip
     state = State(replicas=replicas, last_scaled_at=LONG_AGO)
     return decide(endpoint.autoscaling, observations, state, NOW)
 
@@ -108,6 +112,69 @@ def test_light_load_latencies_are_left_out_of_the_fit() -> None:
     rate = 0.1 * model.capacity_rps(0.5, 0.04)
     samples = steady(requests_per_s=rate, itl_p90=5 * model.predict(rate).itl_s, ready=1)
     assert engine_decision(samples).inputs["correction"]["itl"] == 1.0
+
+
+def faster(share: float, replicas: int, speed: float) -> list[Sample]:
+    """Samples of ``replicas`` replicas sharing ``share`` of one modelled replica's capacity each,
+    on an endpoint whose latencies are ``speed`` times what the model predicts at that rate."""
+    model = replica_model(spec(), "engine", Workload())
+    assert model is not None
+    rate = share * model.capacity_rps(0.5, 0.04)
+    predicted = model.predict(rate)
+    return steady(requests_per_s=rate * replicas, ttft_p90=speed * predicted.ttft_s,
+                  itl_p90=speed * predicted.itl_s, ready=replicas)  # fmt: skip
+
+
+def test_an_endpoint_faster_than_its_model_is_corrected_down_and_needs_fewer_replicas() -> None:
+    # Two replicas at three quarters of the model's capacity each, answering twice as fast as
+    # the model says: one replica of this endpoint carries it all.
+    samples = faster(0.75, replicas=2, speed=0.5)
+    corrections: dict[str, float] = {}
+    steps = []
+    for _ in range(6):  # passes, each starting from the corrections the last one applied
+        decision = engine_decision(samples, replicas=2, corrections=corrections)
+        if decision.corrected is not None:
+            assert decision.corrected.before == corrections
+            corrections = dict(decision.corrected.after)
+            steps.append(corrections["itl"])
+    # Down a bounded step per pass, until the fit is within the deadband below what is applied.
+    assert steps == [0.8, 0.64, 0.512]
+    assert decision.inputs["correction_fitted"]["itl"] == pytest.approx(0.5, rel=0.02)
+    assert decision.inputs["correction"]["itl"] == 0.512
+    assert decision.inputs["capacity_rps_per_replica"] > 1.8 * replica_model(
+        spec(), "engine", Workload()
+    ).capacity_rps(0.5, 0.04)  # type: ignore[union-attr]
+    assert (decision.current, decision.desired) == (2, 1), decision.reason
+
+
+def test_a_fit_within_the_deadband_leaves_the_correction_and_a_slower_one_moves_it_up() -> None:
+    held = engine_decision(faster(0.6, replicas=1, speed=0.72), corrections={"itl": 0.8})
+    assert held.corrected is None and held.inputs["correction"]["itl"] == 0.8
+    up = engine_decision(faster(0.6, replicas=1, speed=1.5), corrections={"itl": 0.6})
+    assert up.corrected is not None and up.corrected.after["itl"] == pytest.approx(1.5, rel=0.02)
+    assert "ITL x0.60 -> x1." in up.corrected.message
+
+
+def test_a_correction_lapses_when_light_load_shows_no_evidence() -> None:
+    # At a tenth of capacity the model's ITL is far below the target: nothing to fit.
+    decision = engine_decision(faster(0.1, replicas=1, speed=0.5), corrections={"itl": 0.6})
+    assert decision.inputs["correction_fitted"] == {}
+    assert decision.corrected is not None and dict(decision.corrected.after) == {}
+    assert "ITL x0.60 -> x1.00" in decision.corrected.message
+
+
+def test_a_steady_endpoint_settles_on_one_correction() -> None:
+    samples = faster(0.6, replicas=1, speed=0.7)
+    corrections: dict[str, float] = {}
+    moves = 0
+    for _ in range(10):
+        decision = engine_decision(samples, corrections=corrections)
+        if decision.corrected is not None:
+            moves += 1
+            corrections = dict(decision.corrected.after)
+    # One move, to within the deadband above the fit; then it holds however often it is asked.
+    assert moves == 1 and corrections["itl"] * (1 - CORRECTION_DEADBAND) <= 0.7 * 1.02
+    assert engine_decision(samples, corrections=corrections).corrected is None
 
 
 def test_a_nearly_full_kv_cache_adds_a_replica_whatever_the_rate() -> None:
@@ -193,3 +260,20 @@ def test_pool_bounds_are_checked() -> None:
     assert "autoscaling_pools_without_slo" in codes(decode={"min_replicas": 1, "max_replicas": 2})
     assert not codes(**SPLIT) & {"autoscaling_pool_min_above_max", "autoscaling_pools_without_slo",
                                  "autoscaling_ignored_with_disaggregation"}  # fmt: skip
+
+
+def test_pools_hold_while_the_split_endpoint_is_at_zero() -> None:
+    endpoint = spec(disaggregated=True, **SPLIT)
+    backlog = steady(queued=8, queued_prefill_tokens=80_000, ttft_p90=2.0, ready=1)
+    observations = Observations(pools={"prefill": backlog, "decode": backlog},
+                                models=models(endpoint))  # fmt: skip
+    state = State(replicas=0, disaggregated=True, pools={"prefill": 1, "decode": 1})
+    decisions = decide_pools(endpoint.autoscaling, observations, state, NOW)
+    assert [d.changed for d in decisions] == [False, False]
+    assert all("at zero" in d.reason for d in decisions)
+
+
+def test_a_split_endpoint_may_scale_to_zero() -> None:
+    assert not {issue.code for issue in validate(spec(
+        disaggregated=True, **{**SPLIT, "min_replicas": 0, "scale_to_zero": True}
+    ))}  # fmt: skip

@@ -20,6 +20,8 @@ from deployments.models import Deployment, DeploymentEvent, MetricSample, Quota
 from deployments.reconcile import revision_plan
 from deployments.tasks import scaling
 from deployments.usage import LAST_REQUEST_HASH
+from runtime.capacity import Workload, replica_model
+from runtime.spec import RuntimeSpec
 from tests.api.conftest import Api
 from tests.conftest import Cast, queued
 
@@ -250,15 +252,15 @@ SPLIT = {"min_replicas": 1, "max_replicas": 1, "window_seconds": 60,
          "decode": {"min_replicas": 1, "max_replicas": 3}}  # fmt: skip
 
 
-def split_endpoint(cast: Cast, slug: str) -> Deployment:
+def split_endpoint(cast: Cast, slug: str, autoscaling: dict[str, Any] = SPLIT) -> Deployment:
     spec = {
         "model": {"source": "meta-llama/Llama-3.1-8B-Instruct"},
         "hardware": {"gpu": "H100-SXM"},
         "disaggregation": {"enabled": True},
-        "autoscaling": SPLIT,
+        "autoscaling": autoscaling,
     }
     made = services.create_deployment(cast.actor(cast.dave, cast.acme), slug=slug, name=slug,
-                                      spec=spec)  # fmt: skip
+                                      spec=spec, replicas=1)  # fmt: skip
     Deployment.objects.filter(pk=made.pk).update(
         applied_revision=made.target_revision, current_revision=made.target_revision,
         ready_replicas=1, total_replicas=2, first_ready_at=timezone.now() - timedelta(hours=1),
@@ -338,3 +340,81 @@ def test_a_pool_stops_at_the_gpu_quota(cast: Cast, broker: redis.Redis) -> None:
     assert split.pool_replicas["prefill"] == 2
     assert "held at 2 by quota gpus" in autoscaled(split)[-1].message
     assert split.events.filter(reason="QuotaLimited").exists()
+
+
+def test_an_idle_split_endpoint_scales_both_pools_to_zero_and_a_request_wakes_them(
+    cast: Cast, broker: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    idle_split = {**SPLIT, "min_replicas": 0, "scale_to_zero": True,
+                  "scale_to_zero_after_seconds": 600}  # fmt: skip
+    split = split_endpoint(cast, "split", idle_split)
+    assert services.autoscale_pool_to(split.pk, "prefill", 2, "backlog", {}, expected=1)
+    now = timezone.now()
+    Deployment.objects.filter(pk=split.pk).update(
+        last_request_at=now - timedelta(minutes=20), last_scaled_at=now - timedelta(minutes=20)
+    )
+    probe_pools(split, now, prefill={"running": 0, "queued": 0}, decode={"running": 0})
+    assert run_pass(now, django_capture_on_commit_callbacks) == {"checked": 1, "scaled": 1}
+    split.refresh_from_db()
+    assert split.desired_replicas == 0 and split.status in {"stopping", "scaled_to_zero"}
+    event = autoscaled(split)[-1]
+    assert "scaling both pools to zero: 1 -> 0" in event.message
+    assert event.data["inputs"]["idle_seconds"] >= 600
+
+    # At zero the pools hold; a request the gateway counted wakes the endpoint, both pools
+    # back at their floors (autoscaling.prefill/decode min_replicas), as one replica wakes.
+    broker.hset(LAST_REQUEST_HASH, str(split.pk), int((now + timedelta(seconds=5)).timestamp()))
+    broker.delete(settings.CELERY_TASK_DEFAULT_QUEUE)
+    assert run_pass(now + timedelta(seconds=10), django_capture_on_commit_callbacks)["scaled"] == 1
+    split.refresh_from_db()
+    assert split.desired_replicas == 1
+    assert "a request arrived while at zero: 0 -> 1" in autoscaled(split)[-1].message
+    revision = split.target_revision
+    assert revision is not None
+    assert split.pool_sizes(revision.number, revision.spec) == {"prefill": 1, "decode": 1}
+    plan = revision_plan(split, revision)
+    sizes = {r.role: plan.replicas_of(r) for r in plan.plan.roles if r.role != "router"}
+    assert sizes == {"prefill": 1, "decode": 1}
+    assert queued(broker) == [("deployments.reconcile_deployment", [str(split.pk)])]
+
+
+# --- the SLO policy's model correction ------------------------------------------------------------
+
+SLO_POLICY = {"min_replicas": 1, "max_replicas": 4, "window_seconds": 60,
+              "scale_down_delay_seconds": 120, "target_utilization": 1.0,
+              "slo": {"ttft_p90_ms": 500, "itl_p90_ms": 40}}  # fmt: skip
+
+
+def test_an_endpoint_faster_than_its_model_corrects_it_down_one_event_per_move(
+    cast: Cast, broker: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    chat = endpoint(cast, "chat", SLO_POLICY, replicas=2)
+    assert chat.target_revision is not None
+    spec = RuntimeSpec.model_validate(chat.target_revision.spec)
+    model = replica_model(spec, "engine", Workload())
+    assert model is not None
+    rate = 0.75 * model.capacity_rps(0.5, 0.04)
+    predicted = model.predict(rate)
+    now = timezone.now()
+    # Five minutes of two replicas answering twice as fast as the model predicts.
+    MetricSample.objects.bulk_create(
+        MetricSample(
+            deployment=chat, ts=now - timedelta(seconds=15 * i), interval_s=15,
+            replicas_ready=2, requests_per_s=2 * rate, ttft_p90=0.5 * predicted.ttft_s,
+            itl_p90=0.5 * predicted.itl_s,
+        )
+        for i in range(21)
+    )  # fmt: skip
+    run_pass(now, django_capture_on_commit_callbacks)
+    [first] = chat.events.filter(reason="ModelCorrected")
+    assert first.revision_number == chat.target_revision.number
+    assert first.data["role"] == "engine"
+    assert (first.data["from"], first.data["correction"]) == ({}, {"itl": 0.8})
+    assert abs(first.data["fitted"]["itl"] - 0.5) < 0.01
+    assert first.data["inputs"]["correction"] == {"ttft": 1.0, "itl": 0.8}
+    assert "ITL x1.00 -> x0.80" in first.message
+
+    # The next pass starts from what the last one applied: one more bounded step down.
+    run_pass(now + timedelta(seconds=15), django_capture_on_commit_callbacks)
+    second = chat.events.filter(reason="ModelCorrected").latest("id")
+    assert (second.data["from"], second.data["correction"]) == ({"itl": 0.8}, {"itl": 0.64})

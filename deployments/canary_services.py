@@ -6,7 +6,9 @@ generation bumped so reconcile acts (it starts or removes the canary's pool), th
 after commit (its split starts or stops).
 
 Starting makes a new revision that is *not* the target: the endpoint's target stays the serving
-revision (the baseline) and the canary runs as a second pool beside it. Promoting makes the
+revision (the baseline) and the canary runs as a second pool beside it, so an edit's base stays
+the target's number too (``services._check_base``): an aborted canary's revision is history, not
+newer settings to edit from. Promoting makes the
 canary's revision the target, which reconcile rolls out as any settings change (surge, no
 dropped requests); the canary's own pool is removed at once. Aborting leaves the target as it
 was and removes the canary's pool: rolling back a canary is that one step.

@@ -263,8 +263,9 @@ def update_settings(
 ) -> Revision:
     """A new revision with ``spec``, made the target; Conflict when ``base_revision`` is stale.
 
-    ``base_revision`` is the revision the caller edited; if another revision was created since,
-    the caller's change is refused (409) rather than silently overwriting the other one.
+    ``base_revision`` is the revision the caller edited (``_check_base``); if the endpoint's
+    settings changed since, the caller's change is refused (409) rather than silently
+    overwriting the other one.
     ``labels`` (when given) replace the endpoint's labels; they are not settings, so a change of
     labels alone makes no revision.
     """
@@ -279,14 +280,7 @@ def update_settings(
             "changing its settings",
             code="canary_running",
         )
-    latest = deployment.revisions.aggregate(n=Max("number"))["n"] or 0
-    if base_revision != latest:
-        raise Conflict(
-            f"revision {latest} was created after revision {base_revision}, which you edited; "
-            "reload the settings and apply your change again",
-            field="base_revision",
-            code="revision_conflict",
-        )
+    _check_base(deployment, base_revision)
     parsed, warnings = checked_spec(spec)
     fields.check_limits(parsed)
     warnings += _cluster_warnings(
@@ -318,6 +312,30 @@ def update_settings(
     )  # fmt: skip
     _commit_change(actor, deployment, "deployment.update", before)
     return revision
+
+
+def _check_base(deployment: Deployment, base_revision: int) -> None:
+    """Conflict unless ``base_revision`` is the target revision: the settings an edit is made
+    against are the ones the endpoint reports (its ``target_revision`` and that revision's spec).
+
+    The newest revision number is not the base: a canary's revision is never the target unless
+    promoted, so an aborted one would stay newest for ever and refuse every edit. The check is
+    sound because the target's number only grows: edits and rollbacks make a new newest revision
+    the target, a promote makes the canary's (created after the target, and nothing else may
+    change the target while it runs), and nothing sets an older one again.
+    """
+    target = deployment.target_revision.number if deployment.target_revision else 0
+    if base_revision == target:
+        return
+    if base_revision < target:
+        why = f"revision {target} was saved after revision {base_revision}, which you edited"
+    else:
+        why = f"revision {base_revision} is not the endpoint's settings (revision {target} is)"
+    raise Conflict(
+        f"{why}; reload the settings and apply your change again",
+        field="base_revision",
+        code="revision_conflict",
+    )
 
 
 def _rename(deployment: Deployment, name: str) -> bool:

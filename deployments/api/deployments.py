@@ -65,7 +65,10 @@ class DeploymentOut(Schema):
     desired_state: str
     desired_replicas: int
     ready_replicas: int
-    target_revision: int | None
+    target_revision: int | None = Field(
+        description="the revision that should run: `spec` is its settings, and an edit of them "
+        "sends this number as base_revision (a canary's revision is not it until promoted)"
+    )
     current_revision: int | None
     generation: int = Field(description="counts the changes asked of the endpoint")
     observed_generation: int = Field(
@@ -104,7 +107,9 @@ class DeploymentCreateIn(StrictIn):
 
 class SettingsPatchIn(StrictIn):
     spec: RuntimeSpec
-    base_revision: StrictInt = Field(description="the revision number these settings edit")
+    base_revision: StrictInt = Field(
+        description="the endpoint's target_revision (as GET reports it) that these settings edit"
+    )
     message: StrictStr = ""
     name: StrictStr | None = None
     labels: dict[StrictStr, StrictStr] | None = Field(
@@ -210,8 +215,9 @@ def get_deployment(request: HttpRequest, deployment_id: str) -> dict[str, Any]:
 def update_settings(
     request: HttpRequest, deployment_id: str, payload: SettingsPatchIn
 ) -> dict[str, Any]:
-    """Creates a new revision and rolls it out. Send the revision number you edited as
-    ``base_revision``: if someone saved a newer one meanwhile, you get 409 and nothing changes.
+    """Creates a new revision and rolls it out. Send the ``target_revision`` you edited as
+    ``base_revision``: if the endpoint's settings changed meanwhile (an edit, a rollback, a
+    promoted canary), you get 409 and nothing changes; reload and apply your change again.
     Settings identical to the target revision's change nothing (same revision returned)."""
     services.update_settings(
         actor_of(request),

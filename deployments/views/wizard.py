@@ -256,7 +256,7 @@ def _save_edit(
                 message=request.POST.get("message", "").strip(),
             )
         except Conflict as exc:
-            conflict = {"message": exc.message, "latest": _latest_number(endpoint)}
+            conflict = {"message": exc.message, "target": _target_number(request, endpoint)}
         except ServiceError as exc:
             issues = [*issues, *_issues_of(exc)]
         else:
@@ -279,6 +279,8 @@ def _posted_int(raw: str | None) -> int:
         return 0
 
 
-def _latest_number(endpoint: Deployment) -> int:
-    revisions = queries.revisions_of(endpoint)
-    return revisions[0].number if revisions else 0
+def _target_number(request: HttpRequest, endpoint: Deployment) -> int:
+    """The revision to edit from again: the target now, the base the save is checked against
+    (not the newest revision, which may be a canary's)."""
+    target = queries.get_endpoint(actor_of(request), endpoint.slug).target_revision
+    return target.number if target else 0

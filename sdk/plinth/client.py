@@ -185,7 +185,8 @@ class Endpoints(_Resource):
         labels: dict[str, str] | None = None,
     ) -> models.DeploymentDetailOut:
         """New settings as a new revision; :class:`~plinth.errors.Conflict` when
-        ``base_revision`` is no longer the newest (someone else saved meanwhile)."""
+        ``base_revision`` is no longer the endpoint's ``target_revision`` (its settings changed
+        meanwhile)."""
         body = _clean(
             {
                 "spec": spec,

@@ -99,3 +99,39 @@ def test_metrics_keep_each_revisions_figures(api: Clients, serving: Deployment) 
     assert (
         sample["revisions"]["2"]["itl_p90"] == 0.05 and sample["revisions"]["1"]["requests"] == 40
     )
+
+
+def _edit_from_the_reported_revision(api: Clients, spec: dict[str, Any]) -> Any:
+    """What a person does after a refusal: reload the endpoint, edit on top of what it shows."""
+    reported = api.dave.get("deployments/chat").json()["target_revision"]
+    return api.dave.patch("deployments/chat", {"spec": spec, "base_revision": reported})
+
+
+def test_after_an_abort_an_edit_from_the_reported_revision_is_saved(
+    api: Clients, serving: Deployment
+) -> None:
+    assert _start(api).status_code == 201
+    assert api.dave.post("deployments/chat/canary/abort", {}).status_code == 200
+    edited = _edit_from_the_reported_revision(api, spec_with(batching={"max_running_requests": 8}))
+    assert edited.status_code == 200, edited.content
+    assert edited.json()["target_revision"] == 3  # after the aborted canary's revision 2
+    # The aborted canary's number is no base to edit from: it never became the settings.
+    stale = api.dave.patch("deployments/chat", {"spec": FP8, "base_revision": 2})
+    assert stale.status_code == 409 and error_of(stale)["code"] == "revision_conflict"
+    assert fields_of(stale) == ["base_revision"]
+
+
+def test_after_the_watchers_abort_an_edit_from_the_reported_revision_is_saved(
+    api: Clients, serving: Deployment, settings: Any
+) -> None:
+    from datetime import timedelta
+
+    from deployments.tasks.canary import watch_canaries
+
+    settings.PLINTH_STARTUP_WINDOW_S = 60
+    assert _start(api).status_code == 201
+    started = serving.canaries.get().started_at
+    assert watch_canaries((started + timedelta(seconds=61)).isoformat())["aborted"] == 1
+    edited = _edit_from_the_reported_revision(api, spec_with(batching={"max_running_requests": 8}))
+    assert edited.status_code == 200, edited.content
+    assert edited.json()["target_revision"] == 3

@@ -148,6 +148,30 @@ def test_a_stale_edit_shows_who_saved_first(
     assert endpoint.target_revision.number == 2
 
 
+def test_the_edit_page_saves_after_a_canary_and_names_a_running_one(
+    cast: Cast, alice: Client, endpoint: Deployment
+) -> None:
+    from deployments import canary_services
+    from tests.canary.helpers import mark_serving
+
+    actor = cast.actor(cast.alice, cast.acme)
+    mark_serving(endpoint)
+    fp8 = {**endpoint.target_revision.spec, "quantization": {"method": "fp8"}}
+    canary_services.start_canary(actor, endpoint.pk, spec=fp8, weight=10)
+    form = {**_form(batching__max_running_requests="64"), "base_revision": "1"}
+    refused = alice.post("/endpoints/chat/settings/", form)
+    assert refused.status_code == 409
+    body = refused.content.decode()
+    # Nobody saved settings: the canary is in the way, and the card says so.
+    assert "has a canary running" in body and "Someone saved" not in body
+    canary_services.abort_canary(actor, endpoint.pk)
+    page = alice.get("/endpoints/chat/settings/").content.decode()
+    assert 'name="base_revision" value="1"' in page  # the settings shown are revision 1's
+    assert alice.post("/endpoints/chat/settings/", form).status_code == 302
+    endpoint.refresh_from_db()
+    assert endpoint.target_revision.number == 3
+
+
 def test_the_edit_page_validates_against_the_endpoints_settings(
     alice: Client, endpoint: Deployment
 ) -> None:

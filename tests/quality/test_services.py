@@ -134,7 +134,7 @@ def test_a_failed_revision_cannot_become_the_target_outside_a_canary(
         services.rollback(actor, canaried.pk, to_revision=2)
     assert rollback.value.code == "gate_refused" and rollback.value.field == "to_revision"
     with pytest.raises(Conflict) as patched:  # the same settings by another route
-        services.update_settings(actor, canaried.pk, spec=fp8(), base_revision=2)
+        services.update_settings(actor, canaried.pk, spec=fp8(), base_revision=1)  # the target
     assert patched.value.field == "spec"
     quality_services.override_gate(
         cast.actor(cast.alice, cast.acme), canaried.pk, 2, reason="accepted drift"

@@ -4,12 +4,14 @@ Plinth, and the SDK's ``canaries`` resource underneath it."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from deployments import services
-from deployments.models import Deployment
+from deployments.models import Canary, Deployment
 from tests.canary.helpers import BF16, fp8, mark_serving
 from tests.conftest import Cast
 from tests.sdk.conftest import SdkEnv
@@ -43,3 +45,39 @@ def test_a_canary_from_the_command_line(
     assert "status: promoted" in plinth("canary", "promote", "cli-canary", "-m", "looks good")
     target = Deployment.objects.get(slug="cli-canary").target_revision
     assert target is not None and target.number == 3
+
+
+def test_edit_and_apply_work_after_an_aborted_canary(
+    sdk_env: SdkEnv, server: str, admin_key: str, cast: Cast, tmp_path: Path, settings: Any
+) -> None:
+    from deployments.tasks.canary import watch_canaries
+
+    actor = cast.actor(cast.dave, cast.acme)
+    mark_serving(services.create_deployment(actor, slug="cli-after", name="A", spec=BF16))
+    plinth = Cli(sdk_env, tmp_path / "home")
+    plinth("login", server, stdin=admin_key + "\n")
+    canary = tmp_path / "fp8.json"  # JSON is YAML
+    canary.write_text(json.dumps(fp8()))
+
+    # Aborted by hand: `plinth edit` saves on top of the revision the endpoint reports.
+    plinth("canary", "start", "cli-after", "--weight", "10", "-f", str(canary))
+    plinth("canary", "abort", "cli-after")
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps({**BF16, "batching": {"max_running_requests": 64}}))
+    assert "target_revision: 3" in plinth("edit", "cli-after", "-f", str(edited), "-o", "yaml")
+
+    # Aborted by the watcher (its pool never ready): `plinth apply` saves too.
+    mark_serving(Deployment.objects.get(slug="cli-after"))
+    plinth("canary", "start", "cli-after", "--weight", "10", "-f", str(canary))
+    settings.PLINTH_STARTUP_WINDOW_S = 60
+    started = Canary.objects.get(deployment__slug="cli-after", status="running").started_at
+    assert watch_canaries((started + timedelta(seconds=61)).isoformat())["aborted"] == 1
+    document = {
+        "apiVersion": "plinth.dev/v1",
+        "kind": "Endpoint",
+        "metadata": {"name": "cli-after"},
+        "spec": {**BF16, "batching": {"max_running_requests": 32}},
+    }
+    applied = tmp_path / "endpoint.json"
+    applied.write_text(json.dumps(document))
+    assert "cli-after: updated (revision 5)" in plinth("apply", "-f", str(applied))

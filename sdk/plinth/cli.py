@@ -640,7 +640,8 @@ GATE_COLUMNS = [
 ]
 # A gate's figures, read from its results, shown after its own fields.
 GATE_FIGURES = ["mean_kl", "p99_kl", "top1_agreement", "prompt_mean_kl_p99", "tokens", "reasons"]
-GATE_RECORD = [
+# What a gate was asked to do: shown when it is queued.
+GATE_REQUEST = [
     "id",
     "revision",
     "baseline_revision",
@@ -650,6 +651,9 @@ GATE_RECORD = [
     "max_new_tokens",
     "prompt_set",
     "prompts",
+]
+GATE_RECORD = [
+    *GATE_REQUEST,
     *GATE_FIGURES,
     "error",
     "override_reason",
@@ -711,10 +715,14 @@ def gate_run(
     with _client() as client:
         number = revision if revision is not None else _canary_revision(client, endpoint)
         gate = client.gates.run(
-            endpoint, number, max_mean_kl=max_mean_kl, min_top1_agreement=min_top1_agreement,
-            prompts_jsonl=prompts_jsonl, max_new_tokens=max_new_tokens,
-        )  # fmt: skip
-    show(gate, output, None if output is not Output.table else GATE_RECORD[:9])
+            endpoint,
+            number,
+            max_mean_kl=max_mean_kl,
+            min_top1_agreement=min_top1_agreement,
+            prompts_jsonl=prompts_jsonl,
+            max_new_tokens=max_new_tokens,
+        )
+    show(gate, output, GATE_REQUEST)
 
 
 @gate_app.command("list")
@@ -793,13 +801,7 @@ def gate_override(
     """
     with _client() as client:
         gate = client.gates.override(endpoint, revision, reason=reason)
-    show(
-        gate,
-        output,
-        None
-        if output is not Output.table
-        else [*GATE_RECORD[:4], "override_reason", "overridden_by"],
-    )
+    show(gate, output, ["id", "revision", "status", "override_reason", "overridden_by"])
 
 
 BENCH_COLUMNS = ["id", "name", "revision", "status", "runner", "created_at", "error"]

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -287,20 +288,38 @@ def _check_limits(requests_per_minute: int | None, tokens_per_minute: int | None
             raise ServiceError(f"{field} must be positive", field=field)
 
 
+class Unchanged(Enum):
+    """A limit left out of a partial change (``None`` lifts a limit, so it cannot say this)."""
+
+    KEEP = "keep"
+
+
+KEEP = Unchanged.KEEP
+
+
 @transaction.atomic
 def set_api_key_limits(
     actor: Actor,
     *,
     key_id: uuid.UUID | str,
-    requests_per_minute: int | None,
-    tokens_per_minute: int | None,
+    requests_per_minute: int | Unchanged | None = KEEP,
+    tokens_per_minute: int | Unchanged | None = KEEP,
 ) -> ApiKey:
-    """Set (or, with None, lift) an inference key's per-minute limits; the gateway reloads the
-    key on the change notification, so the new limits apply within seconds."""
-    key = get_api_key(actor, key_id)
+    """Set (or, with None, lift) an active inference key's per-minute limits; one left out
+    (``KEEP``) stays as it is. The gateway reloads the key on the change notification, so the
+    new limits apply within seconds."""
+    key = get_api_key(actor, key_id, for_update=True)
     require_role(actor, Role.ADMIN if key.kind == ApiKeyKind.MANAGEMENT else Role.DEVELOPER)
     if key.kind != ApiKeyKind.INFERENCE:
         raise ServiceError("only inference keys have rate limits", field="requests_per_minute")
+    if not key.is_active:
+        # Its limits would limit nothing: a revoked or expired key is refused at the gateway.
+        state = "revoked" if key.revoked_at is not None else "expired"
+        raise Conflict(f"key {key.name} is {state}; its limits cannot change", code=f"key_{state}")
+    if requests_per_minute is KEEP:
+        requests_per_minute = key.requests_per_minute
+    if tokens_per_minute is KEEP:
+        tokens_per_minute = key.tokens_per_minute
     _check_limits(requests_per_minute, tokens_per_minute)
     before = _key_snapshot(key)
     key.requests_per_minute = requests_per_minute
@@ -311,9 +330,11 @@ def set_api_key_limits(
     return key
 
 
-def get_api_key(actor: Actor, key_id: uuid.UUID | str) -> ApiKey:
+def get_api_key(actor: Actor, key_id: uuid.UUID | str, *, for_update: bool = False) -> ApiKey:
+    """The organization's key ``key_id`` (row-locked with ``for_update``); NotFound otherwise."""
+    rows = ApiKey.objects.select_for_update() if for_update else ApiKey.objects
     try:
-        return ApiKey.objects.get(pk=key_id, organization=actor.organization)
+        return rows.get(pk=key_id, organization=actor.organization)
     except (ApiKey.DoesNotExist, ValueError) as exc:
         raise NotFound("API key not found") from exc
 

@@ -22,6 +22,7 @@ from django.utils import timezone
 from controlplane.hygiene import full_pattern
 from controlplane.models import ApiKey, Organization, Secret
 from deployments.status import Facts, derive_status, is_settled, replica_counts
+from runtime.quality_run import builtin_prompts
 
 # DNS-safe: it becomes part of host names, Kubernetes object names and label values.
 SLUG_BODY = r"[a-z]([a-z0-9-]{0,38}[a-z0-9])?"
@@ -635,7 +636,8 @@ class QualityGate(models.Model):
     max_mean_kl = models.FloatField()
     min_top1_agreement = models.FloatField()
     max_new_tokens = models.PositiveIntegerField(default=64)
-    # "builtin" (runtime/catalog/quality_prompts.json) or "custom" (``prompts``, from a JSONL).
+    # "builtin" (runtime/catalog/quality_prompts.json) or "custom" (from a JSONL); ``prompts``
+    # holds the set's texts either way, so the record says what it scored.
     prompt_set = models.CharField(max_length=16, default="builtin")
     prompts = models.JSONField(default=list, blank=True)
     status = models.CharField(
@@ -656,3 +658,16 @@ class QualityGate(models.Model):
 
     def __str__(self) -> str:
         return f"{self.deployment_id} quality gate {self.pk} ({self.status})"
+
+    def prompt_texts(self) -> list[str]:
+        """The prompts this gate scores: its stored set (a gate started before the built-in
+        set was copied onto each gate stores none, and was run with the built-in set)."""
+        return list(self.prompts) or builtin_prompts()
+
+    @property
+    def prompt_count(self) -> int:
+        """How many prompts the gate scores: once it ran, how many its results cover (so the
+        count and the results never disagree); before, its set's size."""
+        if self.results is not None and "per_prompt" in self.results:
+            return len(self.results["per_prompt"])
+        return len(self.prompt_texts())

@@ -23,7 +23,7 @@ from deployments.models import Canary, CanaryStatus, QualityGate, QualityGateSta
 from deployments.timeline import record_event
 from runtime.client import RuntimeUnavailable
 from runtime.quality import GateThresholds, QualityReport
-from runtime.quality_run import QualityRun, QualityRunError, builtin_prompts, run_quality
+from runtime.quality_run import QualityRun, QualityRunError, run_quality
 
 logger = logging.getLogger(__name__)
 PROMPT_SHOWN_CHARS = 500  # per-prompt summaries keep this much of each prompt's text
@@ -103,7 +103,7 @@ def _run_of(gate: QualityGate) -> QualityRun:
     return QualityRun(
         baseline_url=baseline,
         candidate_url=candidate,
-        prompts=list(gate.prompts) or builtin_prompts(),
+        prompts=gate.prompt_texts(),
         max_new_tokens=gate.max_new_tokens,
         thresholds=GateThresholds(gate.max_mean_kl, gate.min_top1_agreement),
         api_key=engine_api_key(str(gate.deployment_id)),

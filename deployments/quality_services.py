@@ -38,6 +38,7 @@ from deployments.quality_gate import gate_of
 from deployments.queries import get_deployment
 from deployments.timeline import record_event
 from runtime.quality import DEFAULT_MAX_MEAN_KL, DEFAULT_MIN_TOP1_AGREEMENT
+from runtime.quality_run import builtin_prompts
 
 __all__ = [
     "gates_of",
@@ -140,7 +141,8 @@ def start_gate(
     tokens = int(_number(max_new_tokens, "max_new_tokens", *MAX_NEW_TOKENS))
     if not isinstance(max_new_tokens, int):
         raise ServiceError("max_new_tokens must be a whole number", field="max_new_tokens")
-    prompts = parse_jsonl(prompts_jsonl) if prompts_jsonl.strip() else []
+    custom = bool(prompts_jsonl.strip())
+    prompts = parse_jsonl(prompts_jsonl) if custom else builtin_prompts()
     deployment = get_deployment(actor, deployment_id)
     deployment = Deployment.objects.select_for_update(of=("self",)).get(pk=deployment.pk)
     canary = _candidate(deployment, revision)
@@ -152,7 +154,7 @@ def start_gate(
         deployment=deployment, revision=canary.revision,
         baseline_revision=canary.baseline_revision, max_mean_kl=max_mean_kl,
         min_top1_agreement=min_top1_agreement, max_new_tokens=tokens,
-        prompt_set="custom" if prompts else "builtin", prompts=prompts, created_by=actor.label,
+        prompt_set="custom" if custom else "builtin", prompts=prompts, created_by=actor.label,
     )  # fmt: skip
     # A new gate judges afresh: the canary's recorded verdict is the last gate's.
     Canary.objects.filter(pk=canary.pk).update(gate_verdict=None)
@@ -162,7 +164,7 @@ def start_gate(
         f"quality gate of revision {revision} against revision "
         f"{canary.baseline_revision.number} queued by {actor.label} (mean KL <= "
         f"{max_mean_kl:g} nats, top-1 >= {min_top1_agreement:g}, "
-        f"{len(prompts) or 'built-in'} prompts)",
+        f"{len(prompts)} {'custom' if custom else 'built-in'} prompts)",
         revision, data={"gate": str(gate.pk)},
     )  # fmt: skip
     notify.publish_on_commit("deployment", str(deployment.pk))
@@ -270,4 +272,5 @@ def get_gate(actor: Actor, deployment_id: uuid.UUID | str, revision: int) -> Qua
 def gates_of(actor: Actor, deployment_id: uuid.UUID | str) -> QuerySet[QualityGate]:
     """Every gate run of the endpoint, newest first."""
     deployment = get_deployment(actor, deployment_id)
-    return deployment.gates.select_related("revision", "baseline_revision").order_by("-created_at")
+    gates = deployment.gates.select_related("revision", "baseline_revision")
+    return gates.order_by("-created_at", "id")

@@ -1,4 +1,5 @@
-"""API keys: list, create (the plaintext is in the creation response only), revoke."""
+"""API keys: list, create (the plaintext is in the creation response only), change an inference
+key's per-minute limits, revoke."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pydantic import Field, StrictInt, StrictStr
 
 from controlplane import services
 from controlplane.models import ApiKey
+from controlplane.services import ServiceError
 from deployments.api import idempotency
 from deployments.api.auth import actor_of
 from deployments.api.schemas import PageQuery, StrictIn, UtcDatetime, page_of, page_schema
@@ -49,6 +51,15 @@ class ApiKeyIn(StrictIn):
     tokens_per_minute: StrictInt | None = Field(None, ge=1, le=1_000_000_000)
 
 
+class ApiKeyLimitsIn(StrictIn):
+    requests_per_minute: StrictInt | None = Field(
+        None, ge=1, le=1_000_000_000, description="null lifts the limit; left out: unchanged"
+    )
+    tokens_per_minute: StrictInt | None = Field(
+        None, ge=1, le=1_000_000_000, description="null lifts the limit; left out: unchanged"
+    )
+
+
 def key_out(key: ApiKey) -> dict[str, Any]:
     fields = ApiKeyOut.model_fields.keys() - {"active"}
     return {**{name: getattr(key, name) for name in fields}, "active": key.is_active}
@@ -72,6 +83,19 @@ def create_key(
     created = services.create_api_key(actor_of(request), **payload.model_dump())
     idempotency.mark_secret(response, f"API key {created.api_key.pk}")
     return Status(201, {**key_out(created.api_key), "key": created.plaintext})
+
+
+@router.patch("/api-keys/{key_id}", response=ApiKeyOut, summary="Change a key's limits")
+def update_key(request: HttpRequest, key_id: uuid.UUID, payload: ApiKeyLimitsIn) -> dict[str, Any]:
+    """Set or lift an active inference key's requests and tokens per minute (what the console's
+    "Change" does); a field left out stays as it is, ``null`` lifts that limit."""
+    given = payload.model_dump(exclude_unset=True)
+    if not given:
+        raise ServiceError(
+            "nothing to change: give requests_per_minute, tokens_per_minute or both",
+            field="requests_per_minute",
+        )
+    return key_out(services.set_api_key_limits(actor_of(request), key_id=key_id, **given))
 
 
 @router.delete("/api-keys/{key_id}", response=ApiKeyOut, summary="Revoke a key")

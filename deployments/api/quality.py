@@ -1,4 +1,5 @@
-"""Quality gates of a revision: start a KL-divergence run, read its verdict, an admin's override."""
+"""Quality gates: start a KL-divergence run of a canary's revision, read a revision's verdict,
+list an endpoint's gate runs, an admin's override."""
 
 from __future__ import annotations
 
@@ -6,12 +7,12 @@ from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Router, Schema, Status
+from ninja import Query, Router, Schema, Status
 from pydantic import Field, StrictFloat, StrictInt, StrictStr
 
 from deployments import quality_services
 from deployments.api.auth import actor_of
-from deployments.api.schemas import StrictIn
+from deployments.api.schemas import PageQuery, StrictIn, page_of, page_schema
 from deployments.models import QualityGate
 from runtime.quality import DEFAULT_MAX_MEAN_KL, DEFAULT_MIN_TOP1_AGREEMENT
 
@@ -48,7 +49,10 @@ class GateOut(Schema):
     min_top1_agreement: float
     max_new_tokens: int
     prompt_set: str = Field(description="builtin or custom")
-    prompts: int = Field(description="prompts in a custom set (0 for the built-in one)")
+    prompts: int = Field(
+        description="prompts the gate scores (the built-in set's or yours); once it ran, the "
+        "prompts its results cover (results.prompts, one per_prompt entry each)"
+    )
     results: dict[str, Any] | None = Field(
         description="mean_kl, p99_kl, top1_agreement, prompt_mean_kl_p99, worst_prompts (with "
         "their text) and per_prompt summaries, once it ran"
@@ -72,7 +76,7 @@ def gate_out(gate: QualityGate) -> dict[str, Any]:
         "min_top1_agreement": gate.min_top1_agreement,
         "max_new_tokens": gate.max_new_tokens,
         "prompt_set": gate.prompt_set,
-        "prompts": len(gate.prompts or []),
+        "prompts": gate.prompt_count,
         "results": gate.results,
         "error": gate.error,
         "override_reason": gate.override_reason,
@@ -82,6 +86,16 @@ def gate_out(gate: QualityGate) -> dict[str, Any]:
         "started_at": gate.started_at,
         "finished_at": gate.finished_at,
     }
+
+
+GatePage = page_schema(GateOut, "GatePage")
+
+
+@router.get("/deployments/{deployment_id}/gates", response=GatePage, summary="List gate runs")
+def list_gates(request: HttpRequest, deployment_id: str, page: Query[PageQuery]) -> dict[str, Any]:
+    """Every quality gate run of the endpoint, of any revision, newest first."""
+    gates = quality_services.gates_of(actor_of(request), deployment_id)
+    return page_of(request, gates, page, gate_out)
 
 
 @router.post(GATE, response={201: GateOut}, summary="Run a quality gate")

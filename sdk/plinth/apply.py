@@ -167,7 +167,8 @@ def _raise_invalid(doc: EndpointDocument, checked: Any) -> None:
             message=f"{doc.source}: the settings of {doc.name} are invalid",
             status=422,
             code="invalid_spec",
-            fields=[FieldError(f"spec.{i.field}", i.code, i.message, i.fix) for i in errors],
+            # The API's paths start at the request root (``spec.parallelism.tp``) already.
+            fields=[FieldError(i.field, i.code, i.message, i.fix) for i in errors],
         )
 
 

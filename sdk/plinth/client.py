@@ -38,6 +38,8 @@ from plinth.errors import (
 M = TypeVar("M", bound=BaseModel)
 
 API = "/api/v1"
+# A keyword left out of a partial change (``None`` there means "no limit", so it cannot).
+UNCHANGED: Any = object()
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 MAX_RETRY_AFTER_S = 30.0
 DEFAULT_PAGE = 100
@@ -535,7 +537,12 @@ class Gates(_Resource):
         return self._gate("POST", endpoint, revision, "", body)
 
     def get(self, endpoint: str, revision: int) -> models.GateOut:
+        """Revision ``revision``'s gate (its latest run), with its results once it ran."""
         return self._gate("GET", endpoint, revision, "", None)
+
+    def list(self, endpoint: str, *, page_size: int = DEFAULT_PAGE) -> Any:
+        """Every gate run of the endpoint, of any revision, newest first."""
+        return self._c._pages(f"{API}/deployments/{endpoint}/gates", {}, models.GateOut, page_size)
 
     def override(self, endpoint: str, revision: int, *, reason: str) -> models.GateOut:
         """Admins: let a failed gate's revision serve; the reason is audited."""
@@ -564,6 +571,23 @@ class Keys(_Resource):
             "models.ApiKeyCreatedOut",
             self._c._call(
                 _call("POST", f"{API}/api-keys", json=body, model=models.ApiKeyCreatedOut)
+            ),
+        )
+
+    def update(
+        self,
+        key_id: str,
+        *,
+        requests_per_minute: int | None = UNCHANGED,
+        tokens_per_minute: int | None = UNCHANGED,
+    ) -> models.ApiKeyOut:
+        """Change an inference key's per-minute limits: ``None`` lifts one, one left out stays."""
+        given = {"requests_per_minute": requests_per_minute, "tokens_per_minute": tokens_per_minute}
+        body = {name: value for name, value in given.items() if value is not UNCHANGED}
+        return cast(
+            "models.ApiKeyOut",
+            self._c._call(
+                _call("PATCH", f"{API}/api-keys/{key_id}", json=body, model=models.ApiKeyOut)
             ),
         )
 

@@ -56,6 +56,13 @@ class ApiKeyIn(ApiModel):
     tokens_per_minute: int | None = None
 
 
+class ApiKeyLimitsIn(ApiModel):
+    "ApiKeyLimitsIn"
+
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+
+
 class ApiKeyOut(ApiModel):
     "ApiKeyOut"
 
@@ -572,6 +579,14 @@ class GateOut(ApiModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+
+
+class GatePage(ApiModel):
+    "GatePage"
+
+    items: list[GateOut]
+    count: int
+    next: str | None = None
 
 
 class GpuNodeOut(ApiModel):
@@ -1345,6 +1360,7 @@ class WaterfallOut(ApiModel):
 AbortIn.model_rebuild()
 ApiKeyCreatedOut.model_rebuild()
 ApiKeyIn.model_rebuild()
+ApiKeyLimitsIn.model_rebuild()
 ApiKeyOut.model_rebuild()
 ApiKeyPage.model_rebuild()
 Architecture.model_rebuild()
@@ -1387,6 +1403,7 @@ FieldChangeOut.model_rebuild()
 FieldErrorOut.model_rebuild()
 GateIn.model_rebuild()
 GateOut.model_rebuild()
+GatePage.model_rebuild()
 GpuNodeOut.model_rebuild()
 GpuSelector.model_rebuild()
 GpuTotalsOut.model_rebuild()

@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from controlplane import services as platform
-from controlplane.models import ApiKey
+from controlplane.models import ApiKey, AuditEvent
 from tests.api.conftest import SPEC, Api, Clients, error_of, fields_of
 from tests.conftest import Cast
 
@@ -66,3 +66,38 @@ def test_the_command_prints_a_working_key_once(cast: Cast) -> None:
     assert Api(plaintext).get("deployments").status_code == 200
     with pytest.raises(CommandError, match="no organization"):
         call_command("plinth_create_key", "--org", "Initech", stdout=StringIO())
+
+
+def test_a_developer_changes_an_inference_keys_limits_audited(api: Clients) -> None:
+    created = api.dave.post(
+        "api-keys", {"name": "app", "kind": "inference", "tokens_per_minute": 900}
+    )
+    key_id = created.json()["id"]
+    changed = api.dave.patch(f"api-keys/{key_id}", {"requests_per_minute": 60})
+    assert changed.status_code == 200, changed.content
+    body = changed.json()
+    assert (body["requests_per_minute"], body["tokens_per_minute"]) == (60, 900)  # one left out
+    lifted = api.dave.patch(f"api-keys/{key_id}", {"tokens_per_minute": None}).json()
+    assert (lifted["requests_per_minute"], lifted["tokens_per_minute"]) == (60, None)
+    stored = ApiKey.objects.get(pk=key_id)
+    assert (stored.requests_per_minute, stored.tokens_per_minute) == (60, None)
+    events = AuditEvent.objects.filter(action="api_key.limits", target_id=key_id)
+    assert events.count() == 2
+    assert events.order_by("id").first().after["requests_per_minute"] == 60  # type: ignore[union-attr]
+
+
+def test_changing_limits_is_org_scoped_role_checked_and_names_the_field(api: Clients) -> None:
+    key_id = api.dave.post("api-keys", {"name": "app", "kind": "inference"}).json()["id"]
+    path = f"api-keys/{key_id}"
+    assert api.bob.patch(path, {"requests_per_minute": 5}).status_code == 404  # another org's
+    assert api.carol.patch(path, {"requests_per_minute": 5}).status_code == 403  # a viewer
+    assert fields_of(api.dave.patch(path, {"requests_per_minute": 0})) == ["requests_per_minute"]
+    assert fields_of(api.dave.patch(path, {"tokens_per_minute": "9"})) == ["tokens_per_minute"]
+    assert fields_of(api.dave.patch(path, {"name": "renamed"})) == ["name"]
+    assert fields_of(api.dave.patch(path, {})) == ["requests_per_minute"]
+    management = api.alice.post("api-keys", {"name": "ci", "kind": "management"}).json()["id"]
+    refused = api.alice.patch(f"api-keys/{management}", {"requests_per_minute": 5})
+    assert fields_of(refused) == ["requests_per_minute"]
+    api.dave.delete(path)
+    assert error_of(api.dave.patch(path, {"requests_per_minute": 5}))["code"] == "key_revoked"
+    assert api.dave.patch("api-keys/not-a-uuid", {"requests_per_minute": 5}).status_code == 422

@@ -8,6 +8,7 @@ import pytest
 from controlplane.models import AuditEvent
 from deployments import canary_services, services
 from deployments.models import Deployment, QualityGate
+from runtime.quality_run import builtin_prompts
 from tests.api.conftest import SPEC, Clients, error_of, fields_of, spec_with
 from tests.canary.helpers import mark_serving
 from tests.conftest import Cast
@@ -67,3 +68,32 @@ def test_promote_is_refused_naming_the_gate_until_an_admin_overrides(
     assert AuditEvent.objects.filter(action="quality_gate.override").exists()
     promoted = api.dave.post("deployments/chat/canary/promote", {})
     assert promoted.status_code == 200 and promoted.json()["status"] == "promoted"
+
+
+def test_a_gates_prompt_count_is_the_one_its_results_list(
+    api: Clients, canaried: Deployment
+) -> None:
+    """The built-in set's gate counts its prompts before it runs, and the record's count agrees
+    with its results after (it read 0 beside 20 results)."""
+    started = api.dave.post(GATE, {})
+    assert started.status_code == 201, started.content
+    assert (started.json()["prompt_set"], started.json()["prompts"]) == (
+        "builtin",
+        len(builtin_prompts()),
+    )
+    finish(QualityGate.objects.get())
+    body = api.carol.get(GATE).json()
+    results = body["results"]
+    assert body["prompts"] == results["prompts"] == len(results["per_prompt"]) > 0
+    assert results["tokens"] == sum(p["tokens"] for p in results["per_prompt"])
+
+
+def test_an_endpoints_gate_runs_are_listed_newest_first(api: Clients, canaried: Deployment) -> None:
+    first = api.dave.post(GATE, {"prompts_jsonl": '{"prompt": "Hi"}\n'}).json()
+    finish(QualityGate.objects.get(pk=first["id"]))
+    second = api.dave.post(GATE, {}).json()
+    listed = api.carol.get("deployments/chat/gates").json()
+    assert [g["id"] for g in listed["items"]] == [second["id"], first["id"]]
+    assert listed["count"] == 2 and listed["items"][1]["results"]["prompts"] == 1
+    assert listed["items"][1]["prompts"] == 1
+    assert api.bob.get("deployments/chat/gates").status_code == 404  # another organization's

@@ -5,24 +5,31 @@ from __future__ import annotations
 from django.utils import timezone
 
 from deployments.models import QualityGate, QualityGateStatus
+from deployments.quality_run import results_of
+from runtime.quality import GateThresholds, PromptScore, QualityReport
 
-FAILED_RESULTS = {
-    "passed": False,
-    "reasons": ["mean KL 0.0912 nats exceeds 0.05"],
-    "mean_kl": 0.0912,
-    "p99_kl": 0.41,
-    "top1_agreement": 0.87,
-    "worst_prompts": [{"index": 3, "prompt": "Translate to French", "mean_kl": 0.2}],
-}
+FAILED_MEAN_KL = 0.0912  # nats per token: over the default threshold of 0.05
+
+
+def report_of(gate: QualityGate, passed: bool) -> QualityReport:
+    """Every prompt of ``gate`` scored over two tokens: both sides alike, or (not ``passed``)
+    a mean KL of ``FAILED_MEAN_KL`` with the top-1 token agreeing on one position of two."""
+    kl = 0.001 if passed else FAILED_MEAN_KL
+    scores = tuple(
+        PromptScore(index=i, prompt=prompt, kls=(kl, kl), agreements=2 if passed else 1)
+        for i, prompt in enumerate(gate.prompt_texts())
+    )
+    return QualityReport(scores, GateThresholds(gate.max_mean_kl, gate.min_top1_agreement))
 
 
 def finish(gate: QualityGate, status: str = QualityGateStatus.FAILED) -> QualityGate:
-    """``gate`` judged: what ``deployments.quality_run`` stores (its figures are made up here;
-    the end-to-end test scores real simulated engines)."""
-    passed = status == QualityGateStatus.PASSED
-    results = {**FAILED_RESULTS, "passed": passed, "reasons": [] if passed else ["too far"]}
+    """``gate`` judged: what ``deployments.quality_run`` stores, from a report over the gate's
+    own prompts (its figures are made up here; the end-to-end test scores real simulated
+    engines)."""
+    report = report_of(gate, passed=status == QualityGateStatus.PASSED)
+    assert report.verdict().passed == (status == QualityGateStatus.PASSED), report.verdict()
     QualityGate.objects.filter(pk=gate.pk).update(
-        status=status, results=results, finished_at=timezone.now()
+        status=status, results=results_of(report), finished_at=timezone.now()
     )
     gate.refresh_from_db()
     return gate

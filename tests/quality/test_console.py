@@ -33,7 +33,7 @@ def test_the_tab_lists_canaries_and_gates_with_their_verdicts(
     finish(quality_services.start_gate(actor, serving.pk, 2))
     viewer = signed_in(cast.carol).get("/endpoints/chat/experiments/").content.decode()
     assert "Experiments" in viewer and "r2" in viewer and "20%" in viewer
-    assert "failed" in viewer and "0.0912" in viewer and "Translate to French" in viewer
+    assert "failed" in viewer and "0.0912" in viewer and "why the sky is blue" in viewer
     assert 'id="gate-form"' not in viewer and "Override gate" not in viewer
     developer = signed_in(cast.dave).get("/endpoints/chat/experiments/").content.decode()
     assert 'id="gate-form"' in developer and "Override gate" not in developer

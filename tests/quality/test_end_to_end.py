@@ -105,7 +105,7 @@ def test_an_fp8_canary_passes_its_gate_and_an_mxfp4_one_is_held_until_overridden
     assert results["mean_kl"] <= 0.05 and results["top1_agreement"] >= 0.95
     worst = results["worst_prompts"][0]
     assert worst["prompt"] and worst["tokens"] > 0  # the worst prompts come with their text
-    assert len(results["per_prompt"]) == results["prompts"]
+    assert gate["prompts"] == results["prompts"] == len(results["per_prompt"])  # one count
     canary = call(developer, "/deployments/gated/canary").json()
     assert canary["gate_verdict"]["passed"] is True
     benchmark(actor, deployment, 1)

@@ -130,6 +130,18 @@ def test_login_apply_diff_prune_logs_and_rollback_with_the_installed_command(
     assert "hf-token" in plinth("secrets", "list")
 
 
+def test_apply_names_a_refused_setting_by_the_apis_path(
+    sdk_env: SdkEnv, server: str, admin_key: str, tmp_path: Path
+) -> None:
+    plinth = Cli(sdk_env, tmp_path / "home")
+    plinth("login", server, stdin=admin_key + "\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(document("cli-bad") + "  parallelism: {tp: 3}\n")
+    for command in ("apply", "diff"):
+        out = plinth(command, "-f", str(bad), code=5)
+        assert "\n  spec.parallelism.tp: " in out and "spec.spec." not in out, out
+
+
 HELP_CHECK = """
 import typer.main
 from plinth.cli import app

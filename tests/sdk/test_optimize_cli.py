@@ -92,6 +92,23 @@ def test_optimize_create_and_apply_from_the_command_line(
     assert Deployment.objects.get(slug="opt-chat").target_revision.number == 2  # type: ignore[union-attr]
 
 
+@pytest.mark.django_db(transaction=True)  # the server is another process
+def test_optimize_confirm_marks_the_confirmed_pick_in_the_table(
+    sdk_env: SdkEnv, server: str, admin_key: str, tmp_path: Path
+) -> None:
+    """A confirmed pick carries reasons and figures its ranked entry does not; the table still
+    marks its row, and only its row."""
+    plinth = Cli(sdk_env, tmp_path / "home")
+    plinth("login", server, stdin=admin_key + "\n")
+    args = ("optimize", "--model", LLAMA, "--gpu", "H100-SXM", "--gpu", "L40S", *PROFILE, *SLO,
+            "--confirm", "--confirm-top", "2")  # fmt: skip
+    best = json.loads(plinth(*args, "-o", "json"))["best"]
+    assert best is not None and best["measured"] is not None
+    rows = plinth(*args).splitlines()[1:]
+    starred = [row for row in rows if row.split()[0].endswith("*")]
+    assert len(starred) == 1 and f"*  {best['label']}  " in starred[0], rows
+
+
 def test_the_sdk_keeps_what_the_server_keeps_when_a_pick_is_applied() -> None:
     """The SDK installs without Django, so it repeats the console's lists of what an applied
     recommendation keeps; they must not drift apart."""

@@ -17,6 +17,7 @@ from typing import Any
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
+from django.http.multipartparser import MultiPartParserError
 from django.template.loader import render_to_string
 
 from controlplane.hygiene import displayable
@@ -50,6 +51,7 @@ STATUS_CODES = {
     405: "method_not_allowed",
     409: "conflict",
     413: "too_large",
+    415: "unsupported_media_type",
     422: "invalid",
     429: "rate_limited",
 }
@@ -98,6 +100,8 @@ def error_answer(
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     if isinstance(exception, RequestDataTooBig):
         return error_answer(request, 413, "the request body is larger than the limit")
+    if isinstance(exception, MultiPartParserError):
+        return error_answer(request, 400, "the request body is not a well-formed multipart form")
     return error_answer(request, 400, "the request could not be understood")
 
 

@@ -88,16 +88,19 @@ def text_problem(value: str, max_length: int) -> tuple[str, str] | None:
 # --- requests ------------------------------------------------------------------------------
 
 
-def request_refusal(request: HttpRequest) -> Refusal | None:
-    """The first unstorable character anywhere in ``request``, as a Refusal naming its field."""
-    for field, value in _request_texts(request):
+def request_refusal(request: HttpRequest, *, forms: bool = True) -> Refusal | None:
+    """The first unstorable character anywhere in ``request``, as a Refusal naming its field.
+
+    ``forms``: whether a form body is read as one (the API takes none and refuses it whole).
+    """
+    for field, value in _request_texts(request, forms=forms):
         problem = unstorable_problem(value)
         if problem is not None:
             return Refusal(field=displayable(field), message=problem)
     return None
 
 
-def _request_texts(request: HttpRequest) -> Iterator[tuple[str, str]]:
+def _request_texts(request: HttpRequest, *, forms: bool) -> Iterator[tuple[str, str]]:
     yield "path", request.path
     yield from _multi_items(request.GET)
     for name, value in request.headers.items():
@@ -106,10 +109,13 @@ def _request_texts(request: HttpRequest) -> Iterator[tuple[str, str]]:
     if request.method in ("GET", "HEAD", "OPTIONS"):
         return
     try:
-        if content_type.startswith(_FORM_TYPES):
+        # The whole body first: a multipart form parsed straight from the stream leaves no body,
+        # and whatever reads ``request.body`` afterwards raised RawPostDataException (a 500).
+        body = request.body
+        if forms and content_type.startswith(_FORM_TYPES):
             yield from _multi_items(request.POST)
         else:
-            yield from _json_texts(request.body)
+            yield from _json_texts(body)
     except RequestDataTooBig:
         return  # the size limit answers this request (413), not the character check
 

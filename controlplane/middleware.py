@@ -49,7 +49,7 @@ class InputHygieneMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        refusal = request_refusal(request)
+        refusal = request_refusal(request, forms=not is_api(request))
         if refusal is None:
             return self.get_response(request)
         field = {

@@ -21,7 +21,11 @@ from controlplane.models import Membership
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
+    """Where signing in lands: the endpoints, or for a person in no organization yet, their
+    invitations (the endpoint list could only refuse them, 403)."""
     try:
+        if getattr(request, "actor", None) is None:
+            return redirect(reverse("invitation-list"))
         return redirect(reverse("endpoint-list"))
     except NoReverseMatch:
         return render(request, "controlplane/home.html")

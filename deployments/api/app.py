@@ -34,7 +34,8 @@ from deployments.api.throttle import CallerThrottle
 DESCRIPTION = """Manage Plinth's dedicated inference endpoints.
 
 Authenticate with `Authorization: Bearer <management key>` (create one in the console, or with
-`manage.py plinth_create_key`). Every error has the shape
+`manage.py plinth_create_key`). Request bodies are JSON (`Content-Type: application/json`); any
+other body is refused with 415. Every error has the shape
 `{"error": {"code", "message", "fields": [{"field", "code", "message", "fix"}]}}`.
 Send `Idempotency-Key: <unique string>` with a POST to make retries safe.
 """

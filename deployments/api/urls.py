@@ -1,10 +1,10 @@
 """URL patterns of /api/v1: ninja's routes, each wrapped for what must happen around them.
 
-Around every route: bodies over the upload limit are refused (413) before anything reads them
-(characters nothing can store were refused before routing, by
-``controlplane.middleware.InputHygieneMiddleware``); a POST with an ``Idempotency-Key`` runs
-once; ninja's bare 405 gets the error shape. Unknown paths under /api/v1 answer 404 in the error
-shape too.
+Around every route: a body the API does not take (over the upload limit, not JSON) is refused
+before anything reads it (``deployments.api.bodies``; characters nothing can store were refused
+before routing, by ``controlplane.middleware.InputHygieneMiddleware``); a POST with an
+``Idempotency-Key`` runs once; ninja's bare 405 gets the error shape. Unknown paths under /api/v1
+answer 404 in the error shape too.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver, path
 from django.views.decorators.csrf import csrf_exempt
@@ -23,28 +21,10 @@ from controlplane.error_pages import error_response
 from deployments.api import idempotency
 from deployments.api.app import api
 from deployments.api.auth import resolve_actor
+from deployments.api.bodies import body_refusal
 from deployments.api.errors import CsrfFailed
 
 View = Callable[..., HttpResponse]
-
-
-def _content_length(request: HttpRequest) -> int:
-    try:
-        return int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        return 0
-
-
-def _refusal(request: HttpRequest) -> HttpResponse | None:
-    """A response for requests refused before routing, or None."""
-    if _content_length(request) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
-        limit_kib = settings.DATA_UPLOAD_MAX_MEMORY_SIZE // 1024
-        return error_response(413, f"the request body is larger than {limit_kib} KiB")
-    try:
-        request.body  # noqa: B018 (reading it is the check)
-    except RequestDataTooBig:  # chunked uploads carry no Content-Length
-        return error_response(413, "the request body is larger than the limit")
-    return None
 
 
 def _idempotent(request: HttpRequest, run: Callable[[], HttpResponse]) -> HttpResponse | None:
@@ -63,7 +43,7 @@ def _idempotent(request: HttpRequest, run: Callable[[], HttpResponse]) -> HttpRe
 def wrap(view: View) -> View:
     @functools.wraps(view)  # keeps csrf_exempt: ninja checks CSRF itself for sessions
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        refused = _refusal(request)
+        refused = body_refusal(request)
         if refused is not None:
             return refused
 

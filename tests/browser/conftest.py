@@ -3,6 +3,9 @@ real subprocesses against the test database, and Debian's Chromium driven by Pla
 
 The subprocesses bind free loopback ports and are stopped in teardown. Tests that use them
 need committed data: mark them ``django_db(transaction=True)``.
+
+Every page any test opens is watched (``browser_errors``): a console error, an uncaught
+exception or a Content-Security-Policy violation fails the test that caused it, listed.
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import settings
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Error, Page, Response
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -46,6 +50,96 @@ def _orm_beside_playwright() -> Iterator[None]:
         os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
     else:
         os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = before
+
+
+# Reports each violation the page sees in the console, where the watch below finds it: Chromium
+# logs its own message too, but this one names the directive and the blocked source, and it also
+# reports violations of a report-only policy. Init scripts run outside the page's CSP.
+_REPORT_CSP_VIOLATIONS = """
+document.addEventListener("securitypolicyviolation", (e) => console.error(
+  `CSP violation: ${e.violatedDirective} blocked ${e.blockedURI || "inline"} at ` +
+  `${e.sourceFile}:${e.lineNumber}:${e.columnNumber} (${e.disposition})`));
+"""
+
+
+@dataclass
+class BrowserErrors:
+    """What went wrong in the pages of one test, as readable lines."""
+
+    seen: list[str] = field(default_factory=list)
+    open: list[BrowserContext] = field(default_factory=list)
+    # Answers of 4xx/5xx, listed beside the errors: Chromium's "Failed to load resource" does
+    # not say which request failed.
+    refused_requests: list[str] = field(default_factory=list)
+    expected_statuses: set[tuple[str, int]] = field(default_factory=set)
+
+    def expect_status(self, url: str, status: int) -> None:
+        """The test opens ``url`` knowing it answers ``status`` (it checks the 404 page itself).
+        Chromium logs a document's own 4xx as a failed load; at that address, that one is not
+        an error of the page. Nothing else there is excused."""
+        self.expected_statuses.add((url, status))
+
+    def watch(self, context: BrowserContext) -> None:
+        self.open.append(context)
+        context.on("close", self._closed)
+        context.add_init_script(script=_REPORT_CSP_VIOLATIONS)
+        context.on("console", self._console)
+        context.on("weberror", lambda error: self._error(error.error, error.page))
+        context.on("response", self._response)
+
+    def _closed(self, context: BrowserContext) -> None:
+        self.open.remove(context)
+
+    def _console(self, message: ConsoleMessage) -> None:
+        if self._expected(message):
+            return
+        csp = "Content Security Policy" in message.text or "CSP violation" in message.text
+        if message.type == "error" or csp:
+            page = message.page.url if message.page else "a page"
+            source = message.location.get("url", "")
+            where = page if source in ("", page) else f"{page} (from {source})"
+            self.seen.append(f"console {message.type} on {where}: {message.text}")
+
+    def _expected(self, message: ConsoleMessage) -> bool:
+        page = message.page.url if message.page else ""
+        return any(
+            page == url
+            and message.text.startswith("Failed to load resource: ")
+            and f"responded with a status of {status} " in message.text
+            for url, status in self.expected_statuses
+        )
+
+    def _response(self, response: Response) -> None:
+        if response.status >= 400:
+            request = response.request
+            self.refused_requests.append(f"{response.status} for {request.method} {response.url}")
+
+    def _error(self, error: Error, page: Page | None) -> None:
+        where = page.url if page is not None else "a page"
+        self.seen.append(f"uncaught error on {where}: {error.message}")
+
+
+@pytest.fixture(autouse=True)
+def browser_errors(request: pytest.FixtureRequest) -> Iterator[BrowserErrors]:
+    """Fails the test when any page it opened logged a console error, threw, or broke the CSP.
+
+    Browser-wide: every context a test makes (pytest-playwright's ``page``, or its own
+    ``browser.new_context()``) is watched from its creation, before its first page loads.
+    """
+    if "browser" not in request.fixturenames:
+        yield BrowserErrors()  # a test that opens no browser has nothing to watch
+        return
+    browser: Browser = request.getfixturevalue("browser")
+    errors = BrowserErrors()
+    browser.on("context", errors.watch)
+    yield errors
+    browser.remove_listener("context", errors.watch)
+    for context in list(errors.open):  # left open by the test; closing delivers late events
+        context.close()
+    if errors.seen:
+        answers = "\n".join(errors.refused_requests) or "none"
+        listing = "\n".join(errors.seen)
+        pytest.fail(f"the browser reported errors:\n{listing}\nrequests refused:\n{answers}")
 
 
 def free_port() -> int:

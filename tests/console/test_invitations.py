@@ -110,3 +110,17 @@ def test_a_refused_invitation_names_its_field(alice: Client, cast: Cast) -> None
     assert response.status_code == 422 and b"carol is already a member" in response.content
     response = alice.post("/members/", {"username": "has space", "role": "viewer"})
     assert response.status_code == 422 and b"a username is 1-150" in response.content
+
+
+def test_signing_in_with_no_organization_lands_on_the_invitations_not_a_refusal(
+    alice: Client, cast: Cast
+) -> None:
+    # The endpoint list can only answer such a person 403 (a browser logs it as an error).
+    erin = get_user_model().objects.create_user("erin", password="x-long-password")
+    _invite(alice, "erin", "developer")
+    landed = signed_in(erin).get("/", follow=True)
+    assert landed.status_code == 200
+    assert landed.redirect_chain[-1][0] == "/invitations/"
+    assert "Acme" in landed.content.decode()
+    # A member still lands on the endpoints.
+    assert alice.get("/", follow=True).redirect_chain[-1][0] == "/endpoints/"

@@ -1,7 +1,9 @@
 """Bad input anywhere is a 4xx, never a 500: every API write operation (read from the OpenAPI
 document), every list's query parameters, and every console form (read from the pages' own HTML,
 found by walking the URL conf) get NUL bytes, lone surrogates, newline-suffixed identifiers,
-over-long strings and odd unicode. New endpoints and forms are covered without listing them.
+over-long strings and odd unicode; every API write gets bodies of every content type (forms,
+text, XML, bytes), broken JSON, empty and oversized bodies. New endpoints and forms are covered
+without listing them.
 """
 
 from __future__ import annotations
@@ -249,6 +251,131 @@ def test_creating_an_endpoint_with_any_text_is_a_201_or_a_4xx(
     assert api_client(acme).get("/api/v1/deployments").status_code == 200
 
 
+# --- request bodies of every type, to every API write ------------------------------------------
+
+# The API takes UTF-8 JSON only. Anything else is refused before the route runs, whatever the
+# route: a multipart form (curl -F) was a 500, because the form was parsed from the stream and
+# the API's own checks could no longer read the body.
+_MULTIPART = (
+    b'--XX\r\nContent-Disposition: form-data; name="f"; filename="a.json"\r\n'
+    b'Content-Type: application/json\r\n\r\n{"slug": "x", "name": "X"}\r\n--XX--\r\n'
+)
+UNTAKEN_TYPES = {
+    "multipart": (_MULTIPART, "multipart/form-data; boundary=XX", "multipart/form-data"),
+    "multipart, no boundary": (_MULTIPART, "multipart/form-data", "multipart/form-data"),
+    "urlencoded": (b"slug=x&name=y", "application/x-www-form-urlencoded", "x-www-form-urlencoded"),
+    "text": (b'{"slug": "x", "name": "X"}', "text/plain", "text/plain"),
+    "xml": (b"<deployment slug='x'/>", "application/xml", "application/xml"),
+    "octet-stream": (b"\x00\x01\xff", "application/octet-stream", "application/octet-stream"),
+    "json in latin-1": (b'{"name": "caf\xe9"}', "application/json; charset=latin-1", "latin-1"),
+}
+BROKEN_JSON = {
+    "truncated": (b'{"slug": ', "Expecting value at line 1, column 10"),
+    "not utf-8": (b'{"name": "\xff\xfe"}', "byte 10 (0xff) is not UTF-8"),
+    "two documents": (b"{} {}", "Extra data"),
+    "nested too deeply": (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+}
+
+
+def _writes() -> list[tuple[str, str]]:
+    return [(m, p) for m, p, _ in _operations() if m != "get"]
+
+
+def _body_writes() -> list[tuple[str, str]]:
+    return [(m, p) for m, p, operation in _operations() if "requestBody" in operation]
+
+
+def _send(acme: dict[str, Any], method: str, path: str, body: bytes, content_type: str) -> Any:
+    headers = {"HTTP_IDEMPOTENCY_KEY": uuid.uuid4().hex} if method == "post" else {}
+    return api_client(acme).generic(
+        method.upper(), _concrete(path, acme), body, content_type=content_type, **headers
+    )
+
+
+def test_the_body_sweep_finds_the_api_writes() -> None:
+    assert ("post", "/api/v1/deployments") in _body_writes()
+    assert ("patch", "/api/v1/deployments/{deployment_id}") in _body_writes()
+    assert ("post", "/api/v1/deployments/{deployment_id}/stop") in set(_writes())
+
+
+@pytest.mark.parametrize("kind", sorted(UNTAKEN_TYPES))
+@pytest.mark.parametrize(("method", "path"), _writes())
+def test_a_body_of_a_type_the_api_does_not_take_is_a_415_naming_it(
+    acme: dict[str, Any], method: str, path: str, kind: str
+) -> None:
+    body, content_type, named = UNTAKEN_TYPES[kind]
+    response = _send(acme, method, path, body, content_type)
+    assert response.status_code == 415, response.content
+    error = assert_error_shape(response)
+    assert error["code"] == "unsupported_media_type" and named in error["message"]
+    assert error["fields"][0]["field"] == "Content-Type"
+    assert "application/json" in error["fields"][0]["fix"]
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN_JSON))
+@pytest.mark.parametrize(("method", "path"), _body_writes())
+def test_a_body_that_is_not_utf8_json_is_a_400_saying_where(
+    acme: dict[str, Any], method: str, path: str, kind: str
+) -> None:
+    body, problem = BROKEN_JSON[kind]
+    response = _send(acme, method, path, body, "application/json")
+    assert response.status_code == 400, response.content
+    assert problem in assert_error_shape(response)["message"]
+
+
+@pytest.mark.parametrize(("method", "path"), _body_writes())
+def test_an_empty_or_oversized_body_is_a_4xx_naming_it(
+    acme: dict[str, Any], method: str, path: str
+) -> None:
+    empty = _send(acme, method, path, b"", "application/json")
+    assert 400 <= empty.status_code < 500, empty.content
+    fields = [item["field"] for item in assert_error_shape(empty)["fields"]]
+    # A route may refuse its path (a cluster id that is no UUID) or the caller first.
+    assert empty.status_code != 422 or "body" in fields, empty.content
+    huge = _send(acme, method, path, b"[" + b"0," * 600_000 + b"0]", "application/json")
+    assert huge.status_code == 413, huge.content
+    assert "larger than" in assert_error_shape(huge)["message"]
+
+
+@pytest.mark.parametrize("content_type", ["application/json; charset=UTF-8", "", "a/b+json"])
+def test_json_is_taken_with_a_charset_a_json_suffix_or_no_type(
+    acme: dict[str, Any], content_type: str
+) -> None:
+    # Scripts that send JSON without saying so (no Content-Type at all) are served: nothing
+    # contradicts the body being JSON. A declared type other than JSON is what gets the 415.
+    content_type = content_type.replace("a/b", "application/merge-patch")
+    body = json.dumps({"slug": "typed", "name": "Typed", "spec": SPEC}).encode()
+    response = _send(acme, "post", "/api/v1/deployments", body, content_type)
+    assert response.status_code == 201, response.content
+
+
+_CONTENT_TYPES = st.sampled_from(
+    ["application/json", "multipart/form-data; boundary=b", "multipart/form-data", "text/plain",
+     "application/x-www-form-urlencoded", "application/json; charset=utf-16", "", "*/*",
+     "application/json; charset=\x7f", "multipart/mixed; boundary=\"\""]
+)  # fmt: skip
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    route=st.sampled_from(_body_writes()),
+    content_type=_CONTENT_TYPES,
+    body=st.one_of(st.binary(max_size=200), st.text(max_size=100).map(str.encode)),
+)
+def test_any_bytes_of_any_type_to_any_api_write_are_a_4xx_or_taken(
+    acme: dict[str, Any], route: tuple[str, str], content_type: str, body: bytes
+) -> None:
+    response = _send(acme, *route, body, content_type)
+    assert response.status_code < 500, response.content
+    if response.status_code >= 400:
+        assert_error_shape(response)
+
+
 # --- the console, from its URL conf and its pages' forms --------------------------------------
 
 
@@ -333,6 +460,14 @@ def test_awkward_text_in_any_console_form_is_never_a_server_error(
         for name in fields:
             response = client.post(action, {**fields, name: AWKWARD[kind]})
             assert response.status_code < 500, (action, name, response.content[:500])
+
+
+def test_a_malformed_multipart_console_form_is_a_400_page_saying_so(cast: Cast) -> None:
+    response = console_client(cast).post(
+        "/keys/", b"name=x", content_type="multipart/form-data; boundary="
+    )
+    assert response.status_code == 400
+    assert b"not a well-formed multipart form" in response.content
 
 
 @pytest.mark.parametrize("raw", [b"name=%ED%A0%80", b"name=%FF%FE", b"name=a%00b&kind=x"])

@@ -139,6 +139,7 @@ EXPECTED: dict[tuple[str, str], tuple[Variant, ...]] = {
     ("GET", EP + "/revisions/{number}/gate"): (
         V(R.VIEWER, Scope.OBJECT, lambda w: {**_endpoint(w), "number": "2"}),
     ),
+    ("GET", EP + "/gates"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
     ("POST", EP + "/revisions/{number}/gate/override"): (
         V(
             R.ADMIN,
@@ -206,6 +207,16 @@ EXPECTED: dict[tuple[str, str], tuple[Variant, ...]] = {
             Scope.COLLECTION,
             body=lambda w: {"name": "sweep admin", "kind": "management", "role": "admin"},
             label="management key",
+        ),
+    ),
+    # Changing an inference key's limits is a developer's, as making one is.
+    ("PATCH", "/api/v1/api-keys/{key_id}"): (
+        V(
+            R.DEVELOPER,
+            Scope.OBJECT,
+            lambda w: {"key_id": str(w.inference_key.pk)},
+            body=lambda w: {"requests_per_minute": 600},
+            label="an inference key",
         ),
     ),
     ("DELETE", "/api/v1/api-keys/{key_id}"): (

@@ -1,0 +1,183 @@
+"""An endpoint's life on a real API server and real controllers, through Plinth's own Kubernetes
+driver: every rendered object accepted by server-side apply, pods created by the Deployment and
+ReplicaSet controllers and placed by the real scheduler on kwok's GPU nodes, the scheduler's own
+words when GPUs run short, and garbage collection through ownerReferences on delete.
+
+What the emulator in tests/drivers cannot show: its objects are whatever our test code makes them.
+LeaderWorkerSet objects are left out here (the LWS controller and CRD are not installed yet).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from deployments.drivers import base
+from deployments.drivers.kube import labels as L
+from deployments.drivers.kube.client import FIELD_MANAGER, KubeClient, kind_of
+from deployments.drivers.kube.driver import KubeDriver
+from deployments.drivers.kube.render import KubeOptions, render_revision
+from runtime import launch
+from tests.drivers.reference_specs import golden_names, load_spec, revision_plan
+from tests.kube_real.conftest import GPU_NODES, GPUS_PER_NODE, SETTLE_S, Admin
+from tests.waiting import wait_until
+
+SINGLE_NODE = [n for n in golden_names() if not n.startswith("deepseek-v3-tp16-2x")]
+
+
+def plan(name: str = "llama-3.1-8b-h100", replicas: int | None = None) -> base.RevisionPlan:
+    if replicas is None:
+        return revision_plan(load_spec(name))
+    spec = load_spec(name)
+    launch_plan = launch.plan(spec, deployment_labels={"deployment": "chat"})
+    return base.RevisionPlan.for_spec(spec, launch_plan, number=1, replicas=replicas)
+
+
+def path_of(manifest: dict[str, Any]) -> str:
+    kind = kind_of(manifest["apiVersion"], manifest["kind"])
+    return kind.path(manifest["metadata"].get("namespace"), manifest["metadata"]["name"])
+
+
+def items(admin: Admin, path: str) -> list[dict[str, Any]]:
+    return list((admin.call("GET", path).get("items")) or [])
+
+
+def unschedulable_replica(driver: KubeDriver, ref: base.DeploymentRef) -> base.ReplicaFacts:
+    """The first engine replica the driver reports the scheduler cannot place (waited for)."""
+
+    def find() -> base.ReplicaFacts | None:
+        engines = driver.observe(ref).engines()
+        return next((r for r in engines if r.reason == "Unschedulable"), None)
+
+    found = wait_until(find, "a replica the scheduler cannot place", SETTLE_S, interval=1.0)
+    assert found is not None
+    return found
+
+
+@pytest.mark.parametrize("name", SINGLE_NODE)
+def test_the_api_server_accepts_every_object_plinth_renders(
+    name: str, driver: KubeDriver, ref: base.DeploymentRef, admin: Admin
+) -> None:
+    driver.apply(ref, plan(name))
+    for manifest in render_revision(ref, plan(name)):
+        live = admin.get(path_of(manifest))
+        assert live is not None, f"{manifest['kind']} {manifest['metadata']['name']}"
+        managers = {m.get("manager") for m in live["metadata"].get("managedFields") or []}
+        assert FIELD_MANAGER in managers
+        assert L.is_ours(live, ref.id)
+
+
+def test_a_second_pass_over_the_real_objects_writes_nothing(
+    driver: KubeDriver, ref: base.DeploymentRef, admin: Admin
+) -> None:
+    """The set hash and config hashes survive the API server's defaulting: a settled endpoint
+    is not rewritten (no resourceVersion changes) on the next pass."""
+    driver.apply(ref, plan())
+    manifests = render_revision(ref, plan())
+    before = {
+        path_of(m): admin.call("GET", path_of(m))["metadata"]["resourceVersion"]
+        for m in manifests
+        if m["kind"] != "Deployment"
+    }  # status changes Deployments
+    driver.apply(ref, plan())
+    driver.close()
+    after = {p: admin.call("GET", p)["metadata"]["resourceVersion"] for p in before}
+    assert after == before
+
+
+def test_an_endpoint_becomes_ready_on_the_real_scheduler_and_kwok_gpu_nodes(
+    driver: KubeDriver, ref: base.DeploymentRef, admin: Admin
+) -> None:
+    revision = plan()
+    driver.apply(ref, revision)
+    observed = wait_until(
+        lambda: (
+            (o := driver.observe(ref)).ready_count(1) == revision.replicas and o.router_ready and o
+        ),
+        "the engines and the router report ready",
+        SETTLE_S,
+        interval=1.0,
+    )
+    assert isinstance(observed, base.Observation)
+    ns = ref.namespace
+    pods = items(admin, f"/api/v1/namespaces/{ns}/pods")
+    engines = [p for p in pods if p["metadata"]["labels"].get(L.ROLE) != "router"]
+    engine_nodes = {p["spec"]["nodeName"] for p in engines}
+    assert engine_nodes and all(n.startswith("kwok-h100-sxm-") for n in engine_nodes)
+    # The real Deployment controller made the ReplicaSets, each owned by its Deployment.
+    sets = items(admin, f"/apis/apps/v1/namespaces/{ns}/replicasets")
+    owners = {o["kind"] for rs in sets for o in rs["metadata"].get("ownerReferences") or []}
+    assert sets and owners == {"Deployment"}
+
+
+def test_not_enough_gpus_shows_the_schedulers_own_words(
+    driver: KubeDriver, ref: base.DeploymentRef
+) -> None:
+    name = "llama-3.3-70b-nvfp4-b200"
+    engine = next(m for m in render_revision(ref, plan(name)) if m["kind"] == "Deployment")
+    limits = engine["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    per_pod = int(limits["nvidia.com/gpu"])
+    # One replica more than the B200 nodes can hold, whatever else runs on the cluster.
+    replicas = GPU_NODES["B200"] * GPUS_PER_NODE // per_pod + 1
+    driver.apply(ref, plan(name, replicas=replicas))
+
+    pending = unschedulable_replica(driver, ref)
+    assert pending.phase == base.PENDING
+    assert "Insufficient nvidia.com/gpu" in pending.message
+    assert "nodes are available" in pending.message  # the scheduler's "0/N nodes are available"
+
+
+def test_a_gpu_type_no_node_has_says_no_node_matches(
+    worker_client: KubeClient, ref: base.DeploymentRef
+) -> None:
+    """The cluster maps H100 to a product no node carries: the scheduler says no node matches
+    the pod's node affinity."""
+    settings = KubeOptions().cluster.model_copy(deep=True)
+    gpu_map = {**settings.gpu_map}
+    gpu_map["H100-SXM"] = gpu_map["H100-SXM"].model_copy(update={"values": ("NVIDIA-H100-NONE",)})
+    options = KubeOptions(cluster=settings.model_copy(update={"gpu_map": gpu_map}))
+    driver = KubeDriver(worker_client, options, has_lws=False)
+    driver.apply(ref, plan())
+
+    pending = unschedulable_replica(driver, ref)
+    assert "didn't match Pod's node affinity/selector" in pending.message
+
+
+def test_delete_leaves_nothing_behind(
+    driver: KubeDriver, ref: base.DeploymentRef, admin: Admin
+) -> None:
+    revision = plan()
+    driver.apply(ref, revision)
+    wait_until(
+        lambda: driver.observe(ref).ready_count(1) == revision.replicas,
+        "the engines report ready",
+        SETTLE_S,
+        interval=1.0,
+    )
+    wait_until(
+        lambda: driver.delete(ref), "the driver sees everything gone", SETTLE_S, interval=1.0
+    )
+    ns = ref.namespace
+    # What Plinth never names itself goes by ownerReferences: ReplicaSets, EndpointSlices.
+    leftover = {
+        path: names
+        for path in (
+            f"/apis/apps/v1/namespaces/{ns}/replicasets",
+            f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
+            f"/api/v1/namespaces/{ns}/pods",
+            f"/apis/apps/v1/namespaces/{ns}/deployments",
+            f"/api/v1/namespaces/{ns}/services",
+            f"/api/v1/namespaces/{ns}/secrets",
+            f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+            f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
+            f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+        )
+        if (names := [o["metadata"]["name"] for o in items(admin, path)])
+    }
+
+    def gone() -> bool:
+        return not any(items(admin, path) for path in leftover)
+
+    wait_until(gone, f"the garbage collector removes {leftover}", SETTLE_S, interval=1.0)
+    assert driver.observe(ref).empty

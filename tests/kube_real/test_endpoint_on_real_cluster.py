@@ -43,6 +43,16 @@ def items(admin: Admin, path: str) -> list[dict[str, Any]]:
     return list((admin.call("GET", path).get("items")) or [])
 
 
+def endpoint_items(admin: Admin, path: str, ref: base.DeploymentRef) -> list[dict[str, Any]]:
+    """The objects at ``path`` that are the endpoint's: Plinth's labels for it, or owned by
+    another object (what controllers make); not the tests' own RBAC for the worker."""
+    return [
+        o
+        for o in items(admin, path)
+        if L.is_ours(o, ref.id) or o["metadata"].get("ownerReferences")
+    ]
+
+
 def unschedulable_replica(driver: KubeDriver, ref: base.DeploymentRef) -> base.ReplicaFacts:
     """The first engine replica the driver reports the scheduler cannot place (waited for)."""
 
@@ -159,25 +169,31 @@ def test_delete_leaves_nothing_behind(
         lambda: driver.delete(ref), "the driver sees everything gone", SETTLE_S, interval=1.0
     )
     ns = ref.namespace
-    # What Plinth never names itself goes by ownerReferences: ReplicaSets, EndpointSlices.
-    leftover = {
-        path: names
-        for path in (
-            f"/apis/apps/v1/namespaces/{ns}/replicasets",
-            f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
-            f"/api/v1/namespaces/{ns}/pods",
-            f"/apis/apps/v1/namespaces/{ns}/deployments",
-            f"/api/v1/namespaces/{ns}/services",
-            f"/api/v1/namespaces/{ns}/secrets",
-            f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
-            f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
-            f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
-        )
-        if (names := [o["metadata"]["name"] for o in items(admin, path)])
-    }
+    # What Plinth never names itself goes by ownerReferences: ReplicaSets, EndpointSlices (the
+    # driver deletes in the foreground, so their owners stay until they are gone).
+    paths = (
+        f"/apis/apps/v1/namespaces/{ns}/replicasets",
+        f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
+        f"/api/v1/namespaces/{ns}/pods",
+        f"/apis/apps/v1/namespaces/{ns}/deployments",
+        f"/api/v1/namespaces/{ns}/services",
+        f"/api/v1/namespaces/{ns}/secrets",
+        f"/api/v1/namespaces/{ns}/serviceaccounts",
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+        f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
+        f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+    )
 
-    def gone() -> bool:
-        return not any(items(admin, path) for path in leftover)
+    def left() -> dict[str, list[str]]:
+        found = {p: [o["metadata"]["name"] for o in endpoint_items(admin, p, ref)] for p in paths}
+        return {p: names for p, names in found.items() if names}
 
-    wait_until(gone, f"the garbage collector removes {leftover}", SETTLE_S, interval=1.0)
+    wait_until(
+        lambda: not left(),
+        "nothing of the endpoint is left",
+        SETTLE_S,
+        interval=1.0,
+        output=lambda: str(left()),
+    )
     assert driver.observe(ref).empty

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from deployments.cluster_settings import ClaimCache
 from deployments.drivers import base
 from deployments.drivers.kube import labels as L
 from deployments.drivers.kube.client import FIELD_MANAGER, KubeClient, kind_of
@@ -197,3 +198,114 @@ def test_delete_leaves_nothing_behind(
         output=lambda: str(left()),
     )
     assert driver.observe(ref).empty
+
+
+def wait_ready(driver: KubeDriver, ref: base.DeploymentRef, revision: base.RevisionPlan) -> None:
+    """Until the driver reports every engine of ``revision`` ready and none of another."""
+
+    def settled() -> bool:
+        observed = driver.observe(ref)
+        others = [r for r in observed.engines() if r.revision != revision.number]
+        return observed.ready_count(revision.number) == revision.replicas and not others
+
+    wait_until(settled, f"revision {revision.number} alone is ready", SETTLE_S, interval=1.0)
+
+
+def numbered(name: str, number: int, replicas: int | None = None) -> base.RevisionPlan:
+    spec = load_spec(name)
+    launch_plan = launch.plan(spec, deployment_labels={"deployment": "chat"})
+    engine = next(r for r in launch_plan.roles if r.role != "router")
+    count = engine.replicas if replicas is None else replicas
+    return base.RevisionPlan.for_spec(spec, launch_plan, number=number, replicas=count)
+
+
+def test_edit_rollback_and_scale_are_rolling_updates_of_one_deployment(
+    driver: KubeDriver, ref: base.DeploymentRef, admin: Admin
+) -> None:
+    """Each change is applied to the same Deployment (its selector never changes, which the API
+    server would refuse), and the real Deployment controller replaces the pods."""
+    path = f"/apis/apps/v1/namespaces/{ref.namespace}/deployments/chat-engine"
+    first = numbered("llama-3.1-8b-h100", 1)
+    driver.apply(ref, first)
+    wait_ready(driver, ref, first)
+    selector = admin.call("GET", path)["spec"]["selector"]
+    for revision in (
+        numbered("llama-3.1-8b-ngram-h100", 2),  # an edit
+        numbered("llama-3.1-8b-h100", 3),  # a rollback: revision 1's settings again
+        numbered("llama-3.1-8b-h100", 4, replicas=2),  # a scale
+    ):
+        driver.apply(ref, revision)
+        wait_ready(driver, ref, revision)
+        assert admin.call("GET", path)["spec"]["selector"] == selector
+    sets = items(admin, f"/apis/apps/v1/namespaces/{ref.namespace}/replicasets")
+    assert len({rs["metadata"]["name"] for rs in sets if "engine" in rs["metadata"]["name"]}) > 1
+
+
+def test_stop_then_start(driver: KubeDriver, ref: base.DeploymentRef) -> None:
+    revision = numbered("llama-3.1-8b-h100", 1)
+    driver.apply(ref, revision)
+    wait_ready(driver, ref, revision)
+    wait_until(lambda: driver.stop(ref), "the driver stops every pod", SETTLE_S, interval=1.0)
+    assert not driver.observe(ref).replicas
+    driver.apply(ref, revision)
+    wait_ready(driver, ref, revision)
+
+
+def test_weights_download_job_into_a_claim_then_ready(
+    worker_client: KubeClient, ref: base.DeploymentRef, admin: Admin
+) -> None:
+    """With a shared claim as the model cache, a Job downloads the weights (kwok completes it)
+    and the engines start; an edit to another model makes a new Job and prunes the old."""
+    ns = ref.namespace
+    admin.call(
+        "POST",
+        "/api/v1/persistentvolumes",
+        {
+            "metadata": {"name": f"models-{ns}"},
+            "spec": {
+                "capacity": {"storage": "1Ti"},
+                "accessModes": ["ReadWriteMany"],
+                "hostPath": {"path": "/srv/models"},
+                "storageClassName": "",
+                "claimRef": {"namespace": ns, "name": "models"},
+            },
+        },
+    )
+    admin.call(
+        "POST",
+        f"/api/v1/namespaces/{ns}/persistentvolumeclaims",
+        {
+            "metadata": {"name": "models"},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "volumeName": f"models-{ns}",
+                "resources": {"requests": {"storage": "1Ti"}},
+            },
+        },
+    )
+    claim = ClaimCache(claim_name="models")
+    cluster = KubeOptions().cluster.model_copy(update={"model_cache": claim})
+    driver = KubeDriver(worker_client, KubeOptions(cluster=cluster), has_lws=False)
+    jobs = f"/apis/batch/v1/namespaces/{ns}/jobs"
+    first = numbered("llama-3.1-8b-h100", 1)
+    driver.apply(ref, first)
+    wait_ready(driver, ref, first)
+
+    def succeeded() -> list[dict[str, Any]]:
+        return [j for j in items(admin, jobs) if j.get("status", {}).get("succeeded")]
+
+    # kwok runs no init containers, so the engines do not wait for the download here.
+    done = wait_until(succeeded, "the download Job succeeds", SETTLE_S, interval=1.0)
+    assert len(done) == 1
+    second = numbered("llama-3.3-70b-nvfp4-h100", 2)
+    driver.apply(ref, second)
+    wait_ready(driver, ref, second)
+    wait_until(
+        lambda: {j["metadata"]["name"] for j in succeeded()} - {done[0]["metadata"]["name"]},
+        "the new revision's download Job succeeds",
+        SETTLE_S,
+        interval=1.0,
+    )
+    assert done[0]["metadata"]["name"] not in {j["metadata"]["name"] for j in items(admin, jobs)}
+    admin.call("DELETE", f"/api/v1/persistentvolumes/models-{ns}")

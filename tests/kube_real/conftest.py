@@ -201,10 +201,10 @@ def worker_token(cluster: ControlPlane, admin: Admin) -> str:
 
 
 @pytest.fixture
-def worker_client(
+def worker_kubeconfig(
     cluster: ControlPlane, admin: Admin, namespace: str, worker_token: str
-) -> Iterator[KubeClient]:
-    """Plinth's client with the worker's own token and nothing but the rights
+) -> str:
+    """A kubeconfig with the worker's own token, which has nothing but the rights
     k8s/managed-namespace grants it in ``namespace`` (and k8s/gpu-inventory's, cluster-wide)."""
     for document in _yaml_documents(K8S / "managed-namespace" / "rbac.yaml"):
         document["metadata"]["namespace"] = namespace
@@ -212,8 +212,13 @@ def worker_client(
         admin.call(
             "POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/{plural}", document
         )
-    kubeconfig = cluster.kubeconfig(f"worker-{namespace}", token=worker_token)
-    client = KubeClient.from_kubeconfig(kubeconfig.read_text(), policy=LOOPBACK)
+    return cluster.kubeconfig(f"worker-{namespace}", token=worker_token).read_text()
+
+
+@pytest.fixture
+def worker_client(worker_kubeconfig: str) -> Iterator[KubeClient]:
+    """Plinth's client as the worker (its ServiceAccount's token)."""
+    client = KubeClient.from_kubeconfig(worker_kubeconfig, policy=LOOPBACK)
     yield client
     client.close()
 

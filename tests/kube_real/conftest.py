@@ -139,8 +139,8 @@ def admin(cluster: ControlPlane) -> Admin:
 @pytest.fixture
 def namespace(admin: Admin) -> Iterator[str]:
     """A fresh namespace, with its ``default`` ServiceAccount (which pods need) made by the
-    controller manager. Deleted afterwards, and waited for: the namespace controller empties it
-    and kwok ends its pods, so no GPU it held is taken when the next test starts."""
+    controller manager. Deleted afterwards; its pods are waited for (the namespace controller
+    deletes them, kwok ends them), so no GPU they held is taken when the next test starts."""
     name = f"t-{uuid.uuid4().hex[:10]}"
     admin.call("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
     wait_until(
@@ -151,9 +151,10 @@ def namespace(admin: Admin) -> Iterator[str]:
     )
     yield name
     admin.call("DELETE", f"/api/v1/namespaces/{name}")
+    pods = f"/api/v1/namespaces/{name}/pods"
     wait_until(
-        lambda: admin.get(f"/api/v1/namespaces/{name}") is None,
-        f"namespace {name} is deleted",
+        lambda: not admin.call("GET", pods).get("items"),
+        f"the pods of {name} are gone",
         SETTLE_S,
         interval=0.5,
     )

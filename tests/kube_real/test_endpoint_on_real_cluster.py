@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from deployments.cluster_settings import ClaimCache
+from deployments.cluster_settings import ClaimCache, SharedClaimCache
 from deployments.drivers import base
 from deployments.drivers.kube import labels as L
 from deployments.drivers.kube.client import FIELD_MANAGER, KubeClient, kind_of
@@ -309,3 +309,31 @@ def test_weights_download_job_into_a_claim_then_ready(
     )
     assert done[0]["metadata"]["name"] not in {j["metadata"]["name"] for j in items(admin, jobs)}
     admin.call("DELETE", f"/api/v1/persistentvolumes/models-{ns}")
+
+
+def test_a_changed_model_cache_setting_keeps_the_live_claim(
+    worker_client: KubeClient, ref: base.DeploymentRef, admin: Admin
+) -> None:
+    """A claim's spec cannot change once made (the API server answers 422 to another storage
+    class, and to another size of a claim not bound or whose class cannot expand): after the
+    cluster's cache settings change, the endpoint keeps its claim, and the weights in it, and
+    its next revision is applied all the same."""
+
+    def driver_for(cache: SharedClaimCache) -> KubeDriver:
+        cluster = KubeOptions().cluster.model_copy(update={"model_cache": cache})
+        return KubeDriver(worker_client, KubeOptions(cluster=cluster), has_lws=False)
+
+    driver_for(SharedClaimCache(storage_class="fast", size_gib=500)).apply(
+        ref, numbered("llama-3.1-8b-h100", 1)
+    )
+    changed = driver_for(SharedClaimCache(storage_class="slow", size_gib=600))
+    second = numbered("llama-3.1-8b-ngram-h100", 2)
+    changed.apply(ref, second)
+    claim = admin.call(
+        "GET", f"/api/v1/namespaces/{ref.namespace}/persistentvolumeclaims/chat-model-cache"
+    )
+    assert claim["spec"]["storageClassName"] == "fast"
+    assert claim["spec"]["resources"]["requests"]["storage"] == "500Gi"
+    assert claim["metadata"]["labels"][L.REVISION] == "2"
+    engine = admin.call("GET", f"/apis/apps/v1/namespaces/{ref.namespace}/deployments/chat-engine")
+    assert engine["metadata"]["labels"][L.REVISION] == "2"

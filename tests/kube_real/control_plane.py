@@ -13,8 +13,10 @@ Every process writes its log into the run directory; ``logs()`` gathers them for
 from __future__ import annotations
 
 import base64
+import ctypes
 import datetime as dt
 import ipaddress
+import signal
 import socket
 import ssl
 import subprocess
@@ -37,6 +39,7 @@ BUILD_SCRIPT = REPO / "scripts" / "kube_binaries.sh"
 SERVICE_RANGE = "10.96.0.0/24"
 # Generous: on a loaded 2-core machine the API server takes tens of seconds to get ready.
 START_TIMEOUT_S = 240.0
+PR_SET_PDEATHSIG = 1  # prctl(2)
 KWOK_NODE = {"kwok.x-k8s.io/node": "fake"}
 
 
@@ -58,6 +61,13 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _end_with_parent() -> None:
+    """In the child before it runs: SIGTERM when the test process dies, however it dies (a CI
+    job killed outright), so no control plane outlives its session."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 # --- certificates ---
@@ -249,6 +259,7 @@ class ControlPlane:
             stdin=subprocess.DEVNULL,
             cwd=self.run_dir,
             start_new_session=True,
+            preexec_fn=_end_with_parent,
         )
         log.close()
 

@@ -139,7 +139,7 @@ echo "[test] pytest: ${UNIT[*]} (here) and ${E2E[*]} (beside it; its output foll
 # The end-to-end side holds tests/kube_real: it starts once the Kubernetes binaries are built (on
 # a fresh machine, while the unit side runs). Asking the build script again waits on its lock.
 {
-  scripts/kube_binaries.sh >/dev/null 2>>"$RUN_DIR/kube-binaries.log" \
+  scripts/kube_binaries.sh >/dev/null 2>"$RUN_DIR/kube-binaries-e2e.log" \
     && PLINTH_TEST_DB_NAME=$E2E_DB REDIS_URL=$E2E_REDIS "$BIN/pytest" "${E2E[@]}"
 } >"$RUN_DIR/e2e.log" 2>&1 &
 E2E_PID=$!

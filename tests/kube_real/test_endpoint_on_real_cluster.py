@@ -16,7 +16,7 @@ import pytest
 from deployments.cluster_settings import ClaimCache, SharedClaimCache
 from deployments.drivers import base
 from deployments.drivers.kube import labels as L
-from deployments.drivers.kube.client import FIELD_MANAGER, KubeClient, kind_of
+from deployments.drivers.kube.client import FIELD_MANAGER, KubeClient, KubePermanentError, kind_of
 from deployments.drivers.kube.driver import KubeDriver
 from deployments.drivers.kube.render import KubeOptions, render_revision
 from runtime import launch
@@ -337,3 +337,16 @@ def test_a_changed_model_cache_setting_keeps_the_live_claim(
     assert claim["metadata"]["labels"][L.REVISION] == "2"
     engine = admin.call("GET", f"/apis/apps/v1/namespaces/{ref.namespace}/deployments/chat-engine")
     assert engine["metadata"]["labels"][L.REVISION] == "2"
+
+
+def test_a_multi_node_replica_without_lws_installed_says_what_is_missing(
+    worker_client: KubeClient, ref: base.DeploymentRef
+) -> None:
+    """The real API server answers 404 for a kind it does not serve (no LWS CRD here): the
+    driver says LeaderWorkerSet is needed, and deleting such an endpoint still works."""
+    driver = KubeDriver(worker_client, has_lws=True)
+    with pytest.raises(KubePermanentError, match="needs LeaderWorkerSet"):
+        driver.apply(ref, plan("deepseek-v3-tp16-2x-h200"))
+    wait_until(
+        lambda: driver.delete(ref), "the driver deletes what was applied", SETTLE_S, interval=1.0
+    )

@@ -350,3 +350,19 @@ def test_a_multi_node_replica_without_lws_installed_says_what_is_missing(
     wait_until(
         lambda: driver.delete(ref), "the driver deletes what was applied", SETTLE_S, interval=1.0
     )
+
+
+def test_prefill_and_decode_pools_become_ready(driver: KubeDriver, ref: base.DeploymentRef) -> None:
+    revision = plan("llama-3.1-70b-pd-h100")
+    roles = {r.role for r in revision.plan.roles if r.role != "router"}
+    driver.apply(ref, revision)
+
+    def all_ready() -> bool:
+        observed = driver.observe(ref)
+        engines = observed.engines(revision.number)
+        ready_roles = {r.role for r in engines if r.ready}
+        return observed.router_ready and ready_roles == roles and all(r.ready for r in engines)
+
+    wait_until(
+        all_ready, f"every pool ({sorted(roles)}) and the router are ready", SETTLE_S, interval=1.0
+    )

@@ -87,6 +87,15 @@ TOOLS_PID=$!
 tools_ready() {
   wait "$TOOLS_PID" || { cat "$RUN_DIR/tools-env.log"; echo "[test] tools environment failed"; exit 1; }
 }
+# The real Kubernetes control plane of tests/kube_real, built from the Go modules pinned in
+# tools/kube once per machine (the first build is long: see the README), reused after that.
+echo "[test] Kubernetes binaries (in the background)"
+scripts/kube_binaries.sh >"$RUN_DIR/kube-binaries.log" 2>&1 &
+KUBE_PID=$!
+kube_ready() {
+  wait "$KUBE_PID" || { cat "$RUN_DIR/kube-binaries.log"; echo "[test] Kubernetes binaries failed"; exit 1; }
+  grep '^\[kube\] built' "$RUN_DIR/kube-binaries.log" || true
+}
 
 echo "[test] ruff";          "$BIN/ruff" check .
 "$BIN/ruff" format --check .
@@ -95,6 +104,7 @@ echo "[test] import-linter"; "$BIN/lint-imports"
 
 if [ "$#" -gt 0 ]; then  # a chosen subset: one run, as asked
   tools_ready
+  kube_ready
   echo "[test] pytest"
   exec "$BIN/pytest" "$@"
 fi
@@ -126,12 +136,18 @@ PY
 E2E_DB="${PLINTH_TEST_DB_NAME:-test_plinth}_e2e"
 tools_ready
 echo "[test] pytest: ${UNIT[*]} (here) and ${E2E[*]} (beside it; its output follows)"
-PLINTH_TEST_DB_NAME=$E2E_DB REDIS_URL=$E2E_REDIS "$BIN/pytest" "${E2E[@]}" >"$RUN_DIR/e2e.log" 2>&1 &
+# The end-to-end side holds tests/kube_real: it starts once the Kubernetes binaries are built (on
+# a fresh machine, while the unit side runs). Asking the build script again waits on its lock.
+{
+  scripts/kube_binaries.sh >/dev/null 2>"$RUN_DIR/kube-binaries-e2e.log" \
+    && PLINTH_TEST_DB_NAME=$E2E_DB REDIS_URL=$E2E_REDIS "$BIN/pytest" "${E2E[@]}"
+} >"$RUN_DIR/e2e.log" 2>&1 &
 E2E_PID=$!
 UNIT_RC=0
 "$BIN/pytest" "${UNIT[@]}" || UNIT_RC=$?
 E2E_RC=0
 wait "$E2E_PID" || E2E_RC=$?
+kube_ready
 echo "[test] ---- end-to-end directories ----"
 cat "$RUN_DIR/e2e.log"
 echo "[test] pytest exit codes: unit $UNIT_RC, end-to-end $E2E_RC"

@@ -517,6 +517,24 @@ def test_a_kubeconfig_client_is_guarded(emulator: RunningEmulator) -> None:
     client.close()
 
 
+def test_a_kubeconfig_token_is_sent_with_every_call(emulator: RunningEmulator) -> None:
+    """A kubeconfig's bearer token (a ServiceAccount's, say) authenticates each request; found
+    by the real API server (tests/kube_real), which answered 403 to the anonymous calls."""
+    text = (
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: c, cluster: {{server: '{emulator.url}'}}}}]\n"
+        "users: [{name: u, user: {token: secret-token}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n"
+    )
+    allowed = KubeconfigPolicy(allow_http=True, egress=EgressPolicy.build(allow=["127.0.0.1"]))
+    client = KubeClient.from_kubeconfig(text, policy=allowed)
+    client.get(kind_of("v1", "Service"), NS, "chat-router")
+    client.list(kind_of("v1", "Pod"), NS)
+    client.close()
+    sent = [r.headers.get("Authorization") for r in emulator.emulator._requests]
+    assert sent and all(header == "Bearer secret-token" for header in sent)
+
+
 @pytest.mark.parametrize(
     ("pod_ip", "url"),
     [

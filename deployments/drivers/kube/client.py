@@ -32,6 +32,9 @@ from deployments.kubeconfig import KubeconfigPolicy, kubeconfig_problems
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "plinth"
+# The kubeconfig's bearer token (when it has one) goes with every call: the generated client
+# sends it only for the auth settings a call names, and names none for raw calls like ours.
+AUTH = ["BearerToken"]
 TEMPORARY_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
 # What a failure says, by status code: fixed text, never the reply's own words.
 STATUS_SUMMARIES = {
@@ -229,6 +232,7 @@ class KubeClient:
             kind.path(namespace),
             query_params=list(query.items()),
             header_params={"Accept": "application/json"},
+            auth_settings=AUTH,
         )
         # The read timeout outlasts the server's own end of the watch.
         timeout = (self._timeout, timeout_s + self._timeout)
@@ -355,6 +359,7 @@ class KubeClient:
             query_params=list((query or {}).items()),
             header_params={"Accept": "application/json", **(headers or {})},
             body=body,
+            auth_settings=AUTH,
         )
         # ``from None`` throughout: the exceptions underneath carry what the other end sent
         # (a reply body, a garbled status line), and a chained traceback would log it.

@@ -127,6 +127,8 @@ class KubeDriver:
         unchanged = current is not None and _config_hash(current) == _config_hash(manifest)
         if unchanged and (not always or _set_hash(current or {}) == _set_hash(manifest)):
             return False
+        if current is not None and manifest["kind"] == "PersistentVolumeClaim":
+            manifest = _keeping_claim_spec(manifest, current)
         try:
             self.client.apply(manifest, force=current is not None)
         except KubePermanentError as exc:
@@ -375,6 +377,17 @@ def _failed_for_another_revision(current: dict[str, Any], manifest: dict[str, An
         return False
     revision = ((current.get("metadata") or {}).get("labels") or {}).get(L.REVISION)
     return bool(revision != manifest["metadata"]["labels"].get(L.REVISION))
+
+
+def _keeping_claim_spec(manifest: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """``manifest`` with the live claim's values of the spec fields it renders. A claim's spec
+    cannot change once made: the API server refuses (422) another storage class or access mode,
+    and another size unless the claim is bound and its class can expand. Changed cache settings
+    therefore apply to claims made after them; an endpoint keeps its claim and the weights in
+    it, and its labels and annotations still follow each revision."""
+    live = current.get("spec") or {}
+    spec = {key: live.get(key, value) for key, value in manifest["spec"].items()}
+    return {**manifest, "spec": spec}
 
 
 def _config_hash(obj: dict[str, Any]) -> str | None:

@@ -1,0 +1,240 @@
+"""One real control plane per test session (``control_plane.ControlPlane``), its fake nodes, and
+a fresh namespace per test, so tests run in any order on the shared cluster.
+
+Nodes (kwok's): one without GPUs for routers, and GPU nodes labelled and tainted as NVIDIA's GPU
+feature discovery and device plugin leave them (``nvidia.com/gpu.product``, capacity
+``nvidia.com/gpu``, the ``nvidia.com/gpu`` NoSchedule taint Plinth's engine pods tolerate).
+When a test that uses the cluster fails, the last lines of every process's log are added to its
+report; the whole logs stay in the run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Generator, Iterator
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from deployments.drivers import base
+from deployments.drivers.kube.client import KubeClient
+from deployments.drivers.kube.driver import KubeDriver
+from deployments.egress import EgressPolicy
+from deployments.kubeconfig import KubeconfigPolicy
+from runtime.catalog import GPU_PRODUCT_LABEL, get_gpu
+from tests.drivers.reference_specs import REF
+from tests.kube_real.control_plane import KWOK_NODE, REPO, ControlPlane, binaries_dir
+from tests.waiting import wait_until
+
+K8S = REPO / "k8s"
+PLATFORM_NAMESPACE = "plinth-system"  # where k8s/base runs the worker
+WORKER_ACCOUNT = "plinth-worker"
+GPUS_PER_NODE = 8
+# Catalogue GPU id -> how many kwok nodes hold it.
+GPU_NODES = {"H100-SXM": 2, "B200": 1}
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+# Loopback is private: the egress fence must be told that this cluster may be reached.
+LOOPBACK = KubeconfigPolicy(egress=EgressPolicy.build(allow=["127.0.0.1/32"]))
+# Polls of the real controllers: generous, since a loaded 2-core machine runs them slowly.
+SETTLE_S = 180.0
+
+_running: list[ControlPlane] = []
+
+
+class Admin:
+    """JSON calls as the cluster admin, for what tests set up or check outside Plinth's client
+    (Nodes, namespaces); the reply's own words are kept, unlike Plinth's client's errors."""
+
+    def __init__(self, cluster: ControlPlane) -> None:
+        self.cluster = cluster
+        self._context: ssl.SSLContext = cluster.ssl_context()
+
+    def call(
+        self, method: str, path: str, body: Any = None, *, content_type: str = "application/json"
+    ) -> dict[str, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            self.cluster.url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": content_type, "Accept": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, context=self._context, timeout=30) as reply:
+                result: dict[str, Any] = json.loads(reply.read() or b"{}")
+                return result
+        except urllib.error.HTTPError as error:
+            raise AssertionError(f"{method} {path}: {error.code} {error.read()[:2000]!r}") from None
+
+    def get(self, path: str) -> dict[str, Any] | None:
+        try:
+            return self.call("GET", path)
+        except AssertionError as error:
+            if ": 404 " in str(error):
+                return None
+            raise
+
+
+def _node(name: str, gpu: str | None) -> dict[str, Any]:
+    labels = {"kubernetes.io/hostname": name, "type": "kwok"}
+    capacity = {"cpu": "224", "memory": "2Ti", "ephemeral-storage": "10Ti", "pods": "110"}
+    spec: dict[str, Any] = {}
+    if gpu is not None:
+        labels[GPU_PRODUCT_LABEL] = get_gpu(gpu).gpu_products[0]
+        labels["nvidia.com/gpu.count"] = str(GPUS_PER_NODE)
+        capacity["nvidia.com/gpu"] = str(GPUS_PER_NODE)
+        spec["taints"] = [GPU_TAINT]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels, "annotations": dict(KWOK_NODE)},
+        "spec": spec,
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
+
+
+def _nodes() -> list[dict[str, Any]]:
+    nodes = [_node("kwok-cpu-0", None)]
+    for gpu, count in GPU_NODES.items():
+        nodes += [_node(f"kwok-{gpu.lower()}-{i}", gpu) for i in range(count)]
+    return nodes
+
+
+def _ready_at(admin: Admin, path: str) -> bool:
+    conditions = ((admin.get(path) or {}).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    plane = ControlPlane(run_dir=tmp_path_factory.mktemp("kube"), bin_dir=binaries_dir())
+    _running.append(plane)
+    try:
+        plane.start()
+        admin = Admin(plane)
+        for node in _nodes():
+            admin.call("POST", "/api/v1/nodes", node)
+        for node in _nodes():
+            path = f"/api/v1/nodes/{node['metadata']['name']}"
+            plane.wait(partial(_ready_at, admin, path), f"kwok makes {path} Ready")
+        yield plane
+    finally:
+        plane.stop()
+        _running.remove(plane)
+
+
+@pytest.fixture(scope="session")
+def admin(cluster: ControlPlane) -> Admin:
+    return Admin(cluster)
+
+
+@pytest.fixture
+def namespace(admin: Admin) -> Iterator[str]:
+    """A fresh namespace, with its ``default`` ServiceAccount (which pods need) made by the
+    controller manager. Deleted afterwards; its pods are waited for (the namespace controller
+    deletes them, kwok ends them), so no GPU they held is taken when the next test starts."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    admin.call("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+    wait_until(
+        lambda: admin.get(f"/api/v1/namespaces/{name}/serviceaccounts/default"),
+        "the namespace's default ServiceAccount",
+        SETTLE_S,
+        interval=0.3,
+    )
+    yield name
+    admin.call("DELETE", f"/api/v1/namespaces/{name}")
+    pods = f"/api/v1/namespaces/{name}/pods"
+    wait_until(
+        lambda: not admin.call("GET", pods).get("items"),
+        f"the pods of {name} are gone",
+        SETTLE_S,
+        interval=0.5,
+    )
+
+
+@pytest.fixture
+def ref(namespace: str) -> base.DeploymentRef:
+    return replace(REF, namespace=namespace)
+
+
+@pytest.fixture
+def admin_client(cluster: ControlPlane) -> Iterator[KubeClient]:
+    """Plinth's own client as the cluster admin, built from a kubeconfig as a tenant's is."""
+    client = KubeClient.from_kubeconfig(
+        cluster.path("admin.kubeconfig").read_text(), policy=LOOPBACK
+    )
+    yield client
+    client.close()
+
+
+def _yaml_documents(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+@pytest.fixture(scope="session")
+def worker_token(cluster: ControlPlane, admin: Admin) -> str:
+    """A real token of the worker's ServiceAccount (k8s/base), from the TokenRequest API."""
+    admin.call("POST", "/api/v1/namespaces", {"metadata": {"name": PLATFORM_NAMESPACE}})
+    account = next(
+        d
+        for d in _yaml_documents(K8S / "base" / "serviceaccount.yaml")
+        if d["metadata"]["name"] == WORKER_ACCOUNT
+    )
+    admin.call("POST", f"/api/v1/namespaces/{PLATFORM_NAMESPACE}/serviceaccounts", account)
+    for document in _yaml_documents(K8S / "gpu-inventory" / "rbac.yaml"):
+        plural = document["kind"].lower() + "s"
+        admin.call("POST", f"/apis/rbac.authorization.k8s.io/v1/{plural}", document)
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 6 * 3600},
+    }
+    path = f"/api/v1/namespaces/{PLATFORM_NAMESPACE}/serviceaccounts/{WORKER_ACCOUNT}/token"
+    return str(admin.call("POST", path, request)["status"]["token"])
+
+
+@pytest.fixture
+def worker_kubeconfig(
+    cluster: ControlPlane, admin: Admin, namespace: str, worker_token: str
+) -> str:
+    """A kubeconfig with the worker's own token, which has nothing but the rights
+    k8s/managed-namespace grants it in ``namespace`` (and k8s/gpu-inventory's, cluster-wide)."""
+    for document in _yaml_documents(K8S / "managed-namespace" / "rbac.yaml"):
+        document["metadata"]["namespace"] = namespace
+        plural = document["kind"].lower() + "s"
+        admin.call(
+            "POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/{plural}", document
+        )
+    return cluster.kubeconfig(f"worker-{namespace}", token=worker_token).read_text()
+
+
+@pytest.fixture
+def worker_client(worker_kubeconfig: str) -> Iterator[KubeClient]:
+    """Plinth's client as the worker (its ServiceAccount's token)."""
+    client = KubeClient.from_kubeconfig(worker_kubeconfig, policy=LOOPBACK)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def driver(worker_client: KubeClient) -> KubeDriver:
+    """The driver as the worker runs it: its ServiceAccount's token, least privilege."""
+    return KubeDriver(worker_client, has_lws=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed and "cluster" in getattr(item, "fixturenames", ()) and _running:
+        report.sections.append(("kube control plane logs", _running[-1].logs()))
+    return report

@@ -13,10 +13,38 @@ import redis
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.management.base import CommandError
+from django.test import TransactionTestCase
 
 from controlplane import services
 from controlplane.access import Actor
 from controlplane.models import Organization, Role
+
+DEADLOCK_DETECTED = "40P01"  # PostgreSQL's SQLSTATE
+
+
+def _flush_retrying_deadlocks(flush: Any) -> Any:
+    """A transactional test's flush (one TRUNCATE of every table) can deadlock with a pass that a
+    live worker process, which outlives the test (a module's console and worker), is still
+    committing. PostgreSQL then aborts one of the two; when it picks the flush, the test errors
+    and the next test starts on the rows this one left. The aborted TRUNCATE changed nothing, so
+    trying it again once the worker's transaction is gone is safe."""
+
+    def teardown(self: TransactionTestCase) -> None:
+        for attempt in range(5):
+            try:
+                return flush(self)
+            except CommandError as error:
+                cause = getattr(error.__cause__, "__cause__", None)
+                if getattr(cause, "sqlstate", None) != DEADLOCK_DETECTED or attempt == 4:
+                    raise
+
+    return teardown
+
+
+TransactionTestCase._fixture_teardown = _flush_retrying_deadlocks(  # type: ignore[method-assign]
+    TransactionTestCase._fixture_teardown
+)
 
 
 @dataclass

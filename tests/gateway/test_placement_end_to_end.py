@@ -9,8 +9,8 @@ the gateway (``gateway.loader``)."""
 
 from __future__ import annotations
 
+import itertools
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -274,15 +274,20 @@ def test_keyless_requests_do_not_stack_two_tenants_on_one_engine(
     assert first != second
 
 
+# A logical clock: the order of sends, answers, the kill and the exit is all the test needs,
+# so it counts events rather than reading a wall clock (next() on a count is atomic).
+TICKS = itertools.count()
+
+
 @dataclass
 class Sent:
-    """One request of the steady traffic: when it was sent and answered, and whether it was
-    answered whole (200 and a complete body: choices, or a stream ending in [DONE] with no
-    error event)."""
+    """One request of the steady traffic: when it was sent and answered (ticks of ``TICKS``),
+    and whether it was answered whole (200 and a complete body: choices, or a stream ending in
+    [DONE] with no error event)."""
 
     stream: bool
-    started: float
-    ended: float
+    started: int
+    ended: int
     ok: bool
     detail: str
 
@@ -293,7 +298,7 @@ def send_one(client: httpx.Client, url: str, key: str, tenant: str, stream: bool
         {"role": "user", "content": "How are you?"},
     ]
     body = {"model": "sim/llama-test", "messages": messages, "max_tokens": 16, "stream": stream}
-    started = time.monotonic()
+    started = next(TICKS)
     try:
         with client.stream(
             "POST", url, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=30
@@ -301,12 +306,12 @@ def send_one(client: httpx.Client, url: str, key: str, tenant: str, stream: bool
             text = answer.read().decode(errors="replace")
             status = answer.status_code
     except httpx.HTTPError as exc:
-        return Sent(stream, started, time.monotonic(), False, repr(exc))
+        return Sent(stream, started, next(TICKS), False, repr(exc))
     if stream:
         ok = status == 200 and text.rstrip().endswith("data: [DONE]") and '"error"' not in text
     else:
         ok = status == 200 and '"choices"' in text
-    return Sent(stream, started, time.monotonic(), ok, f"{status} {text[-300:]}")
+    return Sent(stream, started, next(TICKS), ok, f"{status} {text[-300:]}")
 
 
 class SteadyTraffic:
@@ -337,7 +342,7 @@ class SteadyTraffic:
         for thread in self._threads:
             thread.join(60)
 
-    def answered_since(self, moment: float) -> int:
+    def answered_since(self, moment: int) -> int:
         return sum(1 for sent in list(self.sent) if sent.started > moment)
 
 
@@ -384,10 +389,10 @@ def test_a_killed_engine_fails_only_what_it_was_running_and_its_slot_is_dropped_
             survivor = sim.engines[1 - victim]
             with SteadyTraffic(first, "failover", key, "bakery") as traffic:
                 wait_until(lambda: len(traffic.sent) >= 10, "traffic under way", 30)
-                killed = time.monotonic()
+                killed = next(TICKS)
                 sim.engines[victim].popen.kill()
                 sim.engines[victim].popen.wait(10)
-                exited = time.monotonic()
+                exited = next(TICKS)
                 wait_until(lambda: traffic.answered_since(exited) >= 30, "traffic after", 60)
             sent = list(traffic.sent)
             failed = [s for s in sent if not s.ok]

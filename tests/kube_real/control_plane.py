@@ -369,7 +369,7 @@ class ControlPlane:
             [
                 str(bin_dir / "kwok"),
                 f"--kubeconfig={files['admin']}",
-                f"--config={bin_dir.parent / 'kwok-stages.yaml'}",
+                f"--config={bin_dir / 'kwok-stages.yaml'}",
                 "--manage-all-nodes=false",
                 "--manage-nodes-with-annotation-selector="
                 + ",".join(f"{k}={v}" for k, v in KWOK_NODE.items()),

@@ -7,8 +7,9 @@ No tokenizer is downloaded at run time: AIPerf cuts synthetic prompts with the s
 Plinth ships (``runtime/catalog/tokenizers/plinth-sim``, or a path the caller gives, e.g. the
 model's own), and every token count in the results is the server's (``--use-server-token-count``).
 AIPerf 0.13 refuses a tokenizer *path* when ``HF_HUB_OFFLINE`` is set (it then looks the path up
-as a cached hub repository), so ``aiperf_env`` clears that variable: a local path never reaches
-the hub either way, and telemetry is off.
+as a cached hub repository), so ``aiperf_env`` leaves that variable out: a local path never
+reaches the hub either way, and telemetry is off. Nothing else of the worker's environment but
+what a process needs to run reaches AIPerf (no secret of the worker's).
 
 Every request asks for exactly the profile's answer length: ``max_completion_tokens`` (AIPerf's
 ``--osl``) pinned with ``ignore_eos`` and ``min_tokens`` (SGLang's OpenAI routes take both), so an
@@ -45,6 +46,14 @@ AIPERF_SETTINGS = {
     "HF_HUB_DISABLE_TELEMETRY": "1",
     "AIPERF_METRICS_OSL_MISMATCH_PCT_THRESHOLD": "0",
 }
+# What AIPerf inherits of the worker's environment (``aiperf_env``); HF_HUB_OFFLINE is not among
+# them (see above).
+_INHERITED = frozenset(
+    {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TZ", "TMPDIR", "TEMP", "TMP", "LANG", "LANGUAGE"}
+    | {"SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "HF_HOME"}
+)
+_INHERITED_PREFIXES = ("LC_", "XDG_")
+_PROXIES = frozenset({"http_proxy", "https_proxy", "no_proxy", "all_proxy"})
 # How AIPerf's export names an answer that carried no text (an error to AIPerf).
 _EMPTY_ANSWER = ("InvalidInferenceResultError", "No responses with actual content")
 
@@ -117,7 +126,15 @@ def redacted(argv: list[str]) -> list[str]:
 
 
 def aiperf_env(base: Mapping[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in base.items() if k not in {"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"}}
+    """AIPerf's environment from the worker's ``base``: only what a process needs to run (paths,
+    locale, temporary and cache folders, proxies and CA bundles). The worker's own environment
+    holds its secrets (``SECRET_KEY``, database and broker URLs, cloud credentials); a tool run on
+    users' behalf gets none of them."""
+    env = {
+        k: v
+        for k, v in base.items()
+        if k in _INHERITED or k.startswith(_INHERITED_PREFIXES) or k.lower() in _PROXIES
+    }
     return {**env, **AIPERF_SETTINGS}
 
 

@@ -81,6 +81,29 @@ def test_the_command_uses_the_shipped_tokenizer_and_the_servers_token_counts() -
     assert env["AIPERF_METRICS_OSL_MISMATCH_PCT_THRESHOLD"] == "0"  # every off-length answer
 
 
+def test_aiperf_inherits_none_of_the_workers_secrets() -> None:
+    worker = {
+        "PATH": "/usr/bin",
+        "HOME": "/home/plinth",
+        "LC_ALL": "C.UTF-8",
+        "HTTPS_PROXY": "http://proxy:3128",
+        "no_proxy": "localhost",
+        "SECRET_KEY": "django-secret",
+        "DATABASE_URL": "postgres://plinth:pw@db/plinth",
+        "REDIS_URL": "redis://:pw@redis:6379/0",
+        "PLINTH_FIELD_ENCRYPTION_KEY": "fernet",
+        "AWS_SECRET_ACCESS_KEY": "aws",
+        "HF_TOKEN": "hf_secret",
+    }
+    env = aiperf_env(worker)
+    assert {k: env[k] for k in ("PATH", "HOME", "LC_ALL", "HTTPS_PROXY", "no_proxy")} == {
+        k: worker[k] for k in ("PATH", "HOME", "LC_ALL", "HTTPS_PROXY", "no_proxy")
+    }
+    for secret in ("SECRET_KEY", "DATABASE_URL", "REDIS_URL", "PLINTH_FIELD_ENCRYPTION_KEY"):
+        assert secret not in env
+    assert "AWS_SECRET_ACCESS_KEY" not in env and "HF_TOKEN" not in env
+
+
 EXPORT = {
     "request_count": {"unit": "requests", "avg": 230.0},
     "error_request_count": {"unit": "requests", "avg": 3.0},

@@ -3,13 +3,16 @@
 SGLang 0.5.23 and smg 1.13.0 take the API key only as ``--api-key VALUE`` (neither reads it from
 the environment: reference/SGLANG.md 1.8, ``smg launch --help``), and a process' command line is
 readable by every local user (``/proc/<pid>/cmdline``, ``ps``). So the key travels in the
-environment, as ``PLINTH_API_KEY``, and the argv names it: ``--api-key $(PLINTH_API_KEY)``. On
-Kubernetes the kubelet replaces that reference with the Secret's value when the container starts
-(``deployments.drivers.kube.render``). On this machine this module does the same, but inside
-the process, after ``exec``::
+environment, as ``PLINTH_API_KEY``, and the argv names it: ``--api-key $(PLINTH_API_KEY)``. This
+module replaces that reference with the value inside the process, after ``exec``::
 
     python -m runtime.secret_flags -m runtime.sim ... --api-key '$(PLINTH_API_KEY)'
     python -m runtime.secret_flags /path/to/smg launch ... --api-key '$(PLINTH_API_KEY)'
+
+On Kubernetes the images carry Python but not Plinth, so a container runs this module's own
+source (``container_command``: ``python3 -c <source> -m sglang.launch_server ...``, or ``smg``
+found on ``PATH``), with the reference escaped from the kubelet, which would otherwise expand
+it into the container's command line (``deployments.drivers.kube.render``).
 
 It takes the value out of its environment (so the engine's own children do not inherit it),
 puts it in place of the reference in ``sys.argv`` and runs the program in this interpreter, as
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import os
 import runpy
+import shutil
 import sys
 from collections.abc import MutableMapping, Sequence
 
@@ -72,13 +76,30 @@ def run(argv: Sequence[str]) -> None:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
         return
     if len(argv) >= 1 and not argv[0].startswith("-"):
-        script, args = argv[0], expand(argv[1:], os.environ)
+        script, args = _program(argv[0]), expand(argv[1:], os.environ)
         if not _is_python_script(script):
             raise SecretFlagError(f"{script} is not a Python program: its key would be on argv")
         sys.argv = [script, *args]
         runpy.run_path(script, run_name="__main__")
         return
     raise SecretFlagError(USAGE)
+
+
+def _program(name: str) -> str:
+    """A program's path: ``name`` itself, or where ``PATH`` finds a bare name (``smg``)."""
+    if os.sep in name:
+        return name
+    return shutil.which(name) or name
+
+
+def container_command(command: Sequence[str]) -> list[str]:
+    """``command`` (``python3 -m MODULE`` or a program on ``PATH``) started through this module,
+    for an image that carries ``python3`` but not Plinth: its source travels as ``-c``."""
+    program = list(command)
+    if program[:2] == ["python3", "-m"]:
+        program = program[1:]
+    with open(__file__, encoding="utf-8") as source:
+        return ["python3", "-c", source.read(), *program]
 
 
 def main() -> None:

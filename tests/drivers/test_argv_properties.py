@@ -12,8 +12,7 @@ hold a control character; and no Secret may be expanded into an argument.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from hypothesis import strategies as st
 from deployments.drivers.base import RevisionPlan
 from deployments.drivers.kube.render import API_KEY_ENV, KubeOptions, render_revision
 from deployments.drivers.local.driver import LocalDriver, LocalOptions
+from runtime import secret_flags
 from runtime.argv import parses_as_flag, unprintable
 from runtime.catalog import FlagCatalog, sglang_flags, smg_flags
 from runtime.catalog.flags import arity_problem, split_argv
@@ -32,6 +32,7 @@ from runtime.routing_key import ROUTING_KEY_HEADER
 from runtime.secret_flags import expand
 from runtime.spec import RuntimeSpec
 from runtime.validate import check, has_errors
+from tests.drivers.kubelet import kube_expand
 from tests.drivers.reference_specs import ENGINE_KEY, REF
 
 SECRET = "hf_SENTINEL_never_in_argv"
@@ -177,20 +178,7 @@ def _local_argvs(revision: RevisionPlan) -> Iterator[tuple[str, list[str], FlagC
             yield role.role, expand(argv[5:], dict(environ)), ENGINES
 
 
-_REFERENCE = re.compile(r"\$(\$|\(([A-Za-z_][A-Za-z0-9_]*)\))")
-
-
-def kube_expand(text: str, env: Mapping[str, str]) -> str:
-    """Kubernetes' `$(VAR)` expansion of container args (`$$` is a literal `$`; an undefined
-    variable is left as written). Reimplemented because the emulator, like a dry run, does not
-    start containers; this is the one behaviour of the kubelet the property depends on."""
-
-    def replace(match: re.Match[str]) -> str:
-        if match.group(1) == "$":
-            return "$"
-        return env.get(match.group(2), match.group(0))
-
-    return _REFERENCE.sub(replace, text)
+SECRET_FLAGS_SOURCE = Path(secret_flags.__file__).read_text()
 
 
 def _containers(obj: Any) -> Iterator[dict[str, Any]]:
@@ -216,6 +204,11 @@ def _kube_argvs(revision: RevisionPlan) -> Iterator[tuple[str, list[str], FlagCa
                 for e in container.get("env", [])
             }
             args = [kube_expand(arg, {**lws, **env}) for arg in container["args"]]
+            command = [kube_expand(part, {**lws, **env}) for part in container["command"]]
+            # What the kubelet starts never holds the key; the process puts it in place itself.
+            assert ENGINE_KEY not in command + args
+            if command[:3] == ["python3", "-c", SECRET_FLAGS_SOURCE]:
+                args = expand(args, dict(secrets))
             router = container["name"] == "router"
             yield container["name"], args, ROUTER if router else ENGINES
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +44,7 @@ from deployments.drivers.base import HF_TOKEN_ENV, DeploymentRef, RevisionPlan
 from deployments.drivers.kube import labels as L
 from deployments.drivers.kube.weights import DOWNLOAD_SCRIPT, WAIT_SCRIPT, Weights, weights_of
 from runtime.launch import DIST_INIT_PORT, ROUTER_IMAGE, Probe, RolePlan, with_flag
-from runtime.secret_flags import API_KEY_ENV, API_KEY_REF
+from runtime.secret_flags import API_KEY_ENV, API_KEY_REF, container_command
 from runtime.spec import MODEL_CACHE_PATH, default_engine_image
 
 HF_TOKEN_KEY = HF_TOKEN_ENV  # the Secret's key, named as the variable it becomes
@@ -340,9 +341,16 @@ def _api_key_env(ref: DeploymentRef) -> list[dict[str, Any]]:
 
 
 def _with_api_key(ref: DeploymentRef, args: list[str]) -> list[str]:
-    """``args`` (already escaped) with ``--api-key`` read from the Secret when the pod starts:
-    the one ``$(...)`` of a container's args that is the renderer's own."""
-    return with_flag(args, "--api-key", API_KEY_REF) if ref.api_key else args
+    """``args`` (already escaped) with ``--api-key`` naming the variable the Secret fills. The
+    reference is escaped too: were the kubelet to expand it, the key would be on the container's
+    command line, which every process on the node may read. ``_command`` expands it inside the
+    process instead (``runtime.secret_flags``)."""
+    return with_flag(args, "--api-key", literal(API_KEY_REF)) if ref.api_key else args
+
+
+def _command(ref: DeploymentRef, command: Sequence[str]) -> list[str]:
+    """A keyed container's program, started through ``runtime.secret_flags``'s own source."""
+    return literal_args(container_command(command)) if ref.api_key else list(command)
 
 
 def _pod_annotations(ref: DeploymentRef) -> dict[str, str]:
@@ -496,7 +504,7 @@ def _engine_container(
         "name": "engine",
         "image": engine_image(role, revision, options.cluster),
         "imagePullPolicy": "IfNotPresent",
-        "command": list(role.command),
+        "command": _command(ref, role.command),
         "args": args,
         "ports": _ports(role),
         "env": _env(ref, revision, role, options),
@@ -823,7 +831,7 @@ def _router_container(
         "name": "router",
         "image": router_image(revision, cluster),
         "imagePullPolicy": "IfNotPresent",
-        "command": list(router.command),
+        "command": _command(ref, router.command),
         "args": router_args(ref, router, engine_roles),
         "ports": _ports(router),
         # smg sends its --api-key to every worker it discovers: one key both ways.

@@ -318,7 +318,11 @@ class Scheduler:
         return token
 
     def _stop_reason(self, req: SimRequest, token: int, before: int) -> FinishReason | None:
+        """In SGLang's order (``Req.check_finished``): the length limit first, so a last token
+        that is also an end or stop token still reports ``length``; then tokens, then strings."""
         params = req.params
+        if len(req.output_ids) >= params.max_new_tokens:
+            return FinishReason("length", length=len(req.output_ids))
         if _may_stop(params, len(req.output_ids) - 1) and (
             token == EOS_ID or token in params.stop_token_ids
         ):
@@ -328,8 +332,6 @@ class Scheduler:
             if at >= 0:
                 req.text = req.text[:at]
                 return FinishReason("stop", matched=stop)
-        if len(req.output_ids) >= params.max_new_tokens:
-            return FinishReason("length", length=len(req.output_ids))
         return None
 
     def _emit(self, req: SimRequest, tokens: list[int]) -> None:

@@ -263,3 +263,22 @@ def test_loads_answers_the_per_rank_snapshot_smg_polls(sim_engine: ManagedProces
     assert "memory" not in load
     assert "memory" in get_json(f"{sim_engine.url}/v1/loads")["loads"][0]
     assert httpx.get(f"{sim_engine.url}/v1/loads?include=bogus").status_code == 400
+
+
+def test_an_answer_whose_end_is_its_last_allowed_token_ends_by_length(
+    sim_engine: ManagedProcess,
+) -> None:
+    """As SGLang's ``Req.check_finished``: the length limit is checked before the end token, so
+    an answer whose natural end falls on its ``max_tokens``-th token reports ``length``."""
+
+    def answer(seed: int, max_tokens: int) -> dict[str, Any]:
+        body = chat(sim_engine, "Say something short", max_tokens=max_tokens, seed=seed)
+        return {**body["choices"][0], **body["usage"]}
+
+    seed = next(s for s in range(100) if answer(s, 40)["completion_tokens"] < 20)
+    natural = answer(seed, 40)
+    assert natural["finish_reason"] == "stop"
+    at_limit = answer(seed, natural["completion_tokens"])
+    assert at_limit["completion_tokens"] == natural["completion_tokens"]
+    assert at_limit["finish_reason"] == "length"
+    assert at_limit["message"]["content"].startswith(natural["message"]["content"])

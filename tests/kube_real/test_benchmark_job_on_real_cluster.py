@@ -13,6 +13,9 @@ from deployments.drivers.kube.benchmark_job import (
     tokenizer_config_map,
 )
 from deployments.drivers.kube.client import KubeClient, kind_of
+from deployments.drivers.kube.driver import KubeDriver
+from deployments.drivers.kube.labels import BENCHMARK
+from tests.drivers.reference_specs import load_spec, revision_plan
 from tests.kube_real.conftest import SETTLE_S
 from tests.waiting import wait_until
 
@@ -44,3 +47,55 @@ def test_a_benchmark_job_is_accepted_and_runs_to_completion(
         return bool((current.get("status") or {}).get("succeeded"))
 
     wait_until(succeeded, "the benchmark Job completes", SETTLE_S, interval=1.0)
+
+
+def test_an_edit_during_a_benchmark_keeps_its_objects_and_its_pod_is_no_replica(
+    driver: KubeDriver, worker_client: KubeClient, ref: base.DeploymentRef
+) -> None:
+    """The endpoint's apply prunes what its revision no longer renders; a benchmark's Job, Secret
+    and ConfigMap are not the revision's, so an edit while one runs leaves them be, and the
+    benchmark's pod is never counted as one of the endpoint's replicas. Deleting the endpoint
+    takes them away with it."""
+    first = revision_plan(load_spec("llama-3.1-8b-h100"))
+    driver.apply(ref, first)
+    ids = {
+        "slug": ref.slug,
+        "deployment_id": ref.id,
+        "benchmark_id": "fedcba987654",
+        "namespace": ref.namespace,
+    }
+    profile = parse_profile({"concurrency": [1], "duration_s": 20})
+    job = benchmark_job(profile, url="https://gw.example/e", model="chat", deadline_s=900, **ids)
+    objects = [benchmark_secret(api_key="pk_inf_test", **ids), tokenizer_config_map(**ids), job]
+    for obj in objects:
+        worker_client.apply(obj, force=True)
+
+    def present() -> list[str]:
+        """The benchmark's objects that exist and are not being deleted."""
+        found = [
+            worker_client.get(kind_of(o["apiVersion"], o["kind"]), ref.namespace, name)
+            for o in objects
+            if (name := o["metadata"]["name"])
+        ]
+        return [
+            f["metadata"]["name"]
+            for f in found
+            if f is not None and not f["metadata"].get("deletionTimestamp")
+        ]
+
+    wait_until(
+        lambda: worker_client.list(
+            kind_of("v1", "Pod"), ref.namespace, {BENCHMARK: "fedcba987654"}
+        ),
+        "the benchmark's pod",
+        SETTLE_S,
+        interval=0.5,
+    )
+    edited = revision_plan(load_spec("llama-3.1-8b-ngram-h100"), number=2)
+    driver.apply(ref, edited)
+    assert len(present()) == len(objects)
+    observed = driver.observe(ref)
+    assert {r.revision for r in observed.replicas} <= {1, 2}
+    assert all("bench" not in r.name for r in observed.replicas)
+    wait_until(lambda: driver.delete(ref), "the endpoint is deleted", SETTLE_S, interval=1.0)
+    assert present() == []

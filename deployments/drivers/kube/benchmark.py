@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from deployments.drivers.errors import PermanentDriverError
+from deployments.drivers.kube import labels as L
 from deployments.drivers.kube.benchmark_job import RESULT_MARKER
 from deployments.drivers.kube.client import KubeClient, kind_of
 
@@ -70,7 +71,7 @@ def _wait(
 
 def _results(client: KubeClient, job: dict[str, Any], points: int) -> list[dict[str, Any]]:
     namespace = job["metadata"]["namespace"]
-    selector = {"plinth.dev/benchmark": job["metadata"]["labels"]["plinth.dev/benchmark"]}
+    selector = {L.BENCHMARK: job["metadata"]["labels"][L.BENCHMARK]}
     pods = client.list(kind_of("v1", "Pod"), namespace, selector)
     if not pods:
         raise PermanentDriverError("the benchmark Job's pod is gone before its log was read")

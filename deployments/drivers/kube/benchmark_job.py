@@ -1,6 +1,7 @@
 """A benchmark on Kubernetes: AIPerf as a Job in the endpoint's namespace (pure manifests).
 
-Three objects, each labelled as Plinth's and the endpoint's: a Secret holding the run's temporary
+Three objects, each labelled as Plinth's and as a benchmark of the endpoint (``L.BENCHMARK_OF``,
+never the endpoint's own label, so its apply leaves them be): a Secret holding the run's temporary
 inference key, a ConfigMap holding the tokenizer Plinth ships (so the pod downloads no tokenizer),
 and the Job. The Job's one container runs the catalogue-pinned image (``tools_env.AIPERF_IMAGE``,
 with ``AIPERF_VERSION`` installed on start into a writable ``/tmp``), runs AIPerf once per load
@@ -34,8 +35,8 @@ def _labels(slug: str, deployment_id: str, benchmark_id: str) -> dict[str, str]:
         L.NAME: "aiperf",
         "app.kubernetes.io/instance": slug,
         L.COMPONENT: "benchmark",
-        L.DEPLOYMENT: deployment_id,
-        "plinth.dev/benchmark": benchmark_id,
+        L.BENCHMARK_OF: deployment_id,
+        L.BENCHMARK: benchmark_id,
     }
 
 

@@ -56,6 +56,8 @@ OWNED_KINDS = [
     ("v1", "PersistentVolumeClaim"),  # the model cache of a cluster that asks for one each
 ]
 WORKLOAD_KINDS = OWNED_KINDS[:2]
+# What a benchmark of the endpoint puts beside it (``benchmark_job``): deleted with the endpoint.
+BENCHMARK_KINDS = [("batch/v1", "Job"), ("v1", "Secret"), ("v1", "ConfigMap")]
 # Pods that may hold GPUs (as ``KubeClient.gpu_nodes_and_pods`` lists them).
 _UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
 
@@ -227,7 +229,19 @@ class KubeDriver:
         return self._delete_kinds(ref, WORKLOAD_KINDS)
 
     def delete(self, ref: base.DeploymentRef) -> bool:
-        return self._delete_kinds(ref, OWNED_KINDS)
+        benchmarks_gone = self._delete_benchmarks(ref)
+        return self._delete_kinds(ref, OWNED_KINDS) and benchmarks_gone
+
+    def _delete_benchmarks(self, ref: base.DeploymentRef) -> bool:
+        """Delete the objects of the endpoint's benchmarks; whether none was left."""
+        left = False
+        for api_version, kind_name in BENCHMARK_KINDS:
+            kind = kind_of(api_version, kind_name)
+            for obj in self.client.list(kind, ref.namespace, L.benchmark_selector(ref.id)):
+                left = True
+                if not obj["metadata"].get("deletionTimestamp"):
+                    self.client.delete(kind, ref.namespace, obj["metadata"]["name"])
+        return not left
 
     def _delete_kinds(self, ref: base.DeploymentRef, kinds: list[tuple[str, str]]) -> bool:
         for kind, obj in self._owned(ref, kinds):

@@ -28,12 +28,22 @@ LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
 GPU = "plinth.dev/gpu"
 # The role of an endpoint's weights download Job (``render.weights_job``).
 WEIGHTS = "weights"
+# A benchmark's objects (``benchmark_job``): which benchmark, and of which endpoint. Not
+# ``DEPLOYMENT``: they are not the endpoint's revision, so its apply must not prune them nor its
+# observe count their pod as a replica; only the endpoint's delete takes them too.
+BENCHMARK = "plinth.dev/benchmark"
+BENCHMARK_OF = "plinth.dev/benchmark-of"
 # Set by the Job controller on every pod of one Job (Kubernetes 1.27+): the Job's uid.
 JOB_UID = "batch.kubernetes.io/controller-uid"
 
 
 def owner_selector(deployment_id: str) -> dict[str, str]:
     return {MANAGED_BY: PLINTH, DEPLOYMENT: deployment_id}
+
+
+def benchmark_selector(deployment_id: str) -> dict[str, str]:
+    """The objects of this endpoint's benchmarks (``BENCHMARK``)."""
+    return {MANAGED_BY: PLINTH, BENCHMARK_OF: deployment_id}
 
 
 def weights_selector(deployment_id: str) -> dict[str, str]:

@@ -8,7 +8,8 @@ their own with their own smg, the kube driver as its own Deployments, router poo
 other's objects). Both pools demand the endpoint's engine key, so the gateway calls either.
 
 While a canary runs its pool is applied and observed (router address and ready replicas go on
-the Canary row, which the gateway's route table reads); a stopped endpoint stops it too. Once
+the Canary row, which the gateway's route table reads; so does why the pool will never be ready,
+for the watcher to abort on); a stopped endpoint stops it too. Once
 the canary is promoted or aborted its pool is deleted, and the row marked so.
 """
 
@@ -77,15 +78,25 @@ def _observe(deployment: Deployment, driver: Driver, ref: DeploymentRef, canary:
             f"ready; the gateway sends it {canary.weight}% of requests",
             canary.revision.number,
         )  # fmt: skip
-    return _store(canary, seen.router_url, ready, [r.as_dict() for r in seen.replicas])
+    failure = seen.failure(canary.revision.number)
+    why = f"{failure.reason}: {failure.message}" if failure is not None else ""
+    facts = [r.as_dict() for r in seen.replicas]
+    return _store(canary, seen.router_url, ready, facts, failure=why)
 
 
-def _store(canary: Canary, router_url: str, ready: int, facts: list[dict[str, object]]) -> bool:
+def _store(
+    canary: Canary,
+    router_url: str,
+    ready: int,
+    facts: list[dict[str, object]],
+    *,
+    failure: str = "",
+) -> bool:
     """Save the pool's observed facts (only while the canary still runs); True when the
     gateway's view (router address, whether any replica is ready) changed."""
     routed_before = (canary.router_url, canary.ready_replicas > 0)
     Canary.objects.filter(pk=canary.pk, status=CanaryStatus.RUNNING).update(
-        router_url=router_url, ready_replicas=ready, replica_facts=facts
+        router_url=router_url, ready_replicas=ready, replica_facts=facts, pool_failure=failure
     )
     return routed_before != (router_url, ready > 0)
 

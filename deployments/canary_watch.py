@@ -100,6 +100,15 @@ def never_ready(now: datetime, window_s: Callable[[Revision], int]) -> list[Cana
     return [c for c in waiting if now >= c.started_at + timedelta(seconds=window_s(c.revision))]
 
 
+def failed_pools() -> list[Canary]:
+    """Running canaries whose pool will never become ready (``Canary.pool_failure``)."""
+    return list(
+        Canary.objects.select_related("revision")
+        .filter(status=CanaryStatus.RUNNING)
+        .exclude(pool_failure="")
+    )
+
+
 def judge_running(now: datetime | None = None) -> list[Judged]:
     """Every running canary whose pool serves, judged over its window."""
     now = now or timezone.now()

@@ -548,6 +548,9 @@ class Canary(models.Model):
     router_url = models.CharField(max_length=300, blank=True)
     ready_replicas = models.PositiveIntegerField(default=0)
     replica_facts = models.JSONField(default=list, blank=True)
+    # Why its pool will never become ready, in the cluster's words (its weights download failed);
+    # the watcher aborts a canary that has one.
+    pool_failure = models.TextField(blank=True)
     # Its pool is gone from the cluster (after promote or abort): reconcile stops looking.
     pool_removed = models.BooleanField(default=False)
 

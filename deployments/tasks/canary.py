@@ -39,6 +39,9 @@ def watch_canaries(now: str | None = None) -> dict[str, int]:
         window = reconcile.startup_window_s(canary.revision)
         why = f"its pool had no replica ready within its startup window ({window} s)"
         aborted += canary_services.abort_automatically(canary.pk, Verdict(True), message=why)
+    for canary in canary_watch.failed_pools():
+        why = f"its pool will not become ready ({canary.pool_failure})"
+        aborted += canary_services.abort_automatically(canary.pk, Verdict(True), message=why)
     judged = canary_watch.judge_running(at)
     for item in judged:
         if item.verdict.abort:

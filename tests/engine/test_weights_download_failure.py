@@ -1,4 +1,4 @@
-"""A weights download Job that fails fails its revision's rollout, in the Job's own words.
+"""A weights download Job that fails fails its revision's rollout (or aborts its canary), in the Job's own words.
 
 Against the Kubernetes API emulator, through the real reconcile pass: the cluster keeps its model
 cache on a claim, so a Job downloads the weights and the engine pods wait in ``wait-for-weights``
@@ -237,3 +237,38 @@ def test_a_stop_and_start_after_a_failed_download_tries_it_afresh(
     assert engine_template_revision(emulator) == "1"  # the engines are back
     fresh = the_job(emulator)
     assert fresh["metadata"]["uid"] != job["metadata"]["uid"] and conditions(fresh) == []
+
+
+@pytest.mark.django_db
+def test_a_canary_whose_download_fails_is_aborted_in_the_jobs_words(
+    cast: Cast, on_a_claim: Deployment, emulator: RunningEmulator
+) -> None:
+    from deployments import canary_services
+    from deployments.models import CanaryStatus
+    from deployments.tasks.canary import watch_canaries
+
+    deployment = step(on_a_claim)
+    finish(emulator, the_job(emulator), {"type": "Complete", "status": "True"})
+    put_pod(emulator, deployment, "kchat-engine-1", 1, ready=True)
+    put_pod(emulator, deployment, "kchat-router-1", 1, ready=True, role="router")
+    deployment = step(deployment)
+    assert deployment.status == ACTIVE
+
+    # The canary pins another revision of the model: its pool downloads it, and that fails.
+    pinned = small_spec()
+    pinned["model"]["revision"] = "0e9e39f"
+    actor = cast.actor(cast.alice, cast.acme)
+    canary = canary_services.start_canary(actor, deployment.pk, spec=pinned, weight=20)
+    deployment = step(deployment)
+    pool = f"{deployment.pk}-r{canary.revision.number}"
+    [job] = [j for j in download_jobs(emulator) if j["metadata"]["labels"][L.DEPLOYMENT] == pool]
+    fail(emulator, job, GAVE_UP)
+    deployment = step(deployment)
+    # Aborted at the watcher's next pass, long before any startup window ends.
+    assert watch_canaries(canary.started_at.isoformat())["aborted"] == 1
+    canary.refresh_from_db()
+    assert canary.status == CanaryStatus.ABORTED
+    assert canary.reason.startswith("its pool will not become ready (")
+    assert_in_the_jobs_words(canary.reason)
+    deployment = refresh(deployment)
+    assert deployment.status == ACTIVE and deployment.current_revision.number == 1

@@ -1,4 +1,5 @@
-"""A weights download Job that fails fails its revision's rollout (or aborts its canary), in the Job's own words.
+"""A weights download Job that fails fails its revision's rollout (or aborts its canary), in
+the Job's own words.
 
 Against the Kubernetes API emulator, through the real reconcile pass: the cluster keeps its model
 cache on a claim, so a Job downloads the weights and the engine pods wait in ``wait-for-weights``

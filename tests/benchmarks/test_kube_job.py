@@ -144,7 +144,7 @@ def test_the_job_runs_the_pinned_aiperf_once_per_point_without_the_key_in_its_co
     assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] == 900
     assert subprocess.run(["sh", "-n", "-c", script], check=False).returncode == 0
     labels = job["metadata"]["labels"]
-    assert labels["app.kubernetes.io/managed-by"] == "plinth" and labels["plinth.dev/deployment"]
+    assert labels["app.kubernetes.io/managed-by"] == "plinth" and labels["plinth.dev/benchmark-of"]
 
 
 def test_the_tokenizer_travels_in_a_config_map() -> None:

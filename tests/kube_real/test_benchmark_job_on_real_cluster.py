@@ -60,9 +60,7 @@ def test_a_benchmark_job_from_a_mirrored_image_is_accepted_and_runs_to_completio
 
     wait_until(succeeded, "the benchmark Job completes", SETTLE_S, interval=1.0)
     # The pod as the Job controller made it from what the API server kept.
-    (pod,) = worker_client.list(
-        kind_of("v1", "Pod"), ref.namespace, {BENCHMARK: "0123456789ab"}
-    )
+    (pod,) = worker_client.list(kind_of("v1", "Pod"), ref.namespace, {BENCHMARK: "0123456789ab"})
     (container,) = pod["spec"]["containers"]
     assert container["image"] == MIRROR
     assert pod["spec"]["imagePullSecrets"] == [{"name": "mirror-cred"}]

@@ -1,7 +1,14 @@
 """A benchmark on a Kubernetes cluster, against the API emulator: the worker applies the Secret,
 the ConfigMap and the Job, waits for the Job, reads each point's export from the pod's log, and
 deletes what held the key. The test plays the cluster's part (the emulator runs no controllers):
-it starts the pod, writes its log and marks the Job finished."""
+it starts the pod, writes its log and marks the Job finished.
+
+Why the emulator (a stand-in, see tests/drivers/kube_emulator.py): the worker reads each point's
+results from the pod's log, which kwok's nodes do not serve, so the test writes the log and plays
+the Job controller finishing or failing the Job. The Job accepted and run to completion by the real
+Job controller, from a mirrored AIPerf image, is
+tests/kube_real/test_benchmark_job_on_real_cluster.py.
+"""
 
 from __future__ import annotations
 
@@ -62,7 +69,11 @@ def _queue(cast: Cast, deployment: Deployment) -> tuple[Benchmark, str]:
     return benchmark, benchmark_names(serving.slug, str(benchmark.pk))
 
 
-def _applied_job(emulator: RunningEmulator, cast: Cast, endpoint: Deployment) -> dict[str, Any]:  # noqa: F811
+def _applied_job(
+    emulator: RunningEmulator,  # noqa: F811
+    cast: Cast,
+    endpoint: Deployment,  # noqa: F811
+) -> dict[str, Any]:
     """Run a benchmark as far as its Job, end the Job as failed; the Job as it was applied."""
     benchmark, name = _queue(cast, endpoint)
     thread = _run_in_background(str(benchmark.pk))

@@ -38,7 +38,8 @@ from deployments.benchmark_profile import (
     load_points,
     profile_from_dict,
 )
-from deployments.drivers.errors import DriverError
+from deployments.cluster_settings import image_ref
+from deployments.drivers.errors import DriverError, PermanentDriverError
 from deployments.drivers.kube.benchmark import run_job
 from deployments.drivers.kube.benchmark_job import (
     benchmark_job,
@@ -47,6 +48,7 @@ from deployments.drivers.kube.benchmark_job import (
 )
 from deployments.drivers.kube.client import KubeClient
 from deployments.drivers.local.benchmark import run_aiperf
+from deployments.drivers.registry import kube_options
 from deployments.kubeconfig import kubeconfig_policy
 from deployments.models import Benchmark, BenchmarkStatus, CanaryStatus, ClusterKind
 from deployments.timeline import record_event
@@ -177,6 +179,8 @@ def _run_on_kubernetes(benchmark: Benchmark, profile: TrafficProfile, api_key: s
             model=_model(benchmark),
             deadline_s=int(_budget_s(profile)),
             revision=benchmark.revision.number,
+            cluster=kube_options(cluster).cluster,
+            platform_image=_platform_aiperf_image(),
             **ids,
         ),
     ]
@@ -189,6 +193,17 @@ def _run_on_kubernetes(benchmark: Benchmark, profile: TrafficProfile, api_key: s
         client.close()
     for point, export in zip(points, exports, strict=True):
         _store(benchmark, parse_export(export, point, output_tokens=profile.output_tokens))
+
+
+def _platform_aiperf_image() -> str:
+    """The installation's default AIPerf image (``PLINTH_BENCHMARK_IMAGE``; "" for Plinth's)."""
+    image = settings.PLINTH_BENCHMARK_IMAGE
+    try:
+        return image_ref(image) if image else ""
+    except ValueError:  # a deployment's mistake, named to whoever reads the benchmark's error
+        raise PermanentDriverError(
+            f"PLINTH_BENCHMARK_IMAGE={image!r} is not an image reference"
+        ) from None
 
 
 def _artifact_dir(benchmark: Benchmark) -> Path:

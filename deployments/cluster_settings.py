@@ -17,6 +17,7 @@ import math
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -29,6 +30,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from deployments.tools_env import AIPERF_VERSION, PYTHON_IMAGE
 from runtime.catalog import GPU_PRODUCT_LABEL, SUPPORTED_SGLANG_VERSIONS, get_gpu, list_gpus
 from runtime.issues import Issue, warning
 from runtime.spec import RuntimeSpec
@@ -245,6 +247,63 @@ ModelCache = Annotated[
 ]
 
 
+ImageRef = Annotated[str, StringConstraints(max_length=255)]
+
+
+class AiperfImage(_Strict):
+    """AIPerf from an image with ``aiperf`` on its PATH: benchmark Jobs install nothing.
+
+    The Job then reaches no package index, which is what an air-gapped cluster needs: mirror
+    Plinth's image (``docker/aiperf/Dockerfile``) into its registry and name the mirror here.
+    """
+
+    type: Literal["image"] = "image"
+    image: ImageRef | None = Field(
+        default=None,
+        description="an image with aiperf " + AIPERF_VERSION + " on its PATH; null: the "
+        "platform's (PLINTH_BENCHMARK_IMAGE, else Plinth's published AIPerf image)",
+    )
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        return None if value is None else image_ref(value)
+
+
+class AiperfFromIndex(_Strict):
+    """AIPerf installed with pip from ``index_url`` by every benchmark Job (about 1.2 GB).
+
+    Into a plain Python image, before the run: only for a cluster that reaches that index, the
+    public one or a mirror of it inside the cluster. Never chosen unless an operator names it.
+    """
+
+    type: Literal["pip"] = "pip"
+    index_url: Annotated[str, StringConstraints(max_length=2048)] = Field(
+        description="a package index (PEP 503 simple API) the pods reach, e.g. "
+        "https://pypi.org/simple or an in-cluster mirror"
+    )
+    image: ImageRef = Field(default=PYTHON_IMAGE, description="a Python 3.10+ image with pip")
+
+    @field_validator("index_url")
+    @classmethod
+    def _index_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname or value != value.strip():
+            raise _fail("invalid_url", f"{value!r} is not an http(s) URL of a package index")
+        if parts.username or parts.password:
+            # It would be in the Job's command line, which anyone who reads Jobs sees.
+            raise _fail("credentials_in_url", "the index URL cannot carry credentials")
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        return image_ref(value)
+
+
+BenchmarkAiperf = Annotated[AiperfImage | AiperfFromIndex, Field(discriminator="type")]
+
+
 def default_gpu_map() -> dict[str, GpuSelector]:
     """Every catalogue GPU with the values GPU feature discovery gives its nodes."""
     return {gpu.id: GpuSelector(values=gpu.gpu_products) for gpu in list_gpus()}
@@ -284,6 +343,11 @@ class ClusterSettings(_Strict):
     )
     router_image: Annotated[str, StringConstraints(max_length=255)] | None = None
     model_cache: ModelCache = Field(default_factory=HostPathCache)
+    benchmark_aiperf: BenchmarkAiperf = Field(
+        default_factory=AiperfImage,
+        description="where benchmark Jobs get AIPerf: an image with it on PATH (type image, the "
+        "default; no package index needed) or pip from a package index on each run (type pip)",
+    )
     labels: dict[Key, Annotated[str, StringConstraints(max_length=63)]] = Field(
         default_factory=dict, description="extra labels on every object and pod"
     )

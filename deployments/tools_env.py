@@ -3,7 +3,7 @@
 AIPerf (PyPI ``aiperf``, Apache-2.0) pulls in about 1.2 GB (transformers, zmq, pandas, ...), so it
 stays out of Plinth's own virtualenv: it lives in ``<PLINTH_TOOLS_DIR>/aiperf-<version>/`` and is
 only ever run as a subprocess. The version is pinned here and nowhere else (the Kubernetes Job's
-image in the catalogue carries the same version).
+image, ``docker/aiperf/Dockerfile``, is built with the same version).
 
 Creation takes a couple of minutes on a cold pip cache, and two workers may ask for it at once: an
 exclusive file lock serialises them, and a stamp file written last marks a finished install, so a
@@ -24,9 +24,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 AIPERF_VERSION = "0.13.0"
-# The Kubernetes Job's image: a pinned Python into which the Job installs AIPERF_VERSION on start
-# (``deployments.drivers.kube.benchmark_job``), so the one version above is the only one run.
-AIPERF_IMAGE = "python:3.11.11-slim-bookworm"
+# The Kubernetes Job's image by default: Plinth's, AIPERF_VERSION on PATH (built from
+# docker/aiperf/Dockerfile, whose pins a test holds to these), so a Job installs nothing and
+# needs no package index. An operator mirrors it or names another (``ClusterSettings``).
+AIPERF_IMAGE = f"ghcr.io/plinth-project/aiperf:{AIPERF_VERSION}"
+# The plain Python that image is built on, and that a cluster which chose to install AIPerf from
+# a package index on each run (``benchmark_aiperf: {type: pip}``) runs the Job in.
+PYTHON_IMAGE = "python:3.11.11-slim-bookworm"
 STAMP = ".plinth-installed"
 
 

@@ -25,6 +25,21 @@ class AbortIn(ApiModel):
     reason: str = ''
 
 
+class AiperfFromIndex(ApiModel):
+    "AIPerf installed with pip from ``index_url`` by every benchmark Job (about 1.2 GB)."
+
+    type: Literal['pip'] = 'pip'
+    index_url: str
+    image: str = 'python:3.11.11-slim-bookworm'
+
+
+class AiperfImage(ApiModel):
+    "AIPerf from an image with ``aiperf`` on its PATH: benchmark Jobs install nothing."
+
+    type: Literal['image'] = 'image'
+    image: str | None = None
+
+
 class ApiKeyCreatedOut(ApiModel):
     "ApiKeyCreatedOut"
 
@@ -315,6 +330,7 @@ class ClusterSettings(ApiModel):
     engine_images: dict[str, str] | None = None
     router_image: str | None = None
     model_cache: HostPathCache | ClaimCache | SharedClaimCache | NoCache | None = None
+    benchmark_aiperf: AiperfImage | AiperfFromIndex | None = None
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
     platform_namespace: str = 'plinth-system'
@@ -1358,6 +1374,8 @@ class WaterfallOut(ApiModel):
 
 
 AbortIn.model_rebuild()
+AiperfFromIndex.model_rebuild()
+AiperfImage.model_rebuild()
 ApiKeyCreatedOut.model_rebuild()
 ApiKeyIn.model_rebuild()
 ApiKeyLimitsIn.model_rebuild()

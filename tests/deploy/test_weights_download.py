@@ -6,6 +6,12 @@ its markers. Per node (hostPath): an init container of each engine pod downloads
 marker is there. Without a shared cache the engine downloads, with the token, itself. Every
 variant is valid Kubernetes 1.29-1.34 (strict) and against the LWS CRD; the download and wait
 scripts run for real under ``sh``, with a stand-in ``hf`` on PATH (the one seam: no network).
+
+Why the emulator (a stand-in, see tests/drivers/kube_emulator.py) in the driver tests at the end: a
+failed download is written with exact last words (a hub token to mask, a long progress bar to cut),
+a second try is checked by the Job's uid, and the cache test counts that observing asks the API
+nothing. A Job downloading and being replaced for other models on the real Job controller is
+tests/kube_real/test_endpoint_on_real_cluster.py::test_weights_download_job_into_a_claim_then_ready.
 """
 
 from __future__ import annotations

@@ -1,13 +1,33 @@
-"""A Kubernetes API emulator for the kube driver's tests: kmock's, with its gaps filled.
+"""A stand-in for the Kubernetes API server (kmock's emulator, with its gaps filled): never the
+real thing, and never to be called real.
 
-kmock 0.8 keeps objects and serves get/list/patch/delete over real HTTP, so the official client
-is exercised for real. What this subclass adds (see TESTING.md): server-side apply of a missing
-object creates it (kmock answers 404); objects get uid, resourceVersion, generation and a creation
-time; faults can be injected per method and path (an HTTP status, or a stall longer than the
-client's timeout); and pods' container logs are served as the kubelet serves them (``log``
-subresource: container, previous, tailLines, sinceSeconds, sinceTime, timestamps, limitBytes;
-400 for a container waiting to start or a previous run that is not there), from lines a test
-writes (``RunningEmulator.write_log``). Lists and watches are served here too, as the API
+It stores objects and answers the API's HTTP calls, so Plinth's client and the official one are
+exercised over real HTTP; but nothing behind it acts. No controllers (a Deployment makes no
+pods, a Job never finishes), no scheduler, no kubelet, no admission defaults or validation, no
+authentication or RBAC, no garbage collection: whatever pods, statuses and logs a test needs,
+the test writes. So what it shows about Kubernetes itself is only what our own test code says.
+
+Use it only where the real API server (tests/kube_real: etcd, kube-apiserver, the controllers,
+the scheduler and kwok's nodes, started per session) cannot be made to misbehave or be observed
+as the test needs:
+- an exact failure on one call (``inject``: any HTTP status, a stall past the client's
+  timeout, a body or reason phrase that is not the API's, a 410 after ``compact``), a kind that
+  is not served (``uninstall``), a watch ended or a history compacted when the test says;
+- the requests themselves (``emulator._requests``, ``writes``): how many reads and writes a pass
+  made, with which parameters and headers, and that none reached the server;
+- states no real component produces on demand: container logs (kwok's nodes serve none),
+  exact container states and messages, a Job controller's failure with a chosen termination
+  message, pod addresses a real network would never assign, foreign objects under Plinth's names.
+Everything a real server and real controllers can show (objects accepted, rollouts, scheduling,
+GC, RBAC, watches that follow real changes) belongs in tests/kube_real, and a test here says in
+its module's docstring why it needs the stand-in.
+
+What this subclass adds to kmock 0.8: server-side apply of a missing object
+creates it (kmock answers 404); objects get uid, resourceVersion, generation and a creation time;
+faults are injected per method and path; pods' container logs are served as the kubelet serves
+them (``log`` subresource: container, previous, tailLines, sinceSeconds, sinceTime, timestamps,
+limitBytes; 400 for a container waiting to start or a previous run that is not there), from
+lines a test writes (``RunningEmulator.write_log``). Lists and watches are served as the API
 server serves them and kmock 0.8 does not: one resourceVersion counter for every change, a list
 reply carries it, equality label selectors and ``=``/``!=`` field selectors filter, a watch
 resumes after ``resourceVersion`` from a bounded history, ends after ``timeoutSeconds``, and

@@ -1,5 +1,12 @@
 """Prefill/decode on Kubernetes: each pool at its own size and GPU count, whatever the endpoint's
-desired replicas; per-role pods observed as per-role replicas."""
+desired replicas; per-role pods observed as per-role replicas.
+
+Why the emulator (a stand-in, see kube_emulator.py) in the one test that uses it: it writes a
+decode pod that is not ready beside ready ones and checks the per-role counts, a mixed state kwok
+(which readies every pod it runs) does not produce on demand. Both pools becoming ready on real
+controllers is
+tests/kube_real/test_endpoint_on_real_cluster.py::test_prefill_and_decode_pools_become_ready.
+"""
 
 from __future__ import annotations
 

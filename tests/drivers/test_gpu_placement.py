@@ -6,6 +6,14 @@ cluster stored it and asks ``placement.eligible_nodes`` (the scheduler's node fi
 required affinity, taints, cordons, GPU count) which of the listed nodes may take its pods.
 The cluster's GPU inventory and the unschedulable reason are checked on the same nodes, and
 every operator setting renders to manifests valid on Kubernetes 1.29-1.34.
+
+Why the emulator (a stand-in, see kube_emulator.py): this file checks placement with
+``placement.eligible_nodes``, a model of the scheduler's filters, over Nodes the test writes
+(cordoned, too small, CPU-only, labelled as another cloud labels them), which kwok's nodes in
+tests/kube_real are not: they are fixed for the session, and cordoning or relabelling them would
+disturb its other tests. The real scheduler's verdicts (an H100 endpoint placed on H100 nodes, a
+GPU type no node has, too few GPUs) are in tests/kube_real/test_endpoint_on_real_cluster.py; the
+rest could move there with nodes of their own.
 """
 
 from __future__ import annotations

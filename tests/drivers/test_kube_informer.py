@@ -1,5 +1,12 @@
 """List+watch caches against the API emulator: resume from resourceVersion, relist on 410, stale
-until synced, and the driver reading from them (and never deleting on what they say)."""
+until synced, and the driver reading from them (and never deleting on what they say).
+
+Why the emulator (a stand-in, see kube_emulator.py): the server's end of each watch is the test's
+to decide (ended every second, a history compacted so the next resume gets 410, a LIST refused with
+503 twice), and the tests count the requests (one LIST, a watch naming the version it resumes from,
+a settled pass asking nothing). Caches following an endpoint on the real server, with the worker's
+token, are tests/kube_real/test_worker_cache_on_real_cluster.py.
+"""
 
 from __future__ import annotations
 

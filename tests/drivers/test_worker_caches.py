@@ -5,6 +5,12 @@ the cache, events name their pod's role, and a short prefill/decode pool degrade
 
 The cluster is the API emulator (tests/drivers/kube_emulator.py) reached through a kubeconfig,
 as a tenant's is; passes are the real ``reconcile.reconcile``.
+
+Why the emulator (a stand-in, see kube_emulator.py): the tests count the requests a pass or the
+inventory makes (none for a settled pass, one cluster-wide LIST of pods), and write pods and events
+of a split endpoint in states kwok does not produce on demand (a pool short of its replicas,
+BackOff events). The cache following an endpoint and the inventory adding up on the real server are
+tests/kube_real/test_worker_cache_on_real_cluster.py.
 """
 
 from __future__ import annotations

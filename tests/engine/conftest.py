@@ -1,5 +1,9 @@
 """Fixtures of the deployment engine's tests: a fast local cluster, a Kubernetes API emulator
-with an endpoint on it, and a spec that runs on the simulator."""
+with an endpoint on it, and a spec that runs on the simulator.
+
+The emulator is a stand-in for the API server (tests/drivers/kube_emulator.py says when a test may
+use it); each test module that does says why in its docstring.
+"""
 
 from __future__ import annotations
 

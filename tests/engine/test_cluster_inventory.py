@@ -3,6 +3,12 @@
 The cluster's API is the emulator holding labelled Nodes and a pod using GPUs; the task stores
 what it saw on the Cluster row, and an API server that refuses keeps the last figures with the
 reason next to them.
+
+Why the emulator (a stand-in, see tests/drivers/kube_emulator.py): its API server refuses the node
+list with 403 on the test's word (a real one would need the worker's RBAC changed mid-session),
+which is what keeps the last figures with the reason. The inventory counted on the real server is
+test_gpu_inventory_counts_the_nodes_and_the_gpus_pods_hold in
+tests/kube_real/test_worker_cache_on_real_cluster.py.
 """
 
 from __future__ import annotations

@@ -6,6 +6,12 @@ never queues it again until a change (a person's, the autoscaler's, a wake-up) m
 running endpoint keeps its settled pass (its engines can fail by themselves). Reconcile runs
 against the Kubernetes API emulator, the sweep against the real broker, and notifications are
 read from the real Redis channel the gateway subscribes to.
+
+Why the emulator (a stand-in, see tests/drivers/kube_emulator.py): the test plays the kubelet,
+making the endpoint's pods ready, crashed or gone at the moment it chooses, and counts the passes
+and notifications around each change; the real Deployment controller and kwok would recreate and
+ready pods on their own time. An endpoint becoming ready, stopping and starting on real controllers
+is tests/kube_real/test_endpoint_on_real_cluster.py.
 """
 
 from __future__ import annotations

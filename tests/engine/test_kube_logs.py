@@ -1,6 +1,11 @@
 """Logs of a Kubernetes endpoint in the API and the console: the pods' container logs, read
 through the kube driver (the one implementation the local cluster's files go through too),
-from the API emulator over real HTTP."""
+from the API emulator over real HTTP.
+
+Why the emulator (a stand-in, see tests/drivers/kube_emulator.py): kwok's fake nodes serve no
+container logs (no kubelet log endpoint), so the lines are written by the test, a crash-looping
+pod's previous container included; and the viewers test asserts no log request reached the server.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,13 @@
 The emulator has no controllers, so the test plays the kubelet and scheduler: it writes the pods
 a Deployment would have and their status, and reconcile must turn them into the right status and
 timeline text.
+
+Why the emulator (a stand-in, see tests/drivers/kube_emulator.py): reconcile's reading of pods is
+checked on states written at the moment the test chooses (a crash loop beside ready pods, a pending
+pod with the scheduler's message), on a foreign object under Plinth's name, on replies no real
+server gives (a body and reason written to leak), and on no request reaching a refused address. The
+driver on real controllers (the scheduler's own words, delete with garbage collection) is
+tests/kube_real/test_endpoint_on_real_cluster.py.
 """
 
 from __future__ import annotations

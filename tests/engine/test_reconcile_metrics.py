@@ -3,6 +3,9 @@ read back by the control plane's /metrics.
 
 Passes run with Celery's ``apply`` against the Kubernetes API emulator; the histogram is shared
 by every test on this Redis, so each test compares counts before and after.
+
+Why the emulator (a stand-in, see tests/drivers/kube_emulator.py): a pass's outcome is chosen by
+injecting two 500s on the engine's apply, which a real API server cannot be told to answer.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@ to the sweep, and a pass over its time limit interrupted, its lock released and 
 
 Real parts: the management API, the Redis broker, the Kubernetes API emulator, and for the time
 limit a real worker on Celery's prefork pool (the pool that enforces limits, as in production).
+
+Why the emulator (a stand-in, see tests/drivers/kube_emulator.py): the time-limit test stalls the
+pass's apply (an injected stall, past the task's limit), which a real API server cannot be made to
+do; the broker-outage test needs only an API that applies at once, which it also serves.
 """
 
 from __future__ import annotations

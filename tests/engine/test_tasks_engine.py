@@ -4,6 +4,10 @@ Tasks run in this process with ``apply`` (Celery's own synchronous execution, re
 the sweep's messages are read back from the real Redis broker. A change made while a pass runs
 is acted on when that pass ends, and a starting worker (a real one) re-observes the local
 cluster's endpoints.
+
+Why the emulator (a stand-in, see tests/drivers/kube_emulator.py): retries and failures are driven
+by injected 500s and a 403 on the engine's apply, and the lock tests assert that no request was
+written (``writes``), which a real API server does not show a test.
 """
 
 from __future__ import annotations

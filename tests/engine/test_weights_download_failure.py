@@ -6,6 +6,12 @@ cache on a claim, so a Job downloads the weights and the engine pods wait in ``w
 for it. The emulator runs no controllers: the test plays the Job controller (the Job's Failed
 condition, its failed pod with the last lines of its log as termination message) and the
 kubelet (pods).
+
+Why the emulator (a stand-in, see tests/drivers/kube_emulator.py): the failure's words are the
+test's to choose (the Job's condition, its pod's termination message), and the engine pods stay in
+``wait-for-weights`` (kwok runs no init containers) until the test says. A download Job succeeding
+on the real Job controller is
+tests/kube_real/test_endpoint_on_real_cluster.py::test_weights_download_job_into_a_claim_then_ready.
 """
 
 from __future__ import annotations

@@ -1,11 +1,14 @@
 """A benchmark's objects (Secret, tokenizer ConfigMap, AIPerf Job) on the real API server, applied
-as ``deployments.drivers.kube.benchmark.run_job`` applies them, with the worker's own token; kwok
-runs the Job's pod to completion. Reading the results back needs a kubelet's log endpoint, which
-kwok's fake nodes do not serve here: that part stays with tests/benchmarks."""
+as ``deployments.drivers.kube.benchmark.run_job`` applies them, with the worker's own token; the
+real Job controller makes the pod and kwok runs it to completion. The cluster is set up as an
+air-gapped one would be (AIPerf from a mirrored image behind a pull secret): the pod the
+controller made runs that image and installs nothing. Reading the results back needs a kubelet's
+log endpoint, which kwok's fake nodes do not serve here: that part stays with tests/benchmarks."""
 
 from __future__ import annotations
 
 from deployments.benchmark_profile import parse_profile
+from deployments.cluster_settings import parse_settings
 from deployments.drivers import base
 from deployments.drivers.kube.benchmark_job import (
     benchmark_job,
@@ -19,8 +22,15 @@ from tests.drivers.reference_specs import load_spec, revision_plan
 from tests.kube_real.conftest import SETTLE_S
 from tests.waiting import wait_until
 
+MIRROR = "registry.internal:5000/plinth/aiperf:0.13.0"
+AIR_GAPPED = {
+    "benchmark_aiperf": {"type": "image", "image": MIRROR},
+    "image_pull_secrets": ["mirror-cred"],
+    "labels": {"team": "ml"},
+}
 
-def test_a_benchmark_job_is_accepted_and_runs_to_completion(
+
+def test_a_benchmark_job_from_a_mirrored_image_is_accepted_and_runs_to_completion(
     worker_client: KubeClient, ref: base.DeploymentRef
 ) -> None:
     ids = {
@@ -36,17 +46,27 @@ def test_a_benchmark_job_is_accepted_and_runs_to_completion(
         model="chat",
         deadline_s=900,
         revision=1,
+        cluster=parse_settings(AIR_GAPPED),
         **ids,
     )
     for obj in (benchmark_secret(api_key="pk_inf_test", **ids), tokenizer_config_map(**ids), job):
         worker_client.apply(obj, force=True)
     jobs = kind_of("batch/v1", "Job")
+    name = job["metadata"]["name"]
 
     def succeeded() -> bool:
-        current = worker_client.get(jobs, ref.namespace, job["metadata"]["name"]) or {}
+        current = worker_client.get(jobs, ref.namespace, name) or {}
         return bool((current.get("status") or {}).get("succeeded"))
 
     wait_until(succeeded, "the benchmark Job completes", SETTLE_S, interval=1.0)
+    # The pod as the Job controller made it from what the API server kept.
+    (pod,) = worker_client.list(kind_of("v1", "Pod"), ref.namespace, {BENCHMARK: "0123456789ab"})
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == MIRROR
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "mirror-cred"}]
+    assert pod["metadata"]["labels"]["team"] == "ml"
+    script = container["args"][0]
+    assert "pip" not in script and script.splitlines()[1].startswith("aiperf profile")
 
 
 def test_an_edit_during_a_benchmark_keeps_its_objects_and_its_pod_is_no_replica(

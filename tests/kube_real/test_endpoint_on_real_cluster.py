@@ -241,12 +241,15 @@ def test_edit_rollback_and_scale_are_rolling_updates_of_one_deployment(
     assert len({rs["metadata"]["name"] for rs in sets if "engine" in rs["metadata"]["name"]}) > 1
 
 
-def test_stop_then_start(driver: KubeDriver, ref: base.DeploymentRef) -> None:
+def test_stop_then_start(driver: KubeDriver, ref: base.DeploymentRef, admin: Admin) -> None:
+    """A start after a stop applies the same rendering again: the anchor's set hash, unchanged,
+    must not make the pass skip workloads the stop removed."""
     revision = numbered("llama-3.1-8b-h100", 1)
     driver.apply(ref, revision)
     wait_ready(driver, ref, revision)
     wait_until(lambda: driver.stop(ref), "the driver stops every pod", SETTLE_S, interval=1.0)
     assert not driver.observe(ref).replicas
+    assert admin.get(f"/api/v1/namespaces/{ref.namespace}/secrets/chat-api-key")  # kept
     driver.apply(ref, revision)
     wait_ready(driver, ref, revision)
 

@@ -3,12 +3,19 @@
 Three objects, each labelled as Plinth's and as a benchmark of the endpoint (``L.BENCHMARK_OF``,
 never the endpoint's own label, so its apply leaves them be): a Secret holding the run's temporary
 inference key, a ConfigMap holding the tokenizer Plinth ships (so the pod downloads no tokenizer),
-and the Job. The Job's one container runs the catalogue-pinned image (``tools_env.AIPERF_IMAGE``,
-with ``AIPERF_VERSION`` installed on start into a writable ``/tmp``), runs AIPerf once per load
-point against the endpoint's gateway URL, and prints each point's export as one line
-``PLINTH-RESULT <index> <json>`` that the worker reads back from the pod's log. The key reaches
-the container only as an environment variable from the Secret: it is never in the manifest's
-args, and AIPerf redacts it in its own logs.
+and the Job. The Job's one container runs AIPerf once per load point against the endpoint's
+gateway URL, and prints each point's export as one line ``PLINTH-RESULT <index> <json>`` that the
+worker reads back from the pod's log. The key reaches the container only as an environment
+variable from the Secret: it is never in the manifest's args, and AIPerf redacts it in its own
+logs.
+
+Where AIPerf comes from is the cluster's ``benchmark_aiperf`` setting. By default an image with
+``aiperf`` on its PATH (the cluster's, else the platform's, else Plinth's own, pinned to
+``tools_env.AIPERF_VERSION``): the pod then talks to nothing but the gateway, so a benchmark runs
+on a cluster that reaches no package index. Only where an operator chose ``pip`` does the pod
+install the pinned version from the index named there into a writable ``/tmp`` on every run.
+The pod takes the cluster's settings for every pod (node selector, tolerations, priority class,
+image-pull secrets for a private registry, extra labels and annotations), none of the GPU ones.
 """
 
 from __future__ import annotations
@@ -18,7 +25,9 @@ from typing import Any
 
 from deployments.benchmark_aiperf import AIPERF_SETTINGS, TOKENIZER_DIR, aiperf_argv
 from deployments.benchmark_profile import TrafficProfile, load_points
+from deployments.cluster_settings import AiperfFromIndex, BenchmarkAiperf, ClusterSettings
 from deployments.drivers.kube import labels as L
+from deployments.drivers.kube.render import cpu_pod_scheduling, with_operator_metadata
 from deployments.tools_env import AIPERF_IMAGE, AIPERF_VERSION
 
 KEY_ENV = "PLINTH_BENCHMARK_KEY"
@@ -74,16 +83,34 @@ def tokenizer_config_map(
     }
 
 
-def _script(
-    profile: TrafficProfile, *, url: str, model: str, benchmark_id: str, revision: int | None
-) -> str:
-    lines = [
-        "set -eu",
-        f"python -m pip install --quiet --no-cache-dir --prefix /tmp/aiperf "
+def aiperf_image(source: BenchmarkAiperf, platform_image: str = "") -> str:
+    """The Job's image: the cluster's choice, else the platform's default, else Plinth's."""
+    return source.image or platform_image or AIPERF_IMAGE
+
+
+def _install(source: BenchmarkAiperf) -> list[str]:
+    """Shell lines that put ``aiperf`` on PATH: none when the image has it."""
+    if not isinstance(source, AiperfFromIndex):
+        return []
+    return [
+        f"python -m pip install --quiet --no-cache-dir --disable-pip-version-check "
+        f"--index-url {shlex.quote(source.index_url)} --prefix /tmp/aiperf "
         f"aiperf=={AIPERF_VERSION}",
         "export PATH=/tmp/aiperf/bin:$PATH",
         'export PYTHONPATH="$(echo /tmp/aiperf/lib/python3*/site-packages)"',
     ]
+
+
+def _script(
+    profile: TrafficProfile,
+    *,
+    url: str,
+    model: str,
+    benchmark_id: str,
+    revision: int | None,
+    source: BenchmarkAiperf,
+) -> str:
+    lines = ["set -eu", *_install(source)]
     for index, point in enumerate(load_points(profile)):
         out = f"{POD_TMP}/out/{index}"
         argv = aiperf_argv(
@@ -112,17 +139,23 @@ def benchmark_job(
     model: str,
     deadline_s: int,
     revision: int | None = None,
+    cluster: ClusterSettings | None = None,
+    platform_image: str = "",
 ) -> dict[str, Any]:
-    """The Job that runs the sweep once (no retries: a rerun is a new benchmark)."""
+    """The Job that runs the sweep once (no retries: a rerun is a new benchmark), on
+    ``cluster``'s settings; ``platform_image`` is the installation's default AIPerf image."""
+    cluster = cluster or ClusterSettings()
+    source = cluster.benchmark_aiperf
     name = benchmark_names(slug, benchmark_id)
     labels = _labels(slug, deployment_id, benchmark_id)
+    script = _script(
+        profile, url=url, model=model, benchmark_id=benchmark_id, revision=revision, source=source
+    )
     container = {
         "name": "aiperf",
-        "image": AIPERF_IMAGE,
+        "image": aiperf_image(source, platform_image),
         "command": ["/bin/sh", "-c"],
-        "args": [
-            _script(profile, url=url, model=model, benchmark_id=benchmark_id, revision=revision)
-        ],
+        "args": [script],
         "env": [
             {"name": "HOME", "value": POD_TMP},
             *({"name": k, "value": v} for k, v in AIPERF_SETTINGS.items()),
@@ -156,8 +189,9 @@ def benchmark_job(
             {"name": "tokenizer", "configMap": {"name": f"{name}-tok"}},
             {"name": "tmp", "emptyDir": {}},
         ],
+        **cpu_pod_scheduling(cluster),
     }
-    return {
+    job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": _meta(name, namespace, labels),
@@ -165,6 +199,7 @@ def benchmark_job(
             "backoffLimit": 0,
             "activeDeadlineSeconds": deadline_s,
             "ttlSecondsAfterFinished": 3600,
-            "template": {"metadata": {"labels": labels}, "spec": pod},
+            "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
         },
     }
+    return with_operator_metadata(job, cluster)

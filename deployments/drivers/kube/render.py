@@ -624,6 +624,15 @@ def _scheduling(cluster: ClusterSettings) -> dict[str, Any]:
     return spec
 
 
+def cpu_pod_scheduling(cluster: ClusterSettings) -> dict[str, Any]:
+    """A CPU pod's share of the cluster's settings (a benchmark's): what every pod gets, and
+    the cluster's tolerations, none of the GPU placement."""
+    spec = _scheduling(cluster)
+    if cluster.tolerations:
+        spec["tolerations"] = [t.manifest() for t in cluster.tolerations]
+    return spec
+
+
 def _pod_spec(
     ref: DeploymentRef,
     revision: RevisionPlan,

@@ -295,10 +295,15 @@ def test_upgrade_with_a_changed_value_rolls_the_pods_and_uninstall_leaves_nothin
             "upgrade", release.name, str(CHART), "--namespace", release.home,
             "--set", f"managedNamespaces.names={{{names}}}",
             "--set", "config.LOG_LEVEL=DEBUG", "--set", "web.replicas=3",
+            # A new image: the migration Job's pod template is immutable, so the hook makes a
+            # new Job (before-hook-creation) instead of a 422 on the old one.
+            "--set", "image.tag=next",
             "--wait", "--timeout", f"{int(SETTLE_S)}s",
         )  # fmt: skip
         after = admin.call("GET", path)
         assert after["status"].get("readyReplicas") == 3
+        [container] = after["spec"]["template"]["spec"]["containers"]
+        assert container["image"].endswith(":next")
         config = admin.call("GET", f"/api/v1/namespaces/{release.home}/configmaps/plinth-config")
         assert config["data"]["LOG_LEVEL"] == "DEBUG"
         checksum = "checksum/config"
@@ -313,5 +318,73 @@ def test_upgrade_with_a_changed_value_rolls_the_pods_and_uninstall_leaves_nothin
             SETTLE_S,
             interval=1.0,
         )
+    finally:
+        _forget(admin, release)
+
+
+def _operator_crd(kind: str) -> dict[str, Any]:
+    """The Prometheus Operator's kind under its own group and version, with an open schema: what
+    this test needs is that the API server serves monitoring.coreos.com/v1 (its discovery is what
+    helm asks); the fields are checked against the operator's schema in
+    tests/deploy/test_monitoring.py."""
+    plural = kind.lower() + "s"
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.monitoring.coreos.com"},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _serve_monitoring_api(admin: Admin) -> None:
+    """The operator's kinds, once per session (they stay: a later install may render monitors)."""
+    for kind in ("ServiceMonitor", "PodMonitor"):
+        name = f"{kind.lower()}s.monitoring.coreos.com"
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+        if admin.get(path) is None:
+            admin.call(
+                "POST",
+                "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                _operator_crd(kind),
+            )
+    wait_until(
+        lambda: admin.get("/apis/monitoring.coreos.com/v1") is not None,
+        "the API server serves monitoring.coreos.com/v1",
+        SETTLE_S,
+        interval=0.5,
+    )
+
+
+def test_a_cluster_with_the_prometheus_operator_gets_the_monitors(
+    cluster: ControlPlane, admin: Admin
+) -> None:
+    _serve_monitoring_api(admin)
+    tool = Helm(cluster)
+    release = _install(tool, admin)
+    try:
+        home = f"/apis/monitoring.coreos.com/v1/namespaces/{release.home}/servicemonitors"
+        assert _names(admin, home) == {"plinth-web", "plinth-gateway"}
+        for managed in release.managed:
+            pods = f"/apis/monitoring.coreos.com/v1/namespaces/{managed}/podmonitors"
+            assert _names(admin, pods) == {"plinth-engines", "plinth-routers"}
+        tool("uninstall", release.name, "--namespace", release.home, "--wait")
+        assert not _names(admin, home)
     finally:
         _forget(admin, release)

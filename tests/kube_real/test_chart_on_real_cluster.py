@@ -16,7 +16,7 @@ import os
 import subprocess
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from deployments.drivers.kube.client import KubeClient
+from deployments.drivers.kube.driver import KubeDriver
 from scripts.render_k8s import CHART, K8S, generated_paths, helm_template, rendering
-from tests.kube_real.conftest import SETTLE_S, Admin
+from tests.drivers.reference_specs import REF, load_spec, revision_plan
+from tests.kube_real.conftest import LOOPBACK, SETTLE_S, Admin
 from tests.kube_real.control_plane import ControlPlane, binaries_dir
 from tests.kube_real.test_worker_rbac_on_real_cluster import ALLOWED as WORKER_RIGHTS
 from tests.kube_real.test_worker_rbac_on_real_cluster import DENIED as WORKER_DENIED
@@ -137,6 +140,8 @@ def _leftovers(admin: Admin, release: Release) -> list[str]:
         for path in NAMESPACED:
             query = path.format(ns=namespace) + ("?" + PART_OF if namespace == release.home else "")
             found += [f"{path.format(ns=namespace)}/{n}" for n in _names(admin, query)]
+    records = f"/api/v1/namespaces/{release.home}/secrets?labelSelector=owner%3Dhelm"
+    found += [f"helm's record {n}" for n in _names(admin, records)]
     for kind in ("clusterroles", "clusterrolebindings"):
         path = f"/apis/rbac.authorization.k8s.io/v1/{kind}?{PART_OF}"
         found += [f"{kind}/{n}" for n in _names(admin, path) if n.endswith(release.home)]
@@ -280,6 +285,33 @@ def test_the_installed_worker_may_do_its_work_and_none_of_the_dangerous_things(
     rights = _decide(admin, installed, "plinth-worker", WORKER_RIGHTS)
     assert len(rights) == len(WORKER_RIGHTS), "the chart's worker lacks some of its rights"
     assert _decide(admin, installed, "plinth-worker", WORKER_DENIED + NONE_MAY) == []
+
+
+def test_an_endpoint_lives_and_dies_with_the_installed_workers_own_token(
+    installed: Release, cluster: ControlPlane, admin: Admin
+) -> None:
+    """The worker's ServiceAccount as the chart installed it (its token from the TokenRequest
+    API) deploys an endpoint into a namespace the chart manages, sees it ready, deletes it."""
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}
+    path = f"/api/v1/namespaces/{installed.home}/serviceaccounts/plinth-worker/token"
+    token = admin.call("POST", path, request)["status"]["token"]
+    kubeconfig = cluster.kubeconfig(f"chart-worker-{installed.home}", token=token).read_text()
+    driver = KubeDriver(KubeClient.from_kubeconfig(kubeconfig, policy=LOOPBACK), has_lws=False)
+    ref = replace(REF, namespace=installed.managed[0])
+    revision = revision_plan(load_spec("llama-3.1-8b-h100"))
+    try:
+        driver.apply(ref, revision)
+
+        def ready() -> bool:
+            observed = driver.observe(ref)
+            return observed.ready_count(1) == revision.replicas and observed.router_ready
+
+        wait_until(ready, "the endpoint is ready", SETTLE_S, interval=1.0)
+        wait_until(lambda: driver.delete(ref), "the endpoint is gone", SETTLE_S, interval=1.0)
+        pods = f"/api/v1/namespaces/{ref.namespace}/pods"
+        wait_until(lambda: not _names(admin, pods), "its pods are gone", SETTLE_S, interval=1.0)
+    finally:
+        driver.close()
 
 
 def test_upgrade_with_a_changed_value_rolls_the_pods_and_uninstall_leaves_nothing(

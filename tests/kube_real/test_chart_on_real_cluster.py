@@ -220,6 +220,23 @@ def test_no_default_value_holds_a_secret() -> None:
         assert set(reference) == {"existingSecret", "key"}
 
 
+# A bad value, and the words helm's refusal must hold (values.schema.json).
+BAD_VALUES = {
+    "secretKey.value=hunter2": "additional properties 'value' not allowed",  # a secret inline
+    "config.REDIS_URL=redis://x": "invalid propertyName 'REDIS_URL'",  # into a ConfigMap
+    "monitoring.monitors=maybe": "/monitoring/monitors",
+    "managedNamespaces.names={Team_A}": "/managedNamespaces/names/0",
+    "web.replicas=-1": "/web/replicas",
+}
+
+
+@pytest.mark.parametrize("value", BAD_VALUES)
+def test_a_bad_value_is_refused_naming_it(value: str) -> None:
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        helm_template(helm(), [value])
+    assert BAD_VALUES[value] in refused.value.stderr
+
+
 def test_the_monitors_follow_the_clusters_api_unless_told() -> None:
     def kinds(*extra: str) -> set[str]:
         text = helm_template(helm(), [], *extra)

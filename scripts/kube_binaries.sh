@@ -56,7 +56,10 @@ build_kubernetes() {
   go_build kubernetes -ldflags "$K8S_LDFLAGS" k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
 }
-MODULES=(etcd kwok kubernetes)
+build_helm() {
+  go_build helm helm.sh/helm/v4/cmd/helm
+}
+MODULES=(etcd kwok kubernetes helm)
 flags_of() {  # the build flags that change a module's output besides its go.mod
   case $1 in
     kubernetes) echo "$K8S_LDFLAGS" ;;

@@ -1,5 +1,8 @@
-"""The manifests that run Plinth itself (k8s/) are valid Kubernetes, and the worker's rights are
-limited to the namespaces it manages."""
+"""The manifests that run Plinth itself (k8s/, the Helm chart charts/plinth as `helm template`
+renders it with scripts/render_k8s.py's fixed values) are valid Kubernetes, and the worker's
+rights are limited to the namespaces it manages. That k8s/ is exactly the chart's rendering, and
+that other values render valid objects too, is checked with the pinned helm in
+tests/kube_real/test_chart_on_real_cluster.py."""
 
 from __future__ import annotations
 

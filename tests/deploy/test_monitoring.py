@@ -316,7 +316,9 @@ def test_only_a_multi_node_replicas_leader_is_scraped() -> None:
 
 # --- dashboards ------------------------------------------------------------------------------
 
-DASHBOARDS = sorted((MONITORING / "dashboards").glob("*.json"))
+# The dashboards' JSON lives in the chart, which renders it into the ConfigMap plinth-dashboards.
+DASHBOARD_DIR = ROOT / "charts" / "plinth" / "dashboards"
+DASHBOARDS = sorted(DASHBOARD_DIR.glob("*.json"))
 # Grafana's macros are not PromQL: each stands for a range, as Grafana substitutes it.
 GRAFANA_RANGES = re.compile(
     r"\$__(rate_interval|interval|range)\b|\$\{__(rate_interval|interval|range)\}"
@@ -424,6 +426,8 @@ def test_there_is_a_dashboard_for_endpoints_and_one_for_the_platform() -> None:
     generated = of_kind("ConfigMap")[0]
     assert generated["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert sorted(generated["data"]) == [path.name for path in DASHBOARDS]
+    for path in DASHBOARDS:
+        assert generated["data"][path.name] == path.read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.stem)
@@ -436,7 +440,7 @@ def test_every_metric_a_dashboard_queries_exists(path: Path, plinth_names: froze
 
 def test_the_check_catches_a_name_sglang_does_not_have(plinth_names: frozenset[str]) -> None:
     # 0.5.23 has no sglang:time_per_output_token_seconds (SGLANG.md section 3.2).
-    dashboard = load(MONITORING / "dashboards" / "plinth-endpoints.json")
+    dashboard = load(DASHBOARD_DIR / "plinth-endpoints.json")
     panel = next(p for p in dashboard["panels"] if p["type"] != "row")
     panel["targets"][0]["expr"] = (
         "histogram_quantile(0.9, sum by (le) "
@@ -450,7 +454,7 @@ def test_the_check_catches_a_name_sglang_does_not_have(plinth_names: frozenset[s
 def test_the_endpoint_dashboard_shows_sglangs_serving_figures() -> None:
     queried = {
         name
-        for _, expr in expressions(load(MONITORING / "dashboards" / "plinth-endpoints.json"))
+        for _, expr in expressions(load(DASHBOARD_DIR / "plinth-endpoints.json"))
         for name in metric_names(expr)
     }
     assert {
@@ -467,7 +471,7 @@ def test_the_endpoint_dashboard_shows_sglangs_serving_figures() -> None:
 def test_the_platform_dashboard_shows_every_control_plane_family() -> None:
     queried = {
         name
-        for _, expr in expressions(load(MONITORING / "dashboards" / "plinth-platform.json"))
+        for _, expr in expressions(load(DASHBOARD_DIR / "plinth-platform.json"))
         for name in metric_names(expr)
     }
     assert {

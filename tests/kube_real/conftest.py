@@ -18,7 +18,6 @@ import uuid
 from collections.abc import Generator, Iterator
 from dataclasses import replace
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,12 +29,13 @@ from deployments.drivers.kube.driver import KubeDriver
 from deployments.egress import EgressPolicy
 from deployments.kubeconfig import KubeconfigPolicy
 from runtime.catalog import GPU_PRODUCT_LABEL, get_gpu
+from scripts.render_k8s import VALUES as K8S_VALUES
+from scripts.render_k8s import helm_template
 from tests.drivers.reference_specs import REF
-from tests.kube_real.control_plane import KWOK_NODE, REPO, ControlPlane, binaries_dir
+from tests.kube_real.control_plane import KWOK_NODE, ControlPlane, binaries_dir
 from tests.waiting import wait_until
 
-K8S = REPO / "k8s"
-PLATFORM_NAMESPACE = "plinth-system"  # where k8s/base runs the worker
+PLATFORM_NAMESPACE = "plinth-system"  # where the chart's fixed rendering (k8s/) runs the worker
 WORKER_ACCOUNT = "plinth-worker"
 GPUS_PER_NODE = 8
 # Catalogue GPU id -> how many kwok nodes hold it.
@@ -175,21 +175,29 @@ def admin_client(cluster: ControlPlane) -> Iterator[KubeClient]:
     client.close()
 
 
-def _yaml_documents(path: Path) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+@pytest.fixture(scope="session")
+def chart_objects() -> list[dict[str, Any]]:
+    """The chart's objects as ``helm template`` renders them for k8s/ (scripts/render_k8s.py)."""
+    return [d for d in yaml.safe_load_all(helm_template(binaries_dir() / "helm", K8S_VALUES)) if d]
+
+
+def _of_component(objects: list[dict[str, Any]], component: str) -> list[dict[str, Any]]:
+    return [
+        o
+        for o in objects
+        if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component
+    ]
 
 
 @pytest.fixture(scope="session")
-def worker_token(cluster: ControlPlane, admin: Admin) -> str:
-    """A real token of the worker's ServiceAccount (k8s/base), from the TokenRequest API."""
+def worker_token(cluster: ControlPlane, admin: Admin, chart_objects: list[dict[str, Any]]) -> str:
+    """A real token of the worker's ServiceAccount (the chart's), from the TokenRequest API."""
     admin.call("POST", "/api/v1/namespaces", {"metadata": {"name": PLATFORM_NAMESPACE}})
-    account = next(
-        d
-        for d in _yaml_documents(K8S / "base" / "serviceaccount.yaml")
-        if d["metadata"]["name"] == WORKER_ACCOUNT
-    )
+    worker = _of_component(chart_objects, "worker")
+    [account] = [d for d in worker if d["kind"] == "ServiceAccount"]
+    assert account["metadata"]["name"] == WORKER_ACCOUNT
     admin.call("POST", f"/api/v1/namespaces/{PLATFORM_NAMESPACE}/serviceaccounts", account)
-    for document in _yaml_documents(K8S / "gpu-inventory" / "rbac.yaml"):
+    for document in [d for d in worker if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]:
         plural = document["kind"].lower() + "s"
         admin.call("POST", f"/apis/rbac.authorization.k8s.io/v1/{plural}", document)
     request = {
@@ -203,11 +211,18 @@ def worker_token(cluster: ControlPlane, admin: Admin) -> str:
 
 @pytest.fixture
 def worker_kubeconfig(
-    cluster: ControlPlane, admin: Admin, namespace: str, worker_token: str
+    cluster: ControlPlane,
+    admin: Admin,
+    namespace: str,
+    worker_token: str,
+    chart_objects: list[dict[str, Any]],
 ) -> str:
-    """A kubeconfig with the worker's own token, which has nothing but the rights
-    k8s/managed-namespace grants it in ``namespace`` (and k8s/gpu-inventory's, cluster-wide)."""
-    for document in _yaml_documents(K8S / "managed-namespace" / "rbac.yaml"):
+    """A kubeconfig with the worker's own token, which has nothing but the rights the chart
+    grants it in a managed namespace, here ``namespace`` (and its GPU inventory's, cluster-wide)."""
+    worker = _of_component(chart_objects, "worker")
+    for document in [
+        json.loads(json.dumps(d)) for d in worker if d["kind"] in ("Role", "RoleBinding")
+    ]:
         document["metadata"]["namespace"] = namespace
         plural = document["kind"].lower() + "s"
         admin.call(

@@ -1,7 +1,8 @@
 """What the worker's ServiceAccount may do, by the real authorizer (SubjectAccessReviews against
-k8s/managed-namespace and k8s/gpu-inventory, as ``--authorization-mode=Node,RBAC`` decides):
-everything an endpoint's life needs in a namespace it deploys into (the lifecycle tests run with
-its token), and none of what it does not need elsewhere."""
+the chart's managed-namespace Role and GPU-inventory ClusterRole, as
+``--authorization-mode=Node,RBAC`` decides): everything an endpoint's life needs in a namespace
+it deploys into (the lifecycle tests run with its token), and none of what it does not need
+elsewhere. The chart's other accounts: test_chart_on_real_cluster.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import pytest
 
 from tests.kube_real.conftest import PLATFORM_NAMESPACE, WORKER_ACCOUNT, Admin
 
-WORKER = f"system:serviceaccount:{PLATFORM_NAMESPACE}:{WORKER_ACCOUNT}"
 HERE = "{ns}"  # the namespace the worker deploys into
 # (verb, group, resource, namespace or None for cluster-wide)
 ALLOWED = [
@@ -44,23 +44,31 @@ DENIED = [
 ]
 
 
-def allowed(
-    admin: Admin, namespace: str, verb: str, group: str, resource: str, where: str | None
+def may(
+    admin: Admin,
+    account: tuple[str, str],
+    verb: str,
+    group: str,
+    resource: str,
+    namespace: str | None,
 ) -> bool:
+    """Whether the ServiceAccount ``account`` (namespace, name) may, by a SubjectAccessReview
+    with the groups its token carries (``namespace`` None: cluster-wide)."""
+    home, name = account
     kind, _, sub = resource.partition("/")
     attributes: dict[str, Any] = {"verb": verb, "group": group, "resource": kind}
     if sub:
         attributes["subresource"] = sub
-    if where is not None:
-        attributes["namespace"] = where.format(ns=namespace)
+    if namespace is not None:
+        attributes["namespace"] = namespace
     review = {
         "apiVersion": "authorization.k8s.io/v1",
         "kind": "SubjectAccessReview",
         "spec": {
-            "user": WORKER,
+            "user": f"system:serviceaccount:{home}:{name}",
             "groups": [
                 "system:serviceaccounts",
-                f"system:serviceaccounts:{PLATFORM_NAMESPACE}",
+                f"system:serviceaccounts:{home}",
                 "system:authenticated",
             ],
             "resourceAttributes": attributes,
@@ -68,6 +76,13 @@ def allowed(
     }
     reply = admin.call("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
     return bool(reply["status"].get("allowed"))
+
+
+def allowed(
+    admin: Admin, namespace: str, verb: str, group: str, resource: str, where: str | None
+) -> bool:
+    where = where.format(ns=namespace) if where is not None else None
+    return may(admin, (PLATFORM_NAMESPACE, WORKER_ACCOUNT), verb, group, resource, where)
 
 
 @pytest.mark.usefixtures("worker_kubeconfig")  # grants the worker its Role in ``namespace``

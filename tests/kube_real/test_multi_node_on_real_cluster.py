@@ -23,7 +23,7 @@ from deployments.drivers.kube.client import KubeClient, KubePermanentError
 from deployments.drivers.kube.driver import KubeDriver
 from runtime import launch
 from tests.drivers.reference_specs import load_spec
-from tests.kube_real.conftest import SETTLE_S, Admin
+from tests.kube_real.conftest import GPU_NODES, SETTLE_S, Admin
 from tests.waiting import wait_until
 
 SPEC = "deepseek-v3-tp16-2x-h200"  # one replica: two 8-GPU pods on two H200 nodes
@@ -194,6 +194,53 @@ def test_delete_leaves_nothing_of_a_multi_node_endpoint(
         output=lambda: str(left()),
     )
     assert driver.observe(ref).empty
+
+
+@pytest.fixture
+def one_h200_node(admin: Admin) -> Iterator[None]:
+    """Every H200 node but one cordoned (``spec.unschedulable``), so a two-node group gets its
+    leader placed and its worker not. Uncordoned afterwards."""
+    others = [f"/api/v1/nodes/kwok-h200-{i}" for i in range(1, GPU_NODES["H200"])]
+
+    def cordon(value: bool) -> None:
+        for path in others:
+            patch = {"spec": {"unschedulable": value}}
+            admin.call("PATCH", path, patch, content_type="application/merge-patch+json")
+
+    cordon(True)
+    try:
+        yield
+    finally:
+        cordon(False)
+
+
+@pytest.mark.usefixtures("one_h200_node")
+def test_a_group_whose_worker_cannot_be_placed_is_not_ready_and_says_why(
+    driver: KubeDriver, ref: base.DeploymentRef, admin: Admin
+) -> None:
+    """The leader runs (kwok readies it), its worker waits for a node: the replica is not
+    ready (a real leader waits for every rank), with the scheduler's words about the worker."""
+    driver.apply(ref, numbered(1))
+
+    def leader_ready_worker_pending() -> bool:
+        pods = {p["metadata"]["name"]: p for p in engine_pods(admin, ref.namespace)}
+        leader, worker = pods.get("chat-engine-0"), pods.get("chat-engine-0-1")
+        if leader is None or worker is None:
+            return False
+        ready = [c for c in leader["status"].get("conditions") or [] if c["type"] == "Ready"]
+        scheduled = [
+            c for c in worker["status"].get("conditions") or [] if c["type"] == "PodScheduled"
+        ]
+        return bool(ready and ready[0]["status"] == "True" and scheduled) and (
+            scheduled[0].get("reason") == "Unschedulable"
+        )
+
+    wait_until(leader_ready_worker_pending, "the leader ready, its worker pending", SETTLE_S)
+    (replica,) = driver.observe(ref).engines()
+    assert not replica.ready
+    assert replica.phase == base.PENDING and replica.reason == "Unschedulable"
+    assert "chat-engine-0-1" in replica.message
+    assert "Insufficient nvidia.com/gpu" in replica.message
 
 
 @pytest.fixture

@@ -154,11 +154,41 @@ def test_an_edit_is_a_rolling_update_of_the_leader_worker_set(
     live = admin.call("GET", f"{path}/chat-engine")
     assert live["metadata"]["uid"] == uid
     assert live["metadata"]["labels"][L.REVISION] == "2"
-    pods = engine_pods(admin, ref.namespace)
-    assert len(pods) == 2 and not {p["metadata"]["uid"] for p in pods} & old_pods
+
+    # The surge group (the new revision's too) goes once the first group is replaced.
+    def one_group() -> list[dict[str, Any]] | None:
+        pods = engine_pods(admin, ref.namespace)
+        return pods if len(pods) == 2 else None
+
+    pods = wait_until(one_group, "the surge group is gone", SETTLE_S, interval=1.0)
+    assert not {p["metadata"]["uid"] for p in pods} & old_pods
     assert all(p["metadata"]["labels"][L.REVISION] == "2" for p in pods)
     args = pods[0]["spec"]["containers"][0]["args"]
     assert args[args.index("--max-running-requests") + 1] == "64"
+
+
+def test_a_second_pass_over_a_defaulted_leader_worker_set_writes_nothing(
+    driver: KubeDriver, ref: base.DeploymentRef, admin: Admin
+) -> None:
+    """LWS's defaulting webhook adds fields to what was applied; the next pass still finds the
+    endpoint as rendered and writes nothing (the LeaderWorkerSet's generation stays)."""
+    path = f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ref.namespace}/leaderworkersets"
+    driver.apply(ref, numbered(1))
+    before = admin.call("GET", f"{path}/chat-engine")["metadata"]["generation"]
+    driver.apply(ref, numbered(1))
+    assert admin.call("GET", f"{path}/chat-engine")["metadata"]["generation"] == before
+
+
+def test_stop_then_start_a_multi_node_endpoint(
+    driver: KubeDriver, ref: base.DeploymentRef, admin: Admin
+) -> None:
+    revision = numbered(1)
+    driver.apply(ref, revision)
+    wait_ready(driver, ref, revision)
+    wait_until(lambda: driver.stop(ref), "the driver stops every pod", SETTLE_S, interval=1.0)
+    assert not driver.observe(ref).replicas and not engine_pods(admin, ref.namespace)
+    driver.apply(ref, revision)
+    wait_ready(driver, ref, revision)
 
 
 def test_delete_leaves_nothing_of_a_multi_node_endpoint(
@@ -258,6 +288,10 @@ def lws_not_served(admin: Admin) -> Iterator[None]:
         yield
     finally:
         served(True)
+        # Served again before the next test applies one (the API server installs the handler
+        # a moment after the CRD changes).
+        kinds = "/apis/leaderworkerset.x-k8s.io/v1"
+        wait_until(lambda: not _not_found(admin, kinds), f"{kinds} is served again", SETTLE_S)
 
 
 @pytest.mark.usefixtures("lws_not_served")

@@ -33,9 +33,9 @@ LWS_CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + (
 )
 
 
-def numbered(number: int, **changes: Any) -> base.RevisionPlan:
+def numbered(number: int, replicas: int | None = None, **changes: Any) -> base.RevisionPlan:
     """Revision ``number`` of the two-node reference spec, with ``changes`` (dotted field ->
-    value) made to it."""
+    value) made to it, at ``replicas`` groups (the spec's own count by default)."""
     data = load_spec(SPEC).model_dump(mode="json")
     for dotted, value in changes.items():
         group, field = dotted.split(".")
@@ -43,7 +43,8 @@ def numbered(number: int, **changes: Any) -> base.RevisionPlan:
     spec = type(load_spec(SPEC)).model_validate(data)
     plan = launch.plan(spec, deployment_labels={"deployment": "chat"})
     engine = next(r for r in plan.roles if r.role != "router")
-    return base.RevisionPlan.for_spec(spec, plan, number=number, replicas=engine.replicas)
+    count = engine.replicas if replicas is None else replicas
+    return base.RevisionPlan.for_spec(spec, plan, number=number, replicas=count)
 
 
 def items(admin: Admin, path: str) -> list[dict[str, Any]]:
@@ -66,6 +67,17 @@ def wait_ready(driver: KubeDriver, ref: base.DeploymentRef, revision: base.Revis
         return ready and not others and observed.router_ready
 
     wait_until(settled, f"revision {revision.number} alone is ready", SETTLE_S, interval=1.0)
+
+
+def router_discovers(admin: Admin, namespace: str) -> set[str]:
+    """The pods the router's ``--selector`` (as applied) matches: the workers smg adds."""
+    path = f"/apis/apps/v1/namespaces/{namespace}/deployments/chat-router"
+    args = admin.call("GET", path)["spec"]["template"]["spec"]["containers"][0]["args"]
+    start = args.index("--selector") + 1
+    end = next((i for i in range(start, len(args)) if args[i].startswith("--")), len(args))
+    selector = quote(",".join(args[start:end]))
+    matched = items(admin, f"/api/v1/namespaces/{namespace}/pods?labelSelector={selector}")
+    return {p["metadata"]["name"] for p in matched}
 
 
 def env_of(pod: dict[str, Any]) -> dict[str, str]:
@@ -125,14 +137,7 @@ def test_the_router_discovers_the_group_leaders_only(
     revision = numbered(1)
     driver.apply(ref, revision)
     wait_ready(driver, ref, revision)
-    ns = ref.namespace
-    router = admin.call("GET", f"/apis/apps/v1/namespaces/{ns}/deployments/chat-router")
-    args = router["spec"]["template"]["spec"]["containers"][0]["args"]
-    start = args.index("--selector") + 1
-    end = next((i for i in range(start, len(args)) if args[i].startswith("--")), len(args))
-    selector = quote(",".join(args[start:end]))
-    matched = items(admin, f"/api/v1/namespaces/{ns}/pods?labelSelector={selector}")
-    assert {p["metadata"]["name"] for p in matched} == {"chat-engine-0"}
+    assert router_discovers(admin, ref.namespace) == {"chat-engine-0"}
 
 
 def test_an_edit_is_a_rolling_update_of_the_leader_worker_set(
@@ -160,11 +165,28 @@ def test_an_edit_is_a_rolling_update_of_the_leader_worker_set(
         pods = engine_pods(admin, ref.namespace)
         return pods if len(pods) == 2 else None
 
-    pods = wait_until(one_group, "the surge group is gone", SETTLE_S, interval=1.0)
+    pods = wait_until(one_group, "the surge group is gone", SETTLE_S, interval=1.0) or []
     assert not {p["metadata"]["uid"] for p in pods} & old_pods
     assert all(p["metadata"]["labels"][L.REVISION] == "2" for p in pods)
     args = pods[0]["spec"]["containers"][0]["args"]
     assert args[args.index("--max-running-requests") + 1] == "64"
+
+
+def test_a_scale_adds_a_whole_group(
+    driver: KubeDriver, ref: base.DeploymentRef, admin: Admin
+) -> None:
+    """Two replicas of the same revision: a second group of two pods, each pod on a node of
+    its own, and the router discovers both leaders."""
+    driver.apply(ref, numbered(1))
+    wait_ready(driver, ref, numbered(1))
+    scaled = numbered(1, replicas=2)
+    driver.apply(ref, scaled)
+    wait_ready(driver, ref, scaled)
+    pods = engine_pods(admin, ref.namespace)
+    assert len(pods) == 4 and len({p["spec"]["nodeName"] for p in pods}) == 4
+    groups = {p["metadata"]["labels"][L.LWS_GROUP_KEY] for p in pods}
+    assert len(groups) == 2
+    assert router_discovers(admin, ref.namespace) == {"chat-engine-0", "chat-engine-1"}
 
 
 def test_a_second_pass_over_a_defaulted_leader_worker_set_writes_nothing(

@@ -93,9 +93,14 @@ def test_a_replica_spanning_two_nodes_becomes_ready_through_the_lws_controller(
     wait_ready(driver, ref, revision)
 
     ns = ref.namespace
-    lws = admin.call("GET", f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets")
-    (group_set,) = lws["items"]
-    assert group_set["status"]["readyReplicas"] == revision.replicas
+    # LWS's own count of ready groups agrees (its status follows the pods a moment later).
+    path = f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets/chat-engine"
+    wait_until(
+        lambda: admin.call("GET", path).get("status", {}).get("readyReplicas") == revision.replicas,
+        "LWS counts the group ready",
+        SETTLE_S,
+        interval=0.5,
+    )
     # LWS's StatefulSets: the leaders' (owned by the LeaderWorkerSet), one of workers per group
     # (owned by its leader pod).
     sets = items(admin, f"/apis/apps/v1/namespaces/{ns}/statefulsets")
@@ -121,12 +126,22 @@ def test_a_replica_spanning_two_nodes_becomes_ready_through_the_lws_controller(
     headless = admin.call("GET", f"/api/v1/namespaces/{ns}/services/chat-engine")
     assert headless["spec"]["clusterIP"] == "None"
     assert [o["kind"] for o in headless["metadata"]["ownerReferences"]] == ["LeaderWorkerSet"]
-    # Plinth's engine Service selects the leader only: ranks >= 1 serve no HTTP.
-    slices = items(admin, f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices")
-    service = "chat-engine-leaders"
-    ours = [s for s in slices if s["metadata"]["labels"]["kubernetes.io/service-name"] == service]
-    targets = {e["targetRef"]["name"] for s in ours for e in s.get("endpoints") or []}
-    assert targets == {"chat-engine-0"}
+
+    # Plinth's engine Service selects the leader only: ranks >= 1 serve no HTTP. (The
+    # EndpointSlice controller writes the slice a moment after the pods change.)
+    def targets() -> set[str]:
+        slices = items(admin, f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices")
+        name = "kubernetes.io/service-name"
+        ours = [s for s in slices if s["metadata"]["labels"][name] == "chat-engine-leaders"]
+        return {e["targetRef"]["name"] for s in ours for e in s.get("endpoints") or []}
+
+    wait_until(
+        lambda: targets() == {"chat-engine-0"},
+        "the leaders' Service has the leader alone",
+        SETTLE_S,
+        interval=0.5,
+        output=lambda: str(targets()),
+    )
 
 
 def test_the_router_discovers_the_group_leaders_only(

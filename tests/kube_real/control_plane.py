@@ -50,6 +50,11 @@ KWOK_NODE = {"kwok.x-k8s.io/node": "fake"}
 # Where LWS's own manifests (config/default) put its controller: namespace, ServiceAccount.
 LWS_NAMESPACE = "lws-system"
 LWS_ACCOUNT = "lws-controller-manager"
+LWS_CERT_RESOURCES = {
+    "secrets",
+    "mutatingwebhookconfigurations",
+    "validatingwebhookconfigurations",
+}
 # The label LWS puts on every pod of a group; its pod webhooks only see such pods
 # (config/webhook/mutating-patch.yaml and validating-patch.yaml in the release).
 LWS_POD_SELECTOR = {
@@ -486,7 +491,7 @@ class ControlPlane:
 
     def _lws_identity(self) -> Path:
         """A kubeconfig with a token of LWS's ServiceAccount, bound to the release's own
-        ClusterRole (config/rbac/role.yaml) and nothing else."""
+        ClusterRole (config/rbac/role.yaml) less what it needs for its certificates only."""
         self.post("/api/v1/namespaces", {"metadata": {"name": LWS_NAMESPACE}})
         self.post(
             f"/api/v1/namespaces/{LWS_NAMESPACE}/serviceaccounts",
@@ -494,6 +499,9 @@ class ControlPlane:
         )
         (role,) = _documents(self.bin_dir / "lws-role.yaml")
         role["metadata"]["name"] = "lws-manager-role"  # the release's kustomize namePrefix
+        # Only its internal certificate management (off here) reads Secrets and rewrites the
+        # webhook configurations (pkg/cert's RBAC markers): those rules are left out.
+        role["rules"] = [r for r in role["rules"] if not set(r["resources"]) <= LWS_CERT_RESOURCES]
         self.post("/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
         binding = {
             "metadata": {"name": "lws-manager-rolebinding"},

@@ -31,7 +31,8 @@ mkdir -p "$ROOT"
 module_key() {  # module_key <module> <build flags...>: the hash naming that module's folder
   local module=$1
   shift
-  { cat "$TOOLS/$module/go.mod" "$TOOLS/$module/go.sum"; echo "$* $BUILD_FLAGS_VERSION"; } \
+  { cat "$TOOLS/$module/go.mod" "$TOOLS/$module/go.sum"; declare -f "build_$module"
+    echo "$* $BUILD_FLAGS_VERSION"; } \
     | sha256sum | cut -c1-16
 }
 
@@ -56,10 +57,26 @@ build_kubernetes() {
   go_build kubernetes -ldflags "$K8S_LDFLAGS" k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
 }
+build_lws() {
+  # The version its release build stamps (its Makefile's LD_FLAGS), from the pin in go.mod.
+  local version src
+  version=$(cd "$TOOLS/lws" && go list -m -f '{{.Version}}' sigs.k8s.io/lws)
+  go_build lws -ldflags "-X sigs.k8s.io/lws/pkg/version.GitVersion=$version" sigs.k8s.io/lws/cmd
+  mv "$OUT/cmd" "$OUT/lws-controller"  # go names it after its package folder
+  # The release's own manifests, which tests/kube_real installs as config/default would: both
+  # CRDs (its DisaggregatedSet controller watches its kind too), the controller's ClusterRole
+  # and the webhook configurations (their clientConfig pointed at the local process there).
+  src=$(cd "$TOOLS/lws" && go list -m -f '{{.Dir}}' sigs.k8s.io/lws)/config
+  cat "$src/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml" <(echo "---") \
+    "$src/crd/bases/disaggregatedset.x-k8s.io_disaggregatedsets.yaml" >"$OUT/lws-crds.yaml"
+  cp "$src/rbac/role.yaml" "$OUT/lws-role.yaml"
+  cp "$src/webhook/manifests.yaml" "$OUT/lws-webhooks.yaml"
+  chmod 644 "$OUT"/lws-*.yaml  # the module cache's files are read-only
+}
 build_helm() {
   go_build helm helm.sh/helm/v4/cmd/helm
 }
-MODULES=(etcd kwok kubernetes helm)
+MODULES=(etcd kwok kubernetes lws helm)
 flags_of() {  # the build flags that change a module's output besides its go.mod
   case $1 in
     kubernetes) echo "$K8S_LDFLAGS" ;;

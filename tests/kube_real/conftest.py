@@ -38,8 +38,10 @@ from tests.waiting import wait_until
 PLATFORM_NAMESPACE = "plinth-system"  # where the chart's fixed rendering (k8s/) runs the worker
 WORKER_ACCOUNT = "plinth-worker"
 GPUS_PER_NODE = 8
-# Catalogue GPU id -> how many kwok nodes hold it.
-GPU_NODES = {"H100-SXM": 2, "B200": 1}
+# Catalogue GPU id -> how many kwok nodes hold it. H200: two groups of a two-node replica
+# (tests/runtime/golden/deepseek-v3-tp16-2x-h200), the one serving and the one a rolling
+# update of its LeaderWorkerSet surges.
+GPU_NODES = {"H100-SXM": 2, "B200": 1, "H200": 4}
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 # Loopback is private: the egress fence must be told that this cluster may be reached.
 LOOPBACK = KubeconfigPolicy(egress=EgressPolicy.build(allow=["127.0.0.1/32"]))
@@ -241,8 +243,9 @@ def worker_client(worker_kubeconfig: str) -> Iterator[KubeClient]:
 
 @pytest.fixture
 def driver(worker_client: KubeClient) -> KubeDriver:
-    """The driver as the worker runs it: its ServiceAccount's token, least privilege."""
-    return KubeDriver(worker_client, has_lws=False)
+    """The driver as the worker runs it: its ServiceAccount's token, least privilege, on a
+    cluster with LeaderWorkerSet installed."""
+    return KubeDriver(worker_client)
 
 
 @pytest.hookimpl(wrapper=True)

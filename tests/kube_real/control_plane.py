@@ -7,6 +7,8 @@ their own, named as Kubernetes' bootstrap RBAC expects) and ServiceAccount token
 made here, and authorizes with ``Node,RBAC``. kwok plays the kubelet of fake nodes: it marks
 them Ready, keeps their leases and drives pods bound to them to Running/Ready, so the real
 scheduler, Deployment, ReplicaSet and garbage collector controllers do everything else.
+The LeaderWorkerSet controller (``_start_lws``) runs beside them as a local process with the
+release's own CRDs, ClusterRole and webhooks, the API server calling its webhooks by URL.
 Every process writes its log into the run directory; ``logs()`` gathers them for a failure.
 """
 
@@ -16,14 +18,18 @@ import base64
 import ctypes
 import datetime as dt
 import ipaddress
+import json
 import signal
 import socket
 import ssl
 import subprocess
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import yaml
 from cryptography import x509
@@ -41,6 +47,19 @@ SERVICE_RANGE = "10.96.0.0/24"
 START_TIMEOUT_S = 240.0
 PR_SET_PDEATHSIG = 1  # prctl(2)
 KWOK_NODE = {"kwok.x-k8s.io/node": "fake"}
+# Where LWS's own manifests (config/default) put its controller: namespace, ServiceAccount.
+LWS_NAMESPACE = "lws-system"
+LWS_ACCOUNT = "lws-controller-manager"
+LWS_CERT_RESOURCES = {
+    "secrets",
+    "mutatingwebhookconfigurations",
+    "validatingwebhookconfigurations",
+}
+# The label LWS puts on every pod of a group; its pod webhooks only see such pods
+# (config/webhook/mutating-patch.yaml and validating-patch.yaml in the release).
+LWS_POD_SELECTOR = {
+    "matchExpressions": [{"key": "leaderworkerset.sigs.k8s.io/name", "operator": "Exists"}]
+}
 
 
 def binaries_dir() -> Path:
@@ -55,6 +74,11 @@ def binaries_dir() -> Path:
             f"scripts/kube_binaries.sh (make test does, first): {done.stderr.strip()}"
         )
     return Path(done.stdout.strip().splitlines()[-1])
+
+
+def _documents(path: Path) -> list[dict[str, Any]]:
+    # libyaml's loader: LWS's CRDs are ~3 MB of YAML.
+    return [d for d in yaml.load_all(path.read_text(), Loader=yaml.CSafeLoader) if d]
 
 
 def free_port() -> int:
@@ -379,6 +403,7 @@ class ControlPlane:
                 f"--server-address=127.0.0.1:{free_port()}",
             ],
         )
+        self._start_lws()
 
     def _ready(self) -> bool:
         try:
@@ -401,6 +426,125 @@ class ControlPlane:
         """GET ``path`` as the admin (raises on an error status)."""
         with urllib.request.urlopen(self.url + path, context=self.ssl_context(), timeout=10) as r:
             return bytes(r.read())
+
+    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` to ``path`` as the admin; the reply (raises on an error status)."""
+        request = urllib.request.Request(
+            self.url + path,
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, context=self.ssl_context(), timeout=30) as reply:
+            result: dict[str, Any] = json.loads(reply.read())
+            return result
+
+    # --- the LeaderWorkerSet controller ---
+
+    def _start_lws(self) -> None:
+        """LWS as its release installs it (config/default), but as a local process: its CRDs,
+        its ClusterRole bound to its own ServiceAccount (whose token it runs with), and its
+        webhooks (LWS defaulting and validation, and the pod webhook that labels a group's pods
+        and gives them LWS_LEADER_ADDRESS, LWS_GROUP_SIZE, LWS_WORKER_INDEX) served on loopback
+        with a certificate of this run's CA, registered by URL. Leader election is off (one
+        replica), and so is its internal certificate management, which would write a Secret
+        and patch the webhook configurations for an in-cluster Service that does not exist."""
+        crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        for crd in _documents(self.bin_dir / "lws-crds.yaml"):
+            self.post(crds, crd)
+            path = f"{crds}/{crd['metadata']['name']}"
+            self.wait(partial(self._established, path), f"{path} is established")
+        kubeconfig = self._lws_identity()
+        port = free_port()
+        certs = self.path("lws-certs")
+        certs.mkdir()
+        cert, key = self.ca.issue(_name("lws-webhook"), server_ips=("127.0.0.1",))
+        (certs / "tls.crt").write_bytes(cert)
+        (certs / "tls.key").write_bytes(key)
+        (certs / "tls.key").chmod(0o600)
+        config = {
+            "apiVersion": "config.lws.x-k8s.io/v1alpha1",
+            "kind": "Configuration",
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "webhook": {"host": "127.0.0.1", "port": port, "certDir": str(certs)},
+            "metrics": {"bindAddress": "0"},  # "0": not served
+            "health": {"healthProbeBindAddress": "0"},
+        }
+        self._write("lws-config.yaml", yaml.safe_dump(config))
+        self._spawn(
+            "lws-controller",
+            [
+                str(self.bin_dir / "lws-controller"),
+                f"--kubeconfig={kubeconfig}",
+                f"--config={self.path('lws-config.yaml')}",
+            ],
+        )
+        webhooks = f"https://127.0.0.1:{port}"
+        self.wait(partial(self._serving, webhooks), f"LWS's webhooks answer at {webhooks}")
+        for configuration in _documents(self.bin_dir / "lws-webhooks.yaml"):
+            plural = configuration["kind"].lower() + "s"
+            self.post(
+                f"/apis/admissionregistration.k8s.io/v1/{plural}",
+                self._by_url(configuration, webhooks),
+            )
+
+    def _lws_identity(self) -> Path:
+        """A kubeconfig with a token of LWS's ServiceAccount, bound to the release's own
+        ClusterRole (config/rbac/role.yaml) less what it needs for its certificates only."""
+        self.post("/api/v1/namespaces", {"metadata": {"name": LWS_NAMESPACE}})
+        self.post(
+            f"/api/v1/namespaces/{LWS_NAMESPACE}/serviceaccounts",
+            {"metadata": {"name": LWS_ACCOUNT}},
+        )
+        (role,) = _documents(self.bin_dir / "lws-role.yaml")
+        role["metadata"]["name"] = "lws-manager-role"  # the release's kustomize namePrefix
+        # Only its internal certificate management (off here) reads Secrets and rewrites the
+        # webhook configurations (pkg/cert's RBAC markers): those rules are left out.
+        role["rules"] = [r for r in role["rules"] if not set(r["resources"]) <= LWS_CERT_RESOURCES]
+        self.post("/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
+        binding = {
+            "metadata": {"name": "lws-manager-rolebinding"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "lws-manager-role",
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": LWS_ACCOUNT, "namespace": LWS_NAMESPACE}
+            ],
+        }
+        self.post("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+        request = {"spec": {"expirationSeconds": 24 * 3600}}
+        path = f"/api/v1/namespaces/{LWS_NAMESPACE}/serviceaccounts/{LWS_ACCOUNT}/token"
+        token = str(self.post(path, request)["status"]["token"])
+        return self.kubeconfig("lws-controller", token=token)
+
+    def _by_url(self, configuration: dict[str, Any], base_url: str) -> dict[str, Any]:
+        """The release's webhook configuration (config/webhook/manifests.yaml) calling
+        ``base_url`` directly, with the pod webhooks' object selector its kustomize patches add."""
+        configuration["metadata"]["name"] = "lws-" + configuration["metadata"]["name"]
+        for webhook in configuration["webhooks"]:
+            path = webhook["clientConfig"]["service"]["path"]
+            webhook["clientConfig"] = {"url": base_url + path, "caBundle": _b64(self.ca.pem)}
+            if any("pods" in rule["resources"] for rule in webhook["rules"]):
+                webhook["objectSelector"] = LWS_POD_SELECTOR
+        return configuration
+
+    def _established(self, path: str) -> bool:
+        conditions = json.loads(self.get(path)).get("status", {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    def _serving(self, url: str) -> bool:
+        """Whether a TLS server with this run's certificate answers at ``url`` (any status)."""
+        context = ssl.create_default_context(cafile=str(self.path("ca.crt")))
+        try:
+            urllib.request.urlopen(url, context=context, timeout=5).close()
+        except urllib.error.HTTPError:
+            return True  # it answered: no handler at "/"
+        except OSError:
+            return False
+        return True
 
     def stop(self) -> None:
         """Stop everything, the API server's clients first, etcd last."""

@@ -4,7 +4,7 @@ ReplicaSet controllers and placed by the real scheduler on kwok's GPU nodes, the
 words when GPUs run short, and garbage collection through ownerReferences on delete.
 
 What the emulator in tests/drivers cannot show: its objects are whatever our test code makes them.
-LeaderWorkerSet objects are left out here (the LWS controller and CRD are not installed yet).
+Multi-node replicas (LeaderWorkerSets) have their own file, test_multi_node_on_real_cluster.py.
 """
 
 from __future__ import annotations
@@ -16,15 +16,13 @@ import pytest
 from deployments.cluster_settings import ClaimCache, SharedClaimCache
 from deployments.drivers import base
 from deployments.drivers.kube import labels as L
-from deployments.drivers.kube.client import FIELD_MANAGER, KubeClient, KubePermanentError, kind_of
+from deployments.drivers.kube.client import FIELD_MANAGER, KubeClient, kind_of
 from deployments.drivers.kube.driver import KubeDriver
 from deployments.drivers.kube.render import KubeOptions, render_revision
 from runtime import launch
 from tests.drivers.reference_specs import golden_names, load_spec, revision_plan
 from tests.kube_real.conftest import GPU_NODES, GPUS_PER_NODE, SETTLE_S, Admin
 from tests.waiting import wait_until
-
-SINGLE_NODE = [n for n in golden_names() if not n.startswith("deepseek-v3-tp16-2x")]
 
 
 def plan(name: str = "llama-3.1-8b-h100", replicas: int | None = None) -> base.RevisionPlan:
@@ -66,7 +64,7 @@ def unschedulable_replica(driver: KubeDriver, ref: base.DeploymentRef) -> base.R
     return found
 
 
-@pytest.mark.parametrize("name", SINGLE_NODE)
+@pytest.mark.parametrize("name", golden_names())
 def test_the_api_server_accepts_every_object_plinth_renders(
     name: str, driver: KubeDriver, ref: base.DeploymentRef, admin: Admin
 ) -> None:
@@ -340,19 +338,6 @@ def test_a_changed_model_cache_setting_keeps_the_live_claim(
     assert claim["metadata"]["labels"][L.REVISION] == "2"
     engine = admin.call("GET", f"/apis/apps/v1/namespaces/{ref.namespace}/deployments/chat-engine")
     assert engine["metadata"]["labels"][L.REVISION] == "2"
-
-
-def test_a_multi_node_replica_without_lws_installed_says_what_is_missing(
-    worker_client: KubeClient, ref: base.DeploymentRef
-) -> None:
-    """The real API server answers 404 for a kind it does not serve (no LWS CRD here): the
-    driver says LeaderWorkerSet is needed, and deleting such an endpoint still works."""
-    driver = KubeDriver(worker_client, has_lws=True)
-    with pytest.raises(KubePermanentError, match="needs LeaderWorkerSet"):
-        driver.apply(ref, plan("deepseek-v3-tp16-2x-h200"))
-    wait_until(
-        lambda: driver.delete(ref), "the driver deletes what was applied", SETTLE_S, interval=1.0
-    )
 
 
 def test_prefill_and_decode_pools_become_ready(driver: KubeDriver, ref: base.DeploymentRef) -> None:

@@ -16,6 +16,7 @@ HERE = "{ns}"  # the namespace the worker deploys into
 # (verb, group, resource, namespace or None for cluster-wide)
 ALLOWED = [
     ("patch", "apps", "deployments", HERE),
+    ("patch", "leaderworkerset.x-k8s.io", "leaderworkersets", HERE),  # multi-node replicas
     ("delete", "apps", "deployments", HERE),
     ("watch", "", "services", HERE),
     ("create", "", "secrets", HERE),
@@ -30,6 +31,7 @@ DENIED = [
     ("list", "", "secrets", None),  # every namespace's
     ("create", "apps", "deployments", "kube-system"),
     ("create", "", "pods", HERE),  # pods come from its workloads' controllers only
+    ("create", "apps", "statefulsets", HERE),  # LWS makes a group's, not the worker
     ("create", "", "pods/exec", HERE),
     ("update", "", "nodes", None),
     ("get", "", "nodes", None),  # the inventory lists them; nothing reads one by name

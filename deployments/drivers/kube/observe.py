@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from ipaddress import ip_address
 from typing import Any
 
@@ -139,6 +140,19 @@ def is_replica(pod: Mapping[str, Any]) -> bool:
     return index in (None, "0")
 
 
+def group_facts(leader: base.ReplicaFacts, ranks: Iterable[base.ReplicaFacts]) -> base.ReplicaFacts:
+    """A multi-node replica as its leader's facts, unless another rank of its group (``ranks``:
+    the facts of ranks >= 1) is not ready while the leader is, or has news the leader lacks: a
+    group serves only once every rank runs (the leader waits for the rest), so a worker that
+    the scheduler cannot place or that crashes makes the replica not ready, with its words."""
+    waiting = [r for r in ranks if not r.ready]
+    if not waiting or (not leader.ready and leader.reason):
+        return leader
+    worst = next((r for r in waiting if r.reason), waiting[0])
+    message = f"{worst.name}: {worst.message}" if worst.message else worst.name
+    return replace(leader, phase=worst.phase, ready=False, reason=worst.reason, message=message)
+
+
 def probe_failures(events: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     """The latest probe failure message per pod name."""
     failures: dict[str, str] = {}
@@ -258,7 +272,16 @@ def observation(
     pods = list(pods)
     events = list(events)
     failures = probe_failures(events)
-    facts = [replica_facts(p, failures) for p in pods if is_replica(p)]
+    # Ranks >= 1 of each multi-node group, by the group key LWS puts on all of its pods.
+    ranks: dict[str, list[base.ReplicaFacts]] = {}
+    for pod in pods:
+        if not is_replica(pod) and _group(pod):
+            ranks.setdefault(_group(pod), []).append(replica_facts(pod, failures))
+    facts = [
+        group_facts(replica_facts(p, failures), ranks.get(_group(p), []) if _group(p) else [])
+        for p in pods
+        if is_replica(p)
+    ]
     engines = tuple(sorted((f for f in facts if f.role != "router"), key=lambda f: f.name))
     routers = [f for f in facts if f.role == "router"]
     roles = {_name(p): _role(p) for p in pods}
@@ -273,6 +296,10 @@ def observation(
 
 def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
     return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
+def _group(pod: Mapping[str, Any]) -> str:
+    return _labels(pod).get(L.LWS_GROUP_KEY, "")
 
 
 def _name(pod: Mapping[str, Any]) -> str:

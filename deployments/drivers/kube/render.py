@@ -90,7 +90,7 @@ def render_revision(
     if router is not None:
         objects.append(router_network_policy(ref, revision, router, options))
         objects += router_rbac(ref, revision)
-        objects.append(router_deployment(ref, revision, router, [r.role for r in engines], options))
+        objects.append(router_deployment(ref, revision, router, engines, options))
         objects.append(router_service(ref, revision, router))
     return [with_config_hash(with_operator_metadata(o, options.cluster)) for o in objects]
 
@@ -767,15 +767,33 @@ def leader_worker_set(
     }
 
 
-def engine_service(ref: DeploymentRef, revision: RevisionPlan, role: RolePlan) -> dict[str, Any]:
+def engine_service_name(ref: DeploymentRef, role: RolePlan) -> str:
+    """A multi-node role's Service is named for the leaders it selects: the LWS controller
+    names its own headless Service after the LeaderWorkerSet (the group's DNS, which
+    LWS_LEADER_ADDRESS names), and one Plinth Service of that name would keep it from being made
+    (or be refused as not Plinth's, had LWS made its own first)."""
+    if role.multi_node:
+        return L.object_name(ref.slug, f"{role.role}-leaders")
+    return L.object_name(ref.slug, role.role)
+
+
+def serving_selector(ref: DeploymentRef, role: RolePlan) -> dict[str, str]:
+    """The pods of ``role`` that serve HTTP, for its Service and the router's discovery: all of
+    them, or a multi-node role's group leaders (ranks >= 1 run no HTTP server; their pods carry
+    the role's labels all the same, from the LeaderWorkerSet's worker template)."""
     selector = L.role_selector(ref.id, role.role)
     if role.multi_node:
-        selector[L.LWS_WORKER_INDEX] = "0"  # ranks >= 1 serve no HTTP
+        selector[L.LWS_WORKER_INDEX] = "0"
+    return selector
+
+
+def engine_service(ref: DeploymentRef, revision: RevisionPlan, role: RolePlan) -> dict[str, Any]:
+    selector = serving_selector(ref, role)
     ports = [{"name": "http", "port": role.port, "targetPort": "http", "protocol": "TCP"}]
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(ref, revision, L.object_name(ref.slug, role.role), role.role),
+        "metadata": _meta(ref, revision, engine_service_name(ref, role), role.role),
         "spec": {"type": "ClusterIP", "selector": selector, "ports": ports},
     }
 
@@ -817,15 +835,15 @@ def router_rbac(ref: DeploymentRef, revision: RevisionPlan) -> list[dict[str, An
     return [account, role, binding]
 
 
-def router_args(ref: DeploymentRef, router: RolePlan, engine_roles: list[str]) -> list[str]:
+def router_args(ref: DeploymentRef, router: RolePlan, engine_roles: list[RolePlan]) -> list[str]:
     """The plan's smg flags plus pod discovery by this endpoint's labels."""
     port = "30000"
     args = [*_with_api_key(ref, literal_args(router.args)), "--service-discovery"]
     args += ["--service-discovery-namespace", ref.namespace]
     args += ["--service-discovery-port", port]
     for role in engine_roles:
-        flag = "--selector" if role == "engine" else f"--{role}-selector"
-        args += [flag, f"{L.DEPLOYMENT}={ref.id}", f"{L.ROLE}={role}"]
+        flag = "--selector" if role.role == "engine" else f"--{role.role}-selector"
+        args += [flag, *(f"{k}={v}" for k, v in serving_selector(ref, role).items())]
     return args
 
 
@@ -833,7 +851,7 @@ def _router_container(
     ref: DeploymentRef,
     revision: RevisionPlan,
     router: RolePlan,
-    engine_roles: list[str],
+    engine_roles: list[RolePlan],
     cluster: ClusterSettings,
 ) -> dict[str, Any]:
     container: dict[str, Any] = {
@@ -867,7 +885,7 @@ def router_deployment(
     ref: DeploymentRef,
     revision: RevisionPlan,
     router: RolePlan,
-    engine_roles: list[str],
+    engine_roles: list[RolePlan],
     options: KubeOptions | None = None,
 ) -> dict[str, Any]:
     cluster = (options or KubeOptions()).cluster

@@ -188,7 +188,10 @@ class KubeDriver:
             if job_failed(job) is not None
             for pod in self._list(pod_kind, ref.namespace, {L.JOB_UID: _uid(job)})
         ]
-        return observation(pods, events, router_url(ref, ROUTER_PORT), jobs, job_pods)
+        workloads = self._list(
+            kind_of("apps/v1", "Deployment"), ref.namespace, L.owner_selector(ref.id)
+        )
+        return observation(pods, events, router_url(ref, ROUTER_PORT), jobs, job_pods, workloads)
 
     def _list(
         self, kind: Kind, namespace: str, selector: Mapping[str, str] | None = None

@@ -1,0 +1,177 @@
+"""Why an endpoint does not serve, in the real system's own words, from the cluster to what a
+person reads: the real scheduler's verdict on a taint no toleration covers, the real Deployment
+controller's ``ProgressDeadlineExceeded``, and a crash loop (kwok, playing the kubelet, writes it
+for pods carrying a test label: tests/kube_real/kwok-test-stages.yaml). Each goes through the
+worker's own reconcile pass (the driver as the worker's ServiceAccount) into the endpoint's
+failure reason and timeline, and out through the REST API's detail and events and the console's
+page. (Not enough GPUs and no node of the GPU type: test_endpoint_on_real_cluster.py.)
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from controlplane import services as platform
+from controlplane.models import Role
+from deployments import reconcile, services
+from deployments.models import Deployment
+from deployments.status import FAILED
+from tests.conftest import Cast
+from tests.kube_real.conftest import GPU_NODES, SETTLE_S, Admin
+from tests.waiting import wait_until
+
+SPEC: dict[str, Any] = {
+    "model": {"source": "meta-llama/Llama-3.1-8B-Instruct", "served_name": "chat"},
+    "hardware": {"gpu": "H100-SXM"},
+}
+# Labels that make kwok's test stages fail an engine pod (the stages file says how).
+CRASH_LOOP = {"test.plinth/crash-loop": "true"}
+NEVER_READY = {"test.plinth/never-ready": "true"}
+
+
+@pytest.fixture
+def on_real_cluster(settings: Any) -> None:
+    # The API server listens on loopback, which tenants' kubeconfigs may not reach otherwise.
+    settings.PLINTH_KUBE_ALLOW_HOSTS = ["127.0.0.1"]
+    # Long: a test ends a rollout's window itself (``window_passes``) once the cause is seen.
+    settings.PLINTH_STARTUP_WINDOW_S = 3600
+
+
+def endpoint_on(
+    cast: Cast, kubeconfig: str, namespace: str, cluster_settings: dict[str, Any]
+) -> Deployment:
+    """An endpoint on the real cluster, reached with the worker's ServiceAccount token, with the
+    cluster's operator settings ``cluster_settings``."""
+    actor = cast.actor(cast.alice, cast.acme)
+    secret = platform.set_secret(actor, name="real-kubeconfig", value=kubeconfig)
+    cluster = services.create_cluster(
+        actor,
+        name="real",
+        namespace=namespace,
+        kubeconfig_secret_id=secret.pk,
+        settings=cluster_settings,
+    )
+    return services.create_deployment(
+        actor, slug="chat", name="Chat", spec=SPEC, cluster_id=cluster.pk, replicas=1
+    )
+
+
+def step(deployment: Deployment) -> Deployment:
+    """One reconcile pass, as the worker runs it; the row as it left it."""
+    reconcile.reconcile(str(deployment.pk))
+    return Deployment.objects.select_related("target_revision", "current_revision").get(
+        pk=deployment.pk
+    )
+
+
+def step_until(deployment: Deployment, holds: Any, what: str) -> Deployment:
+    def passed() -> Deployment | None:
+        after = step(deployment)
+        return after if holds(after) else None
+
+    found = wait_until(passed, what, SETTLE_S, interval=1.0)
+    assert isinstance(found, Deployment)
+    return found
+
+
+def replica_says(reason: str) -> Any:
+    def holds(deployment: Deployment) -> bool:
+        return any(r.get("reason") == reason for r in deployment.replica_facts or [])
+
+    return holds
+
+
+def window_passes(deployment: Deployment) -> Deployment:
+    """The rollout's startup window ends now (a clock moved on, not waited for): the next pass
+    judges the first revision as it would past its window."""
+    Deployment.objects.filter(pk=deployment.pk).update(rollout_deadline=timezone.now())
+    return step(deployment)
+
+
+def shown(cast: Cast, deployment: Deployment) -> dict[str, str]:
+    """What a viewer reads about the endpoint: the API's detail and events, the console page."""
+    key = platform.create_api_key(
+        cast.actor(cast.alice, cast.acme), name="viewer", kind="management", role=Role.VIEWER
+    ).plaintext
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {key}")
+    detail = api.get(f"/api/v1/deployments/{deployment.pk}")
+    events = api.get(f"/api/v1/deployments/{deployment.pk}/events")
+    console = Client()
+    console.force_login(cast.carol)
+    page = console.get(f"/endpoints/{deployment.slug}/")
+    assert detail.status_code == events.status_code == page.status_code == 200
+    return {
+        "reason": detail.json()["failure_reason"],
+        "events": " | ".join(f"{e['reason']}: {e['message']}" for e in events.json()["items"]),
+        "page": html.unescape(page.content.decode()),
+    }
+
+
+@pytest.mark.django_db
+def test_a_taint_no_toleration_covers_shows_the_schedulers_words(
+    cast: Cast, worker_kubeconfig: str, namespace: str, on_real_cluster: None
+) -> None:
+    """The GPU nodes carry the device plugin's taint; the cluster's settings no longer tolerate
+    it, so the real scheduler passes every GPU node over for an untolerated taint."""
+    endpoint = endpoint_on(cast, worker_kubeconfig, namespace, {"gpu_tolerations": []})
+    step_until(endpoint, replica_says("Unschedulable"), "the scheduler's verdict is observed")
+    failed = window_passes(endpoint)
+    assert failed.status == FAILED
+    said = shown(cast, failed)
+    # The scheduler's words (this release names no taint), and where tolerations are set.
+    scheduler = f"{sum(GPU_NODES.values())} node(s) had untolerated taint(s)"
+    assert scheduler in said["reason"] and "nodes are available" in said["reason"]
+    assert "a taint its pods do not tolerate" in said["reason"]
+    assert "gpu_tolerations" in said["reason"]
+    assert "FailedScheduling: " in said["events"] and scheduler in said["events"]
+    assert scheduler in said["page"] and "gpu_tolerations" in said["page"]
+
+
+@pytest.mark.django_db
+def test_a_crash_loop_shows_the_kubelets_words_and_the_exit_code(
+    cast: Cast, worker_kubeconfig: str, namespace: str, on_real_cluster: None
+) -> None:
+    settings = {"labels": CRASH_LOOP, "annotations": {"test.plinth/exit-code": "3"}}
+    endpoint = endpoint_on(cast, worker_kubeconfig, namespace, settings)
+    seen = step_until(endpoint, replica_says("CrashLoopBackOff"), "the crash loop is observed")
+    engine = next(r for r in seen.replica_facts if r["reason"] == "CrashLoopBackOff")
+    assert engine["restarts"] == 3 and engine["phase"] == "failed"
+    failed = window_passes(endpoint)
+    assert failed.status == FAILED
+    said = shown(cast, failed)
+    assert "CrashLoopBackOff: back-off 40s restarting failed container=engine" in said["reason"]
+    assert "BackOff: " in said["events"]
+    assert "Back-off restarting failed container engine" in said["events"]
+    assert "CrashLoopBackOff" in said["page"]
+    assert "restarting failed container=engine" in said["page"]
+
+
+@pytest.mark.django_db
+def test_a_progress_deadline_exceeded_fails_the_rollout_in_the_controllers_words(
+    cast: Cast, worker_kubeconfig: str, namespace: str, admin: Admin, on_real_cluster: None
+) -> None:
+    """The engines run but never become ready (loading without end); Plinth's own window is
+    long, so the Deployment controller's deadline (made short here) is what ends the rollout."""
+    endpoint = endpoint_on(cast, worker_kubeconfig, namespace, {"labels": NEVER_READY})
+    step(endpoint)
+    path = f"/apis/apps/v1/namespaces/{namespace}/deployments/chat-engine"
+    live = admin.call("GET", path)
+    assert live["spec"]["progressDeadlineSeconds"] >= 600  # as rendered: minutes, not seconds
+    admin.call(
+        "PATCH",
+        path,
+        {"spec": {"progressDeadlineSeconds": 1}},
+        content_type="application/merge-patch+json",
+    )
+    failed = step_until(endpoint, lambda d: d.status == FAILED, "the rollout is given up")
+    said = shown(cast, failed)
+    assert "ProgressDeadlineExceeded" in said["reason"]
+    assert 'ReplicaSet "chat-engine-' in said["reason"]
+    assert "has timed out progressing" in said["reason"]
+    assert "ProgressDeadlineExceeded: chat-engine: ReplicaSet" in said["events"]
+    assert "has timed out progressing" in said["page"]

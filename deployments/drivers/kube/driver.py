@@ -382,14 +382,23 @@ def _failed_for_another_revision(current: dict[str, Any], manifest: dict[str, An
     return bool(revision != manifest["metadata"]["labels"].get(L.REVISION))
 
 
+# The claim spec fields ``render.model_cache_claim`` may set.
+_CLAIM_FIELDS = ("accessModes", "resources", "storageClassName")
+
+
 def _keeping_claim_spec(manifest: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
-    """``manifest`` with the live claim's values of the spec fields it renders. A claim's spec
-    cannot change once made: the API server refuses (422) another storage class or access mode,
-    and another size unless the claim is bound and its class can expand. Changed cache settings
-    therefore apply to claims made after them; an endpoint keeps its claim and the weights in
-    it, and its labels and annotations still follow each revision."""
+    """``manifest`` with the live claim's spec fields in place of those it renders. A claim's
+    spec cannot change once made: the API server refuses (422) another storage class or access
+    mode, and another size unless the claim is bound and its class can expand. Changed cache
+    settings therefore apply to claims made after them; an endpoint keeps its claim and the
+    weights in it, and its labels and annotations still follow each revision.
+
+    Every field is the live one, present or absent as it is live, whatever this pass renders:
+    a field this manager applied before and now leaves out is removed by server-side apply
+    (a class set, then none: 422 on every pass), and a class where the claim has none is one
+    change the server takes (its upgrade path for default classes), moving the claim."""
     live = current.get("spec") or {}
-    spec = {key: live.get(key, value) for key, value in manifest["spec"].items()}
+    spec = {key: live[key] for key in _CLAIM_FIELDS if key in live}
     return {**manifest, "spec": spec}
 
 

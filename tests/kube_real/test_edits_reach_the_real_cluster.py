@@ -227,3 +227,28 @@ def test_a_changed_claim_setting_settles_on_the_live_claim(
     assert claim["spec"].get("storageClassName") == made.get("storageClassName")
     assert claim["spec"]["resources"] == made["resources"]
     settled_at(driver, client, ref, second, admin)
+
+
+def test_splitting_prefill_and_decode_and_back_leaves_nothing_of_the_other_layout(
+    client: RecordingClient, ref: base.DeploymentRef, admin: Admin
+) -> None:
+    """Turning disaggregation on replaces the engine role's objects with a pool's each (other
+    names, so nothing immutable is updated), and off again; the objects of the layout left go."""
+    driver = driver_with(client)
+    layouts = (
+        plan_of(SPEC, 1),
+        plan_of(load_spec("llama-3.1-70b-pd-h100"), 2),
+        plan_of(SPEC, 3),
+    )
+    for revision in layouts:
+        driver.apply(ref, revision)
+        settled_at(driver, client, ref, revision, admin)
+        # A role's workload, Service and disruption budget are named after it.
+        wanted = {f"chat-{r.role}" for r in revision.plan.roles}
+        workloads = {
+            o["metadata"]["name"]
+            for o in live_objects(admin, ref)
+            if o["kind"] in {"Deployment", "Service", "PodDisruptionBudget"}
+            and not o["metadata"].get("deletionTimestamp")
+        }
+        assert workloads == wanted, f"revision {revision.number}"

@@ -133,22 +133,33 @@ def test_a_taint_no_toleration_covers_shows_the_schedulers_words(
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("ended", "exit_code", "reason"),
+    [("Error", "3", "CrashLoopBackOff"), ("OOMKilled", "137", "OOMKilled")],
+)
 def test_a_crash_loop_shows_the_kubelets_words_and_the_exit_code(
-    cast: Cast, worker_kubeconfig: str, namespace: str, on_real_cluster: None
+    cast: Cast,
+    worker_kubeconfig: str,
+    namespace: str,
+    on_real_cluster: None,
+    ended: str,
+    exit_code: str,
+    reason: str,
 ) -> None:
-    settings = {"labels": CRASH_LOOP, "annotations": {"test.plinth/exit-code": "3"}}
+    annotations = {"test.plinth/exit-code": exit_code, "test.plinth/crash-reason": ended}
+    settings = {"labels": CRASH_LOOP, "annotations": annotations}
     endpoint = endpoint_on(cast, worker_kubeconfig, namespace, settings)
-    seen = step_until(endpoint, replica_says("CrashLoopBackOff"), "the crash loop is observed")
-    engine = next(r for r in seen.replica_facts if r["reason"] == "CrashLoopBackOff")
+    seen = step_until(endpoint, replica_says(reason), "the crash loop is observed")
+    engine = next(r for r in seen.replica_facts if r["reason"] == reason)
     assert engine["restarts"] == 3 and engine["phase"] == "failed"
     failed = window_passes(endpoint)
     assert failed.status == FAILED
     said = shown(cast, failed)
-    assert "CrashLoopBackOff: back-off 40s restarting failed container=engine" in said["reason"]
+    words = f"{reason}: back-off 40s restarting failed container=engine; last exit code {exit_code}"
+    assert words in said["reason"]
     assert "BackOff: " in said["events"]
     assert "Back-off restarting failed container engine" in said["events"]
-    assert "CrashLoopBackOff" in said["page"]
-    assert "restarting failed container=engine" in said["page"]
+    assert words in said["page"]
 
 
 @pytest.mark.django_db

@@ -100,9 +100,11 @@ def _phase(pod: Mapping[str, Any], container: Mapping[str, Any]) -> tuple[str, s
         return base.FAILED, status.get("reason") or "PodFailed", status.get("message", "")
     if w_reason == "CrashLoopBackOff":
         reason = "OOMKilled" if last.get("reason") == "OOMKilled" else "CrashLoopBackOff"
+        # The kubelet's back-off line, and how the last run ended, which it does not say.
         exit_code = last.get("exitCode")
         detail = f"last exit code {exit_code}" if exit_code is not None else ""
-        return base.FAILED, reason, waiting.get("message") or detail
+        said = "; ".join(part for part in (waiting.get("message", ""), detail) if part)
+        return base.FAILED, reason, said
     if w_reason in PULL_ERRORS:
         return base.FAILED, "ImagePullBackOff", waiting.get("message", "")
     if w_reason in CONFIG_ERRORS:

@@ -19,10 +19,15 @@ from django.utils import timezone
 from controlplane import services as platform
 from controlplane.models import Role
 from deployments import reconcile, services
+from deployments.drivers import base
+from deployments.drivers.kube.client import KubeClient
+from deployments.drivers.kube.driver import KubeDriver
+from deployments.drivers.kube.render import KubeOptions
 from deployments.models import Deployment
 from deployments.status import FAILED
 from tests.conftest import Cast
 from tests.kube_real.conftest import GPU_NODES, SETTLE_S, Admin
+from tests.kube_real.test_endpoint_on_real_cluster import numbered
 from tests.waiting import wait_until
 
 SPEC: dict[str, Any] = {
@@ -186,3 +191,37 @@ def test_a_progress_deadline_exceeded_fails_the_rollout_in_the_controllers_words
     assert "has timed out progressing" in said["reason"]
     assert "ProgressDeadlineExceeded: chat-engine: ReplicaSet" in said["events"]
     assert "has timed out progressing" in said["page"]
+
+
+def test_a_stalled_revision_does_not_fail_the_next_one(
+    worker_client: KubeClient, ref: base.DeploymentRef, admin: Admin
+) -> None:
+    """The controller's verdict is about the template it last saw: another revision applied
+    (which also puts the rendered deadline back) starts afresh. The moment between the apply
+    and the controller's look is too short to catch here: tests/drivers/
+    test_kube_stalled_rollouts.py holds that case."""
+    cluster = KubeOptions().cluster.model_copy(update={"labels": NEVER_READY})
+    driver = KubeDriver(worker_client, KubeOptions(cluster=cluster), has_lws=False)
+    driver.apply(ref, numbered("llama-3.1-8b-h100", 1))
+    path = f"/apis/apps/v1/namespaces/{ref.namespace}/deployments/chat-engine"
+    admin.call(
+        "PATCH",
+        path,
+        {"spec": {"progressDeadlineSeconds": 1}},
+        content_type="application/merge-patch+json",
+    )
+    stalled = wait_until(
+        lambda: driver.observe(ref).failure(1), "revision 1 stalls", SETTLE_S, interval=1.0
+    )
+    assert stalled is not None and stalled.reason == "ProgressDeadlineExceeded"
+    driver.apply(ref, numbered("llama-3.1-8b-ngram-h100", 2))
+    assert driver.observe(ref).failure(2) is None
+    wait_until(
+        lambda: (s := admin.call("GET", path)["status"]).get("observedGeneration")
+        == admin.call("GET", path)["metadata"]["generation"]
+        and s,
+        "the controller sees revision 2",
+        SETTLE_S,
+        interval=0.5,
+    )
+    assert driver.observe(ref).failure(2) is None

@@ -216,12 +216,10 @@ def test_a_stalled_revision_does_not_fail_the_next_one(
     assert stalled is not None and stalled.reason == "ProgressDeadlineExceeded"
     driver.apply(ref, numbered("llama-3.1-8b-ngram-h100", 2))
     assert driver.observe(ref).failure(2) is None
-    wait_until(
-        lambda: (s := admin.call("GET", path)["status"]).get("observedGeneration")
-        == admin.call("GET", path)["metadata"]["generation"]
-        and s,
-        "the controller sees revision 2",
-        SETTLE_S,
-        interval=0.5,
-    )
+
+    def seen_by_controller() -> bool:
+        live = admin.call("GET", path)
+        return bool(live["status"].get("observedGeneration") == live["metadata"]["generation"])
+
+    wait_until(seen_by_controller, "the controller sees revision 2", SETTLE_S, interval=0.5)
     assert driver.observe(ref).failure(2) is None

@@ -25,8 +25,9 @@ from deployments.drivers.kube.render import KubeOptions
 from runtime import launch
 from runtime.spec import RuntimeSpec
 from tests.drivers.reference_specs import load_spec
-from tests.kube_real.conftest import LOOPBACK, Admin
+from tests.kube_real.conftest import LOOPBACK, SETTLE_S, Admin
 from tests.kube_real.test_endpoint_on_real_cluster import wait_ready
+from tests.waiting import wait_until
 
 
 class RecordingClient(KubeClient):
@@ -252,3 +253,72 @@ def test_splitting_prefill_and_decode_and_back_leaves_nothing_of_the_other_layou
             and not o["metadata"].get("deletionTimestamp")
         }
         assert workloads == wanted, f"revision {revision.number}"
+
+
+def test_a_claim_still_being_deleted_is_made_again_once_gone(
+    client: RecordingClient, ref: base.DeploymentRef, admin: Admin
+) -> None:
+    """The cluster's cache moves off a claim and back while the claim is still being deleted
+    (Kubernetes keeps a claim that pods use: its pvc-protection finalizer; a finalizer of the
+    test's own holds it here). An apply cannot bring back an object on its way out, so that
+    pass is not the last: once the claim is gone, the next pass makes it again."""
+    path = f"/api/v1/namespaces/{ref.namespace}/persistentvolumeclaims/chat-model-cache"
+    driver_with(client, model_cache=CACHE).apply(ref, plan_of(SPEC, 1))
+    admin.call(
+        "PATCH",
+        path,
+        {"metadata": {"finalizers": ["test.plinth/hold"]}},
+        content_type="application/merge-patch+json",
+    )
+    driver_with(client).apply(ref, plan_of(SPEC, 2))  # a host path cache: the claim is pruned
+    assert admin.call("GET", path)["metadata"].get("deletionTimestamp")
+    driver = driver_with(client, model_cache=CACHE)
+    third = plan_of(SPEC, 3)
+    driver.apply(ref, third)
+    admin.call(
+        "PATCH",
+        path,
+        {"metadata": {"finalizers": None}},
+        content_type="application/merge-patch+json",
+    )
+    wait_until(lambda: admin.get(path) is None, "the claim is gone", SETTLE_S, interval=0.5)
+    driver.apply(ref, third)
+    claim = admin.get(path)
+    assert claim is not None and not claim["metadata"].get("deletionTimestamp")
+    settled_at(driver, client, ref, third, admin)
+
+
+def test_a_start_while_the_stop_is_still_deleting_starts_once_it_is_done(
+    client: RecordingClient, ref: base.DeploymentRef, admin: Admin
+) -> None:
+    """Stop deletes the workloads in the foreground (each stays until its pods are gone: a
+    finalizer of the test's own holds the engine Deployment here), and a start comes first:
+    the Deployment is left to go and made again, not taken for started."""
+    path = f"/apis/apps/v1/namespaces/{ref.namespace}/deployments/chat-engine"
+    driver = driver_with(client)
+    revision = plan_of(SPEC, 1)
+    driver.apply(ref, revision)
+    admin.call(
+        "PATCH",
+        path,
+        {"metadata": {"finalizers": ["test.plinth/hold"]}},
+        content_type="application/merge-patch+json",
+    )
+    driver.stop(ref)
+    driver.apply(ref, revision)
+    admin.call(
+        "PATCH",
+        path,
+        {"metadata": {"finalizers": None}},
+        content_type="application/merge-patch+json",
+    )
+    deployments = f"/apis/apps/v1/namespaces/{ref.namespace}/deployments"
+    wait_until(
+        lambda: not admin.call("GET", deployments)["items"],
+        "the stopped Deployments are gone",
+        SETTLE_S,
+        interval=0.5,
+    )
+    driver.apply(ref, revision)
+    wait_ready(driver, ref, revision)
+    settled_at(driver, client, ref, revision, admin)

@@ -10,8 +10,10 @@ object: one that exists without Plinth's labels for this endpoint is refused
 are server-side applied, forcing field conflicts only on objects already known to be ours. Kinds
 the new revision no longer renders (a role removed, a Deployment that became a LeaderWorkerSet)
 are deleted, and only then is the anchor written with the new set hash, so a worker that dies
-half way leaves the old hash and the next pass does it all again. Rolling out and rolling back
-are Kubernetes' own rolling update: applying the previous revision again is the rollback.
+half way leaves the old hash and the next pass does it all again. So does an object found on its
+way out (a finalizer holds it), which an apply cannot bring back: it is made again once gone.
+Rolling out and rolling back are Kubernetes' own rolling update: applying the previous revision
+again is the rollback.
 
 A weights download Job that failed is reported with its revision (``observe``), and kept as it
 is while that revision is placed, so a failed rollout is not retried pass after pass; placing
@@ -56,6 +58,8 @@ OWNED_KINDS = [
     ("v1", "PersistentVolumeClaim"),  # the model cache of a cluster that asks for one each
 ]
 WORKLOAD_KINDS = OWNED_KINDS[:2]
+# What ``_apply_one`` did with an object.
+WRITTEN, UNCHANGED, LEAVING = "written", "unchanged", "leaving"
 # Pods that may hold GPUs (as ``KubeClient.gpu_nodes_and_pods`` lists them).
 _UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
 
@@ -98,20 +102,26 @@ class KubeDriver:
             current = self._read(anchor, ref.namespace)
             if current is not None and L.is_ours(current, ref.id) and _set_hash(current) == digest:
                 return  # applied and pruned as rendered by a pass that finished
-        for manifest in rest:
-            self._apply_one(ref, manifest)
+        leaving = [m for m in rest if self._apply_one(ref, m) == LEAVING]
         # Pruned whenever the rendering changed (and on every pass with ``skip_unchanged``
         # off), before the anchor records the hash: a worker that died between applying and
         # pruning finds the old hash next time and prunes then.
         wanted = {(m["apiVersion"], m["kind"], m["metadata"]["name"]) for m in manifests}
         self._prune(ref, wanted)
+        if leaving:
+            # Not applied as rendered until those are gone and made again: the anchor keeps
+            # the old hash, so the next pass does it all again.
+            return
         self._apply_one(ref, anchor, always=True)
 
     def _apply_one(
         self, ref: base.DeploymentRef, manifest: dict[str, Any], *, always: bool = False
-    ) -> bool:
+    ) -> str:
         """Apply one object unless it is already as rendered (``always``: even then, for the
-        anchor's set hash, which its config hash does not cover); True when it was written."""
+        anchor's set hash, which its config hash does not cover): WRITTEN or UNCHANGED; LEAVING
+        when the live one is being deleted (a finalizer holds it: a claim that pods still use,
+        a workload deleted in the foreground), which no apply brings back, so it is left to go
+        and made again by a later pass."""
         kind = kind_of(manifest["apiVersion"], manifest["kind"])
         name = manifest["metadata"]["name"]
         current = self.client.get(kind, ref.namespace, name)
@@ -120,13 +130,15 @@ class KubeDriver:
                 f"{manifest['kind']} {ref.namespace}/{name} exists and is not managed by Plinth "
                 "for this endpoint; rename the endpoint or remove that object"
             )
+        if current is not None and current["metadata"].get("deletionTimestamp"):
+            return LEAVING
         if current is not None and _failed_for_another_revision(current, manifest):
             # Gone at once (its failed pods after it), so the apply below creates it afresh.
             self.client.delete(kind, ref.namespace, name, propagation="Background")
             current = None
         unchanged = current is not None and _config_hash(current) == _config_hash(manifest)
         if unchanged and (not always or _set_hash(current or {}) == _set_hash(manifest)):
-            return False
+            return UNCHANGED
         if current is not None and manifest["kind"] == "PersistentVolumeClaim":
             manifest = _keeping_claim_spec(manifest, current)
         try:
@@ -139,7 +151,7 @@ class KubeDriver:
                     status=404,
                 ) from exc
             raise
-        return True
+        return WRITTEN
 
     def _read(self, manifest: dict[str, Any], namespace: str) -> dict[str, Any] | None:
         """The live object ``manifest`` names: from the cache while it is synced, else a GET."""

@@ -88,7 +88,10 @@ def test_ready_pods_make_it_active_and_a_crash_loop_degraded(
     deployment = step(deployment)
     assert deployment.status == DEGRADED
     degraded = deployment.events.get(reason="Degraded")
-    assert "0/1 replicas ready (CrashLoopBackOff: back-off 40s restarting)" in degraded.message
+    assert (
+        "0/1 replicas ready (CrashLoopBackOff: back-off 40s restarting; last exit code 1)"
+        in degraded.message
+    )
     assert deployment.replica_facts[0]["restarts"] == 3
 
 

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Generator, Iterator
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,6 +48,8 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"
 LOOPBACK = KubeconfigPolicy(egress=EgressPolicy.build(allow=["127.0.0.1/32"]))
 # Polls of the real controllers: generous, since a loaded 2-core machine runs them slowly.
 SETTLE_S = 180.0
+# Failures kwok makes on demand, for pods carrying a test label (the file says which).
+TEST_STAGES = Path(__file__).with_name("kwok-test-stages.yaml")
 
 _running: list[ControlPlane] = []
 
@@ -117,7 +120,9 @@ def _ready_at(admin: Admin, path: str) -> bool:
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    plane = ControlPlane(run_dir=tmp_path_factory.mktemp("kube"), bin_dir=binaries_dir())
+    plane = ControlPlane(
+        run_dir=tmp_path_factory.mktemp("kube"), bin_dir=binaries_dir(), kwok_stages=(TEST_STAGES,)
+    )
     _running.append(plane)
     try:
         plane.start()

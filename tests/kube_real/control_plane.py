@@ -208,6 +208,8 @@ class ControlPlane:
     ca: CertificateAuthority = field(default_factory=CertificateAuthority)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     api_port: int = 0
+    # Stages files kwok reads besides the release's (tests' own failures made on demand).
+    kwok_stages: tuple[Path, ...] = ()
 
     @property
     def url(self) -> str:
@@ -394,6 +396,7 @@ class ControlPlane:
                 str(bin_dir / "kwok"),
                 f"--kubeconfig={files['admin']}",
                 f"--config={bin_dir / 'kwok-stages.yaml'}",
+                *(f"--config={stages}" for stages in self.kwok_stages),
                 "--manage-all-nodes=false",
                 "--manage-nodes-with-annotation-selector="
                 + ",".join(f"{k}={v}" for k, v in KWOK_NODE.items()),

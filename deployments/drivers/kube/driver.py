@@ -10,8 +10,10 @@ object: one that exists without Plinth's labels for this endpoint is refused
 are server-side applied, forcing field conflicts only on objects already known to be ours. Kinds
 the new revision no longer renders (a role removed, a Deployment that became a LeaderWorkerSet)
 are deleted, and only then is the anchor written with the new set hash, so a worker that dies
-half way leaves the old hash and the next pass does it all again. Rolling out and rolling back
-are Kubernetes' own rolling update: applying the previous revision again is the rollback.
+half way leaves the old hash and the next pass does it all again. So does an object found on its
+way out (a finalizer holds it), which an apply cannot bring back: it is made again once gone.
+Rolling out and rolling back are Kubernetes' own rolling update: applying the previous revision
+again is the rollback.
 
 A weights download Job that failed is reported with its revision (``observe``), and kept as it
 is while that revision is placed, so a failed rollout is not retried pass after pass; placing
@@ -58,6 +60,8 @@ OWNED_KINDS = [
 WORKLOAD_KINDS = OWNED_KINDS[:2]
 # What a benchmark of the endpoint puts beside it (``benchmark_job``): deleted with the endpoint.
 BENCHMARK_KINDS = [("batch/v1", "Job"), ("v1", "Secret"), ("v1", "ConfigMap")]
+# What ``_apply_one`` did with an object.
+WRITTEN, UNCHANGED, LEAVING = "written", "unchanged", "leaving"
 # Pods that may hold GPUs (as ``KubeClient.gpu_nodes_and_pods`` lists them).
 _UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
 
@@ -100,20 +104,26 @@ class KubeDriver:
             current = self._read(anchor, ref.namespace)
             if current is not None and L.is_ours(current, ref.id) and _set_hash(current) == digest:
                 return  # applied and pruned as rendered by a pass that finished
-        for manifest in rest:
-            self._apply_one(ref, manifest)
+        leaving = [m for m in rest if self._apply_one(ref, m) == LEAVING]
         # Pruned whenever the rendering changed (and on every pass with ``skip_unchanged``
         # off), before the anchor records the hash: a worker that died between applying and
         # pruning finds the old hash next time and prunes then.
         wanted = {(m["apiVersion"], m["kind"], m["metadata"]["name"]) for m in manifests}
         self._prune(ref, wanted)
+        if leaving:
+            # Not applied as rendered until those are gone and made again: the anchor keeps
+            # the old hash, so the next pass does it all again.
+            return
         self._apply_one(ref, anchor, always=True)
 
     def _apply_one(
         self, ref: base.DeploymentRef, manifest: dict[str, Any], *, always: bool = False
-    ) -> bool:
+    ) -> str:
         """Apply one object unless it is already as rendered (``always``: even then, for the
-        anchor's set hash, which its config hash does not cover); True when it was written."""
+        anchor's set hash, which its config hash does not cover): WRITTEN or UNCHANGED; LEAVING
+        when the live one is being deleted (a finalizer holds it: a claim that pods still use,
+        a workload deleted in the foreground), which no apply brings back, so it is left to go
+        and made again by a later pass."""
         kind = kind_of(manifest["apiVersion"], manifest["kind"])
         name = manifest["metadata"]["name"]
         current = self.client.get(kind, ref.namespace, name)
@@ -122,13 +132,15 @@ class KubeDriver:
                 f"{manifest['kind']} {ref.namespace}/{name} exists and is not managed by Plinth "
                 "for this endpoint; rename the endpoint or remove that object"
             )
+        if current is not None and current["metadata"].get("deletionTimestamp"):
+            return LEAVING
         if current is not None and _failed_for_another_revision(current, manifest):
             # Gone at once (its failed pods after it), so the apply below creates it afresh.
             self.client.delete(kind, ref.namespace, name, propagation="Background")
             current = None
         unchanged = current is not None and _config_hash(current) == _config_hash(manifest)
         if unchanged and (not always or _set_hash(current or {}) == _set_hash(manifest)):
-            return False
+            return UNCHANGED
         if current is not None and manifest["kind"] == "PersistentVolumeClaim":
             manifest = _keeping_claim_spec(manifest, current)
         try:
@@ -141,7 +153,7 @@ class KubeDriver:
                     status=404,
                 ) from exc
             raise
-        return True
+        return WRITTEN
 
     def _read(self, manifest: dict[str, Any], namespace: str) -> dict[str, Any] | None:
         """The live object ``manifest`` names: from the cache while it is synced, else a GET."""
@@ -190,7 +202,10 @@ class KubeDriver:
             if job_failed(job) is not None
             for pod in self._list(pod_kind, ref.namespace, {L.JOB_UID: _uid(job)})
         ]
-        return observation(pods, events, router_url(ref, ROUTER_PORT), jobs, job_pods)
+        workloads = self._list(
+            kind_of("apps/v1", "Deployment"), ref.namespace, L.owner_selector(ref.id)
+        )
+        return observation(pods, events, router_url(ref, ROUTER_PORT), jobs, job_pods, workloads)
 
     def _list(
         self, kind: Kind, namespace: str, selector: Mapping[str, str] | None = None
@@ -393,14 +408,23 @@ def _failed_for_another_revision(current: dict[str, Any], manifest: dict[str, An
     return bool(revision != manifest["metadata"]["labels"].get(L.REVISION))
 
 
+# The claim spec fields ``render.model_cache_claim`` may set.
+_CLAIM_FIELDS = ("accessModes", "resources", "storageClassName")
+
+
 def _keeping_claim_spec(manifest: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
-    """``manifest`` with the live claim's values of the spec fields it renders. A claim's spec
-    cannot change once made: the API server refuses (422) another storage class or access mode,
-    and another size unless the claim is bound and its class can expand. Changed cache settings
-    therefore apply to claims made after them; an endpoint keeps its claim and the weights in
-    it, and its labels and annotations still follow each revision."""
+    """``manifest`` with the live claim's spec fields in place of those it renders. A claim's
+    spec cannot change once made: the API server refuses (422) another storage class or access
+    mode, and another size unless the claim is bound and its class can expand. Changed cache
+    settings therefore apply to claims made after them; an endpoint keeps its claim and the
+    weights in it, and its labels and annotations still follow each revision.
+
+    Every field is the live one, present or absent as it is live, whatever this pass renders:
+    a field this manager applied before and now leaves out is removed by server-side apply
+    (a class set, then none: 422 on every pass), and a class where the claim has none is one
+    change the server takes (its upgrade path for default classes), moving the claim."""
     live = current.get("spec") or {}
-    spec = {key: live.get(key, value) for key, value in manifest["spec"].items()}
+    spec = {key: live[key] for key in _CLAIM_FIELDS if key in live}
     return {**manifest, "spec": spec}
 
 

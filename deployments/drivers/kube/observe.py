@@ -1,11 +1,12 @@
-"""Pods, events and Jobs -> facts: one ReplicaFacts per engine replica, the events worth a
-timeline line, the revisions whose weights download gave up.
+"""Pods, events, Jobs and Deployments -> facts: one ReplicaFacts per engine replica, the events
+worth a timeline line, the revisions that will not become ready.
 
 Pure functions over plain dicts as the API returns them. Kubernetes' reasons map to what a person
 needs to act on: Unschedulable (with the scheduler's own message), ImagePullBackOff,
 CrashLoopBackOff, OOMKilled, failing probes, a startup that ran out of time, and a weights
 download Job that failed (its condition's reason and message, and its last pod's last words),
-which its revision's engines, waiting in ``wait-for-weights``, would otherwise wait for forever.
+which its revision's engines, waiting in ``wait-for-weights``, would otherwise wait for forever,
+and a rollout the Deployment controller gave up on (``ProgressDeadlineExceeded``).
 """
 
 from __future__ import annotations
@@ -68,7 +69,10 @@ def replica_facts(
 
 def _unschedulable(pod: Mapping[str, Any], message: str) -> str:
     """The scheduler's message led by the GPU type and count the pod waits for: "0/5 nodes are
-    available: 3 node(s) didn't match Pod's node affinity" alone does not say which GPUs."""
+    available: 3 node(s) didn't match Pod's node affinity" alone does not say which GPUs.
+    When nodes were passed over for a taint, the head says where tolerations are set instead:
+    the scheduler names no taint ("3 node(s) had untolerated taint(s)"), and free GPUs are
+    not what is missing."""
     gpu = (pod.get("metadata") or {}).get("labels", {}).get(L.GPU)
     if not gpu:
         return message
@@ -77,6 +81,11 @@ def _unschedulable(pod: Mapping[str, Any], message: str) -> str:
     count = next((v for k, v in limits.items() if k.endswith("/gpu")), "")
     wanted = f"{count} free {gpu} GPU(s)" if count else f"{gpu} GPUs"
     head = f"no node with {wanted} can take this replica"
+    if "untolerated taint" in message:
+        head += (
+            ", and nodes have a taint its pods do not tolerate (the cluster's settings "
+            "gpu_tolerations and tolerations say which they tolerate)"
+        )
     return f"{head}: {message}" if message else head
 
 
@@ -92,9 +101,11 @@ def _phase(pod: Mapping[str, Any], container: Mapping[str, Any]) -> tuple[str, s
         return base.FAILED, status.get("reason") or "PodFailed", status.get("message", "")
     if w_reason == "CrashLoopBackOff":
         reason = "OOMKilled" if last.get("reason") == "OOMKilled" else "CrashLoopBackOff"
+        # The kubelet's back-off line, and how the last run ended, which it does not say.
         exit_code = last.get("exitCode")
         detail = f"last exit code {exit_code}" if exit_code is not None else ""
-        return base.FAILED, reason, waiting.get("message") or detail
+        said = "; ".join(part for part in (waiting.get("message", ""), detail) if part)
+        return base.FAILED, reason, said
     if w_reason in PULL_ERRORS:
         return base.FAILED, "ImagePullBackOff", waiting.get("message", "")
     if w_reason in CONFIG_ERRORS:
@@ -260,17 +271,83 @@ def _tail(text: str) -> str:
     return flat if len(flat) <= LAST_WORDS_CHARS else "…" + flat[-LAST_WORDS_CHARS:]
 
 
+PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
+
+
+def stalled(workload: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The Deployment's ``Progressing`` condition once the Deployment controller has given up
+    on its rollout (``ProgressDeadlineExceeded``: no new pod became ready within
+    ``progressDeadlineSeconds``), else None. Only a condition about the template now applied
+    counts: one the controller wrote before the last change (``observedGeneration`` behind)
+    is about the previous revision."""
+    meta, status = workload.get("metadata") or {}, workload.get("status") or {}
+    if status.get("observedGeneration") != meta.get("generation"):
+        return None
+    conditions = status.get("conditions") or []
+    return next(
+        (
+            c
+            for c in conditions
+            if c.get("type") == "Progressing"
+            and c.get("status") == "False"
+            and c.get("reason") == PROGRESS_DEADLINE_EXCEEDED
+        ),
+        None,
+    )
+
+
+def stalled_rollouts(
+    workloads: Iterable[Mapping[str, Any]], replicas: Iterable[base.ReplicaFacts]
+) -> list[base.RevisionFailure]:
+    """The revisions whose Deployment the controller says stopped progressing, in its words
+    ("ReplicaSet "chat-engine-7d9" has timed out progressing."), with what the revision's
+    replicas last said when they say anything (the controller does not say why)."""
+    replicas = list(replicas)
+    failures = []
+    for workload in workloads:
+        condition, revision = stalled(workload), _revision(workload)
+        if condition is None or revision is None:
+            continue
+        message = f"Deployment {_name(workload)}: {condition.get('message') or 'no progress'}"
+        said = next((r for r in replicas if r.revision == revision and r.reason), None)
+        if said is not None:
+            message += f" (its replicas: {said.reason}" + (
+                f": {said.message})" if said.message else ")"
+            )
+        failures.append(base.RevisionFailure(revision, PROGRESS_DEADLINE_EXCEEDED, message))
+    return failures
+
+
+def stall_events(workloads: Iterable[Mapping[str, Any]]) -> list[base.ObservedEvent]:
+    """A timeline line per stalled Deployment, once per time the controller said so."""
+    lines = []
+    for workload in workloads:
+        condition = stalled(workload)
+        if condition is None:
+            continue
+        meta = workload.get("metadata") or {}
+        key = f"k8s:stalled:{meta.get('uid')}:{condition.get('lastTransitionTime')}"
+        message = f"{_name(workload)}: {condition.get('message') or 'no progress'}"
+        lines.append(
+            base.ObservedEvent(PROGRESS_DEADLINE_EXCEEDED, message, level="warning", key=key)
+        )
+    return lines
+
+
 def observation(
     pods: Iterable[Mapping[str, Any]],
     events: Iterable[Mapping[str, Any]],
     router_url: str,
     jobs: Iterable[Mapping[str, Any]] = (),
     job_pods: Iterable[Mapping[str, Any]] = (),
+    workloads: Iterable[Mapping[str, Any]] = (),
 ) -> base.Observation:
     """``jobs``: the endpoint's weights download Jobs; ``job_pods``: the pods of those that
-    failed (read only then)."""
+    failed (read only then); ``workloads``: its Deployments, whose controller's conditions
+    say when a rollout stopped progressing."""
     pods = list(pods)
     events = list(events)
+    workloads = list(workloads)
     failures = probe_failures(events)
     # Ranks >= 1 of each multi-node group, by the group key LWS puts on all of its pods.
     ranks: dict[str, list[base.ReplicaFacts]] = {}
@@ -289,8 +366,8 @@ def observation(
         replicas=engines,
         router_url=router_url if routers else "",
         router_ready=any(r.ready for r in routers),
-        events=tuple(timeline_events(events, roles)),
-        failures=tuple(download_failures(jobs, job_pods)),
+        events=(*timeline_events(events, roles), *stall_events(workloads)),
+        failures=(*download_failures(jobs, job_pods), *stalled_rollouts(workloads, engines)),
     )
 
 

@@ -675,6 +675,10 @@ def engine_workload(
     meta = _meta(ref, revision, L.object_name(ref.slug, role.role), role.role)
     args = _with_api_key(ref, literal_args(role.args))
     container = _engine_container(ref, revision, role, options, args=args, probes=True)
+    # The Deployment controller's progress deadline: the startup probe's window (download,
+    # load, warm-up) plus 10 minutes to schedule and pull an image of tens of GB. Past it the
+    # controller reports ProgressDeadlineExceeded, which fails the revision in its words
+    # (``observe.stalled_rollouts``) when Plinth's own startup window has not done so first.
     startup = role.startup_probe
     deadline = startup.period_s * startup.failure_threshold + 600 if startup else 1800
     return {

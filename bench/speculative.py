@@ -343,6 +343,8 @@ class Params:
     sibling_catch: float = 0.10
     sibling_score: float = 0.40
     decay: dict[str, float] = field(default_factory=lambda: {"EAGLE": 0.9, "NEXTN": 0.85})
+    # sglang's ngram_us is not fitted (no SGLang NGRAM row in the table): 100 us assumed for
+    # its CPU trie lookup per step; every other cost is fitted.
     engines: dict[str, dict[str, float]] = field(
         default_factory=lambda: {
             "sglang": {"draft_pass_us": 150.0, "step_us": 400.0, "verify_token_us": 10.0,

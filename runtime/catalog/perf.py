@@ -10,6 +10,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 _DATA = Path(__file__).with_name("perf.yaml")
+# Written by bench/speculative.py from the `fit` rows of speculative/published_points.tsv.
+_SPEC_FIT = Path(__file__).parent / "speculative" / "fitted.yaml"
 
 
 class _Row(BaseModel):
@@ -112,12 +114,24 @@ class KvTransfer(_Row):
         return by_name.get(name or self.default_backend) or by_name[self.default_backend]
 
 
+class AcceptanceCurve(_Row):
+    """Conditional acceptance per draft depth: P(depth i accepted | depth i-1 accepted).
+
+    Depth 1 is ``first``; depth ``i >= 2`` is ``rest * decay**(i - 2)``. One form covers the three
+    families the published traces show: flat (EAGLE-3: first = rest, decay 1), decaying (a
+    one-step MTP/NextN module or an EAGLE-2 head reused for longer drafts: decay < 1) and bursty
+    (NGRAM: a low first position, high once a match is found).
+    """
+
+    first: float = Field(gt=0, lt=1)
+    rest: float = Field(gt=0, lt=1)
+    decay: float = Field(default=1.0, gt=0, le=1)
+
+
 class SpecAlgorithm(_Row):
-    acceptance: float = Field(gt=0, lt=1)
-    depth_decay: float = Field(gt=0, le=1)
-    tree_gain: float = Field(ge=0, le=1)
-    draft_overhead_us: float = Field(ge=0)
-    verify_overhead_us: float = Field(ge=0)
+    form: Literal["flat", "decaying", "bursty"]
+    # Only where no fit covers the family (fitted.yaml's `families` wins): an assumed curve.
+    curve: AcceptanceCurve | None = None
     source: str
 
 
@@ -131,11 +145,48 @@ class ArchShape(SpecShape):
     architectures: tuple[str, ...]
 
 
-class SpecPair(_Row):
+class SpecCurve(AcceptanceCurve):
+    """One (target, draft, workload) curve; names as published (model ids or repo names)."""
+
     target: str
-    draft: str
-    acceptance: float = Field(gt=0, lt=1)
+    draft: str | None = None
+    workload: str = "chat"
+    algorithm: str
     source: str
+
+
+class SpecEngineCost(_Row):
+    """What one engine spends around the target's forward passes under speculation."""
+
+    draft_pass_us: float = Field(ge=0)  # fixed cost per draft forward pass (launch, sampling)
+    step_us: float = Field(ge=0)  # fixed cost per speculative step (tree build, draft extend)
+    verify_token_us: float = Field(ge=0)  # bookkeeping per verified draft token and sequence
+    ngram_us: float = Field(default=0.0, ge=0)  # NGRAM's CPU trie lookup per step
+
+
+class SpecTree(_Row):
+    """How a draft tree's siblings behave: the target's token is a runner-up candidate with
+    chance ``(1 - p) * catch`` (correlated siblings: small), while the draft scores runner-ups
+    at ``(1 - p) * score`` when SGLang picks the tree's top nodes by score."""
+
+    sibling_catch: float = Field(ge=0, le=1)
+    sibling_score: float = Field(ge=0, le=1)
+
+
+class SpecFit(_Row):
+    """bench/speculative.py's fit over the `fit` rows of published_points.tsv."""
+
+    date: str
+    command: str
+    fit_rows: tuple[str, ...]
+    tree: SpecTree
+    engines: dict[str, SpecEngineCost]
+    families: dict[str, AcceptanceCurve]
+    curves: tuple[SpecCurve, ...] = ()
+    # SpecBundle's H200 runs do not publish TP or backend: per target, a fixed cost per
+    # speculative step as a share of the decode step, fitted on that target's fit rows. Only
+    # the bench uses it (it describes those unpublished deployments, not the target).
+    deployment_share: dict[str, float] = {}
 
 
 class Speculative(_Row):
@@ -144,7 +195,8 @@ class Speculative(_Row):
     default_shape: SpecShape
     arch_shapes: tuple[ArchShape, ...] = ()
     ngram_shape: SpecShape
-    pairs: tuple[SpecPair, ...] = ()
+    pairs: tuple[SpecCurve, ...] = ()  # assumed curves (no published point)
+    fit: SpecFit
 
 
 class PublishedFigure(_Row):
@@ -232,14 +284,34 @@ class PerfCatalog(_Row):
         key = self.speculative.aliases.get(key, key)
         return self.speculative.algorithms.get(key)
 
-    def pair_acceptance(self, target: str, draft: str | None) -> float | None:
-        for pair in self.speculative.pairs:
-            if pair.target == target and pair.draft == draft:
-                return pair.acceptance
-        return None
+    def family_curve(self, name: str) -> AcceptanceCurve | None:
+        """The algorithm family's curve: the fit's, else the catalogue's assumed one."""
+        key = name.upper()
+        key = self.speculative.aliases.get(key, key)
+        fitted = self.speculative.fit.families.get(key)
+        row = self.speculative.algorithms.get(key)
+        return fitted or (row.curve if row is not None else None)
+
+    def pair_curve(
+        self, targets: set[str], drafts: set[str | None], workload: str | None = None
+    ) -> SpecCurve | None:
+        """The curve of a (target, draft) pair (names in any of their spellings), preferring
+        `workload`, then chat; fitted curves before assumed ones."""
+        found = [
+            curve
+            for curve in (*self.speculative.fit.curves, *self.speculative.pairs)
+            if curve.target.lower() in targets and (curve.draft or "").lower() in drafts
+        ]
+        for wanted in (workload, "chat", "mtbench"):
+            for curve in found:
+                if curve.workload == wanted:
+                    return curve
+        return found[0] if found else None
 
 
 @cache
 def perf_catalog() -> PerfCatalog:
     """The calibrated constants, loaded once."""
-    return PerfCatalog.model_validate(yaml.safe_load(_DATA.read_text()))
+    data = yaml.safe_load(_DATA.read_text())
+    data["speculative"]["fit"] = yaml.safe_load(_SPEC_FIT.read_text())
+    return PerfCatalog.model_validate(data)

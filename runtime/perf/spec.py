@@ -1,22 +1,27 @@
 """Speculative decoding physics: draft shapes, acceptance, and what drafting costs.
 
-A verify step yields the bonus token plus every draft token accepted in a row. The chance that
-the draft at depth ``i`` is accepted is the (target, draft) pair's first-position acceptance,
-decayed per depth by the algorithm (EAGLE-2 heads drift from the target's features with depth;
-EAGLE-3's training-time test keeps them close). A tree with ``topk`` branches gives each depth a
-few correlated candidates: each extra branch adds ``tree_gain`` of an independent chance. The
-draft token budget caps how many depths the tree reaches. All constants live in
-``runtime/catalog/perf.yaml`` with their sources.
+A verify step yields the bonus token plus every draft token accepted in a row. Acceptance is a
+per-(target, draft, workload) curve of conditional acceptance per draft depth (flat for EAGLE-3,
+decaying for a reused MTP/NextN module or an EAGLE-2 head, bursty for NGRAM), held in the
+catalogue with its source. A tree of ``topk`` branches is built as SGLang builds it: a beam of
+``topk`` nodes expanded ``num_steps`` times, then the ``num_draft_tokens - 1`` best nodes by the
+draft's own scores are verified. The target's token is a runner-up sibling only rarely (siblings
+are correlated), while the draft scores runner-ups higher than that: at a fixed token budget a
+wider tree spends nodes on siblings and reaches less depth. The fitted numbers live in
+``runtime/catalog/speculative/fitted.yaml`` (``bench/speculative.py``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import heapq
+from dataclasses import dataclass, replace
 
-from runtime.catalog.perf import PerfCatalog, perf_catalog
+from runtime.catalog.perf import AcceptanceCurve, PerfCatalog, perf_catalog
 from runtime.perf.hardware import ModelShape
 
 EAGLE_HEADS = frozenset({"EAGLE", "EAGLE3"})
+# SGLang's speculative path; the fit also holds vLLM's costs for its own rows.
+DEFAULT_ENGINE = "sglang"
 
 
 @dataclass(frozen=True)
@@ -29,21 +34,56 @@ class SpecShape:
 
 
 @dataclass(frozen=True)
+class Curve:
+    """Conditional acceptance per depth (see ``AcceptanceCurve``)."""
+
+    first: float
+    rest: float
+    decay: float = 1.0
+
+    def at(self, depth: int) -> float:
+        """P(depth `depth` accepted | depth - 1 accepted), depth counted from 1."""
+        if depth <= 1:
+            return self.first
+        return min(0.995, self.rest * self.decay ** (depth - 2))
+
+    def scaled_to(self, first: float) -> Curve:
+        """The same form with its first position at `first` (the simulator's accept-rate flag)."""
+        ratio = first / self.first
+        return Curve(first, min(0.995, self.rest * ratio), self.decay)
+
+    @classmethod
+    def of(cls, row: AcceptanceCurve) -> Curve:
+        return cls(row.first, row.rest, row.decay)
+
+
+@dataclass(frozen=True)
 class SpecConfig:
     """Everything the step-time model needs to know about one speculative configuration."""
 
     algorithm: str  # canonical name: EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM
     shape: SpecShape
-    acceptance: float  # chance the first draft position is accepted
-    depth_decay: float
-    tree_gain: float
+    curve: Curve
+    sibling_catch: float
+    sibling_score: float
     draft_overhead_s: float  # per draft pass (NGRAM: per step), beyond the draft's weights
     verify_overhead_s: float  # per verified draft token
+    step_overhead_s: float  # per speculative step (tree build, draft extend, bookkeeping)
     draft: ModelShape | None  # the draft network (None for NGRAM; NEXTN uses a target layer)
 
     @property
+    def acceptance(self) -> float:
+        """The chance the first draft position is accepted."""
+        return self.curve.first
+
+    @property
     def accept_length(self) -> float:
-        return expected_accept_length(self.shape, self.acceptance, self.depth_decay, self.tree_gain)
+        return expected_accept_length(
+            self.shape, self.curve, self.sibling_catch, self.sibling_score
+        )
+
+    def with_shape(self, shape: SpecShape) -> SpecConfig:
+        return replace(self, shape=shape)
 
     def accept_length_quantile(self, q: float) -> int:
         """The accept length at quantile `q` of its distribution (a low `q`: a bad step).
@@ -96,22 +136,44 @@ def default_shape(
     return SpecShape(num_steps, k, tokens)
 
 
+def _rank_share(p: float, rank: int, runner_up: float) -> float:
+    """The chance (true or as the draft scores it) of a node's rank-`rank` child: the top one
+    `p`; runner-up r takes `runner_up` of what is left after the ones above it."""
+    if rank == 0:
+        return p
+    return (1.0 - p) * runner_up * (1.0 - runner_up) ** (rank - 1)
+
+
 def expected_accept_length(
-    shape: SpecShape, acceptance: float, depth_decay: float, tree_gain: float
+    shape: SpecShape, curve: Curve, sibling_catch: float, sibling_score: float
 ) -> float:
-    """Mean tokens one verify step yields (accepted drafts plus the bonus token)."""
-    nodes = max(0, shape.draft_tokens - 1)  # draft tokens besides the verified root
-    depth = min(shape.num_steps, nodes)
+    """Mean tokens one verify step yields (accepted drafts plus the bonus token).
+
+    SGLang's tree: a beam of ``topk`` nodes, each expanded into ``topk`` children per step; the
+    best ``topk`` children by cumulative draft score form the next beam; the verified tree is
+    the ``draft_tokens - 1`` best of every node made. The accepted length is the number of
+    verified nodes on the target's path, so its mean is the sum of each verified node's true
+    path probability. A chain (topk 1) reduces to 1 + p1 + p1 p2 + ...
+    """
+    budget = max(0, shape.draft_tokens - 1)  # draft tokens besides the verified root
+    depth = min(shape.num_steps, budget)
     if depth == 0:
         return 1.0
-    branches = min(float(shape.topk), max(1.0, nodes / depth))
-    length, reach = 1.0, 1.0
-    for i in range(depth):
-        single = min(0.999, acceptance * depth_decay**i)
-        tries = 1.0 + tree_gain * (branches - 1.0)
-        reach *= 1.0 - (1.0 - single) ** tries
-        length += reach
-    return length
+    k = max(1, shape.topk)
+    beam: list[tuple[float, float]] = [(1.0, 1.0)]  # (draft score, true probability)
+    made: list[tuple[float, float]] = []
+    for level in range(1, depth + 1):
+        p = curve.at(level)
+        children = [
+            (score * _rank_share(p, r, sibling_score), prob * _rank_share(p, r, sibling_catch))
+            for score, prob in beam
+            for r in range(k)
+        ]
+        children.sort(key=lambda node: -node[0])
+        beam = children[:k]
+        made.extend(children)
+    chosen = heapq.nlargest(budget, made, key=lambda node: node[0])
+    return 1.0 + sum(prob for _, prob in chosen)
 
 
 def chain_rate(length: float, steps: int) -> float:
@@ -134,6 +196,30 @@ def chain_rate(length: float, steps: int) -> float:
     return (low + high) / 2
 
 
+def pair_curve(
+    name: str,
+    target: ModelShape,
+    draft: ModelShape | None,
+    workload: str | None = None,
+    catalog: PerfCatalog | None = None,
+) -> Curve:
+    """The catalogue's curve for (target, draft, workload), else the algorithm family's."""
+    cat = catalog or perf_catalog()
+    targets = {n.lower() for n in _names(target)}
+    drafts: set[str | None] = {n.lower() for n in _names(draft)} if draft else {""}
+    row = cat.pair_curve(targets, drafts, workload)
+    if row is not None and canonical_algorithm(row.algorithm, cat) == name:
+        return Curve.of(row)
+    family = cat.family_curve(name) or cat.family_curve("EAGLE3")
+    assert family is not None  # the fit always holds EAGLE3
+    return Curve.of(family)
+
+
+def _names(model: ModelShape) -> tuple[str, ...]:
+    """A model's spellings: catalogue id, repository and the repository's name."""
+    return (model.id, model.hf_repo, model.hf_repo.rsplit("/", 1)[-1])
+
+
 def resolve_spec(
     algorithm: str,
     target: ModelShape,
@@ -143,23 +229,31 @@ def resolve_spec(
     topk: int | None = None,
     draft_tokens: int | None = None,
     acceptance: float | None = None,
+    workload: str | None = None,
+    engine: str = DEFAULT_ENGINE,
 ) -> SpecConfig:
-    """The speculative configuration of `target` with `draft`; ``acceptance`` overrides the
-    catalogue's figure for the pair (the simulator's ``--sim-spec-accept-rate``)."""
+    """The speculative configuration of `target` with `draft`; ``acceptance`` sets the first
+    position's acceptance, keeping the curve's form (the simulator's
+    ``--sim-spec-accept-rate``)."""
     catalog = perf_catalog()
     name = canonical_algorithm(algorithm, catalog)
-    row = catalog.algorithm(name) or catalog.algorithm("EAGLE")
-    assert row is not None  # the catalogue always holds EAGLE
+    if catalog.algorithm(name) is None:
+        name = "EAGLE"
     shape = default_shape(name, target.architecture, num_steps, topk, draft_tokens)
-    if acceptance is None:
-        acceptance = catalog.pair_acceptance(target.id, draft.id if draft else None)
+    curve = pair_curve(name, target, draft, workload, catalog)
+    if acceptance is not None:
+        curve = curve.scaled_to(acceptance)
+    fit = catalog.speculative.fit
+    cost = fit.engines[engine]
+    per_pass = cost.ngram_us if name == "NGRAM" else cost.draft_pass_us
     return SpecConfig(
         algorithm=name,
         shape=shape,
-        acceptance=acceptance if acceptance is not None else row.acceptance,
-        depth_decay=row.depth_decay,
-        tree_gain=row.tree_gain,
-        draft_overhead_s=row.draft_overhead_us * 1e-6,
-        verify_overhead_s=row.verify_overhead_us * 1e-6,
+        curve=curve,
+        sibling_catch=fit.tree.sibling_catch,
+        sibling_score=fit.tree.sibling_score,
+        draft_overhead_s=per_pass * 1e-6,
+        verify_overhead_s=cost.verify_token_us * 1e-6,
+        step_overhead_s=cost.step_us * 1e-6,
         draft=None if name == "NGRAM" else draft,
     )

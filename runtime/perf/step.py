@@ -177,7 +177,7 @@ class StepModel:
         spec = self.engine.spec
         if spec is not None and work.decode_seqs:
             seconds += self.draft_seconds(work.decode_seqs, work.decode_context)
-            seconds += spec.verify_overhead_s * work.decode_tokens
+            seconds += spec.verify_overhead_s * work.decode_tokens + spec.step_overhead_s
         return seconds
 
     def _moe_step_seconds(self, work: StepWork) -> float:
@@ -212,7 +212,7 @@ class StepModel:
         spec = self.engine.spec
         if spec is not None and work.decode_seqs:
             seconds += self.draft_seconds(work.decode_seqs, work.decode_context // dp)
-            seconds += spec.verify_overhead_s * work.decode_tokens / dp
+            seconds += spec.verify_overhead_s * work.decode_tokens / dp + spec.step_overhead_s
         return seconds
 
     def _moe_comm_seconds(self, tokens: float) -> float:
@@ -262,7 +262,13 @@ class StepModel:
         return 2 * self.model.num_layers * (ring + self.link_latency)
 
     def draft_seconds(self, seqs: int, context: int) -> float:
-        """The draft passes of one speculative step for `seqs` sequences (`context` KV tokens)."""
+        """The draft passes of one speculative step for `seqs` sequences (`context` KV tokens).
+
+        SGLang runs ``num_steps`` draft forwards per step (the draft-extend pass over the
+        accepted tokens and ``num_steps - 1`` more), each over ``topk`` tokens per sequence: the
+        draft's weights (a 1-layer EAGLE head plus its LM head, which for a 128k vocabulary is
+        most of it), its KV reads, and a fixed cost per pass.
+        """
         spec = self.engine.spec
         if spec is None:
             return 0.0

@@ -144,6 +144,13 @@ def _rank_share(p: float, rank: int, runner_up: float) -> float:
     return (1.0 - p) * runner_up * (1.0 - runner_up) ** (rank - 1)
 
 
+def _score_share(p: float, rank: int, runner_up: float) -> float:
+    """The draft's own score of a node's rank-`rank` child: as ``_rank_share``, but never above
+    a higher rank's (the draft's top candidate is its best-scored by definition, so a runner-up
+    never outranks it however little the top one is accepted)."""
+    return min(_rank_share(p, r, runner_up) for r in range(rank + 1))
+
+
 def expected_accept_length(
     shape: SpecShape, curve: Curve, sibling_catch: float, sibling_score: float
 ) -> float:
@@ -165,7 +172,7 @@ def expected_accept_length(
     for level in range(1, depth + 1):
         p = curve.at(level)
         children = [
-            (score * _rank_share(p, r, sibling_score), prob * _rank_share(p, r, sibling_catch))
+            (score * _score_share(p, r, sibling_score), prob * _rank_share(p, r, sibling_catch))
             for score, prob in beam
             for r in range(k)
         ]

@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -115,7 +116,15 @@ def _ready_at(admin: Admin, path: str) -> bool:
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    plane = ControlPlane(run_dir=tmp_path_factory.mktemp("kube"), bin_dir=binaries_dir())
+    with running_cluster(tmp_path_factory.mktemp("kube")) as plane:
+        yield plane
+
+
+@contextmanager
+def running_cluster(run_dir: Path) -> Iterator[ControlPlane]:
+    """A started control plane with its kwok nodes Ready; stopped on leaving. The session's
+    ``cluster``, or a test module's own (one that restarts its API server)."""
+    plane = ControlPlane(run_dir=run_dir, bin_dir=binaries_dir())
     _running.append(plane)
     try:
         plane.start()
@@ -182,6 +191,12 @@ def _yaml_documents(path: Path) -> list[dict[str, Any]]:
 @pytest.fixture(scope="session")
 def worker_token(cluster: ControlPlane, admin: Admin) -> str:
     """A real token of the worker's ServiceAccount (k8s/base), from the TokenRequest API."""
+    return grant_worker_token(admin)
+
+
+def grant_worker_token(admin: Admin) -> str:
+    """The worker's ServiceAccount and cluster-wide rights (k8s/gpu-inventory) made, and a real
+    token of it."""
     admin.call("POST", "/api/v1/namespaces", {"metadata": {"name": PLATFORM_NAMESPACE}})
     account = next(
         d
@@ -207,13 +222,18 @@ def worker_kubeconfig(
 ) -> str:
     """A kubeconfig with the worker's own token, which has nothing but the rights
     k8s/managed-namespace grants it in ``namespace`` (and k8s/gpu-inventory's, cluster-wide)."""
+    return worker_kubeconfig_for(cluster, admin, namespace, worker_token)
+
+
+def worker_kubeconfig_for(cluster: ControlPlane, admin: Admin, namespace: str, token: str) -> str:
+    """The worker's rights in ``namespace`` granted, and a kubeconfig with its ``token``."""
     for document in _yaml_documents(K8S / "managed-namespace" / "rbac.yaml"):
         document["metadata"]["namespace"] = namespace
         plural = document["kind"].lower() + "s"
         admin.call(
             "POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/{plural}", document
         )
-    return cluster.kubeconfig(f"worker-{namespace}", token=worker_token).read_text()
+    return cluster.kubeconfig(f"worker-{namespace}", token=token).read_text()
 
 
 @pytest.fixture
@@ -235,6 +255,7 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    if report.failed and "cluster" in getattr(item, "fixturenames", ()) and _running:
+    uses = {"cluster", "own_cluster"} & set(getattr(item, "fixturenames", ()))
+    if report.failed and uses and _running:
         report.sections.append(("kube control plane logs", _running[-1].logs()))
     return report

@@ -16,6 +16,7 @@ import base64
 import ctypes
 import datetime as dt
 import ipaddress
+import json
 import signal
 import socket
 import ssl
@@ -24,6 +25,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from cryptography import x509
@@ -250,8 +252,8 @@ class ControlPlane:
             files[who] = self.kubeconfig(who, subject=subject)
         return files
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
-        log = self.path(f"{name}.log").open("wb")
+    def _spawn(self, name: str, argv: list[str], *, log_mode: str = "wb") -> None:
+        log = self.path(f"{name}.log").open(log_mode)
         self.processes[name] = subprocess.Popen(
             argv,
             stdout=log,
@@ -401,6 +403,42 @@ class ControlPlane:
         """GET ``path`` as the admin (raises on an error status)."""
         with urllib.request.urlopen(self.url + path, context=self.ssl_context(), timeout=10) as r:
             return bytes(r.read())
+
+    def restart_api_server(self) -> None:
+        """Stop kube-apiserver and start it again on the same port with the same flags, etcd
+        and every other process left running (as an upgrade or a crash of the API server does
+        to its clients); returns once it is ready again. Its log goes on in the same file."""
+        process = self.processes["kube-apiserver"]
+        argv = process.args
+        assert isinstance(argv, list)  # as ``start`` spawned it
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        self._spawn("kube-apiserver", argv, log_mode="ab")
+        self.wait(self._ready, "the restarted API server is ready (/readyz)")
+
+    def compact_etcd(self) -> int:
+        """Compact etcd at its current revision (as the API server does every few minutes), so
+        a watch resuming from an older version is answered 410 Gone; returns the revision."""
+        argv = self.processes["etcd"].args
+        assert isinstance(argv, list)
+        url = next(a.split("=", 1)[1] for a in argv if a.startswith("--listen-client-urls="))
+
+        def post(path: str, body: dict[str, object]) -> dict[str, Any]:
+            request = urllib.request.Request(url + path, data=json.dumps(body).encode())
+            with urllib.request.urlopen(request, timeout=10) as reply:
+                result: dict[str, Any] = json.loads(reply.read())
+                return result
+
+        # Any key's range answers with the store's header, which holds its revision.
+        revision = int(
+            post("/v3/kv/range", {"key": base64.b64encode(b"/").decode()})["header"]["revision"]
+        )
+        post("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
 
     def stop(self) -> None:
         """Stop everything, the API server's clients first, etcd last."""

@@ -84,14 +84,20 @@ class Admin:
             raise
 
 
-def _node(name: str, gpu: str | None) -> dict[str, Any]:
+def _node(name: str, gpu: str | None, scale: int = 1) -> dict[str, Any]:
+    """A kwok node; ``scale`` times the CPUs, pods and GPUs of one (a benchmark's thousand)."""
     labels = {"kubernetes.io/hostname": name, "type": "kwok"}
-    capacity = {"cpu": "224", "memory": "2Ti", "ephemeral-storage": "10Ti", "pods": "110"}
+    capacity = {
+        "cpu": str(224 * scale),
+        "memory": "2Ti",
+        "ephemeral-storage": "10Ti",
+        "pods": str(110 * scale),
+    }
     spec: dict[str, Any] = {}
     if gpu is not None:
         labels[GPU_PRODUCT_LABEL] = get_gpu(gpu).gpu_products[0]
-        labels["nvidia.com/gpu.count"] = str(GPUS_PER_NODE)
-        capacity["nvidia.com/gpu"] = str(GPUS_PER_NODE)
+        labels["nvidia.com/gpu.count"] = str(GPUS_PER_NODE * scale)
+        capacity["nvidia.com/gpu"] = str(GPUS_PER_NODE * scale)
         spec["taints"] = [GPU_TAINT]
     return {
         "apiVersion": "v1",
@@ -102,10 +108,10 @@ def _node(name: str, gpu: str | None) -> dict[str, Any]:
     }
 
 
-def _nodes() -> list[dict[str, Any]]:
-    nodes = [_node("kwok-cpu-0", None)]
+def _nodes(scale: int = 1) -> list[dict[str, Any]]:
+    nodes = [_node("kwok-cpu-0", None, scale)]
     for gpu, count in GPU_NODES.items():
-        nodes += [_node(f"kwok-{gpu.lower()}-{i}", gpu) for i in range(count)]
+        nodes += [_node(f"kwok-{gpu.lower()}-{i}", gpu, scale) for i in range(count)]
     return nodes
 
 
@@ -121,17 +127,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 
 
 @contextmanager
-def running_cluster(run_dir: Path) -> Iterator[ControlPlane]:
-    """A started control plane with its kwok nodes Ready; stopped on leaving. The session's
-    ``cluster``, or a test module's own (one that restarts its API server)."""
+def running_cluster(run_dir: Path, scale: int = 1) -> Iterator[ControlPlane]:
+    """A started control plane with its kwok nodes Ready (``scale``: each that many times as
+    big); stopped on leaving. The session's ``cluster``, a test module's own (one that restarts
+    its API server), or bench/kube_scale.py's."""
     plane = ControlPlane(run_dir=run_dir, bin_dir=binaries_dir())
     _running.append(plane)
     try:
         plane.start()
         admin = Admin(plane)
-        for node in _nodes():
+        for node in _nodes(scale):
             admin.call("POST", "/api/v1/nodes", node)
-        for node in _nodes():
+        for node in _nodes(scale):
             path = f"/api/v1/nodes/{node['metadata']['name']}"
             plane.wait(partial(_ready_at, admin, path), f"kwok makes {path} Ready")
         yield plane

@@ -553,7 +553,7 @@ def main() -> None:
                    "--sample", str(args.sample), "--changes", str(args.changes),
                    "--interval", str(args.interval), "--window", str(args.window)]  # fmt: skip
         print(f"running {mode}...", file=sys.stderr, flush=True)
-        out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout
         results.append(json.loads(out.strip().splitlines()[-1]))
     print(f"{args.endpoints} endpoints on one emulated cluster; settled passes on {args.sample}, "
           f"one per endpoint every {args.interval:g} s; {args.changes} changes")  # fmt: skip

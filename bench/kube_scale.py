@@ -1,7 +1,8 @@
-"""The Kubernetes driver at 1,000 endpoints on one emulated cluster: API requests at steady state,
-the time for a change to reach the API, and the worker's memory, for four ways of running the
-same settled endpoints, side by side in one run (each mode in a process of its own, against an
-emulator of its own, so each memory figure is that mode's alone):
+"""The Kubernetes driver at 1,000 endpoints on one emulated cluster (or a real one: ``real``): API
+requests at steady state, the time for a change to reach the API, and the worker's memory, for
+four ways of running the same settled endpoints (the fourth also against a real API server),
+side by side in one run (each mode in a process of its own, against an emulator or a control
+plane of its own, so each memory figure is that mode's alone):
 
 - ``old``: every object read, applied when changed and pruned on every pass (before set hashes);
 - ``hash``: the set-hash skip, no caches (one GET of the anchor per settled pass);
@@ -555,7 +556,8 @@ def main() -> None:
         print(f"running {mode}...", file=sys.stderr, flush=True)
         out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout
         results.append(json.loads(out.strip().splitlines()[-1]))
-    print(f"{args.endpoints} endpoints on one emulated cluster; settled passes on {args.sample}, "
+    print(f"{args.endpoints} endpoints on one cluster (emulated; real: a real API server); "
+          f"settled passes on {args.sample}, "
           f"one per endpoint every {args.interval:g} s; {args.changes} changes")  # fmt: skip
     modes = [r["mode"] for r in results]
     print(f"{'':34}" + "".join(f"{m:>12}" for m in modes))

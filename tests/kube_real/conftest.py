@@ -16,8 +16,9 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -88,14 +89,20 @@ class Admin:
             raise
 
 
-def _node(name: str, gpu: str | None) -> dict[str, Any]:
+def _node(name: str, gpu: str | None, scale: int = 1) -> dict[str, Any]:
+    """A kwok node; ``scale`` times the CPUs, pods and GPUs of one (a benchmark's thousand)."""
     labels = {"kubernetes.io/hostname": name, "type": "kwok"}
-    capacity = {"cpu": "224", "memory": "2Ti", "ephemeral-storage": "10Ti", "pods": "110"}
+    capacity = {
+        "cpu": str(224 * scale),
+        "memory": "2Ti",
+        "ephemeral-storage": "10Ti",
+        "pods": str(110 * scale),
+    }
     spec: dict[str, Any] = {}
     if gpu is not None:
         labels[GPU_PRODUCT_LABEL] = get_gpu(gpu).gpu_products[0]
-        labels["nvidia.com/gpu.count"] = str(GPUS_PER_NODE)
-        capacity["nvidia.com/gpu"] = str(GPUS_PER_NODE)
+        labels["nvidia.com/gpu.count"] = str(GPUS_PER_NODE * scale)
+        capacity["nvidia.com/gpu"] = str(GPUS_PER_NODE * scale)
         spec["taints"] = [GPU_TAINT]
     return {
         "apiVersion": "v1",
@@ -106,10 +113,10 @@ def _node(name: str, gpu: str | None) -> dict[str, Any]:
     }
 
 
-def _nodes() -> list[dict[str, Any]]:
-    nodes = [_node("kwok-cpu-0", None)]
+def _nodes(scale: int = 1) -> list[dict[str, Any]]:
+    nodes = [_node("kwok-cpu-0", None, scale)]
     for gpu, count in GPU_NODES.items():
-        nodes += [_node(f"kwok-{gpu.lower()}-{i}", gpu) for i in range(count)]
+        nodes += [_node(f"kwok-{gpu.lower()}-{i}", gpu, scale) for i in range(count)]
     return nodes
 
 
@@ -120,16 +127,23 @@ def _ready_at(admin: Admin, path: str) -> bool:
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    plane = ControlPlane(
-        run_dir=tmp_path_factory.mktemp("kube"), bin_dir=binaries_dir(), kwok_stages=(TEST_STAGES,)
-    )
+    with running_cluster(tmp_path_factory.mktemp("kube")) as plane:
+        yield plane
+
+
+@contextmanager
+def running_cluster(run_dir: Path, scale: int = 1) -> Iterator[ControlPlane]:
+    """A started control plane with its kwok nodes Ready (``scale``: each that many times as
+    big); stopped on leaving. The session's ``cluster``, a test module's own (one that restarts
+    its API server), or bench/kube_scale.py's."""
+    plane = ControlPlane(run_dir=run_dir, bin_dir=binaries_dir(), kwok_stages=(TEST_STAGES,))
     _running.append(plane)
     try:
         plane.start()
         admin = Admin(plane)
-        for node in _nodes():
+        for node in _nodes(scale):
             admin.call("POST", "/api/v1/nodes", node)
-        for node in _nodes():
+        for node in _nodes(scale):
             path = f"/api/v1/nodes/{node['metadata']['name']}"
             plane.wait(partial(_ready_at, admin, path), f"kwok makes {path} Ready")
         yield plane
@@ -182,25 +196,29 @@ def admin_client(cluster: ControlPlane) -> Iterator[KubeClient]:
     client.close()
 
 
-@pytest.fixture(scope="session")
-def chart_objects() -> list[dict[str, Any]]:
-    """The chart's objects as ``helm template`` renders them for k8s/ (scripts/render_k8s.py)."""
-    return [d for d in yaml.safe_load_all(helm_template(binaries_dir() / "helm", K8S_VALUES)) if d]
-
-
-def _of_component(objects: list[dict[str, Any]], component: str) -> list[dict[str, Any]]:
-    return [
-        o
-        for o in objects
-        if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component
-    ]
+@cache
+def chart_worker() -> tuple[dict[str, Any], ...]:
+    """The worker's objects of the chart (its ServiceAccount and RBAC), as ``helm template``
+    renders them for k8s/ (scripts/render_k8s.py). Callers copy what they change."""
+    rendered = helm_template(binaries_dir() / "helm", K8S_VALUES)
+    return tuple(
+        d
+        for d in yaml.safe_load_all(rendered)
+        if d and d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "worker"
+    )
 
 
 @pytest.fixture(scope="session")
-def worker_token(cluster: ControlPlane, admin: Admin, chart_objects: list[dict[str, Any]]) -> str:
+def worker_token(cluster: ControlPlane, admin: Admin) -> str:
     """A real token of the worker's ServiceAccount (the chart's), from the TokenRequest API."""
+    return grant_worker_token(admin)
+
+
+def grant_worker_token(admin: Admin) -> str:
+    """The worker's ServiceAccount and cluster-wide rights (the chart's GPU inventory) made, and
+    a real token of it."""
     admin.call("POST", "/api/v1/namespaces", {"metadata": {"name": PLATFORM_NAMESPACE}})
-    worker = _of_component(chart_objects, "worker")
+    worker = chart_worker()
     [account] = [d for d in worker if d["kind"] == "ServiceAccount"]
     assert account["metadata"]["name"] == WORKER_ACCOUNT
     admin.call("POST", f"/api/v1/namespaces/{PLATFORM_NAMESPACE}/serviceaccounts", account)
@@ -222,20 +240,23 @@ def worker_kubeconfig(
     admin: Admin,
     namespace: str,
     worker_token: str,
-    chart_objects: list[dict[str, Any]],
 ) -> str:
     """A kubeconfig with the worker's own token, which has nothing but the rights the chart
     grants it in a managed namespace, here ``namespace`` (and its GPU inventory's, cluster-wide)."""
-    worker = _of_component(chart_objects, "worker")
+    return worker_kubeconfig_for(cluster, admin, namespace, worker_token)
+
+
+def worker_kubeconfig_for(cluster: ControlPlane, admin: Admin, namespace: str, token: str) -> str:
+    """The worker's rights in ``namespace`` granted, and a kubeconfig with its ``token``."""
     for document in [
-        json.loads(json.dumps(d)) for d in worker if d["kind"] in ("Role", "RoleBinding")
+        json.loads(json.dumps(d)) for d in chart_worker() if d["kind"] in ("Role", "RoleBinding")
     ]:
         document["metadata"]["namespace"] = namespace
         plural = document["kind"].lower() + "s"
         admin.call(
             "POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/{plural}", document
         )
-    return cluster.kubeconfig(f"worker-{namespace}", token=worker_token).read_text()
+    return cluster.kubeconfig(f"worker-{namespace}", token=token).read_text()
 
 
 @pytest.fixture
@@ -258,6 +279,7 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    if report.failed and "cluster" in getattr(item, "fixturenames", ()) and _running:
+    uses = {"cluster", "own_cluster"} & set(getattr(item, "fixturenames", ()))
+    if report.failed and uses and _running:
         report.sections.append(("kube control plane logs", _running[-1].logs()))
     return report

@@ -41,8 +41,10 @@ from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "scripts" / "kube_binaries.sh"
-# The Service IP range; the API server's own Service takes its first address.
-SERVICE_RANGE = "10.96.0.0/24"
+# The Service IP range; the API server's own Service takes its first address. Every endpoint
+# takes two (its engines' and its router's Service): bench/kube_scale.py's thousand need more than
+# a /24, whose Services past the 254th the API server refuses (500, the range is full).
+SERVICE_RANGE = "10.96.0.0/16"
 # Generous: on a loaded 2-core machine the API server takes tens of seconds to get ready.
 START_TIMEOUT_S = 240.0
 PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -276,8 +278,8 @@ class ControlPlane:
             files[who] = self.kubeconfig(who, subject=subject)
         return files
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
-        log = self.path(f"{name}.log").open("wb")
+    def _spawn(self, name: str, argv: list[str], *, log_mode: str = "wb") -> None:
+        log = self.path(f"{name}.log").open(log_mode)
         self.processes[name] = subprocess.Popen(
             argv,
             stdout=log,
@@ -548,6 +550,42 @@ class ControlPlane:
         except OSError:
             return False
         return True
+
+    def restart_api_server(self) -> None:
+        """Stop kube-apiserver and start it again on the same port with the same flags, etcd
+        and every other process left running (as an upgrade or a crash of the API server does
+        to its clients); returns once it is ready again. Its log goes on in the same file."""
+        process = self.processes["kube-apiserver"]
+        argv = process.args
+        assert isinstance(argv, list)  # as ``start`` spawned it
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        self._spawn("kube-apiserver", argv, log_mode="ab")
+        self.wait(self._ready, "the restarted API server is ready (/readyz)")
+
+    def compact_etcd(self) -> int:
+        """Compact etcd at its current revision (as the API server does every few minutes), so
+        a watch resuming from an older version is answered 410 Gone; returns the revision."""
+        argv = self.processes["etcd"].args
+        assert isinstance(argv, list)
+        url = next(a.split("=", 1)[1] for a in argv if a.startswith("--listen-client-urls="))
+
+        def post(path: str, body: dict[str, object]) -> dict[str, Any]:
+            request = urllib.request.Request(url + path, data=json.dumps(body).encode())
+            with urllib.request.urlopen(request, timeout=10) as reply:
+                result: dict[str, Any] = json.loads(reply.read())
+                return result
+
+        # Any key's range answers with the store's header, which holds its revision.
+        revision = int(
+            post("/v3/kv/range", {"key": base64.b64encode(b"/").decode()})["header"]["revision"]
+        )
+        post("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
 
     def stop(self) -> None:
         """Stop everything, the API server's clients first, etcd last."""

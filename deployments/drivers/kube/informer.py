@@ -1,8 +1,10 @@
 """List+watch caches of one cluster's objects, kept by a thread per kind in the worker process.
 
 An ``Informer`` lists its kind once, then watches from the list's resourceVersion: every event
-updates the cache and the version, a watch the server ends is resumed from the version, and
-410 Gone (the version is no longer kept) lists again. The cache is *stale* until the first list
+updates the cache and the version, and so does every bookmark (asked for with each watch: the
+server's version while none of the kind's objects changed), a watch the server ends is resumed
+from the version, and 410 Gone (the version is no longer kept: etcd compacted it, or a restarted
+API server's watch cache starts after it) lists again. The cache is *stale* until the first list
 and again from any failure until a watch is re-established (backoff doubles, bounded): a reader
 asks ``synced`` first and reads the API directly otherwise. Nothing here deletes or writes; the
 driver deletes only what a direct LIST returned, so a stale cache never deletes anything.
@@ -70,6 +72,7 @@ class Informer:
         self.version = ""  # empty: list before watching
         self.lists = 0  # lists made (the first, and one per 410): for tests and the bench
         self.watches = 0  # watches opened
+        self.bookmarks = 0  # bookmarks received: versions to resume from, no object changed
         self._objects: dict[Key, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._synced = threading.Event()
@@ -187,6 +190,13 @@ class Informer:
                 self._synced.set()
                 continue
             version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+            if change == "BOOKMARK":
+                # The server's version while nothing of ours changed: resuming from it (not
+                # from the last change, which may be older than the server still keeps) spares
+                # a quiet kind a 410 and a relist. Nothing changed, so no listener hears it.
+                self.version = version or self.version
+                self.bookmarks += 1
+                continue
             if change in {"ADDED", "MODIFIED"} and _has_labels(obj, self.selector):
                 with self._lock:
                     self._objects[_key(obj)] = obj

@@ -136,26 +136,20 @@ PY
 )
 E2E_DB="${PLINTH_TEST_DB_NAME:-test_plinth}_e2e"
 tools_ready
-echo "[test] pytest: ${UNIT[*]} (here) and ${E2E[*]}, then ${KUBE[*]} (beside it; its output follows)"
-# The end-to-end side runs tests/kube_real last, in a pytest of its own once the Kubernetes
-# binaries are built (asking the build script again waits on its lock), so on a fresh machine the
-# build runs beside every other test instead of before them.
-e2e_side() {
-  local rc=0
-  PLINTH_TEST_DB_NAME=$E2E_DB REDIS_URL=$E2E_REDIS "$BIN/pytest" "${E2E[@]}" || rc=$?
-  echo "[test] tests/kube_real (once the Kubernetes binaries are built)"
-  scripts/kube_binaries.sh >/dev/null 2>"$RUN_DIR/kube-binaries-e2e.log" \
-    && PLINTH_TEST_DB_NAME=$E2E_DB REDIS_URL=$E2E_REDIS "$BIN/pytest" "${KUBE[@]}" || rc=$?
-  return "$rc"
-}
-e2e_side >"$RUN_DIR/e2e.log" 2>&1 &
+echo "[test] pytest: ${UNIT[*]} then ${KUBE[*]} (here) and ${E2E[*]} (beside it; its output follows)"
+# tests/kube_real runs after the unit side (the shorter one), in a pytest of its own once the
+# Kubernetes binaries are built: on a fresh machine the build runs beside every other test
+# instead of before them.
+PLINTH_TEST_DB_NAME=$E2E_DB REDIS_URL=$E2E_REDIS "$BIN/pytest" "${E2E[@]}" >"$RUN_DIR/e2e.log" 2>&1 &
 E2E_PID=$!
 UNIT_RC=0
 "$BIN/pytest" "${UNIT[@]}" || UNIT_RC=$?
+kube_ready
+echo "[test] pytest: ${KUBE[*]}"
+"$BIN/pytest" "${KUBE[@]}" || UNIT_RC=$?
 E2E_RC=0
 wait "$E2E_PID" || E2E_RC=$?
-kube_ready
 echo "[test] ---- end-to-end directories ----"
 cat "$RUN_DIR/e2e.log"
-echo "[test] pytest exit codes: unit $UNIT_RC, end-to-end $E2E_RC"
+echo "[test] pytest exit codes: unit and kube_real $UNIT_RC, end-to-end $E2E_RC"
 [ "$UNIT_RC" -eq 0 ] && [ "$E2E_RC" -eq 0 ]

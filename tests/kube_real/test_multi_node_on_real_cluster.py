@@ -12,6 +12,7 @@ LeaderWorkerSet, and no webhook adds what LWS adds.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 from urllib.parse import quote
 
@@ -353,3 +354,39 @@ def _not_found(admin: Admin, path: str) -> bool:
     except AssertionError as error:
         return ": 404 " in str(error)
     return False
+
+
+def test_a_replica_that_comes_to_span_two_nodes_switches_workload_kind_and_back(
+    driver: KubeDriver, ref: base.DeploymentRef, admin: Admin
+) -> None:
+    """An edit that makes a replica span two nodes (TP 8 -> 16 on 8-GPU nodes) turns its
+    Deployment into a LeaderWorkerSet, and the edit back turns it into a Deployment again: a kind
+    cannot be changed in place, so the driver creates the new object and prunes the old, and each
+    revision becomes ready on the real controllers with nothing of the other kind left."""
+    deployments = f"/apis/apps/v1/namespaces/{ref.namespace}/deployments"
+    lws = f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ref.namespace}/leaderworkersets"
+
+    def engine_kinds() -> set[str]:
+        kinds = {
+            "Deployment"
+            for d in items(admin, deployments)
+            if d["metadata"]["name"] == "chat-engine"
+        }
+        return kinds | {"LeaderWorkerSet" for _ in items(admin, lws)}
+
+    one_node = {
+        "parallelism.tp": 8,
+        "hardware.gpus_per_replica": 8,
+        "hardware.nodes_per_replica": 1,
+    }
+    single = numbered(1, **one_node)
+
+    def only(kind: str) -> bool:
+        return engine_kinds() == {kind}
+
+    assert not any(r.multi_node for r in single.plan.roles)
+    for revision, kind in ((single, "Deployment"), (numbered(2), "LeaderWorkerSet"),
+                           (numbered(3, **one_node), "Deployment")):  # fmt: skip
+        driver.apply(ref, revision)
+        wait_ready(driver, ref, revision)
+        wait_until(partial(only, kind), f"only a {kind} runs the engines", SETTLE_S)

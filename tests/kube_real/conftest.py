@@ -15,7 +15,7 @@ import ssl
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import cache, partial
@@ -150,6 +150,23 @@ def running_cluster(run_dir: Path, scale: int = 1) -> Iterator[ControlPlane]:
     finally:
         plane.stop()
         _running.remove(plane)
+
+
+def wait_nothing_left(paths: Iterable[str], owned: Callable[[str], list[Any]]) -> None:
+    """Until ``owned(path)`` lists nothing at any of ``paths`` (what a delete leaves, as the
+    garbage collector and kwok finish); a timeout names what is still there."""
+
+    def left() -> dict[str, list[str]]:
+        found = {p: [o["metadata"]["name"] for o in owned(p)] for p in paths}
+        return {p: names for p, names in found.items() if names}
+
+    wait_until(
+        lambda: not left(),
+        "nothing of the endpoint is left",
+        SETTLE_S,
+        interval=1.0,
+        output=lambda: str(left()),
+    )
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ from deployments.drivers.kube.driver import KubeDriver
 from deployments.drivers.kube.render import KubeOptions, render_revision
 from runtime import launch
 from tests.drivers.reference_specs import golden_names, load_spec, revision_plan
-from tests.kube_real.conftest import GPU_NODES, GPUS_PER_NODE, SETTLE_S, Admin
+from tests.kube_real.conftest import GPU_NODES, GPUS_PER_NODE, SETTLE_S, Admin, wait_nothing_left
 from tests.waiting import wait_until
 
 
@@ -184,17 +184,7 @@ def test_delete_leaves_nothing_behind(
         f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
     )
 
-    def left() -> dict[str, list[str]]:
-        found = {p: [o["metadata"]["name"] for o in endpoint_items(admin, p, ref)] for p in paths}
-        return {p: names for p, names in found.items() if names}
-
-    wait_until(
-        lambda: not left(),
-        "nothing of the endpoint is left",
-        SETTLE_S,
-        interval=1.0,
-        output=lambda: str(left()),
-    )
+    wait_nothing_left(paths, lambda p: endpoint_items(admin, p, ref))
     assert driver.observe(ref).empty
 
 

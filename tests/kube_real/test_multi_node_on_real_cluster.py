@@ -24,7 +24,7 @@ from deployments.drivers.kube.client import KubeClient, KubePermanentError
 from deployments.drivers.kube.driver import KubeDriver
 from runtime import launch
 from tests.drivers.reference_specs import load_spec
-from tests.kube_real.conftest import GPU_NODES, SETTLE_S, Admin
+from tests.kube_real.conftest import GPU_NODES, SETTLE_S, Admin, wait_nothing_left
 from tests.waiting import wait_until
 
 SPEC = "deepseek-v3-tp16-2x-h200"  # one replica: two 8-GPU pods on two H200 nodes
@@ -250,17 +250,7 @@ def test_delete_leaves_nothing_of_a_multi_node_endpoint(
         f"/api/v1/namespaces/{ns}/services",
     )
 
-    def left() -> dict[str, list[str]]:
-        found = {p: [o["metadata"]["name"] for o in items(admin, p)] for p in paths}
-        return {p: names for p, names in found.items() if names}
-
-    wait_until(
-        lambda: not left(),
-        "nothing of the endpoint is left",
-        SETTLE_S,
-        interval=1.0,
-        output=lambda: str(left()),
-    )
+    wait_nothing_left(paths, partial(items, admin))
     assert driver.observe(ref).empty
 
 

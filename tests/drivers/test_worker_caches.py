@@ -211,6 +211,31 @@ def test_events_of_a_split_endpoints_pods_name_the_role() -> None:
     ]
 
 
+def _group_pod(name: str, rank: int, ready: bool) -> dict[str, Any]:
+    """A pod of a two-pod multi-node group as LWS's webhook labels it."""
+    labels = L.object_labels("chat", "d-1", 1, "engine")
+    labels |= {L.LWS_GROUP_KEY: "g1", L.LWS_WORKER_INDEX: str(rank)}
+    container = {"name": "engine", "ready": ready, "started": True, "state": {"running": {}}}
+    return {
+        "metadata": {"name": name, "namespace": NS, "labels": labels,
+                     "annotations": {L.LWS_SIZE: "2"}},
+        "spec": {"containers": [{"name": "engine"}]},
+        "status": {"phase": "Running", "containerStatuses": [container]},
+    }  # fmt: skip
+
+
+def test_a_group_is_ready_only_once_every_rank_exists_and_is_ready() -> None:
+    """LWS creates a group's workers after its leader: a ready leader alone is not a ready
+    replica (seen on the real controllers, where the driver counted such a group ready)."""
+    leader = _group_pod("chat-engine-0", 0, ready=True)
+    (alone,) = observation([leader], [], "").replicas
+    assert not alone.ready and "1 of 1 worker pod(s) not created yet" in alone.message
+    (waiting,) = observation([leader, _group_pod("chat-engine-0-1", 1, False)], [], "").replicas
+    assert not waiting.ready
+    (whole,) = observation([leader, _group_pod("chat-engine-0-1", 1, True)], [], "").replicas
+    assert whole.ready and whole.name == "chat-engine-0"
+
+
 def _split(decode: list[bool]) -> status.Facts:
     replicas = [{"name": "p", "role": "prefill", "revision": 1, "ready": True, "phase": "ready"}]
     replicas += [

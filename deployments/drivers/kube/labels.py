@@ -24,6 +24,8 @@ API_KEY_DIGEST = "plinth.dev/api-key-digest"
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 # Set by LWS on every pod of one group (a multi-node replica), unique per group.
 LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
+# Set by LWS's pod webhook on every pod of a group: the group's pod count.
+LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
 # The catalogue GPU type an engine pod was placed for (an unschedulable pod's reason names it).
 GPU = "plinth.dev/gpu"
 # The role of an endpoint's weights download Job (``render.weights_job``).

@@ -151,11 +151,21 @@ def is_replica(pod: Mapping[str, Any]) -> bool:
     return index in (None, "0")
 
 
-def group_facts(leader: base.ReplicaFacts, ranks: Iterable[base.ReplicaFacts]) -> base.ReplicaFacts:
+def group_facts(
+    leader: base.ReplicaFacts, ranks: Iterable[base.ReplicaFacts], size: int = 1
+) -> base.ReplicaFacts:
     """A multi-node replica as its leader's facts, unless another rank of its group (``ranks``:
     the facts of ranks >= 1) is not ready while the leader is, or has news the leader lacks: a
     group serves only once every rank runs (the leader waits for the rest), so a worker that
-    the scheduler cannot place or that crashes makes the replica not ready, with its words."""
+    the scheduler cannot place or that crashes makes the replica not ready, with its words.
+    ``size`` is the group's pod count: LWS creates the workers only after the leader (through
+    the leader's own StatefulSet), so a ready leader whose workers do not exist yet is a
+    group still starting, not a ready one."""
+    ranks = list(ranks)
+    missing = size - 1 - len(ranks)
+    if leader.ready and missing > 0:
+        message = f"{missing} of {size - 1} worker pod(s) not created yet"
+        return replace(leader, phase=base.LOADING, ready=False, message=message)
     waiting = [r for r in ranks if not r.ready]
     if not waiting or (not leader.ready and leader.reason):
         return leader
@@ -355,7 +365,9 @@ def observation(
         if not is_replica(pod) and _group(pod):
             ranks.setdefault(_group(pod), []).append(replica_facts(pod, failures))
     facts = [
-        group_facts(replica_facts(p, failures), ranks.get(_group(p), []) if _group(p) else [])
+        group_facts(replica_facts(p, failures), ranks.get(_group(p), []), _group_size(p))
+        if _group(p)
+        else replica_facts(p, failures)
         for p in pods
         if is_replica(p)
     ]
@@ -377,6 +389,13 @@ def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
 
 def _group(pod: Mapping[str, Any]) -> str:
     return _labels(pod).get(L.LWS_GROUP_KEY, "")
+
+
+def _group_size(pod: Mapping[str, Any]) -> int:
+    """The pod count of a multi-node group, from the annotation LWS's pod webhook sets on
+    each of its pods (1 when absent or not a number: then no rank is counted missing)."""
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(L.LWS_SIZE, "")
+    return int(value) if value.isdigit() else 1
 
 
 def _name(pod: Mapping[str, Any]) -> str:

@@ -29,7 +29,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/lint-imports
+	PYTHONPATH=sdk $(BIN)/lint-imports
 
 # Re-pin every dependency after changing pyproject.toml.
 lock: $(STAMP)

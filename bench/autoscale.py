@@ -9,10 +9,10 @@ attainment (the share of requests whose TTFT and ITL are both within the targets
 Two modes:
 
 ``--mode model`` (the default): a model-in-the-loop simulation in simulated time, one-second
-ticks. The decisions are the real ``deployments.autoscale.decide`` every ``--interval`` seconds
-on samples built as the probe stores them (requests/s, in flight, queued prompt tokens, KV usage,
-TTFT/ITL p90 of the interval). The plant is the performance model of ``runtime.capacity`` (the
-simulator's physics, via the optimizer's queueing model) made ``--slowdown`` times slower than
+ticks. The decisions are the real ``deployments.autoscaling.decide.decide`` every ``--interval``
+seconds on samples built as the probe stores them (requests/s, in flight, queued prompt tokens, KV
+usage, TTFT/ITL p90 of the interval). The plant is the performance model of ``runtime.capacity``
+(the simulator's physics, via the optimizer's queueing model) made ``--slowdown`` times slower than
 the model the SLO policy starts from (every time scaled; under 1, faster), so its online
 correction has something to correct, up or down;
 requests beyond what the ready replicas carry queue, and their wait adds to their TTFT. A new
@@ -46,7 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from deployments.autoscale import Observations, Sample, State, decide
+from deployments.autoscaling.decide import Observations, Sample, State, decide
 from runtime.capacity import ReplicaModel, Workload, replica_model
 from runtime.spec import AutoscalingSettings, RuntimeSpec
 

@@ -183,14 +183,14 @@ def seed_org() -> tuple[Any, str]:
 
 
 def serving(slug: str, replicas: int) -> bool:
-    from deployments.models import Deployment
+    from deployments.endpoints.models import Deployment
 
     row = Deployment.objects.filter(slug=slug).first()
     return row is not None and row.status == "active" and row.ready_replicas >= replicas
 
 
 def gone(slug: str) -> bool:
-    from deployments.models import Deployment
+    from deployments.endpoints.models import Deployment
 
     return not Deployment.objects.filter(slug=slug).exists()
 
@@ -205,7 +205,7 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         from django.db import connection
 
-        from deployments.models import Deployment
+        from deployments.endpoints.models import Deployment
 
         rows = Deployment.objects.filter(slug=self.slug).values_list("desired_replicas", flat=True)
         last, previous = time.perf_counter(), None
@@ -225,7 +225,7 @@ def run_policy(
     name: str, slug: str, autoscaling: dict[str, Any], ready: int, seeded: tuple[Any, str],
     gateway_url: str, phases: list[Phase], args: argparse.Namespace,
 ) -> LiveRun:  # fmt: skip
-    from deployments import services
+    from deployments.endpoints import services
 
     actor, key = seeded
     run = LiveRun(name)

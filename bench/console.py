@@ -95,8 +95,9 @@ def enrich(seeded: Any, n: int) -> None:
 
     from controlplane import services as platform
     from controlplane.models import ApiKey, Role
-    from deployments import services
-    from deployments.models import Deployment, MetricSample, UsageRecord
+    from deployments.endpoints import services
+    from deployments.endpoints.models import Deployment
+    from deployments.traffic.models import MetricSample, UsageRecord
 
     actor = seeded.actor
     focus = Deployment.objects.select_related("target_revision").get(slug=FOCUS)

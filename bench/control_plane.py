@@ -122,7 +122,7 @@ def seed(n: int, running: int) -> Seeded:
     from django.db import transaction
 
     from controlplane import services as platform
-    from deployments import services
+    from deployments.endpoints import services
 
     user = get_user_model().objects.create_user("bench", password="unused-bench-password")
     org = platform.create_organization(name="Bench", owner=user)
@@ -150,7 +150,7 @@ def settled(running: int) -> bool:
     """Every change acted on, and the running endpoints serving."""
     from django.db.models import F
 
-    from deployments.models import Deployment, DesiredState
+    from deployments.endpoints.models import Deployment, DesiredState
 
     rows = Deployment.objects.all()
     if rows.filter(observed_generation__lt=F("generation")).exists():
@@ -191,8 +191,8 @@ def measure_idle(
 
 def measure_changes(figures: Figures, seeded: Seeded, changes: int) -> None:
     """A person scales a stopped endpoint; seconds until a pass has acted on it."""
-    from deployments import services
-    from deployments.models import Deployment
+    from deployments.endpoints import services
+    from deployments.endpoints.models import Deployment
 
     for i in range(changes):
         slug = seeded.stopped[i % len(seeded.stopped)]
@@ -210,7 +210,7 @@ def measure_gateway(figures: Figures, seeded: Seeded, gateway_url: str, requests
     import httpx
 
     from controlplane.crypto import engine_api_key
-    from deployments.models import Deployment
+    from deployments.endpoints.models import Deployment
 
     endpoint = Deployment.objects.get(slug=seeded.running[0])
     body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}

@@ -60,7 +60,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def one_run(client: object, index: int, poll_s: float) -> float:
-    from deployments.models import Deployment
+    from deployments.endpoints.models import Deployment
 
     body = json.dumps({"slug": f"bench-{index}", "name": "bench", "spec": SPEC})
     started = time.perf_counter()

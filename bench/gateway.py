@@ -219,7 +219,7 @@ def _create_endpoint_and_key() -> str:
     from django.contrib.auth import get_user_model
 
     from controlplane import services as platform
-    from deployments import services as deployment_services
+    from deployments.endpoints import services as deployment_services
 
     user = get_user_model().objects.create_user("bench", password="unused-bench-password")
     org = platform.create_organization(name="Bench", owner=user)
@@ -235,7 +235,7 @@ def mark_serving(router_url: str) -> None:
     from django.utils import timezone
 
     from controlplane import notify
-    from deployments.models import Deployment
+    from deployments.endpoints.models import Deployment
 
     deployment = Deployment.objects.get(slug="bench")
     Deployment.objects.filter(pk=deployment.pk).update(

@@ -370,7 +370,7 @@ def worker_mode(args: argparse.Namespace, api: Emulator | RealServer) -> dict[st
     try:
         return _worker_figures(args, api, settings)
     finally:
-        from deployments.drivers import registry
+        from deployments.clusters import drivers as registry
 
         registry.watch_clusters(None)
         teardown_databases(old, verbosity=0)
@@ -384,10 +384,10 @@ def _worker_figures(
     from django.utils import timezone
 
     from controlplane import services as platform
-    from deployments import reconcile, services
-    from deployments.drivers import registry
-    from deployments.models import Deployment, Revision
-    from deployments.tasks.clusters import make_due_from_watch
+    from deployments.clusters import drivers as registry
+    from deployments.clusters.tasks import make_due_from_watch
+    from deployments.endpoints import reconcile, services
+    from deployments.endpoints.models import Deployment, Revision
     from tests.engine.conftest import small_spec
 
     user = get_user_model().objects.create_user("bench", password="bench-password-123")

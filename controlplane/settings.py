@@ -277,24 +277,26 @@ LOGGING = {
 
 # Where local-cluster endpoints keep pid files and logs.
 PLINTH_LOCAL_RUN_DIR = Path(env_str("PLINTH_LOCAL_RUN_DIR", str(DATA_DIR / "local")))
-# The deployment engine (deployments/reconcile.py, tasks/engine.py). The local cluster's engine
-# is the simulator ("sim") or the plan's own SGLang command ("sglang"); simulator options such as
-# PLINTH_SIM_TIME_SCALE pass to engines through the environment.
+# The deployment engine (deployments/endpoints/reconcile.py, tasks/engine.py). The local cluster's
+# engine is the simulator ("sim") or the plan's own SGLang command ("sglang"); simulator options
+# such as PLINTH_SIM_TIME_SCALE pass to engines through the environment.
 PLINTH_LOCAL_ENGINE = env_str("PLINTH_LOCAL_ENGINE", "sim")
-# The tools environment (deployments/tools_env.py): NVIDIA AIPerf in a virtualenv of its own,
-# created on first use, for benchmarks on the local cluster.
+# The tools environment (deployments/drivers/local/tools_env.py): NVIDIA AIPerf in a virtualenv of
+# its own, created on first use, for benchmarks on the local cluster.
 PLINTH_TOOLS_DIR = Path(env_str("PLINTH_TOOLS_DIR", str(DATA_DIR / "tools")))
 # The image Kubernetes benchmark Jobs run AIPerf from (``aiperf`` on its PATH, nothing installed)
 # where a cluster's settings name none: a mirror of Plinth's in an air-gapped cluster's registry.
-# Empty: Plinth's own (deployments/tools_env.py AIPERF_IMAGE, built from docker/aiperf).
+# Empty: Plinth's own (deployments/drivers/local/tools_env.py AIPERF_IMAGE, built from
+# docker/aiperf).
 PLINTH_BENCHMARK_IMAGE = env_str("PLINTH_BENCHMARK_IMAGE", "")
 PLINTH_LOCAL_STOP_GRACE_S = env_int("PLINTH_LOCAL_STOP_GRACE_S", 10)
 PLINTH_LOCAL_ROUTER_HEALTH_CHECK_S = env_int("PLINTH_LOCAL_ROUTER_HEALTH_CHECK_S", 2)
 # Kubeconfigs may name plain-http API servers (an emulator, kubectl proxy). Off: https only.
 PLINTH_KUBE_ALLOW_HTTP = env_bool("PLINTH_KUBE_ALLOW_HTTP", default=False)
-# A kubeconfig's servers are addresses the worker calls for a tenant (deployments/egress.py):
-# loopback, link-local and metadata addresses are refused, private ranges unless allowed here,
-# and hosts, addresses or networks (CIDR) listed in PLINTH_KUBE_ALLOW_HOSTS are allowed anyway.
+# A kubeconfig's servers are addresses the worker calls for a tenant
+# (deployments/drivers/kube/egress.py): loopback, link-local and metadata addresses are refused,
+# private ranges unless allowed here, and hosts, addresses or networks (CIDR) listed in
+# PLINTH_KUBE_ALLOW_HOSTS are allowed anyway.
 PLINTH_KUBE_ALLOW_PRIVATE = env_bool("PLINTH_KUBE_ALLOW_PRIVATE", default=False)
 PLINTH_KUBE_ALLOW_HOSTS = env_list("PLINTH_KUBE_ALLOW_HOSTS", [], required=False)
 # insecure-skip-tls-verify and proxy-url in a tenant's kubeconfig: refused unless allowed.
@@ -319,7 +321,7 @@ PLINTH_SWEEP_INTERVAL_S = env_int("PLINTH_SWEEP_INTERVAL_S", 2)
 PLINTH_SWEEP_LEASE_S = env_int("PLINTH_SWEEP_LEASE_S", 30)
 PLINTH_PROBE_INTERVAL_S = env_int("PLINTH_PROBE_INTERVAL_S", 15)
 PLINTH_METRICS_RETENTION_HOURS = env_int("PLINTH_METRICS_RETENTION_HOURS", 24 * 7)
-# The autoscaler (deployments/autoscale.py): how often beat runs a pass over running endpoints.
+# The autoscaler (deployments/autoscaling/): how often beat runs a pass over running endpoints.
 PLINTH_AUTOSCALE_INTERVAL_S = env_int("PLINTH_AUTOSCALE_INTERVAL_S", 15)
 if PLINTH_AUTOSCALE_INTERVAL_S < 1:
     from django.core.exceptions import ImproperlyConfigured
@@ -338,7 +340,7 @@ if PLINTH_INVENTORY_INTERVAL_S < 1:
 # How often beat moves the gateway's usage counters and keys' last-used times from Redis to the
 # database. Fixed: the README's promise (usage shows within about 80 s) rests on it.
 PLINTH_USAGE_FLUSH_S = 15
-# Everything beat runs, in one place (tasks are sent by name; deployments/tasks/ defines them).
+# Everything beat runs, in one place (tasks are sent by name; each package's tasks.py defines them).
 CELERY_BEAT_SCHEDULE = {
     "deployments.sweep": {
         "task": "deployments.sweep",

@@ -7,7 +7,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, include, path
 
 from controlplane import views
-from deployments.views import invitations, keys, organization
+from controlplane.console import invitations, organization
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", views.home, name="home"),
@@ -20,10 +20,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("api/v1/", include("deployments.api.urls")),  # REST management API (issue 5)
     # Console pages (issue 8): the deployments domain, then platform-wide pages.
     path("", include("deployments.urls")),
-    path("keys/", keys.key_list, name="key-list"),
-    path("keys/endpoints/", keys.key_endpoint_choices, name="key-endpoint-choices"),
-    path("keys/<uuid:key_id>/limits/", keys.key_limits, name="key-limits"),
-    path("keys/<uuid:key_id>/revoke/", keys.key_revoke, name="key-revoke"),
     path("members/", organization.member_list, name="member-list"),
     path("members/<int:membership_id>/", organization.member_change, name="member-change"),
     path(

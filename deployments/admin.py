@@ -1,6 +1,6 @@
 """Django admin for instance admins: organizations' quotas.
 
-Edits go through ``deployments.quotas.set_quota`` (checks, the organization's audit trail)
+Edits go through ``deployments.quotas.services.set_quota`` (checks, the organization's audit trail)
 rather than the model form saving the row itself. A quota is never deleted here: clearing
 every limit is the same as having none, and stays on record.
 """
@@ -12,8 +12,8 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from deployments import quotas
-from deployments.models import Quota
+from deployments.quotas import services as quotas
+from deployments.quotas.models import Quota
 
 
 @admin.register(Quota)

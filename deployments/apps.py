@@ -12,8 +12,8 @@ class DeploymentsConfig(AppConfig):
     def ready(self) -> None:
         # Imported here: models load only once the app registry is ready.
         from controlplane import key_scope
-        from deployments import telemetry
-        from deployments.endpoint_scope import endpoints_among
+        from deployments.endpoints.scope import endpoints_among
+        from deployments.traffic import telemetry
 
         # The platform scopes keys to endpoints without importing this domain: it asks this.
         key_scope.register(endpoints_among)

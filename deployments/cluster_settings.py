@@ -1,9 +1,9 @@
 """What an operator sets once per Kubernetes cluster (``ClusterSettings``), and what a cluster's
 observed GPU inventory says about a spec before it is deployed there.
 
-Stored as JSON on ``Cluster.settings``, written only by ``deployments.clusters`` (admins), checked
-here when saved: every name is checked as Kubernetes would check it, so a saved setting never
-makes the API server refuse a manifest later. The pure renderers
+Stored as JSON on ``Cluster.operator_settings``, written only by ``deployments.clusters.services``
+(admins), checked here when saved: every name is checked as Kubernetes would check it, so a saved
+setting never makes the API server refuse a manifest later. The pure renderers
 (``deployments.drivers.kube.render``) read it; nothing here knows the ORM or the client.
 
 The GPU map says which nodes hold each catalogue GPU: one node label and the values that mean
@@ -30,7 +30,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from deployments.tools_env import AIPERF_VERSION, PYTHON_IMAGE
+from deployments.drivers.local.tools_env import AIPERF_VERSION, PYTHON_IMAGE
 from runtime.catalog import GPU_PRODUCT_LABEL, SUPPORTED_SGLANG_VERSIONS, get_gpu, list_gpus
 from runtime.issues import Issue, warning
 from runtime.spec import RuntimeSpec
@@ -474,7 +474,7 @@ class ClusterSettings(_Strict):
         return override in self.tenant_overrides
 
     def stored(self) -> dict[str, Any]:
-        """As kept in ``Cluster.settings`` and shown by the API."""
+        """As kept in ``Cluster.operator_settings`` and shown by the API."""
         return self.model_dump(mode="json")
 
 

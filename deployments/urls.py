@@ -1,22 +1,15 @@
-"""Console URLs of the deployments domain (endpoints, clusters, usage)."""
+"""Console URLs of the deployments domain (endpoints, experiments, clusters, usage, API keys,
+quotas)."""
 
 from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from deployments.views import (
-    benchmarks,
-    canary,
-    endpoints,
-    experiments,
-    fleet,
-    history,
-    onboarding,
-    optimize,
-    playground,
-    quotas,
-    wizard,
-)
+from deployments.clusters import views as fleet
+from deployments.endpoints.views import endpoints, history, onboarding, optimize, playground, wizard
+from deployments.experiments.views import benchmarks, canary, experiments
+from deployments.quotas import views as quotas
+from deployments.traffic.views import keys
 
 urlpatterns: list[URLPattern] = [
     path("endpoints/", endpoints.endpoint_list, name="endpoint-list"),
@@ -85,4 +78,8 @@ urlpatterns: list[URLPattern] = [
     # The wizard's "Recommend settings" (under optimize/, so no endpoint slug is reserved for it).
     path("optimize/wizard/", wizard.wizard_recommend, name="endpoint-recommend"),
     path("quotas/", quotas.quota_admin, name="quota-admin"),
+    path("keys/", keys.key_list, name="key-list"),
+    path("keys/endpoints/", keys.key_endpoint_choices, name="key-endpoint-choices"),
+    path("keys/<uuid:key_id>/limits/", keys.key_limits, name="key-limits"),
+    path("keys/<uuid:key_id>/revoke/", keys.key_revoke, name="key-revoke"),
 ]

@@ -18,7 +18,8 @@ from django.utils import timezone
 
 from controlplane.crypto import engine_api_key
 from controlplane.models import ApiKey, ApiKeyKind
-from deployments.models import ROUTE_FIELDS, Canary, CanaryStatus, Deployment, DesiredState
+from deployments.endpoints.models import ROUTE_FIELDS, Deployment, DesiredState
+from deployments.experiments.models import Canary, CanaryStatus
 from gateway.routes import CanaryRoute, Endpoint, InferenceKey, RouteChanges, RouteTable
 from runtime.launch import gateway_places
 from runtime.spec import PLINTH_ROUTING, RoutingPlacement, RoutingPolicy

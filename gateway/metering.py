@@ -9,14 +9,14 @@ trips cost more CPU than the rest of the gateway together; batching trades them 
 ``flush_seconds`` of counts held in memory (sent on shutdown; lost only if the process is killed). A
 token charge that could change a rate-limit verdict (1% of the key's tokens per minute or more) is
 sent within ``charge_seconds`` (0.2 s) instead; small charges against large limits wait for the next
-flush. ``deployments.usage`` moves the Redis counters to UsageRecord, and
-``deployments.key_activity`` the keys' last-used times to ApiKey.
+flush. ``deployments.traffic.usage`` moves the Redis counters to UsageRecord, and
+``deployments.traffic.key_activity`` the keys' last-used times to ApiKey.
 
 While a canary runs beside an endpoint's serving revision, each answer is also counted per
 revision (requests, 5xx errors, prompt and completion tokens) in 10-second buckets of the
 endpoint's ``plinth:revisions:<endpoint id>`` hash (field ``<bucket>|<revision>|<counter>``),
-which ``deployments.canary_watch`` compares over the canary's window. The hash expires a while
-after the last count, so nothing is kept once no canary runs.
+which ``deployments.experiments.canary.watch`` compares over the canary's window. The hash expires a
+while after the last count, so nothing is kept once no canary runs.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ MINUTES_SET = "plinth:usage:minutes"
 LAST_REQUEST_HASH = "plinth:usage:last_request"
 KEY_LAST_USED_HASH = "plinth:usage:key_last_used"
 COUNTERS = ("requests", "prompt_tokens", "cached_tokens", "completion_tokens")
-# Per-revision counts while a canary runs (read by deployments.canary_watch, same names).
+# Per-revision counts while a canary runs (read by deployments.experiments.canary.watch, same
+# names).
 REVISION_PREFIX = "plinth:revisions:"
 REVISION_COUNTERS = ("requests", "errors", "prompt_tokens", "completion_tokens")
 REVISION_BUCKET_S = 10

@@ -82,8 +82,8 @@ def seed() -> None:
 
     from controlplane import services as platform
     from controlplane.models import Role
-    from deployments import services
-    from deployments.models import MetricSample, UsageRecord
+    from deployments.endpoints import services
+    from deployments.traffic.models import MetricSample, UsageRecord
 
     users = get_user_model()
     alice = users.objects.create_user("alice", password=PASSWORD)
@@ -129,7 +129,7 @@ def seed() -> None:
 
 def _sample(deployment: Any, now: datetime, i: int) -> Any:
     """An invented but plausible sample ``i`` half-minutes ago: traffic in slow waves."""
-    from deployments.models import MetricSample
+    from deployments.traffic.models import MetricSample
 
     wave = math.sin(i / 14) + 0.3 * math.sin(i / 3.1)
     load = 5 + 2.2 * wave
@@ -143,7 +143,7 @@ def _sample(deployment: Any, now: datetime, i: int) -> Any:
 
 
 def active(slugs: tuple[str, ...]) -> bool:
-    from deployments.models import Deployment
+    from deployments.endpoints.models import Deployment
 
     return all(d.status == "active" for d in Deployment.objects.filter(slug__in=slugs))
 

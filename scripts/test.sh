@@ -82,7 +82,7 @@ fi
 # first use (~1.2 GB, a couple of minutes); made here, beside the linters, so no test skips or
 # pays for it.
 echo "[test] tools environment (in the background)"
-"$BIN/python" -m deployments.tools_env >"$RUN_DIR/tools-env.log" 2>&1 &
+"$BIN/python" -m deployments.drivers.local.tools_env >"$RUN_DIR/tools-env.log" 2>&1 &
 TOOLS_PID=$!
 tools_ready() {
   wait "$TOOLS_PID" || { cat "$RUN_DIR/tools-env.log"; echo "[test] tools environment failed"; exit 1; }
@@ -100,7 +100,7 @@ kube_ready() {
 echo "[test] ruff";          "$BIN/ruff" check .
 "$BIN/ruff" format --check .
 echo "[test] mypy";          "$BIN/mypy"
-echo "[test] import-linter"; "$BIN/lint-imports"
+echo "[test] import-linter"; PYTHONPATH=sdk "$BIN/lint-imports"
 
 if [ "$#" -gt 0 ]; then  # a chosen subset: one run, as asked
   tools_ready

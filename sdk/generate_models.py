@@ -219,7 +219,7 @@ def endpoint_schema_text() -> str:
     """The committed ``endpoint.schema.json`` as the control plane's models give it today (run
     from the repository root, with its environment)."""
     _django()
-    from deployments.models import SLUG_MAX_LENGTH, SLUG_PATTERN
+    from deployments.endpoints.models import SLUG_MAX_LENGTH, SLUG_PATTERN
     from runtime.spec import RuntimeSpec
 
     schema = endpoint_schema(RuntimeSpec.model_json_schema(), SLUG_PATTERN, SLUG_MAX_LENGTH)

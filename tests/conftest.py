@@ -112,7 +112,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     their first ids; after any other ``transaction=True`` test has flushed the database and
     post_migrate has recreated those rows under new ids, the reload collides with them
     (IntegrityError on django_content_type). Rows that migrations seed are recreated on demand
-    (``deployments.clusters.default_cluster``), so no test needs the snapshot."""
+    (``deployments.clusters.services.default_cluster``), so no test needs the snapshot."""
     offenders = [
         item.nodeid
         for item in items

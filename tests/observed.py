@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.db.models import F
 from django.utils import timezone
 
-from deployments.models import Deployment
+from deployments.endpoints.models import Deployment
 
 
 def observe(

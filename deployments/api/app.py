@@ -11,25 +11,14 @@ from typing import Any
 from ninja import NinjaAPI
 from ninja.openapi.schema import OpenAPISchema
 
-from deployments.api import (
-    audit,
-    benchmarks,
-    canary,
-    catalog,
-    clusters,
-    deployments,
-    errors,
-    keys,
-    members,
-    observe,
-    quality,
-    quotas,
-    revisions,
-    secrets,
-)
+from deployments.api import audit, errors, keys, members, secrets
 from deployments.api.auth import KeyOrSession
 from deployments.api.schemas import ErrorOut
 from deployments.api.throttle import CallerThrottle
+from deployments.clusters import api as clusters
+from deployments.endpoints.api import catalog, deployments, observe, revisions
+from deployments.experiments.api import benchmarks, canary, quality
+from deployments.quotas import api as quotas
 
 DESCRIPTION = """Manage Plinth's dedicated inference endpoints.
 

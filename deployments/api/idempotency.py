@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from controlplane.access import AccessDenied, Actor
 from controlplane.error_pages import error_response
-from deployments.models import IdempotencyRecord
+from deployments.api.models import IdempotencyRecord
 
 HEADER = "Idempotency-Key"
 LIFETIME = timedelta(hours=24)

@@ -7,11 +7,11 @@ from typing import Any
 
 from django import template
 
-from deployments import presets
-from deployments.models import Deployment, DeploymentEvent
-from deployments.timeline import Rollout, by_rollout
-from deployments.views.onboarding import first_call_context
-from deployments.views.playground import LIMITS, compare_choices
+from deployments.endpoints import presets
+from deployments.endpoints.models import Deployment, DeploymentEvent
+from deployments.endpoints.timeline import Rollout, by_rollout
+from deployments.endpoints.views.onboarding import first_call_context
+from deployments.endpoints.views.playground import LIMITS, compare_choices
 
 register = template.Library()
 

@@ -417,8 +417,9 @@ class Benchmarks(_Resource):
 
 
 # The endpoint's own settings that applying a recommendation keeps: the same lists as the
-# server's deployments/recommend.py (KEPT_MODEL_FIELDS, KEPT_GROUPS), which the console's "Apply"
-# uses; the SDK installs without Django, so they are repeated here and a test keeps them equal.
+# server's deployments/endpoints/recommend.py (KEPT_MODEL_FIELDS, KEPT_GROUPS), which the console's
+# "Apply" uses; the SDK installs without Django, so they are repeated here and a test keeps them
+# equal.
 KEPT_MODEL_FIELDS = (
     "served_name",
     "revision",

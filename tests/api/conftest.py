@@ -16,8 +16,8 @@ from django.urls import resolve
 
 from controlplane import services as platform
 from controlplane.models import Organization, Role
-from deployments import services
-from deployments.models import Deployment
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
 from tests.conftest import Cast
 
 # A small, valid endpoint: Llama 3.1 8B on one H100.

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from controlplane import services as platform
 from controlplane.models import ApiKey, AuditEvent
-from deployments import services
-from deployments.models import Deployment
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
 from tests.api.conftest import Clients, error_of, fields_of
 from tests.conftest import Cast
 

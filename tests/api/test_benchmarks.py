@@ -13,9 +13,12 @@ import pytest
 from django.utils import timezone
 
 from controlplane import services as platform
-from deployments import canary_services, services
-from deployments.benchmark_run import RUN_LIMIT_S
-from deployments.models import Benchmark, BenchmarkStatus, Deployment, UsageRecord
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
+from deployments.experiments.benchmark.run import RUN_LIMIT_S
+from deployments.experiments.canary import services as canary_services
+from deployments.experiments.models import Benchmark, BenchmarkStatus
+from deployments.traffic.models import UsageRecord
 from tests.api.conftest import SPEC, Clients, error_of, fields_of, spec_with
 from tests.canary.helpers import mark_serving
 from tests.conftest import Cast

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from deployments import canary_services, services
-from deployments.models import Deployment
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
+from deployments.experiments.canary import services as canary_services
 from tests.api.conftest import SPEC, Clients, error_of, fields_of, spec_with
 from tests.canary.helpers import mark_serving
 from tests.conftest import Cast
@@ -87,7 +88,7 @@ def test_the_gate_verdict_is_shown_and_refuses_promote(
 def test_metrics_keep_each_revisions_figures(api: Clients, serving: Deployment) -> None:
     from django.utils import timezone
 
-    from deployments.models import MetricSample
+    from deployments.traffic.models import MetricSample
 
     figures = {"requests": 40.0, "ttft_p90": 0.2, "itl_p90": 0.01}
     MetricSample.objects.create(
@@ -126,7 +127,7 @@ def test_after_the_watchers_abort_an_edit_from_the_reported_revision_is_saved(
 ) -> None:
     from datetime import timedelta
 
-    from deployments.tasks.canary import watch_canaries
+    from deployments.experiments.tasks import watch_canaries
 
     settings.PLINTH_STARTUP_WINDOW_S = 60
     assert _start(api).status_code == 201

@@ -12,10 +12,11 @@ from django.test.utils import CaptureQueriesContext
 
 from controlplane.models import AuditEvent
 from deployments.cluster_settings import parse_settings
-from deployments.clusters import default_cluster
+from deployments.clusters.drivers import kube_options
+from deployments.clusters.models import Cluster
+from deployments.clusters.services import default_cluster
 from deployments.drivers.kube.render import render_revision
-from deployments.drivers.registry import kube_options
-from deployments.models import Cluster, Deployment
+from deployments.endpoints.models import Deployment
 from tests.api.conftest import SPEC, Clients, error_of, fields_of, spec_with
 from tests.drivers.reference_specs import REF, load_spec, revision_plan
 from tests.drivers.test_manifests import K8S_VERSIONS

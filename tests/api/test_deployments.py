@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from controlplane.models import AuditEvent
-from deployments import reconcile, services
-from deployments.models import Deployment, Revision
+from deployments.endpoints import reconcile, services
+from deployments.endpoints.models import Deployment, Revision
 from tests.api.conftest import SPEC, Clients, error_of, fields_of, spec_with
 from tests.conftest import Cast
 

@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from controlplane import services as platform
 from controlplane.models import ApiKey, AuditEvent, Membership, Role
-from deployments.models import Deployment, IdempotencyRecord
+from deployments.api.models import IdempotencyRecord
+from deployments.endpoints.models import Deployment
 from tests.api.conftest import SPEC, Api, Clients, error_of
 from tests.conftest import Cast
 

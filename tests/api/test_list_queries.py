@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from controlplane import services as platform
-from deployments import services
+from deployments.endpoints import services
 from tests.api.conftest import SPEC, Clients
 from tests.conftest import Cast
 

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import pytest
 
-from deployments.models import Deployment
+from deployments.endpoints.models import Deployment
 from tests.api.conftest import Clients, fields_of
 
 LOG = """\

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import pytest
 
-from deployments.models import Deployment
+from deployments.endpoints.models import Deployment
 from tests.api.conftest import Clients, error_of, fields_of
 
 

@@ -9,8 +9,9 @@ import pytest
 from django.utils import timezone
 
 from controlplane import services as platform
-from deployments import timeline
-from deployments.models import Deployment, MetricSample, UsageRecord
+from deployments.endpoints import timeline
+from deployments.endpoints.models import Deployment
+from deployments.traffic.models import MetricSample, UsageRecord
 from tests.api.conftest import Clients, fields_of
 from tests.conftest import Cast
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from deployments.models import Cluster
+from deployments.clusters.models import Cluster
 from tests.api.conftest import Clients, error_of, fields_of
 from tests.conftest import Cast
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 
 from controlplane.models import AuditEvent
-from deployments import canary_services, services
-from deployments.models import Deployment, QualityGate
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
+from deployments.experiments.canary import services as canary_services
+from deployments.experiments.models import QualityGate
 from runtime.quality_run import builtin_prompts
 from tests.api.conftest import SPEC, Clients, error_of, fields_of, spec_with
 from tests.canary.helpers import mark_serving

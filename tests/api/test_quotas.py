@@ -19,8 +19,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controlplane.models import AuditEvent
-from deployments import quotas, services
-from deployments.models import Deployment, Quota
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
+from deployments.quotas import services as quotas
+from deployments.quotas.models import Quota
 from tests.api.conftest import SPEC, Api, Clients, error_of, spec_with
 from tests.autoscale.test_task import AUTOSCALING, autoscaled, probe, run_pass
 from tests.autoscale.test_task import endpoint as serving_endpoint

@@ -25,9 +25,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from controlplane.access import Actor
 from controlplane.services import Conflict
-from deployments import recommend, services
-from deployments.models import Canary, CanaryStatus, Deployment
-from deployments.tasks.canary import watch_canaries
+from deployments.endpoints import recommend, services
+from deployments.endpoints.models import Deployment
+from deployments.experiments.models import Canary, CanaryStatus
+from deployments.experiments.tasks import watch_canaries
 from runtime.spec import RuntimeSpec
 from tests.api.conftest import SPEC, Clients, error_of, spec_with
 from tests.canary.helpers import mark_serving

@@ -10,8 +10,8 @@ from django.db import connection
 
 from controlplane import services as platform
 from controlplane.models import Role
-from deployments import services
-from deployments.models import Deployment
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
 from tests.api.conftest import SPEC, Api, Clients, error_of, fields_of, spec_with
 from tests.conftest import Cast
 

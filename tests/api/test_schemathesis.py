@@ -25,7 +25,7 @@ from schemathesis.specs.openapi.checks import (
 from controlplane import services as platform
 from controlplane.models import Role
 from controlplane.wsgi import application
-from deployments import services
+from deployments.endpoints import services
 from tests.api.conftest import SPEC
 from tests.conftest import Cast
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from deployments.models import Deployment
+from deployments.endpoints.models import Deployment
 from tests.api.conftest import Clients, spec_with
 from tests.observed import observe
 

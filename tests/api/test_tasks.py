@@ -11,9 +11,9 @@ import redis
 from django.conf import settings
 
 from controlplane import redis_clients
-from deployments import services
-from deployments.models import Deployment
-from deployments.tasks.engine import reconcile_deployment
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
+from deployments.endpoints.tasks import reconcile_deployment
 from tests.api.conftest import SPEC, Clients, spec_with
 from tests.conftest import queued
 

@@ -13,10 +13,11 @@ import httpx
 import pytest
 
 from controlplane.crypto import engine_api_key
-from deployments import probe, reconcile, services
-from deployments.models import Deployment
+from deployments.autoscaling import tasks as scaling
+from deployments.endpoints import reconcile, services
+from deployments.endpoints.models import Deployment
 from deployments.status import ACTIVE
-from deployments.tasks import scaling
+from deployments.traffic import probe
 from tests.conftest import Cast
 from tests.engine.conftest import refresh
 from tests.waiting import wait_until

@@ -17,10 +17,11 @@ import httpx
 import pytest
 from django.utils import timezone
 
-from deployments import probe, reconcile, services
-from deployments.models import Deployment
+from deployments.autoscaling import tasks as scaling
+from deployments.endpoints import reconcile, services
+from deployments.endpoints.models import Deployment
 from deployments.status import ACTIVE, SCALED_TO_ZERO, role_counts
-from deployments.tasks import scaling
+from deployments.traffic import probe
 from tests.autoscale.test_end_to_end import engine_key
 from tests.conftest import Cast
 from tests.engine.conftest import refresh

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from deployments.autoscale import Observations, Sample, State, decide, decide_pools
-from deployments.slo_correction import CORRECTION_DEADBAND
+from deployments.autoscaling.correction import CORRECTION_DEADBAND
+from deployments.autoscaling.decide import Observations, Sample, State, decide, decide_pools
 from runtime.capacity import Workload, replica_model
 from runtime.spec import AutoscalingSettings, RuntimeSpec
 from runtime.validate import validate

@@ -15,11 +15,13 @@ from django.utils import timezone
 
 from controlplane import services as platform
 from controlplane.models import AuditEvent, Role
-from deployments import services
-from deployments.models import Deployment, DeploymentEvent, MetricSample, Quota
-from deployments.reconcile import revision_plan
-from deployments.tasks import scaling
-from deployments.usage import LAST_REQUEST_HASH
+from deployments.autoscaling import tasks as scaling
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment, DeploymentEvent
+from deployments.endpoints.reconcile import revision_plan
+from deployments.quotas.models import Quota
+from deployments.traffic.models import MetricSample
+from deployments.traffic.usage import LAST_REQUEST_HASH
 from runtime.capacity import Workload, replica_model
 from runtime.spec import RuntimeSpec
 from tests.api.conftest import Api

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from django.conf import settings
 
-from deployments.benchmark_aiperf import aiperf_argv, read_export
-from deployments.benchmark_profile import PointResult, TrafficProfile, load_points
 from deployments.drivers.local.benchmark import run_aiperf
-from deployments.tools_env import aiperf_installed
+from deployments.drivers.local.tools_env import aiperf_installed
+from deployments.experiments.benchmark.aiperf import aiperf_argv, read_export
+from deployments.experiments.benchmark.profile import PointResult, TrafficProfile, load_points
 from runtime.sim.launcher import SimCluster
 
 PROFILE = TrafficProfile(input_tokens=96, output_tokens=32, concurrency=(8,), duration_s=4)
@@ -26,7 +26,9 @@ PROFILE = TrafficProfile(input_tokens=96, output_tokens=32, concurrency=(8,), du
 
 def _measure(tmp_path: Path, *engine_args: str) -> PointResult:
     """One load point of ``PROFILE`` against one engine started with ``engine_args``."""
-    assert aiperf_installed(settings.PLINTH_TOOLS_DIR), "run `python -m deployments.tools_env`"
+    assert aiperf_installed(settings.PLINTH_TOOLS_DIR), (
+        "run `python -m deployments.drivers.local.tools_env`"
+    )
     out = tmp_path / "aiperf"
     with SimCluster(engines=1, policy="round_robin", engine_args=engine_args) as cluster:
         argv = aiperf_argv(

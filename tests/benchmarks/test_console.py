@@ -10,8 +10,10 @@ from typing import Any
 from django.utils import timezone
 
 from controlplane import services as platform
-from deployments import services
-from deployments.models import Benchmark, BenchmarkStatus, Deployment, UsageRecord
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
+from deployments.experiments.models import Benchmark, BenchmarkStatus
+from deployments.traffic.models import UsageRecord
 from tests.canary.helpers import BF16, mark_serving
 from tests.conftest import Cast
 from tests.console.conftest import signed_in

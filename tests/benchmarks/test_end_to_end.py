@@ -2,10 +2,10 @@
 
 Real parts: PostgreSQL, Redis, a Celery worker and beat (which deploy the endpoint and run the
 benchmark task), simulated engines and smg as processes, a gateway process in front, and AIPerf
-0.13 from the tools environment ``make test`` installs (``deployments.tools_env``). The test
-queues a two-point concurrency sweep through the API and checks what a user would: the results
-are stored per point and hang together, the run's temporary key was limited to the endpoint and
-is revoked, every answer was as long as the profile asked (and both lengths are reported), the
+0.13 from the tools environment ``make test`` installs (``deployments.drivers.local.tools_env``).
+The test queues a two-point concurrency sweep through the API and checks what a user would: the
+results are stored per point and hang together, the run's temporary key was limited to the endpoint
+and is revoked, every answer was as long as the profile asked (and both lengths are reported), the
 timeline and audit log tell the story, and the traffic shows in usage labelled ``benchmark``.
 With a canary running, a benchmark of each revision reaches only that revision (its requests
 carry the gateway's ``X-Plinth-Revision`` pin). No figure is compared with a timing.
@@ -24,10 +24,11 @@ from django.test import Client
 
 from controlplane import services as platform
 from controlplane.models import AuditEvent
-from deployments.models import Benchmark, BenchmarkStatus, Deployment
+from deployments.drivers.local.tools_env import aiperf_installed
+from deployments.endpoints.models import Deployment
+from deployments.experiments.models import Benchmark, BenchmarkStatus
 from deployments.status import ACTIVE
-from deployments.tools_env import aiperf_installed
-from deployments.usage import flush_usage
+from deployments.traffic.usage import flush_usage
 from tests.conftest import Cast
 from tests.engine import processes
 from tests.engine.conftest import refresh, small_spec, stop_everything
@@ -58,7 +59,9 @@ class Stack:
 
 @pytest.fixture
 def stack(cast: Cast, tmp_path: Path, queue: str) -> Iterator[Stack]:  # noqa: F811
-    assert aiperf_installed(settings.PLINTH_TOOLS_DIR), "run `python -m deployments.tools_env`"
+    assert aiperf_installed(settings.PLINTH_TOOLS_DIR), (
+        "run `python -m deployments.drivers.local.tools_env`"
+    )
     gateway = start_gateway(tmp_path, GATEWAY_REFRESH_SECONDS="30")
     run_dir = tmp_path / "local"
     env = processes.engine_env(

@@ -12,7 +12,6 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
-from deployments.benchmark_profile import parse_profile
 from deployments.cluster_settings import ClusterSettings, parse_settings
 from deployments.drivers.kube.benchmark_job import (
     KEY_ENV,
@@ -22,7 +21,8 @@ from deployments.drivers.kube.benchmark_job import (
     benchmark_secret,
     tokenizer_config_map,
 )
-from deployments.tools_env import AIPERF_IMAGE, AIPERF_VERSION, PYTHON_IMAGE
+from deployments.drivers.local.tools_env import AIPERF_IMAGE, AIPERF_VERSION, PYTHON_IMAGE
+from deployments.experiments.benchmark.profile import parse_profile
 
 VERSIONS = ["1.29.0", "1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0"]
 KEY = "pk_inf_sentinel_value_never_in_a_manifest"

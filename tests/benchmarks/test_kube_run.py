@@ -19,9 +19,12 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from deployments import benchmark_run, benchmarks, services
 from deployments.drivers.kube.benchmark_job import RESULT_MARKER, benchmark_names
-from deployments.models import Benchmark, BenchmarkStatus, Deployment
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
+from deployments.experiments.benchmark import run as benchmark_run
+from deployments.experiments.benchmark import services as benchmarks
+from deployments.experiments.models import Benchmark, BenchmarkStatus
 from tests.benchmarks.test_profile import EXPORT
 from tests.canary.helpers import mark_serving
 from tests.conftest import Cast

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from deployments import tools_env
+from deployments.drivers.local import tools_env
 from deployments.drivers.local.benchmark import run_aiperf
 
 KEY = "pli_" + "6d" * 32

@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from deployments.benchmark_aiperf import (
+from deployments.experiments.benchmark.aiperf import (
     TOKENIZER_DIR,
     aiperf_argv,
     aiperf_env,
     parse_export,
     redacted,
 )
-from deployments.benchmark_profile import (
+from deployments.experiments.benchmark.profile import (
     LoadPoint,
     ProfileError,
     compare,

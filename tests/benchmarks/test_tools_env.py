@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from deployments import tools_env
+from deployments.drivers.local import tools_env
 
 
 @pytest.fixture

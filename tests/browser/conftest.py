@@ -174,7 +174,7 @@ def at_rest(deployment_id: object, timeout: float = 60.0) -> None:
     """
     from django.db.models import F
 
-    from deployments.models import Deployment
+    from deployments.endpoints.models import Deployment
     from tests.waiting import wait_until
 
     rest = Deployment.objects.filter(

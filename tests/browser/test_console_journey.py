@@ -13,8 +13,8 @@ from django.utils import timezone
 from playwright.sync_api import Browser, Page, expect
 
 from controlplane import services as platform
-from deployments import services
-from deployments.models import MetricSample, UsageRecord
+from deployments.endpoints import services
+from deployments.traffic.models import MetricSample, UsageRecord
 from tests.browser.conftest import SCREENSHOTS, BrowserErrors, LiveConsole
 from tests.conftest import PASSWORD, Cast
 

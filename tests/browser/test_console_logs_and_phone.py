@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from deployments import services
-from deployments.models import Deployment
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
 from tests.browser.conftest import LiveConsole, at_rest
 from tests.browser.test_console_journey import answer_dialog, sign_in
 from tests.browser.test_console_trust import axe_violations

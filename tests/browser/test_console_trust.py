@@ -23,8 +23,9 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from controlplane import services as platform
 from controlplane.models import ApiKey
-from deployments import services
-from deployments.models import Deployment, MetricSample, UsageRecord
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
+from deployments.traffic.models import MetricSample, UsageRecord
 from tests.browser.conftest import BrowserErrors, LiveConsole, at_rest
 from tests.browser.test_console_journey import PAGES, sign_in
 from tests.conftest import Cast

@@ -11,7 +11,7 @@ from playwright.sync_api import Page, expect
 
 from controlplane import services as platform
 from controlplane.models import ApiKey
-from deployments import services
+from deployments.endpoints import services
 from tests.browser.conftest import LiveConsole
 from tests.browser.test_console_journey import answer_dialog, sign_in
 from tests.browser.test_onboarding import axe_at_every_width

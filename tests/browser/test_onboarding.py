@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
 
-from deployments import services
-from deployments.models import Deployment
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
 from tests.browser.conftest import LiveConsole
 from tests.browser.test_console_journey import (
     COME_UP_MS,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
-from deployments.models import Deployment
+from deployments.endpoints.models import Deployment
 from tests.browser.conftest import LiveConsole
 from tests.browser.test_console_journey import sign_in
 from tests.browser.test_console_trust import axe_violations, desktop  # noqa: F401 (fixture)

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from deployments import services
-from deployments.models import Deployment
-from deployments.timeline import record_event
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
+from deployments.endpoints.timeline import record_event
 from tests.browser.conftest import SCREENSHOTS, LiveConsole
 from tests.browser.test_console_journey import shoot, sign_in
 from tests.browser.test_console_trust import WIDTHS, axe_violations, desktop  # noqa: F401

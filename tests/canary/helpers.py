@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from deployments.models import Deployment
+from deployments.endpoints.models import Deployment
 
 BF16: dict[str, Any] = {
     "model": {

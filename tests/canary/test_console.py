@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
-from deployments import canary_services, services
-from deployments.models import Canary, CanaryStatus, Deployment
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
+from deployments.experiments.canary import services as canary_services
+from deployments.experiments.models import Canary, CanaryStatus
 from tests.canary.helpers import BF16, fp8, mark_serving
 from tests.conftest import Cast
 from tests.console.conftest import signed_in

@@ -20,11 +20,14 @@ import httpx
 import pytest
 
 from controlplane import services as platform
-from deployments import canary_services, probe, reconcile, services
-from deployments.canary import Thresholds
-from deployments.models import Canary, CanaryStatus, Deployment
+from deployments.endpoints import reconcile, services
+from deployments.endpoints.models import Deployment
+from deployments.experiments.canary import services as canary_services
+from deployments.experiments.canary.rules import Thresholds
+from deployments.experiments.models import Canary, CanaryStatus
+from deployments.experiments.tasks import watch_canaries
 from deployments.status import ACTIVE
-from deployments.tasks.canary import watch_canaries
+from deployments.traffic import probe
 from tests.canary.helpers import BF16, fp8
 from tests.conftest import Cast
 from tests.engine.conftest import fast_local, refresh  # noqa: F401  (fast_local: a fixture)

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import pytest
 
-from deployments import canary_services, reconcile
 from deployments.drivers.kube import labels as L
-from deployments.models import Canary, CanaryStatus, Deployment
+from deployments.endpoints import reconcile
+from deployments.endpoints.models import Deployment
+from deployments.experiments.canary import services as canary_services
+from deployments.experiments.models import Canary, CanaryStatus
 from deployments.status import ACTIVE
 from tests.canary.helpers import fp8
 from tests.conftest import Cast

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import itertools
 
-from deployments.canary import SideFigures, Thresholds, judge, side_figures, weighted_p90
+from deployments.experiments.canary.rules import (
+    SideFigures,
+    Thresholds,
+    judge,
+    side_figures,
+    weighted_p90,
+)
 from gateway.routes import CanaryRoute, Endpoint
 from gateway.split import Splitter, pin_of, session_of, sticky_point
 

@@ -7,9 +7,13 @@ import pytest
 from controlplane.access import AccessDenied
 from controlplane.models import AuditEvent, Role
 from controlplane.services import Conflict, ServiceError
-from deployments import canary_services, quotas, services
-from deployments.canary import Thresholds
-from deployments.models import Canary, CanaryStatus, Deployment, Quota
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
+from deployments.experiments.canary import services as canary_services
+from deployments.experiments.canary.rules import Thresholds
+from deployments.experiments.models import Canary, CanaryStatus
+from deployments.quotas import services as quotas
+from deployments.quotas.models import Quota
 from tests.canary.helpers import BF16, fp8, mark_serving
 from tests.conftest import Cast
 
@@ -161,7 +165,7 @@ def test_the_watcher_aborts_a_canary_whose_pool_never_became_ready(
 ) -> None:
     from datetime import timedelta
 
-    from deployments.tasks.canary import watch_canaries
+    from deployments.experiments.tasks import watch_canaries
 
     settings.PLINTH_STARTUP_WINDOW_S = 60  # type: ignore[attr-defined]
     actor = cast.actor(cast.dave, cast.acme)
@@ -177,7 +181,7 @@ def test_the_watcher_aborts_a_canary_whose_pool_never_became_ready(
 
 
 def test_an_endpoint_with_canaries_is_deleted_whole(cast: Cast, serving: Deployment) -> None:
-    from deployments import reconcile
+    from deployments.endpoints import reconcile
 
     actor = cast.actor(cast.dave, cast.acme)
     canary_services.start_canary(actor, serving.pk, spec=fp8(), weight=20)

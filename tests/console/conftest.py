@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from deployments import services
-from deployments.models import Deployment
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
 from tests.conftest import Cast
 
 SPEC = {"model": {"source": "meta-llama/Llama-3.1-8B-Instruct"}, "hardware": {"gpu": "H100-SXM"}}

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deployments.charts import HEIGHT, WIDTH, Chart, Series, x_fractions
+from deployments.endpoints.charts import HEIGHT, WIDTH, Chart, Series, x_fractions
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 

@@ -12,9 +12,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from deployments import services
-from deployments.models import Deployment
-from deployments.queries import ENDPOINTS_PER_PAGE
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
+from deployments.endpoints.queries import ENDPOINTS_PER_PAGE
 from tests.conftest import Cast
 from tests.console.conftest import SPEC
 

@@ -11,8 +11,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from deployments import reconcile, services
-from deployments.models import Deployment, MetricSample
+from deployments.endpoints import reconcile, services
+from deployments.endpoints.models import Deployment
+from deployments.traffic.models import MetricSample
 from tests.conftest import Cast
 from tests.console.conftest import SPEC
 

@@ -9,8 +9,8 @@ from datetime import timedelta
 from django.test import Client
 from django.utils import timezone
 
-from deployments.models import Deployment, DeploymentEvent
-from deployments.timeline import by_rollout, record_event
+from deployments.endpoints.models import Deployment, DeploymentEvent
+from deployments.endpoints.timeline import by_rollout, record_event
 
 
 def _timeline(endpoint: Deployment) -> None:

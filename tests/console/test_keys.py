@@ -12,9 +12,10 @@ from django.utils import timezone
 
 from controlplane import services as platform
 from controlplane.models import ApiKey, AuditEvent
-from deployments import services
-from deployments.models import Deployment, UsageRecord
-from deployments.views.keys import KEYS_PER_PAGE, PICKER_CHOICES
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
+from deployments.traffic.models import UsageRecord
+from deployments.traffic.views.keys import KEYS_PER_PAGE, PICKER_CHOICES
 from tests.conftest import Cast
 
 SPEC = {"model": {"source": "meta-llama/Llama-3.1-8B-Instruct"}, "hardware": {"gpu": "H100-SXM"}}

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from django.test import Client
 
-from deployments import services
-from deployments.models import Deployment
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
 from tests.conftest import Cast
 from tests.console.conftest import SPEC
 from tests.observed import observe

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from deployments.models import Deployment
+from deployments.endpoints.models import Deployment
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 LOG = """\

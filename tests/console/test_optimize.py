@@ -14,8 +14,8 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from django.test import Client
 
-from deployments import services
-from deployments.models import Deployment
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
 from tests.conftest import Cast
 
 pytestmark = pytest.mark.django_db

@@ -14,8 +14,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from controlplane import services as platform
-from deployments import services
-from deployments.models import Deployment, MetricSample, UsageRecord
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
+from deployments.traffic.models import MetricSample, UsageRecord
 from tests.conftest import Cast
 
 SPEC = {"model": {"source": "meta-llama/Llama-3.1-8B-Instruct"}, "hardware": {"gpu": "H100-SXM"}}

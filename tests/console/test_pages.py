@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from deployments.models import Deployment
+from deployments.endpoints.models import Deployment
 
 ENDPOINT_PAGES = [
     "/endpoints/chat/",

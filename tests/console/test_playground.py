@@ -13,9 +13,9 @@ import pytest
 from django.test import Client
 
 from controlplane.models import ApiKey
-from deployments import services
-from deployments.models import Deployment
-from deployments.views.playground import LIMITS
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
+from deployments.endpoints.views.playground import LIMITS
 from tests.conftest import Cast
 from tests.console.conftest import SPEC
 

@@ -8,8 +8,8 @@ from typing import Any
 from django.test import Client
 
 from controlplane import services as platform
-from deployments import services
-from deployments.models import Deployment
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
 from tests.conftest import Cast
 from tests.console.conftest import SPEC
 

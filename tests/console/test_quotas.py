@@ -7,7 +7,8 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from controlplane.models import AuditEvent
-from deployments.models import Deployment, Quota
+from deployments.endpoints.models import Deployment
+from deployments.quotas.models import Quota
 from tests.conftest import Cast
 from tests.console.conftest import signed_in
 

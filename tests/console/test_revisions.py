@@ -12,8 +12,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from deployments import services
-from deployments.models import Deployment, MetricSample
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
+from deployments.traffic.models import MetricSample
 from tests.conftest import Cast
 
 

@@ -11,8 +11,8 @@ from django.test import Client
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deployments import forms, services
-from deployments.models import Deployment
+from deployments.endpoints import forms, services
+from deployments.endpoints.models import Deployment
 from runtime.spec import PLINTH_ROUTING
 from tests.conftest import Cast
 
@@ -151,7 +151,7 @@ def test_a_stale_edit_shows_who_saved_first(
 def test_the_edit_page_saves_after_a_canary_and_names_a_running_one(
     cast: Cast, alice: Client, endpoint: Deployment
 ) -> None:
-    from deployments import canary_services
+    from deployments.experiments.canary import services as canary_services
     from tests.canary.helpers import mark_serving
 
     actor = cast.actor(cast.alice, cast.acme)

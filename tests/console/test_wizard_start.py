@@ -10,8 +10,8 @@ from typing import Any
 
 from django.test import Client
 
-from deployments import forms, presets
-from deployments.models import Deployment
+from deployments.endpoints import forms, presets
+from deployments.endpoints.models import Deployment
 from runtime.validate import check
 from tests.conftest import Cast
 

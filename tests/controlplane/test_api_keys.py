@@ -11,7 +11,7 @@ from django.utils import timezone
 from controlplane import keys, services
 from controlplane.access import AccessDenied, NotFound
 from controlplane.models import ApiKey, AuditEvent, Membership, Role
-from deployments import services as domain
+from deployments.endpoints import services as domain
 from tests.conftest import Cast
 
 

@@ -28,9 +28,9 @@ from hypothesis import strategies as st
 from controlplane import services as platform
 from controlplane.hygiene import full_pattern
 from controlplane.models import Role
-from deployments import services
 from deployments.api.app import api as ninja_api
-from deployments.models import Deployment, slug_validator
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment, slug_validator
 from tests.conftest import Cast
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.celery import app as celery_app
-from deployments import services
+from deployments.endpoints import services
 from deployments.status import ALL_STATUSES
 from runtime.sim.launcher import REPO_ROOT, free_port
 from tests.conftest import Cast

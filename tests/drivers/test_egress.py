@@ -1,4 +1,5 @@
-"""Which addresses a tenant's kubeconfig may make the worker call (deployments/egress.py).
+"""Which addresses a tenant's kubeconfig may make the worker call
+(deployments/drivers/kube/egress.py).
 
 Pure checks, no database: every way of writing a refused address is refused, both by the check
 run when a cluster is saved and by the one run when a socket is opened, and public addresses
@@ -13,14 +14,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deployments.egress import (
+from deployments.drivers.kube.egress import (
     METADATA_ADDRESSES,
     EgressPolicy,
     EgressRefused,
     checked_addresses,
     host_problem,
 )
-from deployments.kubeconfig import KubeconfigPolicy, kubeconfig_problems
+from deployments.drivers.kube.kubeconfig import KubeconfigPolicy, kubeconfig_problems
 
 # No deadline: the machine is shared, and a test must never depend on timing.
 examples = settings(max_examples=100, deadline=None)

@@ -34,8 +34,8 @@ from deployments.drivers.kube.client import (
     kind_of,
 )
 from deployments.drivers.kube.driver import KubeDriver
-from deployments.egress import EgressPolicy
-from deployments.kubeconfig import KubeconfigPolicy
+from deployments.drivers.kube.egress import EgressPolicy
+from deployments.drivers.kube.kubeconfig import KubeconfigPolicy
 from tests.drivers.kube_emulator import (
     CLIENT_TIMEOUT_S,
     STALL_SECONDS,

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from deployments import reconcile, status
-from deployments.drivers import registry
+from deployments import status
+from deployments.clusters import drivers as registry
 from deployments.drivers.base import Observation, ReplicaFacts
 from deployments.drivers.kube import informer as informer_module
 from deployments.drivers.kube import labels as L
@@ -32,7 +32,8 @@ from deployments.drivers.kube.client import KubeClient
 from deployments.drivers.kube.driver import KubeDriver
 from deployments.drivers.kube.informer import ClusterCache
 from deployments.drivers.kube.observe import observation
-from deployments.models import Deployment, Revision
+from deployments.endpoints import reconcile
+from deployments.endpoints.models import Deployment, Revision
 from tests.drivers.kube_emulator import CLIENT_TIMEOUT_S, RunningEmulator
 from tests.drivers.test_gpu_placement import H100, node
 from tests.engine.conftest import NS, emulator, endpoint, refresh
@@ -281,7 +282,7 @@ def test_the_timeline_names_the_pool_that_lost_replicas() -> None:
 
 
 def test_a_starting_worker_turns_the_caches_on_and_a_stopping_one_off() -> None:
-    from deployments.tasks import clusters as worker_hooks
+    from deployments.clusters import tasks as worker_hooks
 
     worker_hooks._watch_clusters()
     try:

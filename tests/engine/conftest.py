@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from controlplane import services as platform
-from deployments import services
 from deployments.drivers.base import DeploymentRef
 from deployments.drivers.local.driver import LocalDriver, LocalOptions
-from deployments.models import Deployment
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
 from tests.conftest import Cast
 from tests.drivers.kube_emulator import RunningEmulator, running_emulator
 from tests.waiting import wait_until

@@ -1,4 +1,4 @@
-"""The worker's look at each Kubernetes cluster's GPU nodes (``deployments.inventory``).
+"""The worker's look at each Kubernetes cluster's GPU nodes (``deployments.clusters.inventory``).
 
 The cluster's API is the emulator holding labelled Nodes and a pod using GPUs; the task stores
 what it saw on the Cluster row, and an API server that refuses keeps the last figures with the
@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from controlplane import services as platform
-from deployments import inventory, services
-from deployments.models import Cluster
-from deployments.tasks.clusters import observe_clusters
+from deployments.clusters import inventory
+from deployments.clusters.models import Cluster
+from deployments.clusters.tasks import observe_clusters
+from deployments.endpoints import services
 from tests.conftest import Cast
 from tests.drivers.kube_emulator import RunningEmulator
 from tests.drivers.test_gpu_placement import H100, H200, node

@@ -27,7 +27,7 @@ from django.test import Client
 from controlplane import services as platform
 from controlplane.celery import app
 from controlplane.crypto import engine_api_key
-from deployments.models import Deployment
+from deployments.endpoints.models import Deployment
 from deployments.status import ACTIVE, DEGRADED
 from tests.conftest import Cast
 from tests.engine import processes

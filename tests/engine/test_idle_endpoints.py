@@ -28,10 +28,10 @@ from django.conf import settings
 from django.utils import timezone
 
 from controlplane import redis_clients
-from deployments import reconcile, services
-from deployments.models import Deployment
+from deployments.endpoints import reconcile, services
+from deployments.endpoints.models import Deployment
+from deployments.endpoints.tasks import make_local_endpoints_due, sweep
 from deployments.status import ACTIVE, SCALED_TO_ZERO, STOPPED
-from deployments.tasks.engine import make_local_endpoints_due, sweep
 from tests.conftest import Cast, priority_lists, queued
 from tests.drivers.kube_emulator import RunningEmulator
 from tests.engine.conftest import NS, refresh, small_spec

@@ -17,7 +17,7 @@ from django.test import Client
 from controlplane import services as platform
 from controlplane.models import Role
 from deployments.drivers.kube import labels as L
-from deployments.models import Deployment
+from deployments.endpoints.models import Deployment
 from tests.conftest import Cast
 from tests.drivers.kube_emulator import RunningEmulator
 from tests.engine.conftest import NS, kubeconfig

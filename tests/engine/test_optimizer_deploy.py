@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from deployments import services
+from deployments.endpoints import services
 from deployments.status import ACTIVE
 from runtime.optimize import OptimizeRequest, Slo, Traffic, optimize
 from tests.conftest import Cast

@@ -23,9 +23,9 @@ from django.test import Client
 
 from controlplane import services as platform
 from controlplane.models import Role
-from deployments import reconcile, services
 from deployments.drivers.kube import labels as L
-from deployments.models import Deployment
+from deployments.endpoints import reconcile, services
+from deployments.endpoints.models import Deployment
 from deployments.status import ACTIVE, DEGRADED, DEPLOYING, FAILED
 from tests.conftest import Cast
 from tests.drivers.kube_emulator import RunningEmulator

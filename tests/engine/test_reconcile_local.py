@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from controlplane.crypto import engine_api_key
-from deployments import reconcile, services
-from deployments.models import Deployment
+from deployments.endpoints import reconcile, services
+from deployments.endpoints.models import Deployment
 from deployments.status import ACTIVE, DEGRADED
 from tests.conftest import Cast
 from tests.engine.conftest import refresh, small_spec
@@ -127,8 +127,8 @@ def _zombie(pid: int) -> bool:
 
 @pytest.mark.django_db
 def test_the_probe_stores_a_sample_of_the_interval(cast: Cast, fast_local: Path) -> None:
-    from deployments import probe
-    from deployments.models import MetricSample
+    from deployments.traffic import probe
+    from deployments.traffic.models import MetricSample
 
     actor = cast.actor(cast.alice, cast.acme)
     deployment = services.create_deployment(actor, slug="probed", name="P", spec=small_spec())
@@ -154,7 +154,7 @@ def test_the_probe_stores_a_sample_of_the_interval(cast: Cast, fast_local: Path)
 
 @pytest.mark.django_db
 def test_the_first_sample_counts_the_requests_made_before_it(cast: Cast, fast_local: Path) -> None:
-    from deployments import probe
+    from deployments.traffic import probe
 
     actor = cast.actor(cast.alice, cast.acme)
     deployment = services.create_deployment(actor, slug="early", name="E", spec=small_spec())

@@ -15,10 +15,10 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from deployments import telemetry
 from deployments.drivers.errors import TemporaryDriverError
-from deployments.models import Deployment
-from deployments.tasks.engine import reconcile_deployment
+from deployments.endpoints.models import Deployment
+from deployments.endpoints.tasks import reconcile_deployment
+from deployments.traffic import telemetry
 from tests.drivers.kube_emulator import RunningEmulator
 
 pytestmark = pytest.mark.django_db

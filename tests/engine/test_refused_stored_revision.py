@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from deployments import reconcile, services
-from deployments.models import Revision
+from deployments.endpoints import reconcile, services
+from deployments.endpoints.models import Revision
 from tests.conftest import Cast
 from tests.engine.conftest import refresh, small_spec
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from deployments.rollout import RolloutFacts, decide
+from deployments.endpoints.rollout import RolloutFacts, decide
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

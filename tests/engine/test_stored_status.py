@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controlplane.access import system_actor
-from deployments import queries, services
-from deployments.models import Deployment, Revision
+from deployments.endpoints import queries, services
+from deployments.endpoints.models import Deployment, Revision
 from deployments.status import ALL_STATUSES, derive_status
 from tests.conftest import Cast
 from tests.engine.conftest import small_spec

@@ -24,8 +24,8 @@ import redis
 from controlplane import services as platform
 from controlplane.celery import app as celery_app
 from controlplane.models import Role
-from deployments.models import Deployment
-from deployments.tasks.engine import reconcile_deployment, sweep
+from deployments.endpoints.models import Deployment
+from deployments.endpoints.tasks import reconcile_deployment, sweep
 from tests.api.conftest import Api
 from tests.conftest import Cast, queued
 from tests.drivers.kube_emulator import RunningEmulator

@@ -19,9 +19,9 @@ import redis
 from django.conf import settings
 
 from controlplane.celery import app as celery_app
-from deployments import services
-from deployments.models import Deployment
-from deployments.tasks.engine import reconcile_deployment, sweep
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
+from deployments.endpoints.tasks import reconcile_deployment, sweep
 from tests.conftest import Cast, priority_lists
 from tests.engine import processes
 from tests.engine.conftest import small_spec

@@ -26,11 +26,11 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from deployments import reconcile, services
 from deployments.drivers.local.processes import ProcessTable
-from deployments.models import Deployment
+from deployments.endpoints import reconcile, services
+from deployments.endpoints.models import Deployment
+from deployments.endpoints.tasks import reconcile_deployment, sweep
 from deployments.status import FAILED, STOPPED, STOPPING
-from deployments.tasks.engine import reconcile_deployment, sweep
 from tests.conftest import Cast, queued
 from tests.drivers.kube_emulator import RunningEmulator
 from tests.engine import processes

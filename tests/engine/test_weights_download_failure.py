@@ -23,10 +23,10 @@ from django.test import Client
 
 from controlplane import services as platform
 from controlplane.models import Role
-from deployments import reconcile, services
 from deployments.drivers.kube import labels as L
 from deployments.drivers.kube.client import KubeClient, kind_of
-from deployments.models import Deployment
+from deployments.endpoints import reconcile, services
+from deployments.endpoints.models import Deployment
 from deployments.status import ACTIVE, FAILED, STOPPED
 from tests.conftest import Cast
 from tests.drivers.kube_emulator import CLIENT_TIMEOUT_S, RunningEmulator
@@ -250,9 +250,9 @@ def test_a_stop_and_start_after_a_failed_download_tries_it_afresh(
 def test_a_canary_whose_download_fails_is_aborted_in_the_jobs_words(
     cast: Cast, on_a_claim: Deployment, emulator: RunningEmulator
 ) -> None:
-    from deployments import canary_services
-    from deployments.models import CanaryStatus
-    from deployments.tasks.canary import watch_canaries
+    from deployments.experiments.canary import services as canary_services
+    from deployments.experiments.models import CanaryStatus
+    from deployments.experiments.tasks import watch_canaries
 
     deployment = step(on_a_claim)
     finish(emulator, the_job(emulator), {"type": "Complete", "status": "True"})

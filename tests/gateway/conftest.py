@@ -27,9 +27,10 @@ from django.utils import timezone
 
 from controlplane import notify
 from controlplane import services as platform
-from deployments import services as deployment_services
-from deployments.models import Deployment, UsageRecord
-from deployments.usage import flush_usage
+from deployments.endpoints import services as deployment_services
+from deployments.endpoints.models import Deployment
+from deployments.traffic.models import UsageRecord
+from deployments.traffic.usage import flush_usage
 from runtime.sim.launcher import REPO_ROOT, SimCluster, free_port, http_get
 from tests.aio import run_async  # noqa: F401  (re-exported for the gateway tests)
 from tests.conftest import Cast

@@ -58,7 +58,7 @@ def main(crash_after: int) -> None:
     from django.conf import settings
     from django.db import connection
 
-    from deployments.usage import flush_usage
+    from deployments.traffic.usage import flush_usage
 
     steps = Steps(crash_after)
 

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from controlplane import services as platform
-from deployments import services as deployment_services
+from deployments.endpoints import services as deployment_services
 from tests.gateway.conftest import (
     create_endpoint,
     inference_key,

@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 
 from controlplane import redis_clients
-from deployments.models import Deployment
+from deployments.endpoints.models import Deployment
 from gateway import loader
 from gateway.holds import Holds
 from gateway.refresher import RouteRefresher

@@ -15,7 +15,11 @@ from django.test import Client
 
 from controlplane import services as platform
 from controlplane.models import ApiKey
-from deployments.key_activity import KEY_LAST_USED_HASH, PROCESSING_PREFIX, flush_key_last_used
+from deployments.traffic.key_activity import (
+    KEY_LAST_USED_HASH,
+    PROCESSING_PREFIX,
+    flush_key_last_used,
+)
 from gateway import metering
 from gateway.limits import RateLimiter
 from gateway.metering import Meter

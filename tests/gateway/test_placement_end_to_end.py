@@ -20,9 +20,9 @@ import redis
 from django.conf import settings
 
 from controlplane.crypto import engine_api_key
-from deployments import canary_services
-from deployments import services as deployment_services
-from deployments.models import Deployment
+from deployments.endpoints import services as deployment_services
+from deployments.endpoints.models import Deployment
+from deployments.experiments.canary import services as canary_services
 from gateway.loader import load_canaries, load_endpoints
 from gateway.placement import pool_id, table_keys
 from runtime.launch import cache_aware_args, smg_policy

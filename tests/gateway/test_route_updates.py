@@ -20,7 +20,7 @@ from django.db import connections
 
 from controlplane import redis_clients
 from controlplane import services as platform
-from deployments import services as deployment_services
+from deployments.endpoints import services as deployment_services
 from gateway import loader
 from gateway.refresher import RouteRefresher
 from gateway.routes import Endpoint, InferenceKey, RouteChanges, RouteTable

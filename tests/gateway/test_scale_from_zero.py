@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from deployments.models import Deployment, DeploymentEvent
+from deployments.endpoints.models import Deployment, DeploymentEvent
 from tests.gateway.conftest import (
     REPO_ROOT,
     create_endpoint,

@@ -12,7 +12,7 @@ import openai
 import pytest
 from django.conf import settings
 
-from deployments import services as deployment_services
+from deployments.endpoints import services as deployment_services
 from gateway.app import Gateway
 from gateway.config import GatewayConfig
 from gateway.errors import GatewayError

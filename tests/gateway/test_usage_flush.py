@@ -16,9 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controlplane.models import ApiKey
-from deployments.models import Deployment, UsageFlushBatch, UsageRecord
-from deployments.redis_fields import as_count, as_time, as_uuid
-from deployments.usage import (
+from deployments.endpoints.models import Deployment
+from deployments.traffic.models import UsageFlushBatch, UsageRecord
+from deployments.traffic.redis_fields import as_count, as_time, as_uuid
+from deployments.traffic.usage import (
     LAST_REQUEST_HASH,
     LOCK_KEY,
     MINUTES_SET,

@@ -28,8 +28,8 @@ import yaml
 from deployments.drivers import base
 from deployments.drivers.kube.client import KubeClient
 from deployments.drivers.kube.driver import KubeDriver
-from deployments.egress import EgressPolicy
-from deployments.kubeconfig import KubeconfigPolicy
+from deployments.drivers.kube.egress import EgressPolicy
+from deployments.drivers.kube.kubeconfig import KubeconfigPolicy
 from runtime.catalog import GPU_PRODUCT_LABEL, get_gpu
 from scripts.render_k8s import VALUES as K8S_VALUES
 from scripts.render_k8s import helm_template

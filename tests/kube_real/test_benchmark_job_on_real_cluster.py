@@ -7,7 +7,6 @@ log endpoint, which kwok's fake nodes do not serve here: that part stays with te
 
 from __future__ import annotations
 
-from deployments.benchmark_profile import parse_profile
 from deployments.cluster_settings import parse_settings
 from deployments.drivers import base
 from deployments.drivers.kube.benchmark_job import (
@@ -18,6 +17,7 @@ from deployments.drivers.kube.benchmark_job import (
 from deployments.drivers.kube.client import KubeClient, kind_of
 from deployments.drivers.kube.driver import KubeDriver
 from deployments.drivers.kube.labels import BENCHMARK
+from deployments.experiments.benchmark.profile import parse_profile
 from tests.drivers.reference_specs import load_spec, revision_plan
 from tests.kube_real.conftest import SETTLE_S
 from tests.waiting import wait_until

@@ -18,12 +18,12 @@ from django.utils import timezone
 
 from controlplane import services as platform
 from controlplane.models import Role
-from deployments import reconcile, services
 from deployments.drivers import base
 from deployments.drivers.kube.client import KubeClient
 from deployments.drivers.kube.driver import KubeDriver
 from deployments.drivers.kube.render import KubeOptions
-from deployments.models import Deployment
+from deployments.endpoints import reconcile, services
+from deployments.endpoints.models import Deployment
 from deployments.status import FAILED
 from tests.conftest import Cast
 from tests.kube_real.conftest import GPU_NODES, SETTLE_S, Admin

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from deployments.models import QualityGate, QualityGateStatus
-from deployments.quality_run import results_of
+from deployments.experiments.models import QualityGate, QualityGateStatus
+from deployments.experiments.quality.run import results_of
 from runtime.quality import GateThresholds, PromptScore, QualityReport
 
 FAILED_MEAN_KL = 0.0912  # nats per token: over the default threshold of 0.05
@@ -23,8 +23,8 @@ def report_of(gate: QualityGate, passed: bool) -> QualityReport:
 
 
 def finish(gate: QualityGate, status: str = QualityGateStatus.FAILED) -> QualityGate:
-    """``gate`` judged: what ``deployments.quality_run`` stores, from a report over the gate's
-    own prompts (its figures are made up here; the end-to-end test scores real simulated
+    """``gate`` judged: what ``deployments.experiments.quality.run`` stores, from a report over the
+    gate's own prompts (its figures are made up here; the end-to-end test scores real simulated
     engines)."""
     report = report_of(gate, passed=status == QualityGateStatus.PASSED)
     assert report.verdict().passed == (status == QualityGateStatus.PASSED), report.verdict()

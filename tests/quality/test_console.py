@@ -9,8 +9,11 @@ from urllib.parse import urlencode
 import pytest
 
 from controlplane.models import AuditEvent
-from deployments import canary_services, quality_services, services
-from deployments.models import Benchmark, Canary, Deployment, QualityGate, QualityGateStatus
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
+from deployments.experiments.canary import services as canary_services
+from deployments.experiments.models import Benchmark, Canary, QualityGate, QualityGateStatus
+from deployments.experiments.quality import services as quality_services
 from tests.canary.helpers import BF16, fp8, mark_serving
 from tests.conftest import Cast
 from tests.console.conftest import signed_in

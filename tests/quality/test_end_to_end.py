@@ -22,11 +22,14 @@ from django.test import Client
 
 from controlplane import services as platform
 from controlplane.models import AuditEvent
-from deployments import benchmark_run, benchmarks, canary_services, services
-from deployments.models import BenchmarkStatus, CanaryStatus, QualityGateStatus
+from deployments.drivers.local.tools_env import aiperf_installed
+from deployments.endpoints import services
+from deployments.experiments.benchmark import run as benchmark_run
+from deployments.experiments.benchmark import services as benchmarks
+from deployments.experiments.canary import services as canary_services
+from deployments.experiments.models import BenchmarkStatus, CanaryStatus, QualityGateStatus
+from deployments.experiments.tasks import run_quality_gate
 from deployments.status import ACTIVE
-from deployments.tasks.quality import run_quality_gate
-from deployments.tools_env import aiperf_installed
 from tests.canary.helpers import BF16, fp8
 from tests.canary.test_end_to_end import converge, running_canary
 from tests.conftest import Cast
@@ -86,7 +89,9 @@ def test_an_fp8_canary_passes_its_gate_and_an_mxfp4_one_is_held_until_overridden
     fast_local: Path,  # noqa: F811
     gateway: GatewayProcess,
 ) -> None:
-    assert aiperf_installed(settings.PLINTH_TOOLS_DIR), "run `python -m deployments.tools_env`"
+    assert aiperf_installed(settings.PLINTH_TOOLS_DIR), (
+        "run `python -m deployments.drivers.local.tools_env`"
+    )
     actor = cast.actor(cast.dave, cast.acme)
     developer = platform.create_api_key(
         cast.actor(cast.alice, cast.acme), name="dev", kind="management", role="developer"

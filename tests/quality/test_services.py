@@ -11,8 +11,12 @@ import pytest
 from controlplane.access import AccessDenied
 from controlplane.models import AuditEvent
 from controlplane.services import Conflict, ServiceError
-from deployments import canary_services, quality_run, quality_services, services
-from deployments.models import Canary, Deployment, QualityGate, QualityGateStatus
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
+from deployments.experiments.canary import services as canary_services
+from deployments.experiments.models import Canary, QualityGate, QualityGateStatus
+from deployments.experiments.quality import run as quality_run
+from deployments.experiments.quality import services as quality_services
 from tests.canary.helpers import BF16, fp8, mark_serving
 from tests.conftest import Cast
 from tests.quality.helpers import finish

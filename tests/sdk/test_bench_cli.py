@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from deployments import services
-from deployments.models import Benchmark, BenchmarkStatus
+from deployments.endpoints import services
+from deployments.experiments.models import Benchmark, BenchmarkStatus
 from tests.canary.helpers import BF16, mark_serving
 from tests.conftest import Cast
 from tests.sdk.conftest import SdkEnv

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from deployments import services
-from deployments.models import Canary, Deployment
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment
+from deployments.experiments.models import Canary
 from tests.canary.helpers import BF16, fp8, mark_serving
 from tests.conftest import Cast
 from tests.sdk.conftest import SdkEnv
@@ -50,7 +51,7 @@ def test_a_canary_from_the_command_line(
 def test_edit_and_apply_work_after_an_aborted_canary(
     sdk_env: SdkEnv, server: str, admin_key: str, cast: Cast, tmp_path: Path, settings: Any
 ) -> None:
-    from deployments.tasks.canary import watch_canaries
+    from deployments.experiments.tasks import watch_canaries
 
     actor = cast.actor(cast.dave, cast.acme)
     mark_serving(services.create_deployment(actor, slug="cli-after", name="A", spec=BF16))

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from deployments import canary_services, services
-from deployments.models import QualityGate, QualityGateStatus
+from deployments.endpoints import services
+from deployments.experiments.canary import services as canary_services
+from deployments.experiments.models import QualityGate, QualityGateStatus
 from runtime.quality_run import builtin_prompts
 from tests.canary.helpers import BF16, fp8, mark_serving
 from tests.conftest import Cast

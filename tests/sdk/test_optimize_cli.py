@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from deployments import recommend, services
-from deployments.models import Deployment
+from deployments.endpoints import recommend, services
+from deployments.endpoints.models import Deployment
 from runtime.sim.launcher import REPO_ROOT
 from tests.canary.helpers import BF16
 from tests.conftest import Cast

@@ -25,8 +25,8 @@ from deployments.drivers import base
 from deployments.drivers.kube.render import render_revision
 from deployments.drivers.local.driver import LocalDriver, LocalOptions
 from deployments.drivers.local.processes import stop_all
-from deployments.models import DeploymentEvent
-from deployments.reconcile import revision_plan
+from deployments.endpoints.models import DeploymentEvent
+from deployments.endpoints.reconcile import revision_plan
 from tests.conftest import Cast
 from tests.sweep.matrix import EXPECTED
 from tests.sweep.test_api_authorization import OPERATIONS

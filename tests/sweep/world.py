@@ -36,19 +36,18 @@ from controlplane.models import (
     Role,
     Secret,
 )
-from deployments import benchmarks, canary_services, services
-from deployments.models import (
+from deployments.clusters.models import Cluster
+from deployments.endpoints import services
+from deployments.endpoints.models import Deployment, DeploymentEvent, Revision
+from deployments.experiments.benchmark import services as benchmarks
+from deployments.experiments.canary import services as canary_services
+from deployments.experiments.models import (
     Benchmark,
     BenchmarkStatus,
-    Cluster,
-    Deployment,
-    DeploymentEvent,
-    MetricSample,
     QualityGate,
     QualityGateStatus,
-    Revision,
-    UsageRecord,
 )
+from deployments.traffic.models import MetricSample, UsageRecord
 from tests.conftest import PASSWORD, Cast
 
 SLUG = "acme-private-chat"

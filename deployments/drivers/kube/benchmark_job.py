@@ -23,12 +23,12 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from deployments.benchmark_aiperf import AIPERF_SETTINGS, TOKENIZER_DIR, aiperf_argv
-from deployments.benchmark_profile import TrafficProfile, load_points
 from deployments.cluster_settings import AiperfFromIndex, BenchmarkAiperf, ClusterSettings
 from deployments.drivers.kube import labels as L
 from deployments.drivers.kube.render import cpu_pod_scheduling, with_operator_metadata
-from deployments.tools_env import AIPERF_IMAGE, AIPERF_VERSION
+from deployments.drivers.local.tools_env import AIPERF_IMAGE, AIPERF_VERSION
+from deployments.experiments.benchmark.aiperf import AIPERF_SETTINGS, TOKENIZER_DIR, aiperf_argv
+from deployments.experiments.benchmark.profile import TrafficProfile, load_points
 
 KEY_ENV = "PLINTH_BENCHMARK_KEY"
 KEY_FIELD = "api-key"

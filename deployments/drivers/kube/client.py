@@ -7,7 +7,8 @@ errors: try again) or a ``KubePermanentError`` (400, 401, 403, 404 on a write, 4
 act), so nothing above this module knows the client's exception types. Their messages are
 built here from the status code alone: the body and reason phrase of a reply come from whatever
 answered, which a tenant's kubeconfig chooses, and are never passed on to users or logs.
-A client built from a kubeconfig opens sockets only to addresses ``deployments.egress`` allows.
+A client built from a kubeconfig opens sockets only to addresses ``deployments.drivers.kube.egress``
+allows.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from deployments.drivers.errors import PermanentDriverError, TemporaryDriverError
-from deployments.egress import EgressPolicy, EgressRefused, guard_pool_manager
-from deployments.kubeconfig import KubeconfigPolicy, kubeconfig_problems
+from deployments.drivers.kube.egress import EgressPolicy, EgressRefused, guard_pool_manager
+from deployments.drivers.kube.kubeconfig import KubeconfigPolicy, kubeconfig_problems
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from deployments.drivers import base
 from deployments.drivers.kube import labels as L
-from deployments.egress import EgressPolicy, address_problem
+from deployments.drivers.kube.egress import EgressPolicy, address_problem
 
 PULL_ERRORS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName"})
 CONFIG_ERRORS = frozenset({"CreateContainerConfigError", "CreateContainerError"})

@@ -1,9 +1,9 @@
 """One AIPerf load point on the local cluster: a subprocess from the tools environment.
 
-The tools environment (``deployments.tools_env``) is made on first use, under a file lock, so the
-first benchmark of an installation waits a couple of minutes for it. AIPerf writes its artifacts
-(``profile_export_aiperf.json``, its log) into a directory of the benchmark's, which the caller
-keeps. A run that fails or overruns raises ``PermanentDriverError`` with the tail of AIPerf's
+The tools environment (``deployments.drivers.local.tools_env``) is made on first use, under a file
+lock, so the first benchmark of an installation waits a couple of minutes for it. AIPerf writes its
+artifacts (``profile_export_aiperf.json``, its log) into a directory of the benchmark's, which the
+caller keeps. A run that fails or overruns raises ``PermanentDriverError`` with the tail of AIPerf's
 log (never a line naming ``--api-key``).
 
 AIPerf reads the benchmark's temporary key from ``--api-key`` only (its ``${VAR}`` substitution
@@ -19,9 +19,9 @@ import os
 import subprocess
 from pathlib import Path
 
-from deployments.benchmark_aiperf import EXPORT_FILE, aiperf_env
 from deployments.drivers.errors import PermanentDriverError
-from deployments.tools_env import ensure_aiperf
+from deployments.drivers.local.tools_env import ensure_aiperf
+from deployments.experiments.benchmark.aiperf import EXPORT_FILE, aiperf_env
 from runtime import secret_flags
 
 LOG_FILE = "aiperf-stdout.log"

@@ -14,9 +14,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import DatabaseError
 
-from deployments import reconcile
+from deployments.clusters.models import ClusterKind
 from deployments.drivers.local.processes import stop_all
-from deployments.models import ClusterKind
+from deployments.endpoints import reconcile
 
 
 class Command(BaseCommand):

@@ -1,0 +1,2 @@
+"""The endpoint's REST routes: deployments, revisions, observation (events, metrics,
+logs), catalog."""

@@ -1,0 +1,297 @@
+"""What happened to an endpoint: its events, metric samples over a time range, key usage, and
+its replicas' logs."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from django.db.models import F, Max, QuerySet, Sum
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from ninja import Query, Router, Schema
+from pydantic import Field
+
+from controlplane.access import Actor, require_role
+from controlplane.error_pages import error_response
+from controlplane.models import Role
+from controlplane.services import ServiceError
+from deployments.api.auth import actor_of
+from deployments.api.schemas import ErrorOut, PageQuery, UtcDatetime, page_body, page_schema
+from deployments.endpoints import logs, queries
+from deployments.endpoints.models import DeploymentEvent, EventLevel
+from deployments.experiments.models import Benchmark
+from deployments.traffic.models import MetricSample, UsageRecord
+
+router = Router(tags=["observability"])
+
+MAX_RANGE = timedelta(days=31)
+MAX_SAMPLES = 2000
+
+
+class EventOut(Schema):
+    id: int
+    created_at: datetime
+    level: str
+    reason: str
+    message: str
+    revision_number: int | None
+    data: dict[str, Any]
+
+
+EventPage = page_schema(EventOut, "EventPage")
+
+
+class EventQuery(PageQuery):
+    level: str | None = Field(None, description="info, warning or error")
+
+
+class RangeQuery(Schema):
+    start: UtcDatetime | None = Field(None, description="ISO 8601; default: an hour before end")
+    end: UtcDatetime | None = Field(None, description="ISO 8601; default: now")
+
+
+class MetricOut(Schema):
+    ts: datetime
+    interval_s: float
+    replicas_ready: int
+    requests_per_s: float
+    tokens_per_s: float
+    ttft_p50: float | None
+    ttft_p90: float | None
+    itl_p50: float | None
+    itl_p90: float | None
+    running: float
+    queued: float
+    kv_usage: float | None
+    cache_hit_rate: float | None
+    spec_accept_length: float | None
+    revisions: dict[str, dict[str, float | None]] = Field(
+        default_factory=dict,
+        description="by revision number, while two serve (a canary beside its baseline, a "
+        "rollout): requests, requests_per_s, tokens_per_s, ttft_p50, ttft_p90, itl_p50, itl_p90",
+    )
+
+
+class MetricsOut(Schema):
+    start: datetime
+    end: datetime
+    truncated: bool = Field(description="more samples than returned: narrow the range")
+    samples: list[MetricOut]
+
+
+class UsageRowOut(Schema):
+    deployment_id: uuid.UUID
+    deployment_slug: str
+    api_key_id: uuid.UUID
+    api_key_name: str
+    api_key_prefix: str
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    purpose: str = Field(
+        description="inference, or benchmark: the traffic of a benchmark's temporary key"
+    )
+
+
+class UsageOut(Schema):
+    start: datetime
+    end: datetime
+    rows: list[UsageRowOut] = Field(description="totals per endpoint and key over the range")
+
+
+def _range(query: RangeQuery) -> tuple[datetime, datetime]:
+    try:
+        end = query.end or timezone.now()
+        start = query.start or end - timedelta(hours=1)
+    except (OverflowError, ValueError) as exc:
+        raise ServiceError("start and end must be dates near the present", field="start") from exc
+    if start >= end:
+        raise ServiceError("start must be before end", field="start")
+    if end - start > MAX_RANGE:
+        raise ServiceError("the range can span at most 31 days", field="start")
+    return start, end
+
+
+@router.get("/deployments/{deployment_id}/events", response=EventPage, summary="Events")
+def list_events(
+    request: HttpRequest, deployment_id: str, query: Query[EventQuery]
+) -> dict[str, Any]:
+    deployment = queries.get_deployment(actor_of(request), deployment_id)
+    rows: QuerySet[DeploymentEvent] = deployment.events.all()
+    if query.level:
+        if query.level not in EventLevel.values:
+            raise ServiceError("level must be info, warning or error", field="level")
+        rows = rows.filter(level=query.level)
+    items = list(rows[query.offset : query.offset + query.limit])
+    return page_body(request, items, rows.count(), query)
+
+
+@router.get("/deployments/{deployment_id}/metrics", response=MetricsOut, summary="Metrics")
+def metrics(request: HttpRequest, deployment_id: str, query: Query[RangeQuery]) -> dict[str, Any]:
+    """Probe samples in ``[start, end)``, oldest first; at most 2000 (the latest ones)."""
+    deployment = queries.get_deployment(actor_of(request), deployment_id)
+    start, end = _range(query)
+    rows = MetricSample.objects.filter(deployment=deployment, ts__gte=start, ts__lt=end)
+    latest = list(rows.order_by("-ts")[: MAX_SAMPLES + 1])
+    truncated = len(latest) > MAX_SAMPLES
+    return {
+        "start": start,
+        "end": end,
+        "truncated": truncated,
+        "samples": latest[:MAX_SAMPLES][::-1],
+    }
+
+
+def _usage(actor: Actor, query: RangeQuery, deployment_id: uuid.UUID | None) -> dict[str, Any]:
+    start, end = _range(query)
+    rows = UsageRecord.objects.filter(
+        organization=actor.organization, minute__gte=start, minute__lt=end
+    )
+    if deployment_id is not None:
+        rows = rows.filter(deployment_id=deployment_id)
+    totals = (
+        rows.values(
+            "deployment_id", "deployment_slug", "api_key_id", api_key_name=F("api_key__name")
+        )
+        .annotate(
+            api_key_prefix=Max("api_key__prefix"),
+            requests=Sum("requests"),
+            prompt_tokens=Sum("prompt_tokens"),
+            cached_tokens=Sum("cached_tokens"),
+            completion_tokens=Sum("completion_tokens"),
+        )
+        .order_by("deployment_slug", "api_key__name")
+    )
+    rows_out: list[dict[str, Any]] = [dict(row) for row in totals]
+    benchmark_keys = set(
+        Benchmark.objects.filter(api_key_id__in={r["api_key_id"] for r in rows_out}).values_list(
+            "api_key_id", flat=True
+        )
+    )
+    for row in rows_out:
+        row["purpose"] = "benchmark" if row["api_key_id"] in benchmark_keys else "inference"
+    return {"start": start, "end": end, "rows": rows_out}
+
+
+@router.get("/deployments/{deployment_id}/usage", response=UsageOut, summary="Usage by key")
+def deployment_usage(
+    request: HttpRequest, deployment_id: str, query: Query[RangeQuery]
+) -> dict[str, Any]:
+    actor = actor_of(request)
+    deployment = queries.get_deployment(actor, deployment_id)
+    return _usage(actor, query, deployment.pk)
+
+
+@router.get("/usage", response=UsageOut, summary="Usage of every endpoint by key")
+def usage(request: HttpRequest, query: Query[RangeQuery]) -> dict[str, Any]:
+    return _usage(actor_of(request), query, None)
+
+
+# --- logs ---------------------------------------------------------------------------------------
+
+# Seconds a client should wait before asking again when the cluster did not answer.
+LOGS_RETRY_AFTER_S = 10
+
+
+class LogsQuery(Schema):
+    replica: str | None = Field(
+        None, max_length=253, description="a name from replicas; default: the first (of role)"
+    )
+    role: Literal["engine", "prefill", "decode", "router"] | None = Field(
+        None, description="pick the first replica of this role (or check the named one's)"
+    )
+    tail: int = Field(200, ge=1, le=logs.MAX_LINES, description="at most this many lines")
+    since: str | None = Field(
+        None,
+        max_length=64,
+        description="lines written since: an RFC 3339 time with its zone, or seconds before now",
+    )
+    previous: bool = Field(
+        False,
+        description="the previous run of a restarted container (Kubernetes, e.g. in "
+        "CrashLoopBackOff); the local cluster keeps every run in one log",
+    )
+    after: str | None = Field(
+        None,
+        max_length=64,
+        description="a cursor from an earlier answer: the lines written after it, oldest first "
+        "(follow by passing each answer's cursor back)",
+    )
+    q: str | None = Field(
+        None,
+        max_length=logs.MAX_SEARCH,
+        description="keep the lines that contain this text (any case), of those read",
+    )
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] | None = Field(
+        None,
+        description="keep the lines at this level or more severe, of those read (a line that "
+        "names no level takes the one before it's, else counts as INFO)",
+    )
+
+
+class LogLineOut(Schema):
+    ts: datetime | None = Field(description="when it was written, where the log says")
+    text: str
+    level: str = Field(
+        "",
+        description="DEBUG, INFO, WARNING or ERROR, as the line (or one before it) says; "
+        "empty: none says",
+    )
+
+
+class LogSourceOut(Schema):
+    name: str
+    role: str
+    restarts: int
+    has_previous: bool = Field(description="a previous run's log can be read (previous=true)")
+
+
+class LogsOut(Schema):
+    replica: str = Field(description="the replica read; empty when the endpoint has none yet")
+    role: str
+    previous: bool
+    replicas: list[LogSourceOut] = Field(description="every replica that has a log")
+    lines: list[LogLineOut] = Field(description="oldest first; API keys are masked")
+    cursor: str = Field(description="pass as after= for the lines written next; may be empty")
+    continued: bool = Field(
+        description="the lines follow the cursor sent; false: it could not be used (a new file "
+        "or container) and the lines are a fresh tail"
+    )
+    more: bool = Field(description="more lines are already written after these: ask again")
+    read: int = Field(description="lines read before the search and level filter kept `lines`")
+
+
+@router.get(
+    "/deployments/{deployment_id}/logs",
+    response={200: LogsOut, 503: ErrorOut},
+    summary="Logs of a replica",
+    description="Developers and up: a log can hold what users sent. 503 `logs_unavailable` "
+    "when the cluster cannot be asked (with Retry-After when it may answer later).",
+)
+def deployment_logs(
+    request: HttpRequest, deployment_id: str, query: Query[LogsQuery]
+) -> logs.Logs | HttpResponse:
+    actor = actor_of(request)
+    require_role(actor, Role.DEVELOPER)
+    deployment = queries.get_deployment(actor, deployment_id)
+    since = logs.parse_since(query.since) if query.since else None
+    try:
+        return logs.read_logs(
+            deployment,
+            replica=query.replica,
+            role=query.role,
+            tail=query.tail,
+            since=since,
+            previous=query.previous,
+            after=query.after,
+            q=query.q,
+            level=query.level,
+        )
+    except logs.LogsUnavailable as exc:
+        response = error_response(503, exc.message, code="logs_unavailable")
+        if exc.temporary:
+            response["Retry-After"] = str(LOGS_RETRY_AFTER_S)
+        return response

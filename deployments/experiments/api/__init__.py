@@ -1,0 +1,1 @@
+"""The experiments' REST routes: canaries, benchmarks, quality gates."""

@@ -1,0 +1,1 @@
+"""Quality gates: the KL gate's refusals, the writers and the run."""

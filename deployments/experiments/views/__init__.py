@@ -1,0 +1,1 @@
+"""The experiments' console pages: canary panel, benchmarks, the experiments tab."""

@@ -1,0 +1,1 @@
+"""What an organization may ask for, and the one check every writer of replicas calls."""

@@ -1,0 +1,1 @@
+"""The traffic pages: API keys and usage."""

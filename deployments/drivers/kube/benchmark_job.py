@@ -27,7 +27,8 @@ from deployments.benchmark_aiperf import AIPERF_SETTINGS, TOKENIZER_DIR, aiperf_
 from deployments.benchmark_profile import TrafficProfile, load_points
 from deployments.cluster_settings import AiperfFromIndex, BenchmarkAiperf, ClusterSettings
 from deployments.drivers.kube import labels as L
-from deployments.drivers.kube.render import cpu_pod_scheduling, with_operator_metadata
+from deployments.drivers.kube.render.metadata import with_operator_metadata
+from deployments.drivers.kube.render.pods import cpu_pod_scheduling
 from deployments.tools_env import AIPERF_IMAGE, AIPERF_VERSION
 
 KEY_ENV = "PLINTH_BENCHMARK_KEY"

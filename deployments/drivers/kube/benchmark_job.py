@@ -25,7 +25,8 @@ from typing import Any
 
 from deployments.cluster_settings import AiperfFromIndex, BenchmarkAiperf, ClusterSettings
 from deployments.drivers.kube import labels as L
-from deployments.drivers.kube.render import cpu_pod_scheduling, with_operator_metadata
+from deployments.drivers.kube.render.metadata import with_operator_metadata
+from deployments.drivers.kube.render.pods import cpu_pod_scheduling
 from deployments.drivers.local.tools_env import AIPERF_IMAGE, AIPERF_VERSION
 from deployments.experiments.benchmark.aiperf import AIPERF_SETTINGS, TOKENIZER_DIR, aiperf_argv
 from deployments.experiments.benchmark.profile import TrafficProfile, load_points

@@ -38,7 +38,8 @@ from deployments.drivers.kube import placement
 from deployments.drivers.kube.client import Kind, KubeClient, KubePermanentError, kind_of
 from deployments.drivers.kube.informer import ClusterCache
 from deployments.drivers.kube.observe import job_failed, observation
-from deployments.drivers.kube.render import KubeOptions, render_revision, router_url
+from deployments.drivers.kube.render import KubeOptions, render_revision
+from deployments.drivers.kube.render.router import router_url
 from runtime.launch import ROUTER_PORT
 
 log = logging.getLogger(__name__)

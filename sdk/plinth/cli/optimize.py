@@ -9,7 +9,8 @@ from typing import Annotated, Any
 import typer
 
 from plinth.cli.output import EXIT_INVALID, Output, OutputOpt, open_client, plain, show
-from plinth.client import Plinth, fit_candidate, optimizer_message
+from plinth.client import Plinth
+from plinth.optimizer import fit_candidate, optimizer_message
 
 
 class Objective(StrEnum):

@@ -51,11 +51,12 @@ def sdk_env(tmp_path_factory: pytest.TempPathFactory) -> SdkEnv:
     build = tmp_path_factory.mktemp("sdk-src")
     ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
     shutil.copytree(SDK_DIR, build / "sdk", ignore=ignore)
+    pip = [str(env.python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     subprocess.run(
-        [str(env.python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         "-c", str(REPO_ROOT / "constraints.txt"), str(build / "sdk")],
-        check=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-    )  # fmt: skip
+        [*pip, "-c", str(REPO_ROOT / "constraints.txt"), str(build / "sdk")],
+        check=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
     return env
 
 

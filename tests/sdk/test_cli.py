@@ -32,9 +32,13 @@ class Cli:
 
     def __call__(self, *args: str, stdin: str = "", code: int = 0) -> str:
         result = subprocess.run(
-            [self.exe, *args], input=stdin, env=self.env, capture_output=True, text=True,
+            [self.exe, *args],
+            input=stdin,
+            env=self.env,
+            capture_output=True,
+            text=True,
             timeout=120,
-        )  # fmt: skip
+        )
         assert result.returncode == code, f"{args}: {result.stdout}{result.stderr}"
         return result.stdout + result.stderr
 
@@ -77,8 +81,8 @@ def test_login_apply_diff_prune_logs_and_rollback_with_the_installed_command(
 
     # Prune: only endpoints carrying this apply's owner label and gone from the directory.
     (repo / "more.yaml").write_text(document("cli-embed"))
-    assert "- cli-code: delete" in plinth("diff", "-f", str(repo), "--owner", "infra", "--prune",
-                                          code=1)  # fmt: skip
+    out = plinth("diff", "-f", str(repo), "--owner", "infra", "--prune", code=1)
+    assert "- cli-code: delete" in out
     assert "cli-code" not in plinth("apply", "-f", str(repo), "--owner", "other", "--prune")
     out = plinth("apply", "-f", str(repo), "--owner", "infra", "--prune")
     assert "cli-code: deleted" in out, out
@@ -165,7 +169,9 @@ def test_every_command_has_help_with_an_example_and_completion(sdk_env: SdkEnv) 
     )
     assert result.stdout.strip() == "[]", result.stdout
     completion = subprocess.run(
-        [str(sdk_env.plinth), "--show-completion", "bash"], capture_output=True, text=True,
+        [str(sdk_env.plinth), "--show-completion", "bash"],
+        capture_output=True,
+        text=True,
         env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"},
-    )  # fmt: skip
+    )
     assert "_PLINTH_COMPLETE" in completion.stdout, completion.stdout + completion.stderr

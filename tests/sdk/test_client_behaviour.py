@@ -37,7 +37,7 @@ DETAIL = {
 def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     # Time is the seam: the retries and their Idempotency-Key are what these tests check, and the
     # real backoff would only make them wait.
-    monkeypatch.setattr(sdk_client, "_retry_delay", lambda attempt, response: 0.0)
+    monkeypatch.setattr(sdk_client, "retry_delay", lambda attempt, response: 0.0)
 
 
 def test_a_post_whose_answer_was_lost_is_retried_with_the_same_idempotency_key() -> None:

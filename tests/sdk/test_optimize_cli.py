@@ -47,14 +47,12 @@ def test_optimize_create_and_apply_from_the_command_line(
     assert "TTFT_P90_MS" in table and f"1*  {best['label']}" in table, table
 
     # Throughput objective with confirmation: the picks measured in simulated time.
-    confirmed = json.loads(
-        plinth("optimize", "--model", LLAMA, "--gpu", "H100-SXM", "--objective", "throughput",
-               "--max-gpus", "2", "--confirm", "--confirm-top", "1", "-o", "json")
-    )  # fmt: skip
+    h100 = ("optimize", "--model", LLAMA, "--gpu", "H100-SXM")
+    throughput = ("--objective", "throughput", "--max-gpus", "2")
+    confirm_one = ("--confirm", "--confirm-top", "1")
+    confirmed = json.loads(plinth(*h100, *throughput, *confirm_one, "-o", "json"))
     assert confirmed["ranked"][0]["measured"]["completed"] > 0
-    assert "MEASURED_TTFT_P90_MS" in plinth(
-        "optimize", "--model", LLAMA, "--gpu", "H100-SXM", "--confirm", "--confirm-top", "1"
-    )
+    assert "MEASURED_TTFT_P90_MS" in plinth(*h100, *confirm_one)
 
     # --create: an endpoint from the best pick, its first revision saying where it came from.
     out = plinth("optimize", "--model", LLAMA, "--gpu", "L40S", "--create", "opt-new", "-o", "json")
@@ -100,8 +98,8 @@ def test_optimize_confirm_marks_the_confirmed_pick_in_the_table(
     marks its row, and only its row."""
     plinth = Cli(sdk_env, tmp_path / "home")
     plinth("login", server, stdin=admin_key + "\n")
-    args = ("optimize", "--model", LLAMA, "--gpu", "H100-SXM", "--gpu", "L40S", *PROFILE, *SLO,
-            "--confirm", "--confirm-top", "2")  # fmt: skip
+    gpus = ("--gpu", "H100-SXM", "--gpu", "L40S")
+    args = ("optimize", "--model", LLAMA, *gpus, *PROFILE, *SLO, "--confirm", "--confirm-top", "2")
     best = json.loads(plinth(*args, "-o", "json"))["best"]
     assert best is not None and best["measured"] is not None
     rows = plinth(*args).splitlines()[1:]

@@ -31,10 +31,10 @@ from typing import Any
 
 from deployments.experiments.benchmark.profile import LATENCIES, PERCENTILES, LoadPoint, PointResult
 from deployments.experiments.benchmark.profile import TrafficProfile as Profile
+from runtime import catalog
 
-TOKENIZER_DIR = (
-    Path(__file__).resolve().parent.parent / "runtime" / "catalog" / "tokenizers" / "plinth-sim"
-)
+# Found through the catalogue package itself, so the path holds wherever this module lives.
+TOKENIZER_DIR = Path(catalog.__file__).resolve().parent / "tokenizers" / "plinth-sim"
 EXPORT_FILE = "profile_export_aiperf.json"
 GRACE_S = 10  # seconds AIPerf waits for in-flight answers after a point's duration
 BENCHMARK_HEADER = "X-Plinth-Benchmark"

@@ -1,0 +1,5 @@
+"""``python -m plinth.cli``: the ``plinth`` command."""
+
+from plinth.cli import main
+
+main()

@@ -1,0 +1,94 @@
+"""``plinth keys``: management and inference keys, their per-minute limits, revoking them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from plinth.cli.output import Output, OutputOpt, open_client, show
+
+keys_app = typer.Typer(help="Management and inference keys.", no_args_is_help=True)
+
+
+@keys_app.command("list")
+def keys_list(output: OutputOpt = Output.table) -> None:
+    """List keys.
+
+    Example: plinth keys list -o json
+    """
+    with open_client() as client:
+        show(
+            list(client.keys.list()), output, ["id", "name", "kind", "role", "prefix", "revoked_at"]
+        )
+
+
+@keys_app.command("create")
+def keys_create(
+    name: str,
+    kind: Annotated[str, typer.Option(help="management or inference")] = "inference",
+    role: Annotated[
+        str, typer.Option(help="management keys: admin, developer or viewer")
+    ] = "developer",
+    output: OutputOpt = Output.table,
+) -> None:
+    """Create a key; its secret is printed this once.
+
+    Example: plinth keys create ci-bot --kind management --role developer
+    """
+    with open_client() as client:
+        show(client.keys.create(name, kind=kind, role=role), output, ["id", "name", "kind", "key"])
+
+
+def _limit(value: str | None, option: str) -> int | None:
+    """A limit given on the command line: a whole number, or ``none`` to lift it."""
+    if value is None or value.lower() == "none":
+        return None
+    if not value.isdigit():
+        raise typer.BadParameter("a whole number, or none to lift the limit", param_hint=option)
+    return int(value)
+
+
+@keys_app.command("update")
+def keys_update(
+    key_id: str,
+    requests_per_minute: Annotated[
+        str | None,
+        typer.Option("--requests-per-minute", "--rpm", help="a whole number, or none to lift it"),
+    ] = None,
+    tokens_per_minute: Annotated[
+        str | None,
+        typer.Option("--tokens-per-minute", "--tpm", help="a whole number, or none to lift it"),
+    ] = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Change an inference key's per-minute limits; a limit not given stays as it is.
+
+    Example: plinth keys update 3f2c... --rpm 600 --tpm none
+    """
+    limits = {
+        name: _limit(value, f"--{name.replace('_', '-')}")
+        for name, value in (
+            ("requests_per_minute", requests_per_minute),
+            ("tokens_per_minute", tokens_per_minute),
+        )
+        if value is not None
+    }
+    if not limits:
+        raise typer.BadParameter("give --rpm, --tpm or both", param_hint="--rpm")
+    with open_client() as client:
+        show(
+            client.keys.update(key_id, **limits),
+            output,
+            ["id", "name", "requests_per_minute", "tokens_per_minute"],
+        )
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: str, output: OutputOpt = Output.table) -> None:
+    """Revoke a key.
+
+    Example: plinth keys revoke 3f2c...
+    """
+    with open_client() as client:
+        show(client.keys.revoke(key_id), output, ["id", "name", "revoked_at"])

@@ -13,7 +13,8 @@ Replicas then follow from the load, so replica counts are never enumerated. Disa
 layouts combine a prefill-only shape with a decode-only shape of the same GPU and formats, each
 side's capacity computed once, so P/D adds no product of searches. Pruning: a shape whose weights
 do not fit, or whose spec fails validation, is dropped before any rate is tried; a TP wider than
-the GPUs of one node or than the KV heads' divisors is never built.
+the GPUs of one node, or one SGLang's head rule refuses for the attention or KV heads
+(``runtime.rules.parallel.working_tps``), is never built.
 
 Two objectives. ``cost`` (the default) sizes every layout to carry the traffic's rate and picks
 the cheapest. ``throughput`` is the question AIConfigurator answers: given a GPU budget (the

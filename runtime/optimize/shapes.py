@@ -18,6 +18,7 @@ from runtime.optimize.types import Feature, OptimizeRequest
 from runtime.perf.hardware import GpuShape, ModelShape, gpu_shape, lookup_model, model_shape
 from runtime.perf.spec import SpecConfig, resolve_spec
 from runtime.perf.step import EngineShape, StepModel
+from runtime.rules.parallel import working_tps
 from runtime.spec import RuntimeSpec
 from runtime.topology import engine_groups
 from runtime.validate import has_errors, validate
@@ -67,13 +68,10 @@ class Shape(ShapeKnobs):
 
 
 def tp_choices(gpu: GpuType, arch: ModelArch) -> list[int]:
-    """Powers of two up to one node that divide the attention heads (SGLang's TP rule)."""
-    out, tp = [], 1
-    while tp <= gpu.gpus_per_node:
-        if arch.num_attention_heads % tp == 0:
-            out.append(tp)
-        tp *= 2
-    return out
+    """Powers of two up to one node that SGLang's TP rule allows for the model's attention and KV
+    heads (``runtime.rules.parallel.working_tps``): no other width is ever built."""
+    widths = [1 << k for k in range(gpu.gpus_per_node.bit_length()) if 1 << k <= gpu.gpus_per_node]
+    return working_tps(arch.num_attention_heads, arch.num_kv_heads, widths)
 
 
 def attn_dp_choices(arch: ModelArch, tp: int) -> list[int]:

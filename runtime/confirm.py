@@ -36,10 +36,9 @@ from typing import Any, cast
 from runtime.launch import RolePlan, plan
 from runtime.optimize import Candidate, OptimizeRequest, OptimizeResult, candidate_dict
 from runtime.optimize.types import resolve_model
-from runtime.perf.hardware import model_shape
+from runtime.perf.hardware import ModelShape, model_shape, resolve_gpu
 from runtime.sim.args import EngineArgs, StartupError, check_engine_args, parse_engine_args
 from runtime.sim.engine import scheduler_config
-from runtime.sim.hardware import ModelShape, resolve_gpu
 from runtime.sim.kv_transfer import TransferLink, transfer_link
 from runtime.sim.kvpool import KvPool
 from runtime.sim.memory import plan_memory

@@ -83,7 +83,8 @@ def model_weight_bytes(spec: RuntimeSpec, arch: ModelArch) -> float:
 
 
 def default_chunked_prefill(memory_gib: float) -> int:
-    """SGLang's choice of `--chunked-prefill-size` by GPU memory (memory_hook.py)."""
+    """SGLang's choice of `--chunked-prefill-size` by GPU memory (memory_hook.py): the validator,
+    the optimizer and the simulator all size chunks by it."""
     for limit, size in ((20, 2048), (35, 4096), (60, 4096), (90, 8192), (160, 8192)):
         if memory_gib < limit:
             return size

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The quantization arithmetic moved to runtime.perf.quant; re-exported here for existing callers.
-from runtime.perf.quant import bytes_per_param as bytes_per_param
-from runtime.perf.quant import compute_tflops as compute_tflops
-from runtime.perf.quant import kv_dtype_bytes as kv_dtype_bytes
+from runtime.memory import default_chunked_prefill
+from runtime.perf.hardware import GpuShape, ModelShape
+from runtime.perf.quant import bytes_per_param, kv_dtype_bytes
 from runtime.sim.args import EngineArgs, StartupError
-from runtime.sim.hardware import GpuShape, ModelShape
 
 GIB = 1024**3
 
@@ -83,16 +81,6 @@ def output_noise(quantization: str | None, kv_cache_dtype: str) -> float:
     return weights + KV_NOISE.get(kv_dtype_bytes(kv_cache_dtype, "auto"), 0.0)
 
 
-def default_chunked_prefill_size(memory_gib: float) -> int:
-    if memory_gib < 20:
-        return 2048
-    if memory_gib < 60:
-        return 4096
-    if memory_gib < 160:
-        return 8192
-    return 16384
-
-
 def default_mem_fraction(memory_gib: float, tp_pp: int, chunked: int) -> float:
     reserved = 0.5 + 1.5 * max(chunked, 2048) / 1024 + tp_pp / 8 + 2.0
     if memory_gib > 60:
@@ -115,7 +103,7 @@ class MemoryPlan:
 def plan_memory(args: EngineArgs, gpu: GpuShape, model: ModelShape) -> MemoryPlan:
     chunked = args.chunked_prefill_size
     if chunked is None:
-        chunked = default_chunked_prefill_size(gpu.memory_gib)
+        chunked = default_chunked_prefill(gpu.memory_gib)
     if args.attn_dp_size > 1 and chunked > 0:
         chunked //= args.attn_dp_size
     shards = args.tp_size * args.pp_size

@@ -12,8 +12,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from runtime.catalog import GpuType, ModelArch, list_models
-from runtime.memory import KV_DTYPE_BYTES, memory_fit, model_weight_bytes
+from runtime.catalog import GpuType, ModelArch, kv_native_on, list_models, native_on
+from runtime.memory import kv_bytes_per_value, memory_fit, model_weight_bytes
 from runtime.optimize.types import Feature, OptimizeRequest
 from runtime.perf.hardware import GpuShape, ModelShape, gpu_shape, lookup_model, model_shape
 from runtime.perf.spec import SpecConfig, resolve_spec
@@ -94,22 +94,18 @@ def ep_choices(arch: ModelArch, tp: int) -> list[int]:
 
 
 def quant_choices(gpu: GpuType, arch: ModelArch, allowed: bool) -> list[str | None]:
-    """As shipped, plus online FP8 where the GPU has FP8 tensor cores and the weights are BF16."""
+    """As shipped, plus online FP8 where the GPU computes FP8 natively and the weights are BF16."""
     choices: list[str | None] = [None]
-    if allowed and arch.checkpoint_quantization is None and gpu.sm >= 89 and gpu.fp8_tflops:
+    if allowed and arch.checkpoint_quantization is None and native_on(gpu, "fp8"):
         choices.append("fp8")
     return choices
 
 
 def kv_choices(gpu: GpuType, allowed: bool) -> list[str]:
+    """The model's own KV dtype, plus FP8 and NVFP4 where the GPU runs them natively."""
     if not allowed:
         return ["auto"]
-    choices = ["auto"]
-    if gpu.sm >= 89:
-        choices.append("fp8_e4m3")
-    if gpu.sm >= 100:
-        choices.append("nvfp4")
-    return choices
+    return ["auto", *(dtype for dtype in ("fp8_e4m3", "nvfp4") if kv_native_on(gpu, dtype))]
 
 
 def spec_choices(arch: ModelArch, allowed: bool) -> list[tuple[str, str | None]]:
@@ -212,7 +208,7 @@ def build_shape(request: OptimizeRequest, context: ShapeContext, knobs: ShapeKno
         tp=knobs.tp,
         quantization=knobs.quantization or arch.checkpoint_quantization,
         weight_bytes=model_weight_bytes(spec, arch),
-        kv_bytes_per_value=KV_DTYPE_BYTES[knobs.kv_dtype],
+        kv_bytes_per_value=kv_bytes_per_value(knobs.kv_dtype),
         spec=spec_config,
         attn_dp=knobs.attn_dp,
         ep=knobs.ep,
@@ -222,5 +218,5 @@ def build_shape(request: OptimizeRequest, context: ShapeContext, knobs: ShapeKno
         step=StepModel(context.gpu, context.model, engine),
         spec=spec_config,
         kv_tokens=fit.max_concurrent_tokens,
-        kv_bytes_per_token=arch.kv_bytes_per_token(KV_DTYPE_BYTES[knobs.kv_dtype]),
+        kv_bytes_per_token=arch.kv_bytes_per_token(kv_bytes_per_value(knobs.kv_dtype)),
     )

@@ -150,6 +150,7 @@ def spec_data(
 
 
 def shape_context(request: OptimizeRequest, arch: ModelArch, gpu: GpuType) -> ShapeContext:
+    """What every shape of `arch` on `gpu` shares, for ``build_shape``."""
     return ShapeContext(
         base_spec(request, arch, gpu), arch, model_shape(arch, request.model), gpu_shape(gpu)
     )
@@ -163,6 +164,8 @@ def default_ep(arch: ModelArch, tp: int) -> int:
 def engine_shapes(
     request: OptimizeRequest, arch: ModelArch, gpus: Sequence[GpuType]
 ) -> Iterator[Shape]:
+    """Every shape of `arch` on `gpus` that fits and validates, within the request's features
+    and GPU limit."""
     allow = request.features
     for gpu in gpus:
         context = shape_context(request, arch, gpu)

@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runtime import optimize as opt
+from runtime.optimize import search, shapes, types
 from runtime.validate import validate
 
 CASES = [
@@ -34,13 +35,13 @@ CASES = [
 
 def _peer_seconds(request: opt.OptimizeRequest) -> float:
     """Validate a spec for every layout the search evaluated (no pruning)."""
-    arch = opt._resolve_model(request)
-    gpus = opt._resolve_gpus(request)
+    arch = types.resolve_model(request)
+    gpus = types.resolve_gpus(request)
     rate = request.traffic.arrival_rate(request.slo)
     start = time.perf_counter()
-    shapes = list(opt._shapes(request, arch, gpus))
-    for config in opt._configs(request, shapes, rate):
-        validate(opt._to_spec(request, arch, config))
+    built = list(shapes.engine_shapes(request, arch, gpus))
+    for config in search.price_layouts(request, built, rate):
+        validate(search.to_spec(request, arch, config))
     return time.perf_counter() - start
 
 

@@ -18,23 +18,12 @@ from functools import lru_cache
 from typing import Literal
 
 from runtime.catalog import get_gpu
-from runtime.optimize import (
-    OptimizeError,
-    OptimizeRequest,
-    Slo,
-    Traffic,
-    _base_spec,
-    _Engine,
-    _resolve_model,
-    _shape,
-)
-from runtime.perf.hardware import _gpu_shape, _model_shape
+from runtime.optimize.queueing import PREFILL_TTFT_SHARE, EngineLoad
+from runtime.optimize.shapes import ShapeKnobs, build_shape, default_ep, shape_context
+from runtime.optimize.types import OptimizeError, OptimizeRequest, Slo, Traffic, resolve_model
 from runtime.spec import RuntimeSpec
 
 Role = Literal["engine", "prefill", "decode"]
-# The optimizer budgets a prefill pool this share of the TTFT target: the KV transfer and the
-# decode pool's first step take the rest.
-PREFILL_TTFT_SHARE = 0.8
 
 
 @dataclass(frozen=True)
@@ -65,7 +54,7 @@ class Predicted:
 class ReplicaModel:
     """The performance model of one replica playing ``role`` under ``workload``."""
 
-    def __init__(self, engine: _Engine, role: Role, workload: Workload) -> None:
+    def __init__(self, engine: EngineLoad, role: Role, workload: Workload) -> None:
         self._engine, self.role, self.workload = engine, role, workload
         self._prefill = role in ("engine", "prefill")
         self._decode = role in ("engine", "decode")
@@ -122,20 +111,24 @@ def _cached_model(spec_json: str, role: Role, tp: int, workload: Workload) -> Re
         traffic=Traffic(input_tokens=workload.input_tokens, output_tokens=workload.output_tokens),
     )
     try:
-        arch = _resolve_model(request)
+        arch = resolve_model(request)
         gpu = get_gpu(spec.hardware.gpu)
-        speculator = spec.speculator
-        shape = _shape(
-            request, _base_spec(request, arch, gpu), arch, _model_shape(arch, request.model),
-            gpu, _gpu_shape(gpu), tp, spec.quantization.method,
-            spec.quantization.kv_cache_dtype, speculator.algorithm, speculator.draft_model,
-        )  # fmt: skip
+        knobs = ShapeKnobs(
+            gpu=gpu,
+            tp=tp,
+            quantization=spec.quantization.method,
+            kv_dtype=spec.quantization.kv_cache_dtype,
+            ep=default_ep(arch, tp),
+            speculator=spec.speculator.algorithm,
+            draft=spec.speculator.draft_model,
+        )
+        shape = build_shape(request, shape_context(request, arch, gpu), knobs)
     except (OptimizeError, KeyError, ValueError):
         return None
     if shape is None:
         return None
     traffic = Traffic(input_tokens=workload.input_tokens, output_tokens=workload.output_tokens)
-    return ReplicaModel(_Engine(shape, traffic, workload.cached_share), role, workload)
+    return ReplicaModel(EngineLoad(shape, traffic, workload.cached_share), role, workload)
 
 
 def _two_figures(value: int) -> int:

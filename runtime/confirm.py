@@ -34,17 +34,11 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from runtime.launch import RolePlan, plan
-from runtime.optimize import (
-    Candidate,
-    OptimizeRequest,
-    OptimizeResult,
-    _resolve_model,
-    candidate_dict,
-)
-from runtime.perf.hardware import _model_shape
+from runtime.optimize import Candidate, OptimizeRequest, OptimizeResult, candidate_dict
+from runtime.optimize.types import resolve_model
+from runtime.perf.hardware import ModelShape, model_shape, resolve_gpu
 from runtime.sim.args import EngineArgs, StartupError, check_engine_args, parse_engine_args
-from runtime.sim.engine import _scheduler_config
-from runtime.sim.hardware import ModelShape, resolve_gpu
+from runtime.sim.engine import scheduler_config
 from runtime.sim.kv_transfer import TransferLink, transfer_link
 from runtime.sim.kvpool import KvPool
 from runtime.sim.memory import plan_memory
@@ -152,7 +146,7 @@ def _replicas(role: RolePlan, gpu: str, model: ModelShape) -> list[_Replica]:
         roofline = Roofline(args, gpu_shape, model)
         cache = RadixCache(memory.page_size, disabled=args.disable_radix_cache)
         scheduler = Scheduler(
-            _scheduler_config(args, memory, roofline.engine.spec),
+            scheduler_config(args, memory, roofline.engine.spec),
             KvPool(memory.max_total_num_tokens, cache),
             Tokenizer(max(model.vocab_size, 1024)),
         )
@@ -303,7 +297,7 @@ class _Cluster:
 
 def _cluster(request: OptimizeRequest, candidate: Candidate) -> _Cluster:
     spec = candidate.spec
-    model = _model_shape(_resolve_model(request), request.model)
+    model = model_shape(resolve_model(request), request.model)
     roles = [r for r in plan(spec).roles if r.role != "router"]
     pools = {role.role: _replicas(role, spec.hardware.gpu, model) for role in roles}
     return _Cluster(

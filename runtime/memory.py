@@ -10,57 +10,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runtime.catalog import GpuType, ModelArch, get_model
+from runtime.catalog import GpuType, ModelArch, get_model, kv_format, weight_format
 from runtime.spec import RuntimeSpec
 from runtime.topology import EngineGroup
 
 GIB = 1024**3
 MIB = 1024**2
 
-# Average bytes per parameter of the quantized body once loaded, scales and BF16 norms included.
-# The input embedding and LM head stay in BF16 under FP8 and FP4 checkpoints and are counted apart
-# (`model_weight_bytes`); the figures lean a little high so the memory check errs towards refusing.
-WEIGHT_BYTES_PER_PARAM: dict[str, float] = {
-    "fp8": 1.02,
-    "mxfp8": 1.03,
-    "modelopt": 1.02,
-    "modelopt_fp8": 1.02,
-    "w8a8_fp8": 1.02,
-    "w8a8_int8": 1.02,
-    "compressed-tensors": 1.02,
-    "modelopt_fp4": 0.5625,
-    "modelopt_mixed": 0.8,
-    "nvfp4_online": 0.6,
-    "petit_nvfp4": 0.5625,
-    "mxfp4": 0.56,
-    "awq": 0.53,
-    "awq_marlin": 0.53,
-    "gptq": 0.53,
-    "gptq_marlin": 0.53,
-    "bitsandbytes": 0.53,
-    "gguf": 0.56,
-    "moe_wna16": 0.53,
-    "w4afp8": 0.56,
-    "auto-round": 0.53,
-}
-
-KV_DTYPE_BYTES: dict[str, float] = {
-    "auto": 2.0,  # SGLang keeps KV in the model dtype (BF16) unless asked, even for FP8 weights
-    "bf16": 2.0,
-    "fp8_e4m3": 1.0,
-    "fp8_e5m2": 1.0,
-    "mxfp8": 1.03,
-    "nvfp4": 0.5625,
-}
-
 EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "MTP"})
 
 
 def weight_bytes_per_param(spec: RuntimeSpec, arch: ModelArch) -> float:
+    """Average bytes per parameter of the quantized body once loaded (the quantization
+    catalogue's, which leans a little high so the memory check errs towards refusing), or the
+    checkpoint's own when no method is named."""
     method = spec.quantization.method
     if method is None:
         return arch.checkpoint_bytes_per_param
-    return WEIGHT_BYTES_PER_PARAM.get(method, 2.0)
+    form = weight_format(method)
+    return 2.0 if form is None else form.bytes
+
+
+def kv_bytes_per_value(dtype: str) -> float:
+    """Bytes per KV value of a cache in `dtype` (``auto``: the model dtype, BF16, as SGLang keeps
+    KV in BF16 unless asked, even for FP8 weights)."""
+    form = kv_format(dtype)
+    if form is None:
+        raise KeyError(dtype)
+    return form.bytes
 
 
 def embedding_params(arch: ModelArch) -> float:
@@ -83,7 +60,8 @@ def model_weight_bytes(spec: RuntimeSpec, arch: ModelArch) -> float:
 
 
 def default_chunked_prefill(memory_gib: float) -> int:
-    """SGLang's choice of `--chunked-prefill-size` by GPU memory (memory_hook.py)."""
+    """SGLang's choice of `--chunked-prefill-size` by GPU memory (memory_hook.py): the validator,
+    the optimizer and the simulator all size chunks by it."""
     for limit, size in ((20, 2048), (35, 4096), (60, 4096), (90, 8192), (160, 8192)):
         if memory_gib < limit:
             return size
@@ -191,7 +169,7 @@ def memory_fit(spec: RuntimeSpec, gpu: GpuType, arch: ModelArch, group: EngineGr
     fraction = spec.batching.mem_fraction_static
     if fraction is None:
         fraction = max(0.0, (capacity - reserved_bytes(spec, gpu, group)) / capacity)
-    kv_bytes = KV_DTYPE_BYTES[spec.quantization.kv_cache_dtype]
+    kv_bytes = kv_bytes_per_value(spec.quantization.kv_cache_dtype)
     attn_tp = max(1, group.tp // group.attn_dp)
     weights = model_weight_bytes(spec, arch) / (group.tp * group.pp)
     draft_weights, draft_kv = _draft_costs(spec, arch, kv_bytes, group.tp)

@@ -35,36 +35,15 @@ from runtime.catalog import (
     get_gpu,
     get_model,
     gpu_ids,
+    kv_cache_dtypes,
+    quantization_methods,
 )
 
-# The quantization methods Plinth offers, with SGLang 0.5.23's spelling (the catalogue's
-# --quantization choices minus ROCm/Ascend/Apple-only and internal names). Hardware minimums
-# live in runtime.validate.
-QUANTIZATION_METHODS: tuple[str, ...] = (
-    "fp8",
-    "mxfp8",
-    "modelopt",
-    "modelopt_fp8",
-    "modelopt_fp4",
-    "modelopt_mixed",
-    "nvfp4_online",
-    "w8a8_fp8",
-    "w8a8_int8",
-    "awq",
-    "awq_marlin",
-    "gptq",
-    "gptq_marlin",
-    "bitsandbytes",
-    "gguf",
-    "moe_wna16",
-    "w4afp8",
-    "mxfp4",
-    "compressed-tensors",
-    "auto-round",
-    "petit_nvfp4",
-)
-
-KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "bf16", "fp8_e4m3", "fp8_e5m2", "mxfp8", "nvfp4")
+# The quantization methods and KV-cache dtypes Plinth offers, with SGLang 0.5.23's spelling: the
+# quantization catalogue's offered rows (runtime/catalog/quantization.yaml, which also holds the
+# GPU minimums runtime.validate checks).
+QUANTIZATION_METHODS: tuple[str, ...] = quantization_methods()
+KV_CACHE_DTYPES: tuple[str, ...] = kv_cache_dtypes()
 
 # Names people bring from older recipes, with the 0.5.23 spelling to suggest (SGLANG.md section 0).
 _QUANTIZATION_HINTS = {

@@ -1,4 +1,5 @@
-"""Catalogues as data: GPUs, models, and the launch flags of each supported SGLang/smg version."""
+"""Catalogues as data: GPUs, models, quantization formats, and the launch flags of each supported
+SGLang/smg version."""
 
 from __future__ import annotations
 
@@ -21,6 +22,18 @@ from runtime.catalog.gpus import (
     list_gpus,
 )
 from runtime.catalog.models import ModelArch, get_model, list_models
+from runtime.catalog.quantization import (
+    QuantFormat,
+    kv_cache_dtypes,
+    kv_cache_labels,
+    kv_format,
+    kv_native_on,
+    native_on,
+    native_sm,
+    quantization_labels,
+    quantization_methods,
+    weight_format,
+)
 
 __all__ = [
     "DEFAULT_SGLANG_VERSION",
@@ -32,12 +45,22 @@ __all__ = [
     "FlagSpec",
     "GpuType",
     "ModelArch",
+    "QuantFormat",
     "UnknownGpuError",
     "get_gpu",
     "get_model",
     "gpu_ids",
+    "kv_cache_dtypes",
+    "kv_cache_labels",
+    "kv_format",
+    "kv_native_on",
     "list_gpus",
     "list_models",
+    "native_on",
+    "native_sm",
+    "quantization_labels",
+    "quantization_methods",
     "sglang_flags",
     "smg_flags",
+    "weight_format",
 ]

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runtime.catalog import GpuType, ModelArch
 
 
 class UnknownGpu(Exception):
@@ -129,7 +132,7 @@ def resolve_gpu(name: str) -> GpuShape:
         gpu = catalog.get_gpu(name)
     except KeyError as exc:
         raise UnknownGpu(f"unknown GPU {name!r}") from exc
-    return _gpu_shape(gpu)
+    return gpu_shape(gpu)
 
 
 def resolve_model(model_path: str, warn: Callable[[str], None]) -> ModelShape:
@@ -141,14 +144,14 @@ def resolve_model(model_path: str, warn: Callable[[str], None]) -> ModelShape:
             f"simulating a default {DEFAULT_MODEL.params_b:g}B dense architecture"
         )
         return DEFAULT_MODEL
-    return _model_shape(arch, model_path)
+    return model_shape(arch, model_path)
 
 
 def lookup_model(model_path: str) -> ModelShape | None:
     """The catalogue's shape for `model_path`, or None (no warning: drafts may be uncatalogued)."""
     catalog = _catalog()
     arch = catalog.get_model(model_path) if catalog is not None else None
-    return None if arch is None else _model_shape(arch, model_path)
+    return None if arch is None else model_shape(arch, model_path)
 
 
 def _catalog() -> Any:
@@ -159,7 +162,8 @@ def _catalog() -> Any:
     return catalog
 
 
-def _gpu_shape(gpu: Any) -> GpuShape:
+def gpu_shape(gpu: GpuType) -> GpuShape:
+    """The catalogue's GPU row as the physics' frozen shape."""
     return GpuShape(
         id=str(gpu.id),
         name=str(gpu.name),
@@ -172,7 +176,8 @@ def _gpu_shape(gpu: Any) -> GpuShape:
     )
 
 
-def _model_shape(arch: Any, model_path: str) -> ModelShape:
+def model_shape(arch: ModelArch, model_path: str) -> ModelShape:
+    """The catalogue's (or a request's) architecture as the physics' frozen shape."""
     active = getattr(arch, "active_params_b", None) or arch.params_b
     head_dim = getattr(arch, "head_dim", None) or arch.hidden_size // arch.num_attention_heads
     return ModelShape(

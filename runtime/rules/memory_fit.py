@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
-from runtime.catalog import ModelArch, list_gpus
+from runtime.catalog import ModelArch, list_gpus, native_on
 from runtime.issues import Issue, error, warning
 from runtime.memory import MemoryFit, gib, memory_fit
 from runtime.rules.context import RuleContext
@@ -30,7 +30,9 @@ def _cheaper_options(ctx: RuleContext, arch: ModelArch, group: EngineGroup) -> s
     if tp is not None:
         options.append(f"{group.tp_field} {tp}".replace("parallelism.tp", "TP"))
     if ctx.spec.quantization.method is None and arch.checkpoint_quantization is None:
-        options.append("FP8 weight quantization" if ctx.gpu.sm >= 89 else "an FP8/INT4 model")
+        # FP8 on load where the GPU computes FP8 natively; elsewhere a pre-quantized checkpoint.
+        fp8 = native_on(ctx.gpu, "fp8")
+        options.append("FP8 weight quantization" if fp8 else "an FP8/INT4 model")
     if ctx.spec.quantization.kv_cache_dtype == "auto":
         options.append("an FP8 KV cache (fp8_e4m3)")
     larger = [g.id for g in list_gpus() if g.memory_gib > ctx.gpu.memory_gib][:3]

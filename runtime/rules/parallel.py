@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from runtime.catalog import ModelArch
 from runtime.issues import Issue, choices_text, error, warning
@@ -15,15 +15,29 @@ def kv_heads_divide(kv_heads: int, tp: int) -> bool:
     return kv_heads % tp == 0 if kv_heads >= tp else tp % kv_heads == 0
 
 
+def heads_allow_tp(attention: int, kv: int, tp: int) -> bool:
+    """SGLang's TP rule: TP divides the attention heads, and the KV heads divide evenly over it.
+
+    The one home of the rule: validation, the optimizer's TP choices and the deployment form's
+    TP select all ask it (through ``tp_works`` or ``working_tps``)."""
+    return attention % tp == 0 and kv_heads_divide(kv, tp)
+
+
+def working_tps(attention: int, kv: int, widths: Iterable[int]) -> list[int]:
+    """The widths among `widths` that a model of these head counts can run at (in order)."""
+    return [tp for tp in widths if heads_allow_tp(attention, kv, tp)]
+
+
 def tp_works(arch: ModelArch, tp: int) -> bool:
-    return arch.num_attention_heads % tp == 0 and kv_heads_divide(arch.num_kv_heads, tp)
+    return heads_allow_tp(arch.num_attention_heads, arch.num_kv_heads, tp)
 
 
 def suggest_tp(arch: ModelArch, tp: int, max_gpus: int) -> list[int]:
     """Up to three working TP widths nearest the requested one (excluding 1 unless nothing else)."""
     # A width above the head count never divides it: stop there (a huge tp must not hang).
     limit = min(max(max_gpus, 8), arch.num_attention_heads)
-    candidates = [t for t in range(2, limit + 1) if tp_works(arch, t)] or [1]
+    heads = (arch.num_attention_heads, arch.num_kv_heads)
+    candidates = working_tps(*heads, range(2, limit + 1)) or [1]
     return sorted(sorted(candidates, key=lambda t: (abs(t - tp), t))[:3])
 
 

@@ -1,44 +1,16 @@
-"""Quantization and KV-cache dtype against the GPU's compute capability (SGLANG.md section 1.5)."""
+"""Quantization and KV-cache dtype against the GPU's compute capability (SGLANG.md section 1.5).
+
+The minimum and native SM of each format are the quantization catalogue's
+(``runtime.catalog.quantization``); the rules here say what a person sees when a GPU falls short.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from runtime.catalog import list_gpus
+from runtime.catalog import kv_format, list_gpus, native_sm, weight_format
 from runtime.issues import Issue, error, warning
 from runtime.rules.context import RuleContext
-
-# get_min_capability() of each method in SGLang 0.5.23; the loader refuses to start below it.
-MIN_SM: dict[str, int] = {
-    "fp8": 80,
-    "mxfp8": 100,
-    "modelopt": 89,
-    "modelopt_fp8": 89,
-    "modelopt_fp4": 80,
-    "modelopt_mixed": 89,
-    "nvfp4_online": 100,
-    "w8a8_fp8": 89,
-    "w8a8_int8": 75,
-    "awq": 75,
-    "awq_marlin": 80,
-    "gptq": 60,
-    "gptq_marlin": 80,
-    "bitsandbytes": 70,
-    "gguf": 60,
-    "moe_wna16": 70,
-    "w4afp8": 90,
-    "mxfp4": 80,
-    "compressed-tensors": 75,
-    "auto-round": 75,
-}
-
-# Methods SGLang accepts below their native SM through a slower weight-only kernel.
-EMULATED_BELOW: dict[str, tuple[int, str]] = {
-    "fp8": (89, "weight-only FP8 through Marlin (no FP8 tensor cores before SM89)"),
-    "modelopt_fp4": (100, "W4A16 through Marlin: weights are 4-bit but compute is BF16"),
-}
-
-KV_MIN_SM: dict[str, int] = {"mxfp8": 100, "nvfp4": 100}
 
 
 def _gpus_with(min_sm: int) -> str:
@@ -58,7 +30,10 @@ def weight_method(ctx: RuleContext) -> Iterator[Issue]:
             "use modelopt_fp4 on NVIDIA GPUs",
         )
         return
-    min_sm = MIN_SM.get(method, 0)
+    form = weight_format(method)
+    if form is None:
+        return
+    min_sm = form.min_sm
     if ctx.gpu.sm < min_sm:
         yield error(
             field,
@@ -68,14 +43,14 @@ def weight_method(ctx: RuleContext) -> Iterator[Issue]:
             f"use a GPU from {_gpus_with(min_sm)}, or another method",
         )
         return
-    native_sm, how = EMULATED_BELOW.get(method, (0, ""))
-    if ctx.gpu.sm < native_sm:
+    native = native_sm(form)
+    if form.emulated is not None and ctx.gpu.sm < native:
         yield warning(
             field,
             "quantization_emulated",
-            f"{method} on {ctx.gpu.id} (SM{ctx.gpu.sm}) runs as {how}; it saves memory but "
-            "not compute",
-            f"for native speed use {_gpus_with(native_sm)}",
+            f"{method} on {ctx.gpu.id} (SM{ctx.gpu.sm}) runs as {form.emulated}; it saves memory "
+            "but not compute",
+            f"for native speed use {_gpus_with(native)}",
         )
 
 
@@ -108,7 +83,10 @@ def pre_quantized(ctx: RuleContext) -> Iterator[Issue]:
 def kv_cache_dtype(ctx: RuleContext) -> Iterator[Issue]:
     dtype = ctx.spec.quantization.kv_cache_dtype
     field = "quantization.kv_cache_dtype"
-    min_sm = KV_MIN_SM.get(dtype, 0)
+    form = kv_format(dtype)
+    if form is None:
+        return
+    min_sm = form.min_sm
     if ctx.gpu.sm < min_sm:
         yield error(
             field,
@@ -117,7 +95,7 @@ def kv_cache_dtype(ctx: RuleContext) -> Iterator[Issue]:
             f"{ctx.gpu.id} is {ctx.gpu.compute_capability}",
             "use fp8_e4m3",
         )
-    elif dtype.startswith("fp8") and ctx.gpu.sm < 89:
+    elif form.emulated is not None and ctx.gpu.sm < native_sm(form):
         yield warning(
             field,
             "kv_cache_dtype_emulated",

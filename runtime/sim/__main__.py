@@ -10,9 +10,9 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
+from runtime.perf.hardware import UnknownGpu, resolve_gpu, resolve_model
 from runtime.sim.args import StartupError, build_parser, check_engine_args, parse_engine_args
 from runtime.sim.engine import Engine
-from runtime.sim.hardware import UnknownGpu, resolve_gpu, resolve_model
 from runtime.sim.memory import plan_memory
 from runtime.sim.server import SimServer
 

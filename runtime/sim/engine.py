@@ -19,11 +19,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from runtime.perf.hardware import GpuShape, ModelShape
 from runtime.perf.spec import SpecConfig, chain_rate
 from runtime.sim.args import EngineArgs
 from runtime.sim.clock import ARRIVAL_WAIT_S, SimClock
 from runtime.sim.disagg import BootstrapFailed, KvHandoff, KvRegistry, fetch_handoff
-from runtime.sim.hardware import GpuShape, ModelShape
 from runtime.sim.kv_transfer import transfer_link
 from runtime.sim.kvpool import KvPool
 from runtime.sim.memory import MemoryPlan, output_noise
@@ -52,7 +52,7 @@ class Engine:
         self.pool = KvPool(plan.max_total_num_tokens, cache)
         self.roofline = Roofline(args, gpu, model)
         self.scheduler = Scheduler(
-            _scheduler_config(args, plan, self.roofline.engine.spec), self.pool, self.tokenizer
+            scheduler_config(args, plan, self.roofline.engine.spec), self.pool, self.tokenizer
         )
         engine_type = "unified" if args.disaggregation_mode == "null" else args.disaggregation_mode
         self.metrics = EngineMetrics(args.served_model_name, engine_type, args.extra_metric_labels)
@@ -423,7 +423,7 @@ class Engine:
         self.refresh_metrics()
 
 
-def _scheduler_config(
+def scheduler_config(
     args: EngineArgs, plan: MemoryPlan, spec: SpecConfig | None
 ) -> SchedulerConfig:
     # The scheduler samples accept lengths from a chain; its rate keeps the physics' mean length.

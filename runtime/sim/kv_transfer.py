@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runtime.catalog.perf import perf_catalog
-from runtime.sim.hardware import GpuShape
+from runtime.perf.hardware import GpuShape
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The quantization arithmetic moved to runtime.perf.quant; re-exported here for existing callers.
-from runtime.perf.quant import bytes_per_param as bytes_per_param
-from runtime.perf.quant import compute_tflops as compute_tflops
-from runtime.perf.quant import kv_dtype_bytes as kv_dtype_bytes
+from runtime.catalog.quantization import kv_format, weight_format
+from runtime.memory import default_chunked_prefill
+from runtime.perf.hardware import GpuShape, ModelShape
+from runtime.perf.quant import bytes_per_param, kv_dtype_bytes
 from runtime.sim.args import EngineArgs, StartupError
-from runtime.sim.hardware import GpuShape, ModelShape
 
 GIB = 1024**3
 
@@ -38,32 +37,20 @@ def model_weight_bytes(args: EngineArgs, model: ModelShape) -> float:
 
 
 # How far each configuration's next-token logits drift from the unquantized model: the standard
-# deviation, in nats, of the shift ``runtime.sim.sampling`` applies to every logit. Chosen so the
-# KL quality gate (``runtime.quality``, defaults 0.05 nats / 0.95 top-1) sees what it sees on
-# GPUs: 8-bit weights or KV cache far inside it (mean KL ~0.001), calibrated 4-bit (NVFP4 with
-# FP8 block scales, AWQ/GPTQ) inside it (~0.01, top-1 ~0.98), and 4-bit formats with coarse
-# power-of-two scales or no calibration (MXFP4, bitsandbytes, GGUF, MLX) outside it (~0.09, ~0.87).
-CALIBRATED_FOUR_BIT = frozenset(
-    {
-        "modelopt_fp4",
-        "nvfp4_online",
-        "petit_nvfp4",
-        "awq",
-        "awq_marlin",
-        "gptq",
-        "gptq_marlin",
-        "moe_wna16",
-        "w4afp8",
-        "mxfp_w4a8",
-        "auto-round",
-        "quark_int4fp8_moe",
-        "modelslim",
-    }
-)
-WEIGHT_NOISE = {1.0: 0.06, 0.75: 0.12}  # by bytes per parameter: 8-bit, mixed 8/4-bit
-CALIBRATED_FOUR_BIT_NOISE = 0.2
-COARSE_FOUR_BIT_NOISE = 0.6
-KV_NOISE = {1.0: 0.03, 0.5625: 0.15}  # by KV bytes per value: FP8, FP4
+# deviation, in nats, of the shift ``runtime.sim.sampling`` applies to every logit, by the
+# quantization catalogue's noise class of the format. Chosen so the KL quality gate
+# (``runtime.quality``, defaults 0.05 nats / 0.95 top-1) sees what it sees on GPUs: 8-bit weights
+# or KV cache far inside it (mean KL ~0.001), calibrated 4-bit (NVFP4 with FP8 block scales,
+# AWQ/GPTQ) inside it (~0.01, top-1 ~0.98), and 4-bit formats with coarse power-of-two scales or
+# no calibration (MXFP4, bitsandbytes, GGUF, MLX) outside it (~0.09, ~0.87).
+NOISE_NATS: dict[str, float] = {
+    "weights:eight_bit": 0.06,
+    "weights:mixed_eight_four_bit": 0.12,
+    "weights:calibrated_four_bit": 0.2,
+    "weights:coarse_four_bit": 0.6,
+    "kv:eight_bit": 0.03,
+    "kv:four_bit": 0.15,
+}
 
 
 def output_noise(quantization: str | None, kv_cache_dtype: str) -> float:
@@ -71,26 +58,10 @@ def output_noise(quantization: str | None, kv_cache_dtype: str) -> float:
 
     Weight and KV errors add, so stacking quantizations only ever moves further away.
     """
-    width = bytes_per_param(quantization, "auto")
-    if width == 0.5625:
-        weights = (
-            CALIBRATED_FOUR_BIT_NOISE
-            if quantization in CALIBRATED_FOUR_BIT
-            else COARSE_FOUR_BIT_NOISE
-        )
-    else:
-        weights = WEIGHT_NOISE.get(width, 0.0)
-    return weights + KV_NOISE.get(kv_dtype_bytes(kv_cache_dtype, "auto"), 0.0)
-
-
-def default_chunked_prefill_size(memory_gib: float) -> int:
-    if memory_gib < 20:
-        return 2048
-    if memory_gib < 60:
-        return 4096
-    if memory_gib < 160:
-        return 8192
-    return 16384
+    weights, kv = weight_format(quantization), kv_format(kv_cache_dtype)
+    weight_noise = NOISE_NATS.get(f"weights:{weights.noise}", 0.0) if weights else 0.0
+    kv_noise = NOISE_NATS.get(f"kv:{kv.noise}", 0.0) if kv else 0.0
+    return weight_noise + kv_noise
 
 
 def default_mem_fraction(memory_gib: float, tp_pp: int, chunked: int) -> float:
@@ -115,7 +86,7 @@ class MemoryPlan:
 def plan_memory(args: EngineArgs, gpu: GpuShape, model: ModelShape) -> MemoryPlan:
     chunked = args.chunked_prefill_size
     if chunked is None:
-        chunked = default_chunked_prefill_size(gpu.memory_gib)
+        chunked = default_chunked_prefill(gpu.memory_gib)
     if args.attn_dp_size > 1 and chunked > 0:
         chunked //= args.attn_dp_size
     shards = args.tp_size * args.pp_size

@@ -15,10 +15,10 @@ from runtime.optimize import (
     OptimizeRequest,
     Slo,
     Traffic,
-    _pd_pools,
     optimize,
     predict_layout,
 )
+from runtime.optimize.search import pd_pools
 from runtime.spec import RuntimeSpec
 
 MODELS = st.sampled_from(["llama-3.1-8b", "qwen3-32b", "llama-3.1-70b"])
@@ -140,7 +140,7 @@ def test_pd_pools_are_the_best_split_of_the_budget(
     p_cap: float, d_cap: float, p_tp: int, d_tp: int, budget: int
 ) -> None:
     """Against brute force: no split within the budget carries more requests per GPU."""
-    p, d = _pd_pools((p_cap, d_cap), (p_tp, d_tp), budget)
+    p, d = pd_pools((p_cap, d_cap), (p_tp, d_tp), budget)
     if p_tp + d_tp > budget:
         assert (p, d) == (1, 1)
         return

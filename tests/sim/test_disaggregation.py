@@ -13,8 +13,8 @@ from pathlib import Path
 import openai
 import pytest
 
+from runtime.perf.hardware import resolve_gpu
 from runtime.sim.args import StartupError, check_engine_args, parse_engine_args
-from runtime.sim.hardware import resolve_gpu
 from runtime.sim.kv_transfer import transfer_link
 from runtime.sim.launcher import ManagedProcess, free_port, start_engine, start_router
 from tests.sim.conftest import TIME_SCALE

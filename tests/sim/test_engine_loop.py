@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from runtime.perf.hardware import resolve_gpu, resolve_model
 from runtime.sim.args import parse_engine_args
 from runtime.sim.clock import SimClock
 from runtime.sim.engine import Engine
-from runtime.sim.hardware import resolve_gpu, resolve_model
 from runtime.sim.memory import plan_memory
 from runtime.sim.request import GenerationParams, SimRequest
 from runtime.sim.tokenizer import EOS_ID, Tokenizer

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
+from runtime.perf.hardware import DEFAULT_MODEL, H100_SXM, ModelShape
 from runtime.sim.args import StartupError, check_engine_args, parse_engine_args
 from runtime.sim.engine import Engine
-from runtime.sim.hardware import DEFAULT_MODEL, H100_SXM, ModelShape
 from runtime.sim.kvpool import KvPool
 from runtime.sim.memory import plan_memory
 from runtime.sim.radix import RadixCache

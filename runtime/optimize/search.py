@@ -1,0 +1,440 @@
+"""The search: price every layout of the engine shapes, rank by the objective, keep the Pareto
+front and the waterfall, and turn each pick into a RuntimeSpec that validates.
+
+For each shape the queueing model finds its capacity once; replicas then follow from the load,
+so replica counts are never enumerated. Disaggregated layouts pair a prefill-only shape with a
+decode-only shape of the same GPU and formats, each side's capacity computed once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from runtime.catalog import GpuType, ModelArch, get_gpu
+from runtime.issues import Issue
+from runtime.memory import memory_fit
+from runtime.optimize.queueing import EngineLoad, max_running, prefill_capacity
+from runtime.optimize.shapes import Shape, base_spec, engine_shapes, spec_data
+from runtime.optimize.types import (
+    FRONT_LIMIT,
+    MAX_POOL_REPLICAS,
+    PD_RANKING_MARGIN,
+    RDMA_BYTES_PER_S,
+    WATERFALL,
+    Candidate,
+    Feature,
+    OptimizeRequest,
+    OptimizeResult,
+    Prediction,
+    WaterfallStep,
+    resolve_gpus,
+    resolve_model,
+)
+from runtime.spec import RuntimeSpec
+from runtime.topology import engine_groups
+from runtime.validate import has_errors, validate
+
+
+@dataclass(frozen=True)
+class PricedLayout:
+    """A layout of shapes with its predicted figures, before it becomes a RuntimeSpec."""
+
+    prefill: Shape | None  # None: aggregated
+    decode: Shape  # the aggregated engine, or the decode pool's
+    replicas: int
+    prefill_replicas: int
+    cache_aware: bool
+    prediction: Prediction
+    max_running: int
+    # The sequences one replica decodes at once at the predicted load: the spec's running cap is
+    # never set below it, or the prediction would not hold.
+    needed_running: int = 1
+    routing_matters: bool = True  # False: no history to keep, every policy predicts the same
+
+    @property
+    def features(self) -> frozenset[Feature]:
+        used = set(self.decode.features)
+        if self.prefill is not None:
+            used |= self.prefill.features | {"disaggregation"}
+        if self.cache_aware and self.routing_matters:
+            used.add("cache_aware")
+        return frozenset(used)
+
+
+def gpu_budget(request: OptimizeRequest, gpu: GpuType) -> int | None:
+    counts = [request.limits.max_gpus, request.gpu_counts.get(gpu.id)]
+    known = [c for c in counts if c is not None]
+    return min(known) if known else None
+
+
+def predict_figures(
+    rate: float,
+    request: OptimizeRequest,
+    engines: tuple[EngineLoad | None, EngineLoad],
+    capacity: float,
+    replicas: tuple[int, int],
+) -> Prediction:
+    prefill, decode = engines
+    slo = request.slo
+    if prefill is None:
+        load = decode.load(rate / replicas[1], slo, prefill=True, decode=True)
+        ttft, itl, itl_mean = load.ttft, load.itl, load.itl_mean
+        gpus = replicas[1] * decode.shape.tp
+        price = decode.shape.gpu.price_per_gpu_hour
+    else:
+        side = prefill.load(rate / replicas[0], slo, prefill=True, decode=False)
+        transfer = request.traffic.input_tokens * prefill.shape.kv_bytes_per_token
+        ttft = side.ttft + transfer / RDMA_BYTES_PER_S
+        pool = decode.load(rate / replicas[1], slo, prefill=False, decode=True)
+        itl, itl_mean = pool.itl, pool.itl_mean
+        gpus = replicas[0] * prefill.shape.tp + replicas[1] * decode.shape.tp
+        price = decode.shape.gpu.price_per_gpu_hour
+    e2e = ttft + request.traffic.output_tokens * itl
+    meets = ttft <= slo.ttft_p90_s and itl <= slo.itl_p90_s
+    if slo.e2e_p90_s is not None:
+        meets = meets and e2e <= slo.e2e_p90_s
+    if slo.tpot_mean_s is not None:
+        meets = meets and itl_mean <= slo.tpot_mean_s
+    return Prediction(
+        rate_rps=rate,
+        output_tokens_per_s=rate * request.traffic.output_tokens,
+        capacity_rps=capacity,
+        ttft_p90_s=ttft,
+        itl_p90_s=itl,
+        e2e_p90_s=e2e,
+        gpus=gpus,
+        cost_per_hour=round(gpus * price, 4),
+        meets_slo=meets,
+        tpot_mean_s=itl_mean,
+    )
+
+
+def price_layouts(
+    request: OptimizeRequest, shapes: list[Shape], rate: float
+) -> Iterator[PricedLayout]:
+    slo, traffic = request.slo, request.traffic
+    routings = [True, False] if "cache_aware" in request.features else [False]
+    matters = traffic.turns > 1
+    if not matters:
+        routings = routings[:1]  # without history, routing changes no prediction
+    for cache_aware in routings:
+        cached = traffic.cached_share(cache_aware)
+        engines = [EngineLoad(shape, traffic, cached) for shape in shapes]
+        prefill_caps: dict[int, float] = {}
+        decode_caps: dict[int, float] = {}
+        for i, engine in enumerate(engines):
+            cap = engine.capacity(slo, prefill=True, decode=True)
+            if cap > 0:
+                layout = aggregated_layout(request, rate, (None, engine), cap, cache_aware)
+                yield replace(layout, routing_matters=matters)
+            if "disaggregation" in request.features:
+                decode_caps[i] = engine.capacity(slo, prefill=False, decode=True)
+                if engine.shape.speculator == "none":
+                    prefill_caps[i] = prefill_capacity(engine, slo)
+        # P/D pairs: same GPU and formats on both sides (KV layouts must match), any TPs; one
+        # attention-DP size and expert sharding (the spec's parallelism holds one for both).
+        for i, p_cap in prefill_caps.items():
+            if p_cap <= 0:
+                continue
+            ps = engines[i].shape
+            for j, d_cap in decode_caps.items():
+                ds = engines[j].shape
+                same = (ps.gpu.id, ps.quantization, ps.kv_dtype, ps.attn_dp, ps.ep > 1) == (
+                    ds.gpu.id,
+                    ds.quantization,
+                    ds.kv_dtype,
+                    ds.attn_dp,
+                    ds.ep > 1,
+                )
+                if d_cap > 0 and same:
+                    layout = pd_layout(
+                        request, rate, (engines[i], engines[j]), (p_cap, d_cap), cache_aware
+                    )
+                    yield replace(layout, routing_matters=matters)
+
+
+def sizing_budget(request: OptimizeRequest, gpu: GpuType) -> int:
+    """The GPUs a `throughput` search sizes each layout to: the limits, else one node."""
+    return gpu_budget(request, gpu) or gpu.gpus_per_node
+
+
+def pd_pools(caps: tuple[float, float], tps: tuple[int, int], budget: int) -> tuple[int, int]:
+    """Prefill and decode pool sizes within `budget` GPUs that carry the most requests per GPU.
+
+    For each prefill pool size only the decode sizes next to the balanced one (and the most that
+    fits) can be best, so the split costs O(pools), not O(pools^2). Ties go to the larger layout:
+    the budget is there to be used. (1, 1) when even that exceeds the budget (the limits then
+    drop the layout)."""
+    best, pools = (0.0, 0.0), (1, 1)
+    for p in range(1, min(budget // tps[0], MAX_POOL_REPLICAS) + 1):
+        room = (budget - p * tps[0]) // tps[1]
+        balanced = p * caps[0] / caps[1]
+        for d in {math.floor(balanced), math.ceil(balanced), room}:
+            if not 1 <= d <= room:
+                continue
+            rate = min(p * caps[0], d * caps[1])
+            score = (rate / (p * tps[0] + d * tps[1]), rate)
+            if score > best:
+                best, pools = score, (p, d)
+    return pools
+
+
+def aggregated_layout(
+    request: OptimizeRequest,
+    rate: float,
+    engines: tuple[None, EngineLoad],
+    capacity: float,
+    cache_aware: bool,
+) -> PricedLayout:
+    engine = engines[1]
+    replicas = max(1, math.ceil(rate / capacity))
+    if request.objective == "throughput":
+        # Fill the budget and run each replica at its capacity: tokens/s per GPU is then the
+        # shape's own figure, whatever the traffic's rate.
+        replicas = max(1, sizing_budget(request, engine.shape.gpu) // engine.shape.tp)
+        rate = capacity * replicas
+    prediction = predict_figures(rate, request, engines, capacity * replicas, (0, replicas))
+    running, needed = max_running(engine, rate / replicas)
+    return PricedLayout(None, engine.shape, replicas, 0, cache_aware, prediction, running, needed)
+
+
+def pd_layout(
+    request: OptimizeRequest,
+    rate: float,
+    engines: tuple[EngineLoad, EngineLoad],
+    caps: tuple[float, float],
+    cache_aware: bool,
+) -> PricedLayout:
+    p_reps = max(1, math.ceil(rate / caps[0]))
+    d_reps = max(1, math.ceil(rate / caps[1]))
+    if request.objective == "throughput":
+        tps = (engines[0].shape.tp, engines[1].shape.tp)
+        budget = sizing_budget(request, engines[1].shape.gpu)
+        p_reps, d_reps = pd_pools(caps, tps, budget)
+        rate = min(caps[0] * p_reps, caps[1] * d_reps)
+    capacity = min(caps[0] * p_reps, caps[1] * d_reps)
+    prediction = predict_figures(rate, request, engines, capacity, (p_reps, d_reps))
+    running, needed = max_running(engines[1], rate / d_reps)
+    return PricedLayout(
+        engines[0].shape, engines[1].shape, d_reps, p_reps, cache_aware, prediction, running, needed
+    )
+
+
+def within_limits(request: OptimizeRequest, config: PricedLayout) -> bool:
+    p = config.prediction
+    cap = request.limits.max_cost_per_hour
+    budget = gpu_budget(request, config.decode.gpu)
+    return (cap is None or p.cost_per_hour <= cap) and (budget is None or p.gpus <= budget)
+
+
+def to_spec(request: OptimizeRequest, arch: ModelArch, config: PricedLayout) -> RuntimeSpec:
+    """The config as a spec that validates without warnings where the prediction allows:
+    the running cap within what the KV cache holds at the full context length (never below the
+    predicted concurrency), and the autoscaler's concurrency target at that cap."""
+    spec = spec_at(request, arch, config, config.max_running)
+    fitting = full_context_requests(spec, arch)
+    if fitting < config.max_running:
+        spec = spec_at(request, arch, config, max(fitting, config.needed_running))
+    return spec
+
+
+def spec_at(
+    request: OptimizeRequest, arch: ModelArch, config: PricedLayout, max_running: int
+) -> RuntimeSpec:
+    base = base_spec(request, arch, config.decode.gpu)
+    data = spec_data(base, config.decode, arch, max_running=max_running)
+    # The concurrency policy scales before a replica's running cap is reached (the validator
+    # warns about a target above it); the pick's replica counts are fixed, but a person who
+    # widens max_replicas inherits a target that agrees with the cap.
+    scaling: dict[str, Any] = {"concurrency_target": max_running}
+    if config.prefill is not None:
+        data["disaggregation"] = {
+            "enabled": True,
+            "prefill": {"replicas": config.prefill_replicas, "tp": config.prefill.tp},
+            "decode": {"replicas": config.replicas, "tp": config.decode.tp},
+        }
+        data["parallelism"]["tp"] = config.decode.tp
+    else:
+        scaling.update(min_replicas=config.replicas, max_replicas=config.replicas)
+    data["autoscaling"] = scaling
+    data["routing"] = {"policy": "cache_aware" if config.cache_aware else "round_robin"}
+    return RuntimeSpec.model_validate(data)
+
+
+def full_context_requests(spec: RuntimeSpec, arch: ModelArch) -> int:
+    """Requests of the full context length the smallest KV cache of the spec's engine groups
+    (engine, or prefill and decode pools) holds at once: where the validator's headroom warning
+    starts."""
+    gpu = get_gpu(spec.hardware.gpu)
+    return min(memory_fit(spec, gpu, arch, group).concurrent_requests
+               for group in engine_groups(spec))  # fmt: skip
+
+
+def reasons(request: OptimizeRequest, config: PricedLayout) -> tuple[str, ...]:
+    p, slo = config.prediction, request.slo
+    out = [
+        f"predicted TTFT p90 {p.ttft_p90_s * 1000:.0f} ms (target {slo.ttft_p90_s * 1000:.0f}),"
+        f" ITL p90 {p.itl_p90_s * 1000:.1f} ms (target {slo.itl_p90_s * 1000:.1f})",
+        f"{p.gpus} x {config.decode.gpu.id} at ${p.cost_per_hour:.2f}/hour carry "
+        f"{p.capacity_rps:.2f} req/s within the SLOs; the load is {p.rate_rps:.2f} req/s",
+    ]
+    if slo.tpot_mean_s is not None:
+        out.insert(1, f"predicted mean TPOT {p.tpot_mean_s * 1000:.1f} ms "
+                      f"(target {slo.tpot_mean_s * 1000:.1f})")  # fmt: skip
+    d = config.decode
+    if d.quantization:
+        out.append(f"{d.quantization} weights: half the bytes streamed per decode step")
+    if d.kv_dtype != "auto":
+        out.append(f"{d.kv_dtype} KV cache: more concurrent sequences per GPU")
+    if d.spec is not None:
+        out.append(f"{d.speculator} speculation: {d.spec.accept_length:.2f} tokens per verify step")
+    if d.attn_dp > 1:
+        out.append(
+            f"attention DP{d.attn_dp} x EP{d.tp}: each of {d.attn_dp} attention ranks keeps "
+            "its own sequences' KV cache (no KV-head replication); the experts batch every "
+            "rank's tokens"
+        )
+    if config.prefill is not None:
+        out.append("prefill/decode split: prompts no longer stall the decode steps")
+    if config.cache_aware and request.traffic.turns > 1:
+        out.append("cache-aware routing keeps each conversation's history on its replica")
+    return tuple(out)
+
+
+def optimize(request: OptimizeRequest) -> OptimizeResult:
+    """Search the configurations of `request`; every candidate returned passes `validate`."""
+    arch = resolve_model(request)
+    gpus = resolve_gpus(request)
+    rate = request.traffic.arrival_rate(request.slo)
+    shapes = list(engine_shapes(request, arch, gpus))
+    configs = [c for c in price_layouts(request, shapes, rate) if within_limits(request, c)]
+    notes = []
+    if not shapes:
+        notes.append("no configuration fits the model in GPU memory on the GPUs given")
+    if request.objective == "throughput":
+        notes.append(
+            "objective throughput: each layout is sized to the GPU budget and loaded to its "
+            "capacity; the traffic's rate does not size it"
+        )
+    meeting = sorted((c for c in configs if c.prediction.meets_slo), key=objective_order(request))
+    cache: dict[int, Candidate | None] = {}
+
+    def candidate(config: PricedLayout) -> Candidate | None:
+        key = id(config)
+        if key not in cache:
+            cache[key] = build_candidate(request, arch, config)
+        return cache[key]
+
+    ranked = list(first_valid(meeting, candidate, FRONT_LIMIT))
+    best = ranked[0] if ranked else None
+    if best is None:
+        notes.append("nothing meets the SLOs within the limits; relax a target or a limit")
+    front = pareto_front(sorted(meeting, key=front_order))
+    pareto = list(first_valid(front, candidate, FRONT_LIMIT))
+    waterfall = []
+    enabled: set[Feature] = set()
+    for step in ("baseline", *WATERFALL):
+        if step != "baseline":
+            enabled.add(step)  # type: ignore[arg-type]
+        subset = [c for c in meeting if c.features <= enabled]
+        pick = next(iter(first_valid(subset, candidate, 1)), None)
+        waterfall.append(WaterfallStep(step, pick))
+    return OptimizeResult(
+        rate_rps=rate,
+        best=best,
+        ranked=tuple(ranked),
+        pareto=tuple(pareto),
+        waterfall=tuple(waterfall),
+        evaluated=len(configs),
+        notes=tuple(notes),
+    )
+
+
+def build_candidate(
+    request: OptimizeRequest, arch: ModelArch, config: PricedLayout
+) -> Candidate | None:
+    spec = to_spec(request, arch, config)
+    issues = validate(spec)
+    if has_errors(issues):
+        return None
+    return Candidate(
+        spec=spec,
+        prediction=config.prediction,
+        features=config.features,
+        reasons=(*reasons(request, config), *kept_warnings(request, issues)),
+        warnings=tuple(issues),
+    )
+
+
+def kept_warnings(request: OptimizeRequest, issues: list[Issue]) -> list[str]:
+    """Why each validation warning a pick still carries was left: a recommended spec either
+    validates with no warning or says why (``KEPT_WARNINGS``)."""
+    mean = request.traffic.input_tokens + request.traffic.output_tokens
+    why = {
+        "memory_below_max_running": (
+            f"the cap is the concurrency this traffic's {mean}-token requests are predicted to "
+            "run at; the warning counts requests of the full context length, which then wait "
+            "for memory"
+        ),
+        "memory_low_concurrency": (
+            f"the context length is the smallest the optimizer sets (it holds this traffic's "
+            f"{mean}-token requests with room to spare); the prediction is for those requests"
+        ),
+    }
+    return [
+        f"validation warns ({issue.code}, {issue.field}): {issue.message}; kept because "
+        + why.get(issue.code, "the prediction above does not account for it")
+        for issue in issues
+    ]
+
+
+def first_valid(configs: Iterable[PricedLayout], build: Any, limit: int) -> Iterator[Candidate]:
+    count = 0
+    for config in configs:
+        if count >= limit:
+            return
+        found = build(config)
+        if found is not None:
+            count += 1
+            yield found
+
+
+def objective_order(request: OptimizeRequest) -> Any:
+    """The sort key that puts the objective's best configuration first."""
+    if request.objective == "throughput":
+
+        def key(c: PricedLayout) -> tuple[float, float]:
+            margin = PD_RANKING_MARGIN if c.prefill is not None else 0.0
+            return (-c.prediction.tokens_per_s_per_gpu * (1 - margin), c.prediction.cost_per_hour)
+
+        return key
+    return lambda c: (c.prediction.cost_per_hour, -c.prediction.capacity_rps)
+
+
+def front_order(config: PricedLayout) -> tuple[float, float, float, float]:
+    p = config.prediction
+    return (p.cost_per_hour, -p.capacity_rps, p.ttft_p90_s, p.itl_p90_s)
+
+
+def pareto_front(configs: list[PricedLayout]) -> list[PricedLayout]:
+    """Non-dominated on cost (min), capacity (max), TTFT p90 (min), ITL p90 (min).
+
+    `configs` come in `front_order`, so whatever dominates a configuration precedes it and one
+    pass against the front found so far suffices.
+    """
+    front: list[PricedLayout] = []
+    for c in configs:
+        p = c.prediction
+        dominated = any(
+            q.prediction.cost_per_hour <= p.cost_per_hour
+            and q.prediction.capacity_rps >= p.capacity_rps
+            and q.prediction.ttft_p90_s <= p.ttft_p90_s
+            and q.prediction.itl_p90_s <= p.itl_p90_s
+            for q in front
+        )
+        if not dominated:
+            front.append(c)
+    return front

@@ -1,0 +1,225 @@
+"""Engine shapes: the formats and parallelism one engine of a candidate can take, built and pruned.
+
+A shape is a GPU x TP x weight quantization x KV-cache dtype x speculator (x attention DP and
+expert layout for MoE models). ``engine_shapes`` enumerates them for a request; ``build_shape``
+turns one set of knobs into a shape with its step-time model, or None when it does not fit in GPU
+memory or its spec fails validation. A TP that breaks SGLang's head rule is never built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from runtime.catalog import GpuType, ModelArch, kv_native_on, list_models, native_on
+from runtime.memory import kv_bytes_per_value, memory_fit, model_weight_bytes
+from runtime.optimize.types import Feature, OptimizeRequest
+from runtime.perf.hardware import GpuShape, ModelShape, gpu_shape, lookup_model, model_shape
+from runtime.perf.spec import SpecConfig, resolve_spec
+from runtime.perf.step import EngineShape, StepModel
+from runtime.rules.parallel import working_tps
+from runtime.spec import RuntimeSpec
+from runtime.topology import engine_groups
+from runtime.validate import has_errors, validate
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShapeKnobs:
+    """One engine's formats and parallelism: what its spec says."""
+
+    gpu: GpuType
+    tp: int
+    quantization: str | None
+    kv_dtype: str
+    ep: int  # expert parallelism (MoE: TP, or 1 for experts sliced over the TP GPUs; dense: 1)
+    speculator: str = "none"  # "none", "NGRAM", "EAGLE", "EAGLE3", "MTP"
+    draft: str | None = None
+    attn_dp: int = 1  # attention data-parallel ranks in the TP group (MoE models only; else 1)
+
+
+@dataclass(frozen=True)
+class ShapeContext:
+    """What every shape of one model on one GPU type shares: the spec's base and both shapes."""
+
+    base: dict[str, Any]  # ``base_spec``'s model and hardware sections
+    arch: ModelArch
+    model: ModelShape
+    gpu: GpuShape
+
+
+@dataclass(frozen=True, kw_only=True)
+class Shape(ShapeKnobs):
+    """Knobs that fit and validate, with everything the rate search needs."""
+
+    step: StepModel
+    spec: SpecConfig | None
+    kv_tokens: int  # tokens one replica's KV pool holds
+    kv_bytes_per_token: float  # whole model, for the P/D transfer
+
+    @property
+    def features(self) -> frozenset[Feature]:
+        used: set[Feature] = set()
+        if self.quantization or self.kv_dtype != "auto":
+            used.add("quantization")
+        if self.speculator != "none":
+            used.add("speculator")
+        return frozenset(used)
+
+
+def tp_choices(gpu: GpuType, arch: ModelArch) -> list[int]:
+    """Powers of two up to one node that SGLang's TP rule allows for the model's attention and KV
+    heads (``runtime.rules.parallel.working_tps``): no other width is ever built."""
+    widths = [1 << k for k in range(gpu.gpus_per_node.bit_length()) if 1 << k <= gpu.gpus_per_node]
+    return working_tps(arch.num_attention_heads, arch.num_kv_heads, widths)
+
+
+def attn_dp_choices(arch: ModelArch, tp: int) -> list[int]:
+    """Attention DP sizes for a MoE model at `tp`: the powers of two dividing TP (attention runs
+    as that many ranks of TP/DP GPUs; the experts stay spread over all TP GPUs). Dense: 1."""
+    if not arch.is_moe:
+        return [1]
+    out, dp = [1], 2
+    while dp <= tp:
+        if tp % dp == 0:
+            out.append(dp)
+        dp *= 2
+    return out
+
+
+def ep_choices(arch: ModelArch, tp: int) -> list[int]:
+    """A MoE model's experts over TP GPUs: whole experts per GPU (EP = TP) or each expert
+    sliced over them (SGLang's MoE TP, no --ep-size). Dense, or one GPU: 1."""
+    return [tp, 1] if arch.is_moe and tp > 1 else [1]
+
+
+def quant_choices(gpu: GpuType, arch: ModelArch, allowed: bool) -> list[str | None]:
+    """As shipped, plus online FP8 where the GPU computes FP8 natively and the weights are BF16."""
+    choices: list[str | None] = [None]
+    if allowed and arch.checkpoint_quantization is None and native_on(gpu, "fp8"):
+        choices.append("fp8")
+    return choices
+
+
+def kv_choices(gpu: GpuType, allowed: bool) -> list[str]:
+    """The model's own KV dtype, plus FP8 and NVFP4 where the GPU runs them natively."""
+    if not allowed:
+        return ["auto"]
+    return ["auto", *(dtype for dtype in ("fp8_e4m3", "nvfp4") if kv_native_on(gpu, dtype))]
+
+
+def spec_choices(arch: ModelArch, allowed: bool) -> list[tuple[str, str | None]]:
+    """(algorithm, draft repo): NGRAM, EAGLE/EAGLE3 with a catalogued head, MTP if shipped."""
+    choices: list[tuple[str, str | None]] = [("none", None)]
+    if not allowed:
+        return choices
+    choices.append(("NGRAM", None))
+    for draft in list_models():
+        if arch.id in draft.draft_for and draft.draft_algorithm in ("EAGLE", "EAGLE3"):
+            choices.append((draft.draft_algorithm, draft.hf_repo))
+    if arch.has_mtp:
+        choices.append(("MTP", None))
+    return choices
+
+
+def base_spec(request: OptimizeRequest, arch: ModelArch, gpu: GpuType) -> dict[str, Any]:
+    model: dict[str, Any] = {"source": request.model}
+    if request.architecture is not None:
+        model["architecture"] = request.architecture.model_dump(exclude_defaults=True)
+    # The longest request the traffic sends, with headroom: a smaller context leaves KV for
+    # concurrency instead of for one unlikely 128k prompt.
+    longest = 2 * (request.traffic.input_tokens + request.traffic.output_tokens)
+    model["context_length"] = min(arch.max_context, max(4096, 1 << (longest - 1).bit_length()))
+    return {"model": model, "hardware": {"gpu": gpu.id}}
+
+
+def spec_data(
+    base: dict[str, Any], shape: ShapeKnobs, arch: ModelArch, *, max_running: int | None = None
+) -> dict[str, Any]:
+    data: dict[str, Any] = {**base, "parallelism": {"tp": shape.tp}}
+    if shape.ep > 1:
+        data["parallelism"]["ep"] = shape.ep  # whole experts spread over the TP group
+    if shape.attn_dp > 1:
+        data["parallelism"]["attn_dp"] = shape.attn_dp
+    data["quantization"] = {"method": shape.quantization, "kv_cache_dtype": shape.kv_dtype}
+    if shape.speculator != "none":
+        data["speculator"] = {"algorithm": shape.speculator, "draft_model": shape.draft}
+    if max_running is not None:
+        data["batching"] = {"max_running_requests": max_running}
+    return data
+
+
+def shape_context(request: OptimizeRequest, arch: ModelArch, gpu: GpuType) -> ShapeContext:
+    """What every shape of `arch` on `gpu` shares, for ``build_shape``."""
+    return ShapeContext(
+        base_spec(request, arch, gpu), arch, model_shape(arch, request.model), gpu_shape(gpu)
+    )
+
+
+def default_ep(arch: ModelArch, tp: int) -> int:
+    """A MoE model's experts spread whole over the TP group (EP = TP); a dense model's 1."""
+    return tp if arch.is_moe and tp > 1 else 1
+
+
+def engine_shapes(
+    request: OptimizeRequest, arch: ModelArch, gpus: Sequence[GpuType]
+) -> Iterator[Shape]:
+    """Every shape of `arch` on `gpus` that fits and validates, within the request's features
+    and GPU limit."""
+    allow = request.features
+    for gpu in gpus:
+        context = shape_context(request, arch, gpu)
+        for tp in tp_choices(gpu, arch):
+            if request.limits.max_gpus is not None and tp > request.limits.max_gpus:
+                continue
+            knobs = (
+                ShapeKnobs(
+                    gpu=gpu,
+                    tp=tp,
+                    quantization=quant,
+                    kv_dtype=kv,
+                    ep=ep,
+                    speculator=algorithm,
+                    draft=draft,
+                    attn_dp=dp,
+                )
+                for quant in quant_choices(gpu, arch, "quantization" in allow)
+                for kv in kv_choices(gpu, "quantization" in allow)
+                for algorithm, draft in spec_choices(arch, "speculator" in allow)
+                for dp in attn_dp_choices(arch, tp)
+                for ep in ep_choices(arch, tp)
+            )
+            for each in knobs:
+                shape = build_shape(request, context, each)
+                if shape is not None:
+                    yield shape
+
+
+def build_shape(request: OptimizeRequest, context: ShapeContext, knobs: ShapeKnobs) -> Shape | None:
+    """The shape, or None when it does not fit or its spec does not validate."""
+    arch, gpu = context.arch, knobs.gpu
+    spec = RuntimeSpec.model_validate(spec_data(context.base, knobs, arch))
+    fit = memory_fit(spec, gpu, arch, engine_groups(spec)[0])
+    if not fit.fits or has_errors(validate(spec)):
+        return None
+    spec_config = None
+    if knobs.speculator != "none":
+        draft_shape = lookup_model(knobs.draft) if knobs.draft else None
+        name = "NEXTN" if knobs.speculator == "MTP" else knobs.speculator
+        spec_config = resolve_spec(name, context.model, draft_shape)
+    engine = EngineShape(
+        tp=knobs.tp,
+        quantization=knobs.quantization or arch.checkpoint_quantization,
+        weight_bytes=model_weight_bytes(spec, arch),
+        kv_bytes_per_value=kv_bytes_per_value(knobs.kv_dtype),
+        spec=spec_config,
+        attn_dp=knobs.attn_dp,
+        ep=knobs.ep,
+    )
+    return Shape(
+        **{f.name: getattr(knobs, f.name) for f in fields(ShapeKnobs)},
+        step=StepModel(context.gpu, context.model, engine),
+        spec=spec_config,
+        kv_tokens=fit.max_concurrent_tokens,
+        kv_bytes_per_token=arch.kv_bytes_per_token(kv_bytes_per_value(knobs.kv_dtype)),
+    )

@@ -1,0 +1,200 @@
+"""The optimizer's request and answer: traffic, SLOs, limits, candidates, and the layout a caller
+names for pricing; plus the resolution of a request's model and GPUs against the catalogue."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import ValidationError
+
+from runtime.catalog import GpuType, ModelArch, get_gpu, get_model, list_gpus
+from runtime.issues import Issue
+from runtime.spec import Architecture, ModelSettings, RuntimeSpec
+
+# The optimizations the waterfall adds one at a time, in its order.
+Feature = Literal["quantization", "speculator", "disaggregation", "cache_aware"]
+WATERFALL: tuple[Feature, ...] = ("quantization", "speculator", "disaggregation", "cache_aware")
+# cost: the cheapest layout carrying the traffic's rate; throughput: the most output tokens/s
+# per GPU within the SLOs, each layout sized to the GPU budget.
+Objective = Literal["cost", "throughput"]
+
+RDMA_BYTES_PER_S = 25e9  # one 200 Gb/s NIC: what a P/D KV transfer is priced at
+FRONT_LIMIT = 24
+MAX_POOL_REPLICAS = 64  # the prefill pool sizes tried when splitting a budget between P and D
+# A `throughput` search ranks a P/D layout at this much less than its predicted tokens/s/GPU: its
+# figures assume an ideal KV transfer and perfectly rate-matched pools (AIConfigurator discounts
+# the same ~10-17%), and it runs two pools and an RDMA link, so a split that gains less than
+# this over an aggregated engine is not worth recommending.
+PD_RANKING_MARGIN = 0.05
+# Validation warnings a pick may carry, each with its reason (`kept_warnings`): both count
+# requests of the full context length, where the pick is sized for the traffic's own requests.
+KEPT_WARNINGS = frozenset({"memory_below_max_running", "memory_low_concurrency"})
+
+
+class OptimizeError(ValueError):
+    """The request names no model the optimizer can size, or no usable GPU."""
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What the endpoint will be asked to serve."""
+
+    input_tokens: int = 1024  # mean prompt length, the whole conversation so far included
+    output_tokens: int = 256
+    rate_rps: float | None = None  # arrival rate; or
+    concurrency: int | None = None  # users each waiting for their answer before the next
+    prefix_share: float = 0.0  # share of each prompt that is a prefix shared by all requests
+    turns: int = 1  # multi-turn depth: earlier turns are this prompt's cacheable history
+
+    def arrival_rate(self, slo: Slo) -> float:
+        """Requests per second. `concurrency` users served at the targets send C / e2e."""
+        if self.rate_rps is not None:
+            return self.rate_rps
+        users = self.concurrency or 1
+        per_token = min(slo.itl_p90_s, slo.tpot_mean_s or math.inf)
+        return users / (slo.ttft_p90_s + self.output_tokens * per_token)
+
+    def cached_share(self, cache_aware: bool) -> float:
+        """Share of the prompt found in the prefix cache (history only where routing keeps it)."""
+        history = (1 - self.prefix_share) * (self.turns - 1) / self.turns if cache_aware else 0.0
+        return min(0.98, self.prefix_share + history)
+
+
+@dataclass(frozen=True)
+class Slo:
+    ttft_p90_s: float = 1.0
+    itl_p90_s: float = 0.05
+    e2e_p90_s: float | None = None
+    # Mean time per output token over the answers (the TPOT of AIConfigurator and Dynamo SLAs):
+    # a prompt's chunk stalls a few gaps, which a mean spreads where a p90 may not.
+    tpot_mean_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_cost_per_hour: float | None = None
+    max_gpus: int | None = None
+
+
+@dataclass(frozen=True)
+class OptimizeRequest:
+    model: str  # catalogue id / HF repo, or the source of `architecture`
+    traffic: Traffic = Traffic()
+    slo: Slo = Slo()
+    limits: Limits = Limits()
+    architecture: Architecture | None = None  # a model the catalogue does not know
+    gpus: tuple[str, ...] = ()  # candidate GPU types; empty: the whole catalogue
+    gpu_counts: dict[str, int] = field(default_factory=dict)  # free GPUs per type, if known
+    features: frozenset[Feature] = frozenset(WATERFALL)  # optimizations allowed at all
+    objective: Objective = "cost"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The model's figures for one candidate at the requested load."""
+
+    rate_rps: float
+    output_tokens_per_s: float
+    capacity_rps: float  # the most requests/s the candidate carries within its SLOs
+    ttft_p90_s: float
+    itl_p90_s: float
+    e2e_p90_s: float
+    gpus: int
+    cost_per_hour: float
+    meets_slo: bool
+    tpot_mean_s: float = 0.0
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.output_tokens_per_s / max(1, self.gpus)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    spec: RuntimeSpec
+    prediction: Prediction
+    features: frozenset[Feature]
+    reasons: tuple[str, ...]
+    warnings: tuple[Issue, ...] = ()
+
+    @property
+    def label(self) -> str:
+        s = self.spec
+        parts = [s.hardware.gpu, f"TP{s.parallelism.tp}"]
+        if s.parallelism.attn_dp > 1:
+            parts.append(f"attention-DP{s.parallelism.attn_dp}")
+        if s.quantization.method:
+            parts.append(s.quantization.method)
+        if s.quantization.kv_cache_dtype != "auto":
+            parts.append(f"KV {s.quantization.kv_cache_dtype}")
+        if s.speculator.enabled:
+            parts.append(s.speculator.algorithm)
+        d = s.disaggregation
+        if d.enabled:
+            parts.append(
+                f"P/D {d.prefill.replicas}xTP{d.prefill.tp}:{d.decode.replicas}xTP{d.decode.tp}"
+            )
+        else:
+            parts.append(f"x{s.autoscaling.max_replicas}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class WaterfallStep:
+    step: str  # "baseline" or the feature added
+    candidate: Candidate | None  # None: nothing meets the SLOs with these features
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    rate_rps: float
+    best: Candidate | None  # the cheapest candidate meeting the SLOs and limits
+    ranked: tuple[Candidate, ...]  # meeting ones by cost, then the closest misses
+    pareto: tuple[Candidate, ...]
+    waterfall: tuple[WaterfallStep, ...]
+    evaluated: int  # layouts (within the limits) whose figures were predicted
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A layout chosen elsewhere (another tool's pick), for `predict_layout` to price."""
+
+    gpu: str
+    tp: int
+    quantization: str | None = None  # None: the checkpoint's own format
+    kv_dtype: str = "auto"
+    replicas: int = 1  # aggregated replicas, or the decode pool's when disaggregated
+    prefill_tp: int | None = None  # set: disaggregated
+    prefill_replicas: int = 0
+    attn_dp: int = 1  # attention data parallelism inside each engine's TP group (MoE)
+    ep: int | None = None  # MoE expert parallelism; None: EP = TP; 1: experts sliced (MoE TP)
+
+
+def resolve_model(request: OptimizeRequest) -> ModelArch:
+    """The architecture `request` names: its own, or the catalogue's row for its model."""
+    try:
+        ModelSettings(source=request.model)
+    except ValidationError as exc:
+        raise OptimizeError(f"{request.model!r} is not a model source a spec accepts") from exc
+    if request.architecture is not None:
+        data = request.architecture.model_dump()
+        data["active_params_b"] = data["active_params_b"] or data["params_b"]
+        return ModelArch(id=request.model, hf_repo=request.model, **data)
+    arch = get_model(request.model)
+    if arch is None:
+        raise OptimizeError(
+            f"model {request.model!r} is not in the catalogue; describe its architecture"
+        )
+    return arch
+
+
+def resolve_gpus(request: OptimizeRequest) -> list[GpuType]:
+    """The GPU types to search: those named, those with free GPUs, else the whole catalogue."""
+    names = request.gpus or tuple(request.gpu_counts) or tuple(g.id for g in list_gpus())
+    try:
+        return [get_gpu(name) for name in names]
+    except KeyError as exc:
+        raise OptimizeError(str(exc)) from exc

@@ -140,13 +140,23 @@ echo "[test] pytest: ${UNIT[*]} then ${KUBE[*]} (here) and ${E2E[*]} (beside it;
 # tests/kube_real runs after the unit side (the shorter one), in a pytest of its own once the
 # Kubernetes binaries are built: on a fresh machine the build runs beside every other test
 # instead of before them.
-PLINTH_TEST_DB_NAME=$E2E_DB REDIS_URL=$E2E_REDIS "$BIN/pytest" "${E2E[@]}" >"$RUN_DIR/e2e.log" 2>&1 &
+{
+  START=$SECONDS
+  RC=0
+  PLINTH_TEST_DB_NAME=$E2E_DB REDIS_URL=$E2E_REDIS "$BIN/pytest" "${E2E[@]}" || RC=$?
+  echo "[test] end-to-end side took $((SECONDS - START)) s"
+  exit "$RC"
+} >"$RUN_DIR/e2e.log" 2>&1 &
 E2E_PID=$!
 UNIT_RC=0
+START=$SECONDS
 "$BIN/pytest" "${UNIT[@]}" || UNIT_RC=$?
+echo "[test] unit side took $((SECONDS - START)) s"
 kube_ready
 echo "[test] pytest: ${KUBE[*]}"
+START=$SECONDS
 "$BIN/pytest" "${KUBE[@]}" || UNIT_RC=$?
+echo "[test] tests/kube_real took $((SECONDS - START)) s"
 E2E_RC=0
 wait "$E2E_PID" || E2E_RC=$?
 echo "[test] ---- end-to-end directories ----"

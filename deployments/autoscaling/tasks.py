@@ -33,6 +33,8 @@ from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
 from controlplane import redis_clients
+from controlplane.services import ServiceError
+from deployments.autoscaling import services
 from deployments.autoscaling.decide import (
     POOLS,
     Decision,
@@ -42,7 +44,6 @@ from deployments.autoscaling.decide import (
     decide,
     decide_pools,
 )
-from deployments.endpoints import services
 from deployments.endpoints.models import Deployment, DeploymentEvent, DesiredState
 from deployments.endpoints.queries import REVISION_FIELDS
 from deployments.traffic.models import MetricSample
@@ -201,7 +202,7 @@ def _apply(item: tuple[_Endpoint, Decision]) -> bool:
             decision.inputs,
             expected=decision.current,
         )
-    except services.ServiceError as exc:
+    except ServiceError as exc:
         # The settings changed between the read and the write; the next pass decides again.
         logger.info("autoscale %s refused: %s", endpoint.deployment.slug, exc)
         return False

@@ -2,8 +2,8 @@
 commit they all go through (``commit_change``).
 
 The writers are ``deployments.endpoints.services`` (a person's create, edit, roll back, scale,
-stop, start, delete; the system's wake-ups and autoscaling) and
-``deployments.experiments.canary.services`` (start, promote, abort). Each locks the
+stop, start, delete), ``deployments.experiments.canary.services`` (start, promote, abort) and
+``deployments.autoscaling.services`` (the system's wake-ups and autoscaling). Each locks the
 endpoint's row (``locked``), checks what it may, then commits here: the generation bumped, the
 endpoint made due, one AuditEvent, the gateway told when what it routes by changed, and
 ``deployments.reconcile_deployment`` sent once, by name, after commit. This module imports no

@@ -14,7 +14,7 @@ import logging
 
 from celery import shared_task
 
-from deployments.endpoints import services
+from deployments.autoscaling import services as autoscaler
 from deployments.traffic import key_activity, usage
 
 __all__: list[str] = ["flush_key_last_used", "flush_usage", "wake_deployment"]
@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 )
 def wake_deployment(deployment_id: str) -> bool:
     """Scale a scaled-to-zero endpoint back up; a no-op when it is awake, stopped or gone."""
-    woke = services.wake(deployment_id)
+    woke = autoscaler.wake(deployment_id)
     logger.info("wake %s: %s", deployment_id, "scaling up" if woke else "nothing to do")
     return woke
 

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from controlplane.access import system_actor
 from controlplane.services import ServiceError
-from deployments.autoscaling.correction import Correction
+from deployments.autoscaling.correction import MODEL_CORRECTED, Correction
 from deployments.endpoints import changes, fields
 from deployments.endpoints.models import POOL_ROLES, Deployment, DesiredState
 from deployments.endpoints.queries import REVISION_FIELDS
@@ -30,7 +30,6 @@ from deployments.quotas import services as quotas
 from runtime.spec import RuntimeSpec
 
 __all__ = [
-    "MODEL_CORRECTED",
     "autoscale_pool_to",
     "autoscale_to",
     "record_model_correction",
@@ -168,9 +167,6 @@ def autoscale_to(
     actor = system_actor(deployment.organization)
     changes.commit_change(actor, deployment, "deployment.autoscale", before)
     return True
-
-
-MODEL_CORRECTED = "ModelCorrected"
 
 
 def record_model_correction(

@@ -46,7 +46,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from deployments.autoscaling.decide import Observations, Sample, State, decide
+from deployments.autoscaling.decide import decide
+from deployments.autoscaling.types import Observations, Sample, State
 from runtime.capacity import ReplicaModel, Workload, replica_model
 from runtime.spec import AutoscalingSettings, RuntimeSpec
 

@@ -385,6 +385,7 @@ def _worker_figures(
 
     from controlplane import services as platform
     from deployments.clusters import drivers as registry
+    from deployments.clusters import services as cluster_services
     from deployments.clusters.tasks import make_due_from_watch
     from deployments.endpoints import reconcile, services
     from deployments.endpoints.models import Deployment, Revision
@@ -395,7 +396,7 @@ def _worker_figures(
     actor = platform.actor_for_user(user, org.pk)
     config = api.kubeconfig(settings)
     secret = platform.set_secret(actor, name="emu-kubeconfig", value=config)
-    cluster = services.create_cluster(
+    cluster = cluster_services.create_cluster(
         actor, name="emu", namespace=NS, kubeconfig_secret_id=secret.pk
     )
     # One endpoint made through the services, the rest its copies (the services' checks and

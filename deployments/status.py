@@ -1,4 +1,7 @@
-"""An endpoint's status, derived from facts by one pure function. Never stored, never hand-set.
+"""An endpoint's status, derived from facts by one pure function, never hand-set.
+``Deployment.status`` keeps a copy that every writer of a fact recomputes in the same
+transaction (``Deployment.save``, ``DeploymentQuerySet.update`` and ``store_statuses`` in
+``deployments.endpoints.models``), so lists filter and count by it in SQL.
 
 Statuses: pending, deploying, loading, active, degraded, scaled_to_zero, stopping, stopped,
 failed, deleting. ``is_settled`` says whether nothing is expected to change by itself (the

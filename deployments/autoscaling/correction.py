@@ -1,7 +1,7 @@
 """The SLO policy's online correction of its performance model, in both directions.
 
 Over the samples of the look-back, ``fit`` averages each observed p90 over the model's prediction
-at that sample's per-replica rate (see ``deployments.autoscaling.decide``'s docstring for which
+at that sample's per-replica rate (see ``deployments.autoscaling.slo``'s docstring for which
 samples count). ``hysteresis`` turns the fits into the corrections to apply from those the last pass
 applied, and ``corrected_capacity`` what one replica carries under them: an endpoint slower than
 its model aims at the targets divided by the correction; one faster on every latency with
@@ -28,10 +28,13 @@ CORRECTION_FLOOR = 0.3
 CORRECTION_DEADBAND = 0.15
 CORRECTION_DOWN_STEP = 0.8
 LATENCIES = ("ttft", "itl")
+# The timeline reason a moved correction is recorded under (``record_model_correction`` in
+# ``deployments.autoscaling.services``); the next pass starts from the latest of each role.
+MODEL_CORRECTED = "ModelCorrected"
 
 
 class LatencySample(Protocol):
-    """What a fit reads of one probe sample (``deployments.autoscaling.decide.Sample``)."""
+    """What a fit reads of one probe sample (``deployments.autoscaling.types.Sample``)."""
 
     @property
     def requests_per_s(self) -> float: ...

@@ -19,8 +19,9 @@ from controlplane.models import Role
 from deployments.api.auth import actor_of
 from deployments.api.schemas import PageQuery, StrictIn, page_of, page_schema
 from deployments.cluster_settings import ClusterSettings, SettingsInvalid, parse_settings
+from deployments.clusters import services
 from deployments.clusters.models import Cluster
-from deployments.endpoints import queries, services
+from deployments.endpoints import queries
 
 router = Router(tags=["clusters"])
 

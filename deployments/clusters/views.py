@@ -18,7 +18,8 @@ from controlplane.access import NotFound, require_role
 from controlplane.guard import actor_of, console_view
 from controlplane.models import Role, Secret
 from controlplane.services import ServiceError
-from deployments.endpoints import queries, services
+from deployments.clusters import services
+from deployments.endpoints import queries
 from deployments.endpoints.charts import Chart, Series
 from deployments.experiments.models import Benchmark
 from deployments.quotas import services as quotas

@@ -1,11 +1,12 @@
-"""Tasks that drive endpoints towards their desired state: reconcile, sweep, probe, retention.
+"""Tasks that drive endpoints towards their desired state: reconcile and the sweep.
 
-Thin: each takes ids and calls one function. ``reconcile_deployment`` holds a Redis lock per
-endpoint, so two workers never reconcile the same endpoint at once, and Celery retries temporary
-driver errors with exponential backoff and jitter (permanent ones are marked failed inside
-``reconcile``). Every task has time limits below what it holds: a pass over
-``PLINTH_RECONCILE_TIME_LIMIT_S`` is interrupted, releases its lock and is retried; one that
-ignores that is ended when the lock's TTL runs out, so no two passes ever act under one lock.
+Thin: each reloads what it names (or what is due) and calls one function.
+``reconcile_deployment`` holds a Redis lock per endpoint, so two workers never reconcile the same
+endpoint at once, and Celery retries temporary driver errors with exponential backoff and jitter
+(permanent ones are marked failed inside ``reconcile``). Every task has time limits below what
+it holds: a pass over ``PLINTH_RECONCILE_TIME_LIMIT_S`` is interrupted, releases its lock and is
+retried; one that ignores that is ended when the lock's TTL runs out, so no two passes ever act
+under one lock.
 Beat runs ``sweep``, which claims endpoints whose ``next_reconcile_at`` has passed with one
 conditional UPDATE and queues them at routine priority, each message expiring with the claim: a
 lost or late message, or a worker killed mid-pass, only delays a deployment. An endpoint at rest
@@ -40,16 +41,10 @@ from controlplane import redis_clients
 from deployments.clusters.models import ClusterKind
 from deployments.drivers.errors import TemporaryDriverError
 from deployments.endpoints import reconcile
-from deployments.endpoints.models import Deployment, DesiredState
-from deployments.traffic import probe, telemetry
+from deployments.endpoints.models import Deployment
+from deployments.traffic import telemetry
 
-__all__: list[str] = [
-    "probe_deployment",
-    "probe_due",
-    "purge_samples",
-    "reconcile_deployment",
-    "sweep",
-]
+__all__: list[str] = ["reconcile_deployment", "sweep"]
 
 logger = logging.getLogger(__name__)
 MAX_RETRIES = 8
@@ -204,45 +199,3 @@ def make_local_endpoints_due() -> int:
         cluster__kind=ClusterKind.LOCAL, next_reconcile_at__isnull=False
     )
     return rows.update(next_reconcile_at=timezone.now())
-
-
-# Probes hold nothing. One still running three intervals on is stuck, not slow (the next
-# rounds have run meanwhile); a probe message still queued when the next round is sent is dropped.
-_PROBE_SOFT_LIMIT_S = settings.PLINTH_PROBE_INTERVAL_S * 3
-_PROBE_LIMIT_S = settings.PLINTH_PROBE_INTERVAL_S * 4
-
-
-@shared_task(
-    name="deployments.probe_due",
-    ignore_result=True,
-    soft_time_limit=_PROBE_SOFT_LIMIT_S,
-    time_limit=_PROBE_LIMIT_S,
-)
-def probe_due() -> int:
-    """Queue a probe of every running endpoint with a ready replica."""
-    ids = Deployment.objects.filter(
-        desired_state=DesiredState.RUNNING, ready_replicas__gt=0
-    ).values_list("pk", flat=True)
-    for deployment_id in ids:
-        probe_deployment.apply_async(
-            args=(str(deployment_id),), expires=settings.PLINTH_PROBE_INTERVAL_S
-        )
-    return len(ids)
-
-
-@shared_task(
-    name="deployments.probe_deployment",
-    ignore_result=True,
-    soft_time_limit=_PROBE_SOFT_LIMIT_S,
-    time_limit=_PROBE_LIMIT_S,
-)
-def probe_deployment(deployment_id: str) -> None:
-    probe.probe(deployment_id)
-
-
-# Hourly; a purge cut short leaves the rest for the next hour's.
-@shared_task(
-    name="deployments.purge_samples", ignore_result=True, soft_time_limit=600, time_limit=900
-)
-def purge_samples() -> int:
-    return probe.purge_old_samples()

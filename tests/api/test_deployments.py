@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from controlplane.models import AuditEvent
+from deployments.autoscaling import services as autoscaler
 from deployments.endpoints import reconcile, services
 from deployments.endpoints.models import Deployment, Revision
 from tests.api.conftest import SPEC, Clients, error_of, fields_of, spec_with
@@ -224,8 +225,8 @@ def test_scaled_to_zero_then_started_comes_back_with_the_minimum(
     assert api.dave.post("deployments/chat/scale", {"replicas": 0}).json()["status"] == (
         "scaled_to_zero"
     )
-    assert services.wake(endpoint.pk) is True
-    assert services.wake(endpoint.pk) is False  # idempotent
+    assert autoscaler.wake(endpoint.pk) is True
+    assert autoscaler.wake(endpoint.pk) is False  # idempotent
     endpoint.refresh_from_db()
     assert endpoint.desired_replicas == 1
     assert endpoint.events.filter(reason="ScaleFromZero").count() == 1

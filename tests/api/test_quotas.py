@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controlplane.models import AuditEvent
+from deployments.autoscaling import services as autoscaler
 from deployments.endpoints import services
 from deployments.endpoints.models import Deployment
 from deployments.quotas import services as quotas
@@ -148,7 +149,7 @@ def test_the_autoscaler_goes_as_far_as_the_quota_allows(
 ) -> None:
     chat = serving_endpoint(cast, "chat", {**AUTOSCALING, "max_replicas": 8}, replicas=2)
     set_quota(staff, cast, gpus_by_type={"H100-SXM": 3})
-    assert services.autoscale_to(chat.pk, 4, "peak of 40", {}, expected=2)
+    assert autoscaler.autoscale_to(chat.pk, 4, "peak of 40", {}, expected=2)
     chat.refresh_from_db()
     assert chat.desired_replicas == 3
     [event] = autoscaled(chat)
@@ -275,7 +276,7 @@ def test_rollback_and_wake_from_zero_are_held_to_the_quota_too(
 
     idle = Deployment.objects.get(slug="idle")
     assert idle.desired_replicas == 0
-    assert services.wake(idle.pk) is False
+    assert autoscaler.wake(idle.pk) is False
     [held] = idle.events.filter(reason="ScaleFromZeroRefused")
     assert held.message == "quota gpus exceeded: limit 1, in use 1, requested 1 (1 over)"
     error = refusal(api.dave.post("deployments/busy/rollback", {"to_revision": 2}))

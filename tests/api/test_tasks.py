@@ -11,7 +11,7 @@ import redis
 from django.conf import settings
 
 from controlplane import redis_clients
-from deployments.endpoints import services
+from deployments.endpoints import changes
 from deployments.endpoints.models import Deployment
 from deployments.endpoints.tasks import reconcile_deployment
 from tests.api.conftest import SPEC, Clients, spec_with
@@ -82,5 +82,5 @@ def test_the_queued_name_is_a_registered_task() -> None:
 
     app.autodiscover_tasks(force=True)
     # services send it by this name and never import the task (deployments-layers contract).
-    assert reconcile_deployment.name == services.RECONCILE_TASK
+    assert reconcile_deployment.name == changes.RECONCILE_TASK
     assert reconcile_deployment.name in app.tasks

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deployments.autoscaling.decide import Observations, Sample, State, decide
+from deployments.autoscaling.decide import decide
+from deployments.autoscaling.types import Observations, Sample, State
 from runtime.spec import AutoscalingSettings
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from django.utils import timezone
 
+from deployments.autoscaling import services as autoscaler
 from deployments.autoscaling import tasks as scaling
 from deployments.endpoints import reconcile, services
 from deployments.endpoints.models import Deployment
@@ -173,7 +174,7 @@ def test_an_idle_split_endpoint_scales_both_pools_to_zero_and_wakes_on_a_request
     assert refresh(deployment).desired_replicas == 0  # created at zero, as scale-to-zero is
     at_zero(deployment)
 
-    assert services.wake(deployment.pk)  # what the gateway's wake-up runs on a request
+    assert autoscaler.wake(deployment.pk)  # what the gateway's wake-up runs on a request
     deployment = converge(deployment, prefill=1, decode=1)
     assert answers(deployment)
 
@@ -184,6 +185,6 @@ def test_an_idle_split_endpoint_scales_both_pools_to_zero_and_wakes_on_a_request
     deployment = at_zero(deployment)
     assert deployment.router_url == ""
 
-    assert services.wake(deployment.pk)
+    assert autoscaler.wake(deployment.pk)
     deployment = converge(deployment, prefill=1, decode=1)
     assert answers(deployment)

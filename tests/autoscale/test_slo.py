@@ -11,7 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 from deployments.autoscaling.correction import CORRECTION_DEADBAND
-from deployments.autoscaling.decide import Observations, Sample, State, decide, decide_pools
+from deployments.autoscaling.decide import decide, decide_pools
+from deployments.autoscaling.types import Observations, Sample, State
 from runtime.capacity import Workload, replica_model
 from runtime.spec import AutoscalingSettings, RuntimeSpec
 from runtime.validate import validate

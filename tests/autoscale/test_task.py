@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from controlplane import services as platform
 from controlplane.models import AuditEvent, Role
+from deployments.autoscaling import services as autoscaler
 from deployments.autoscaling import tasks as scaling
 from deployments.endpoints import services
 from deployments.endpoints.models import Deployment, DeploymentEvent
@@ -201,7 +202,7 @@ def test_a_person_who_scaled_meanwhile_wins(
     chat = endpoint(cast, "chat", AUTOSCALING)
     services.scale(cast.actor(cast.dave, cast.acme), chat.pk, replicas=3)
     with django_capture_on_commit_callbacks(execute=True):
-        changed = services.autoscale_to(chat.pk, 2, "decided from 1", {}, expected=1)
+        changed = autoscaler.autoscale_to(chat.pk, 2, "decided from 1", {}, expected=1)
     chat.refresh_from_db()
     assert not changed and chat.desired_replicas == 3 and autoscaled(chat) == []
     assert queued(broker) == []
@@ -329,7 +330,7 @@ def test_a_prefill_backlog_grows_the_prefill_pool_and_leaves_decode(
 
 def test_a_stale_pool_decision_changes_nothing(cast: Cast, broker: redis.Redis) -> None:
     split = split_endpoint(cast, "split")
-    assert not services.autoscale_pool_to(split.pk, "prefill", 3, "test", {}, expected=2)
+    assert not autoscaler.autoscale_pool_to(split.pk, "prefill", 3, "test", {}, expected=2)
     split.refresh_from_db()
     assert split.pool_replicas == {} and autoscaled(split) == []
 
@@ -337,7 +338,7 @@ def test_a_stale_pool_decision_changes_nothing(cast: Cast, broker: redis.Redis) 
 def test_a_pool_stops_at_the_gpu_quota(cast: Cast, broker: redis.Redis) -> None:
     split = split_endpoint(cast, "split")
     Quota.objects.create(organization=cast.acme, gpus=3)  # one prefill, one decode, one spare
-    assert services.autoscale_pool_to(split.pk, "prefill", 3, "backlog", {}, expected=1)
+    assert autoscaler.autoscale_pool_to(split.pk, "prefill", 3, "backlog", {}, expected=1)
     split.refresh_from_db()
     assert split.pool_replicas["prefill"] == 2
     assert "held at 2 by quota gpus" in autoscaled(split)[-1].message
@@ -350,7 +351,7 @@ def test_an_idle_split_endpoint_scales_both_pools_to_zero_and_a_request_wakes_th
     idle_split = {**SPLIT, "min_replicas": 0, "scale_to_zero": True,
                   "scale_to_zero_after_seconds": 600}  # fmt: skip
     split = split_endpoint(cast, "split", idle_split)
-    assert services.autoscale_pool_to(split.pk, "prefill", 2, "backlog", {}, expected=1)
+    assert autoscaler.autoscale_pool_to(split.pk, "prefill", 2, "backlog", {}, expected=1)
     now = timezone.now()
     Deployment.objects.filter(pk=split.pk).update(
         last_request_at=now - timedelta(minutes=20), last_scaled_at=now - timedelta(minutes=20)

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from deployments.clusters import services
 from deployments.drivers.kube.benchmark_job import RESULT_MARKER, benchmark_names
-from deployments.endpoints import services
 from deployments.endpoints.models import Deployment
 from deployments.experiments.benchmark import run as benchmark_run
 from deployments.experiments.benchmark import services as benchmarks

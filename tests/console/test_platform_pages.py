@@ -18,8 +18,8 @@ from django.utils import timezone
 from controlplane import audit
 from controlplane import services as platform
 from controlplane.models import ApiKey, AuditEvent, Membership, Secret
+from deployments.clusters import services
 from deployments.clusters.models import Cluster
-from deployments.endpoints import services
 from deployments.endpoints.models import Deployment
 from deployments.traffic.models import UsageRecord
 from tests.conftest import Cast

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from controlplane import services as platform
+from deployments.clusters import services as cluster_services
 from deployments.drivers.base import DeploymentRef
 from deployments.drivers.local.driver import LocalDriver, LocalOptions
 from deployments.endpoints import services
@@ -91,7 +92,7 @@ def endpoint(cast: Cast, emulator: RunningEmulator, settings: Any) -> Deployment
     settings.PLINTH_KUBE_ALLOW_HOSTS = ["127.0.0.1"]  # ... which tenants may not reach otherwise
     actor = cast.actor(cast.alice, cast.acme)
     secret = platform.set_secret(actor, name="emu-kubeconfig", value=kubeconfig(emulator.url))
-    cluster = services.create_cluster(
+    cluster = cluster_services.create_cluster(
         actor, name="emu", namespace=NS, kubeconfig_secret_id=secret.pk
     )
     return services.create_deployment(

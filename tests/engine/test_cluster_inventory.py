@@ -18,10 +18,9 @@ from typing import Any
 import pytest
 
 from controlplane import services as platform
-from deployments.clusters import inventory
+from deployments.clusters import inventory, services
 from deployments.clusters.models import Cluster
 from deployments.clusters.tasks import observe_clusters
-from deployments.endpoints import services
 from tests.conftest import Cast
 from tests.drivers.kube_emulator import RunningEmulator
 from tests.drivers.test_gpu_placement import H100, H200, node

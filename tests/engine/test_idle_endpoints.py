@@ -28,6 +28,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from controlplane import redis_clients
+from deployments.autoscaling import services as autoscaler
 from deployments.endpoints import reconcile, services
 from deployments.endpoints.models import Deployment
 from deployments.endpoints.tasks import make_local_endpoints_due, sweep
@@ -101,14 +102,14 @@ def test_a_scaled_to_zero_endpoint_at_rest_gets_no_pass_until_it_is_woken(
     endpoint: Deployment, emulator: RunningEmulator, broker: redis.Redis
 ) -> None:
     serve(emulator, endpoint)
-    assert services.autoscale_to(endpoint.pk, 0, "idle", {}, expected=1)
+    assert autoscaler.autoscale_to(endpoint.pk, 0, "idle", {}, expected=1)
     remove_pods(emulator)
     idle = step(endpoint)
     assert idle.status == SCALED_TO_ZERO and idle.settled
     assert idle.next_reconcile_at is None
     assert str(idle.pk) not in swept(broker)
 
-    assert services.wake(endpoint.pk)
+    assert autoscaler.wake(endpoint.pk)
     assert str(endpoint.pk) in swept(broker)
 
 

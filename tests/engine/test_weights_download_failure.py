@@ -23,6 +23,7 @@ from django.test import Client
 
 from controlplane import services as platform
 from controlplane.models import Role
+from deployments.clusters import services as cluster_services
 from deployments.drivers.kube import labels as L
 from deployments.drivers.kube.client import KubeClient, kind_of
 from deployments.endpoints import reconcile, services
@@ -51,7 +52,7 @@ def on_a_claim(cast: Cast, endpoint: Deployment) -> Deployment:
     """The endpoint, on a cluster whose model cache is a claim: a Job downloads the weights."""
     actor = cast.actor(cast.alice, cast.acme)
     settings = {"model_cache": {"type": "claim", "claim_name": "models"}}
-    services.update_cluster(actor, endpoint.cluster_id, settings=settings)
+    cluster_services.update_cluster(actor, endpoint.cluster_id, settings=settings)
     return endpoint
 
 

@@ -68,7 +68,7 @@ def test_a_request_wakes_a_scaled_to_zero_endpoint_and_is_answered(
 
     caller = threading.Thread(target=call)
     caller.start()
-    # The worker ran services.wake: one replica is wanted again.
+    # The worker ran autoscaling.services.wake: one replica is wanted again.
     woken = wait_until(
         lambda: Deployment.objects.filter(pk=endpoint.pk, desired_replicas__gte=1).first(),
         "the endpoint to be woken",

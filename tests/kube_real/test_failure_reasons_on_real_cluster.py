@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from controlplane import services as platform
 from controlplane.models import Role
+from deployments.clusters import services as cluster_services
 from deployments.drivers import base
 from deployments.drivers.kube.client import KubeClient
 from deployments.drivers.kube.driver import KubeDriver
@@ -54,7 +55,7 @@ def endpoint_on(
     cluster's operator settings ``cluster_settings``."""
     actor = cast.actor(cast.alice, cast.acme)
     secret = platform.set_secret(actor, name="real-kubeconfig", value=kubeconfig)
-    cluster = services.create_cluster(
+    cluster = cluster_services.create_cluster(
         actor,
         name="real",
         namespace=namespace,

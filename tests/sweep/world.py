@@ -36,6 +36,7 @@ from controlplane.models import (
     Role,
     Secret,
 )
+from deployments.clusters import services as cluster_services
 from deployments.clusters.models import Cluster
 from deployments.endpoints import services
 from deployments.endpoints.models import Deployment, DeploymentEvent, Revision
@@ -240,7 +241,7 @@ def build_world(cast: Cast, run_dir: Path) -> World:
     hf_secret = platform.set_secret(owner, name=HF_SECRET, value=hf_token)
     kube_secret = platform.set_secret(owner, name=KUBECONFIG_SECRET, value=kubeconfig(kube_token))
     spare_secret = platform.set_secret(owner, name=SPARE_SECRET, value=spare)
-    cluster = services.create_cluster(
+    cluster = cluster_services.create_cluster(
         owner, name=CLUSTER, namespace="plinth", kubeconfig_secret_id=str(kube_secret.pk)
     )
     endpoint = services.create_deployment(owner, slug=SLUG, name="Acme Private Chat", spec=SPEC)

@@ -1,14 +1,15 @@
 """The writers of canaries: start, promote, abort (a person's, or the watcher's automatic abort).
 
-Same contract as ``deployments.endpoints.services``, whose shared steps these use: one transaction
-on the endpoint's row lock, the actor's role checked, one AuditEvent and a timeline line, the
-generation bumped so reconcile acts (it starts or removes the canary's pool), the gateway told
-after commit (its split starts or stops).
+Same contract as ``deployments.endpoints.services``, and the same change kernel
+(``deployments.endpoints.changes``): one transaction on the endpoint's row lock, the actor's role
+checked, a timeline line, then ``commit_change``: one AuditEvent (the canary in it), the
+generation bumped so reconcile acts (it starts or removes the canary's pool), the gateway always
+told after commit (its split starts or stops).
 
 Starting makes a new revision that is *not* the target: the endpoint's target stays the serving
 revision (the baseline) and the canary runs as a second pool beside it, so an edit's base stays
-the target's number too (``services._check_base``): an aborted canary's revision is history, not
-newer settings to edit from. Promoting makes the
+the target's number too (``base_revision`` of ``deployments.endpoints.services.update_settings``):
+an aborted canary's revision is history, not newer settings to edit from. Promoting makes the
 canary's revision the target, which reconcile rolls out as any settings change (surge, no
 dropped requests); the canary's own pool is removed at once. Aborting leaves the target as it
 was and removes the canary's pool: rolling back a canary is that one step.
@@ -23,20 +24,11 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane import audit, notify
 from controlplane.access import Actor, require_role, system_actor
 from controlplane.models import Role
 from controlplane.services import Conflict, ServiceError
-from deployments.endpoints import fields
+from deployments.endpoints import changes, fields
 from deployments.endpoints.models import Deployment, DesiredState
-from deployments.endpoints.services import (
-    _clamp_replicas,
-    _cluster_warnings,
-    _ensure_not_deleting,
-    _locked,
-    _new_revision,
-    _queue_reconcile,
-)
 from deployments.endpoints.timeline import record_event
 from deployments.experiments.canary.rules import (
     MAX_WEIGHT,
@@ -131,8 +123,8 @@ def start_canary(
     weight = _check_weight(weight)
     limits = check_thresholds(thresholds or Thresholds())
     message = fields.clean_text(message, "message", fields.MESSAGE_MAX_LENGTH)
-    deployment = _locked(actor, deployment_id)
-    _ensure_not_deleting(deployment)
+    deployment = changes.locked(actor, deployment_id)
+    changes.ensure_not_deleting(deployment)
     baseline = deployment.current_revision
     if deployment.desired_state != DesiredState.RUNNING or baseline is None:
         raise Conflict(
@@ -163,12 +155,16 @@ def start_canary(
     fields.check_replicas(replicas, stored)
     if replicas < 1:
         raise ServiceError("a canary runs at least 1 replica", field="replicas")
-    warnings += _cluster_warnings(deployment.cluster, parsed, replicas)
+    warnings += changes.cluster_warnings(deployment.cluster, parsed, replicas)
     quotas.check_canary(deployment, stored, replicas)
-    revision = _new_revision(
-        actor, deployment, stored, parsed.content_hash(), warnings,
+    revision = changes.new_revision(
+        actor,
+        deployment,
+        stored,
+        parsed.content_hash(),
+        warnings,
         message or f"canary at {weight}%",
-    )  # fmt: skip
+    )
     canary = Canary.objects.create(
         deployment=deployment, revision=revision, baseline_revision=baseline, weight=weight,
         sticky=bool(sticky), replicas=replicas, started_by=actor.label, **asdict(limits),
@@ -179,7 +175,14 @@ def start_canary(
         f"{' (sticky per conversation)' if sticky else ''} by {actor.label}",
         revision.number, data={"weight": weight, "baseline": baseline.number},
     )  # fmt: skip
-    _commit(actor, deployment, "deployment.canary.start", deployment.desired_snapshot(), canary)
+    changes.commit_change(
+        actor,
+        deployment,
+        "deployment.canary.start",
+        deployment.desired_snapshot(),
+        extra={"canary": _snapshot(canary)},
+        routes_changed=True,  # the gateway's split starts
+    )
     return canary
 
 
@@ -188,8 +191,8 @@ def promote_canary(actor: Actor, deployment_id: uuid.UUID | str, *, message: str
     """The canary's revision becomes the target (rolled out in full); its own pool goes."""
     require_role(actor, Role.DEVELOPER)
     message = fields.clean_text(message, "message", fields.MESSAGE_MAX_LENGTH)
-    deployment = _locked(actor, deployment_id)
-    _ensure_not_deleting(deployment)
+    deployment = changes.locked(actor, deployment_id)
+    changes.ensure_not_deleting(deployment)
     canary = _require_running(deployment)
     if not gate_allows(canary):
         raise Conflict(
@@ -197,7 +200,7 @@ def promote_canary(actor: Actor, deployment_id: uuid.UUID | str, *, message: str
             code="gate_refused",
         )
     spec = RuntimeSpec.model_validate(canary.revision.spec)
-    replicas = _clamp_replicas(deployment.desired_replicas, spec)
+    replicas = changes.clamp_replicas(deployment.desired_replicas, spec)
     quotas.check(
         actor.organization, deployment=deployment, spec=canary.revision.spec, replicas=replicas,
         field="canary", desired_state=deployment.desired_state,
@@ -212,7 +215,14 @@ def promote_canary(actor: Actor, deployment_id: uuid.UUID | str, *, message: str
         f"replica (revision {canary.baseline_revision.number} retires once it serves)",
         canary.revision.number,
     )  # fmt: skip
-    _commit(actor, deployment, "deployment.canary.promote", before, canary)
+    changes.commit_change(
+        actor,
+        deployment,
+        "deployment.canary.promote",
+        before,
+        extra={"canary": _snapshot(canary)},
+        routes_changed=True,  # the gateway's split stops
+    )
     return canary
 
 
@@ -221,7 +231,7 @@ def abort_canary(actor: Actor, deployment_id: uuid.UUID | str, *, reason: str = 
     """Stop sending the canary traffic and remove its pool; the target is unchanged."""
     require_role(actor, Role.DEVELOPER)
     reason = fields.clean_text(reason, "reason", fields.MESSAGE_MAX_LENGTH)
-    deployment = _locked(actor, deployment_id)
+    deployment = changes.locked(actor, deployment_id)
     canary = _require_running(deployment)
     why = reason or f"aborted by {actor.label}"
     _abort(actor, deployment, canary, why, "warning", {})
@@ -275,28 +285,14 @@ def _abort(
         f"{canary.baseline_revision.number} serves all requests",
         canary.revision.number, data=data,
     )  # fmt: skip
-    _commit(actor, deployment, "deployment.canary.abort", before, canary)
-
-
-def _commit(
-    actor: Actor, deployment: Deployment, action: str, before: dict[str, Any], canary: Canary
-) -> None:
-    """As ``services._commit_change``, with the canary in the audit record, and the gateway
-    always told (its split changes even when nothing the endpoint's row holds does)."""
-    now = timezone.now()
-    deployment.generation += 1
-    deployment.next_reconcile_at = now
-    deployment.updated_at = now
-    deployment.save(
-        update_fields=[
-            "target_revision", "desired_replicas", "generation", "next_reconcile_at",
-            "updated_at",
-        ]
-    )  # fmt: skip
-    after = {**deployment.desired_snapshot(), "canary": _snapshot(canary)}
-    audit.record(actor, action, deployment, before=before, after=after)
-    notify.publish_on_commit("deployment", str(deployment.pk))
-    _queue_reconcile(deployment.pk)
+    changes.commit_change(
+        actor,
+        deployment,
+        "deployment.canary.abort",
+        before,
+        extra={"canary": _snapshot(canary)},
+        routes_changed=True,  # the gateway's split stops
+    )
 
 
 def _end(canary: Canary, status: str, reason: str) -> None:

@@ -92,7 +92,6 @@ def test_no_module_imports_another_modules_private_name() -> None:
     assert not found, "make the shared name public where it is defined:\n" + "\n".join(found)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 26: the big modules are being split")
 def test_no_product_module_is_over_600_lines() -> None:
     roots = (*PRODUCT, "bench", "scripts")
     long = [

@@ -29,10 +29,6 @@ from tests.controlplane.source_tree import sources
 
 HOME = "runtime/catalog/quantization.py"
 SCANNED = ("runtime", "deployments", "controlplane", "gateway", "sdk/plinth")
-# Tables the console's form still holds while deployments/forms.py is being moved (issue 26): it
-# should read ``runtime.catalog.quantization_labels()`` / ``kv_cache_labels()``. Remove a name here
-# once its table is gone; the test below fails while a name here no longer names a table.
-PENDING = {"QUANTIZATION_NAMES", "KV_CACHE_NAMES"}
 # Where a GPU's SM number may be compared with a literal: the catalogue and the GPU shapes.
 SM_COMPARISONS_OK = ("runtime/catalog/", "runtime/perf/hardware.py")
 SM_LITERAL = re.compile(r"\.sm\s*[<>]=?\s*\d{2,3}")
@@ -85,9 +81,7 @@ def _tables() -> list[tuple[str, str, int]]:
 
 
 def test_no_second_table_of_quantization_facts() -> None:
-    tables = _tables()
-    assert [t for t in tables if t[1] not in PENDING] == []
-    assert {t[1] for t in tables} >= PENDING, "a pending table is gone: remove it from PENDING"
+    assert _tables() == []
 
 
 def test_no_hard_coded_sm_threshold_outside_the_catalogue() -> None:

@@ -28,7 +28,7 @@ from deployments.endpoints.forms.parse import (
 from deployments.endpoints.forms.schema import FormField, Section
 from runtime.catalog import get_model
 from runtime.issues import Issue, field_words
-from runtime.rules.parallel import kv_heads_divide
+from runtime.rules.parallel import working_tps
 from runtime.spec import RuntimeSpec
 
 
@@ -142,7 +142,7 @@ def tp_choices(values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
         widths = list(TP_WIDTHS)
     else:
         attention, kv = heads
-        widths = [t for t in range(1, 17) if attention % t == 0 and kv_heads_divide(kv, t)]
+        widths = working_tps(attention, kv, range(1, 17))
     try:
         now: int | None = int(values.get("parallelism.tp"))  # type: ignore[arg-type]
     except (TypeError, ValueError):

@@ -7,44 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from deployments.endpoints.forms.schema import FormField, Section
-from runtime.catalog import list_gpus, list_models
+from runtime.catalog import kv_cache_labels, list_gpus, list_models, quantization_labels
 from runtime.spec import KV_CACHE_DTYPES, PLINTH_ROUTING, QUANTIZATION_METHODS
 
 CUSTOM_ARCH_TOGGLE = "model.custom_architecture"
 
 
-# SGLang's --quantization names, with the names people know them by.
-QUANTIZATION_NAMES: dict[str, str] = {
-    "fp8": "FP8, quantized on load",
-    "mxfp8": "MXFP8",
-    "modelopt": "ModelOpt checkpoint (FP8 or NVFP4, detected)",
-    "modelopt_fp8": "FP8 checkpoint (ModelOpt)",
-    "modelopt_fp4": "NVFP4 checkpoint (ModelOpt)",
-    "modelopt_mixed": "ModelOpt mixed precision",
-    "nvfp4_online": "NVFP4, converted on load (MoE)",
-    "w8a8_fp8": "FP8 weights and activations (W8A8)",
-    "w8a8_int8": "INT8 weights and activations (W8A8)",
-    "awq": "AWQ (INT4)",
-    "awq_marlin": "AWQ (INT4), Marlin kernels",
-    "gptq": "GPTQ (INT4)",
-    "gptq_marlin": "GPTQ (INT4), Marlin kernels",
-    "bitsandbytes": "bitsandbytes (4- or 8-bit)",
-    "gguf": "GGUF",
-    "moe_wna16": "INT4/INT8 MoE weights (WNA16)",
-    "w4afp8": "INT4 weights, FP8 activations",
-    "mxfp4": "MXFP4",
-    "compressed-tensors": "compressed-tensors (LLM Compressor)",
-    "auto-round": "AutoRound",
-    "petit_nvfp4": "NVFP4 (Petit kernels)",
-}
-KV_CACHE_NAMES: dict[str, str] = {
-    "auto": "as the model (BF16)",
-    "bf16": "BF16",
-    "fp8_e4m3": "FP8 (E4M3)",
-    "fp8_e5m2": "FP8 (E5M2)",
-    "mxfp8": "MXFP8",
-    "nvfp4": "NVFP4",
-}
 # Tensor-parallel widths offered for a model of unknown heads.
 TP_WIDTHS = (1, 2, 4, 8, 16)
 
@@ -281,7 +249,7 @@ SECTIONS: tuple[Section, ...] = (
                 "leave as shipped for a quantized checkpoint; FP8 quantizes a BF16 one on load",
                 QUANTIZATION_METHODS,
                 flag="--quantization",
-                names=QUANTIZATION_NAMES,
+                names=quantization_labels(),
             ),
             FormField(
                 "quantization.kv_cache_dtype",
@@ -289,7 +257,7 @@ SECTIONS: tuple[Section, ...] = (
                 "FP8 holds about twice the tokens",
                 KV_CACHE_DTYPES,
                 flag="--kv-cache-dtype",
-                names=KV_CACHE_NAMES,
+                names=kv_cache_labels(),
             ),
         ),
     ),

@@ -45,6 +45,7 @@ from deployments.endpoints.queries import REVISION_FIELDS, by_id_or_slug
 from deployments.endpoints.timeline import record_event
 from deployments.experiments.models import CanaryStatus
 from deployments.experiments.quality import gate as quality_gate
+from deployments.experiments.queries import has_running_canary, running_canaries
 from deployments.quotas import services as quotas
 from deployments.specs import SpecInvalid, checked_spec, issue_dict
 from runtime.spec import RuntimeSpec
@@ -272,7 +273,7 @@ def update_settings(
     new_labels = fields.clean_labels(labels) if labels is not None else None
     deployment = _locked(actor, deployment_id)
     _ensure_not_deleting(deployment)
-    if deployment.canaries.filter(status=CanaryStatus.RUNNING).exists():
+    if has_running_canary(deployment):
         raise Conflict(
             f"endpoint {deployment.slug} has a canary running; promote or abort it before "
             "changing its settings",
@@ -410,7 +411,7 @@ def _check_gate(deployment: Deployment, spec_hash: str, field: str) -> None:
 def _end_canary_for_rollback(deployment: Deployment, actor: Actor, to_revision: int) -> bool:
     """A rollback stays one step while a canary runs: the canary is aborted with it (its pool
     goes in the same reconcile pass that rolls back)."""
-    ended = deployment.canaries.filter(status=CanaryStatus.RUNNING).update(
+    ended = running_canaries(deployment).update(
         status=CanaryStatus.ABORTED,
         reason=f"the endpoint was rolled back to revision {to_revision} by {actor.label}",
         ended_at=timezone.now(),

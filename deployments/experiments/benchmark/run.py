@@ -53,7 +53,8 @@ from deployments.experiments.benchmark.profile import (
     load_points,
     profile_from_dict,
 )
-from deployments.experiments.models import Benchmark, BenchmarkStatus, CanaryStatus
+from deployments.experiments.models import Benchmark, BenchmarkStatus
+from deployments.experiments.queries import running_canary_numbers
 from runtime.spec import RuntimeSpec
 
 logger = logging.getLogger(__name__)
@@ -217,11 +218,7 @@ def _serving_revisions(benchmark: Benchmark) -> list[int]:
     whatever the gateway splits between, the serving revision and a running canary's."""
     deployment = benchmark.deployment
     numbers = {deployment.current_revision.number} if deployment.current_revision else set()
-    numbers.update(
-        deployment.canaries.filter(status=CanaryStatus.RUNNING).values_list(
-            "revision__number", flat=True
-        )
-    )
+    numbers.update(running_canary_numbers(deployment))
     target = benchmark.revision.number
     return [target] if target in numbers else sorted(numbers)
 

@@ -30,7 +30,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from deployments.drivers.local.tools_env import AIPERF_VERSION, PYTHON_IMAGE
+from deployments.aiperf import AIPERF_VERSION, PYTHON_IMAGE
 from runtime.catalog import GPU_PRODUCT_LABEL, SUPPORTED_SGLANG_VERSIONS, get_gpu, list_gpus
 from runtime.issues import Issue, warning
 from runtime.spec import RuntimeSpec

@@ -62,6 +62,9 @@ class KubeOptions:
     # namespace is where k8s/base runs the gateway and worker (labelled
     # app.kubernetes.io/component=gateway|worker).
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    # The installation's default AIPerf image for benchmark Jobs (PLINTH_BENCHMARK_IMAGE, as set:
+    # checked when a benchmark runs, so a mistake in it fails benchmarks only); "": Plinth's.
+    benchmark_image: str = ""
 
 
 def render_revision(

@@ -18,7 +18,8 @@ from controlplane.access import NotFound, require_role
 from controlplane.guard import actor_of, console_view
 from controlplane.models import Role, Secret
 from controlplane.services import ServiceError
-from deployments.endpoints import queries, services
+from deployments.clusters import queries as cluster_queries
+from deployments.endpoints import services
 from deployments.endpoints.charts import Chart, Series
 from deployments.experiments.models import Benchmark
 from deployments.quotas import services as quotas
@@ -47,7 +48,7 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Cluster {form['name']} added.")
             return redirect("cluster-list")
-    clusters = queries.clusters_for(actor).annotate(endpoints=Count("deployments"))
+    clusters = cluster_queries.clusters_for(actor).annotate(endpoints=Count("deployments"))
     context = {
         "clusters": clusters,
         # Only admins add clusters, so only they need the kubeconfig secrets' names.
@@ -72,7 +73,7 @@ def cluster_settings(request: HttpRequest, cluster_id: str) -> HttpResponse:
     (YAML, checked by the same service as the API's PATCH)."""
     actor = actor_of(request)
     require_role(actor, Role.ADMIN)
-    cluster = queries.get_cluster(actor, cluster_id)
+    cluster = cluster_queries.get_cluster(actor, cluster_id)
     if cluster.kind != "kubernetes":
         raise NotFound("cluster not found")
     error: dict[str, str] = {}

@@ -35,8 +35,9 @@ from controlplane.celery import app as celery_app
 from controlplane.models import Role
 from controlplane.services import Conflict, ServiceError
 from deployments.autoscaling.correction import Correction
-from deployments.cluster_settings import cluster_issues
+from deployments.clusters import queries as cluster_queries
 from deployments.clusters import services as clusters
+from deployments.clusters.checks import cluster_issues
 from deployments.clusters.models import Cluster, ClusterKind
 from deployments.clusters.services import create_cluster, delete_cluster, update_cluster
 from deployments.endpoints import fields, queries
@@ -154,7 +155,7 @@ def _cluster_for(actor: Actor, cluster_id: uuid.UUID | str | None) -> Cluster:
     if cluster_id is None:
         return clusters.default_cluster()
     try:
-        return queries.get_cluster(actor, cluster_id)
+        return cluster_queries.get_cluster(actor, cluster_id)
     except NotFound as exc:
         raise ServiceError("no such cluster", field="cluster_id", code="not_found") from exc
 

@@ -286,7 +286,7 @@ PLINTH_LOCAL_ENGINE = env_str("PLINTH_LOCAL_ENGINE", "sim")
 PLINTH_TOOLS_DIR = Path(env_str("PLINTH_TOOLS_DIR", str(DATA_DIR / "tools")))
 # The image Kubernetes benchmark Jobs run AIPerf from (``aiperf`` on its PATH, nothing installed)
 # where a cluster's settings name none: a mirror of Plinth's in an air-gapped cluster's registry.
-# Empty: Plinth's own (deployments/drivers/local/tools_env.py AIPERF_IMAGE, built from
+# Empty: Plinth's own (deployments/aiperf.py AIPERF_IMAGE, built from
 # docker/aiperf).
 PLINTH_BENCHMARK_IMAGE = env_str("PLINTH_BENCHMARK_IMAGE", "")
 PLINTH_LOCAL_STOP_GRACE_S = env_int("PLINTH_LOCAL_STOP_GRACE_S", 10)

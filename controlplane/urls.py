@@ -7,7 +7,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, include, path
 
 from controlplane import views
-from controlplane.console import invitations, organization
+from controlplane.console import audit, invitations, members, secrets
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", views.home, name="home"),
@@ -20,8 +20,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("api/v1/", include("deployments.api.urls")),  # REST management API (issue 5)
     # Console pages (issue 8): the deployments domain, then platform-wide pages.
     path("", include("deployments.urls")),
-    path("members/", organization.member_list, name="member-list"),
-    path("members/<int:membership_id>/", organization.member_change, name="member-change"),
+    path("members/", members.member_list, name="member-list"),
+    path("members/<int:membership_id>/", members.member_change, name="member-change"),
     path(
         "members/invitations/<uuid:invitation_id>/revoke/",
         invitations.invitation_revoke,
@@ -33,9 +33,9 @@ urlpatterns: list[URLPattern | URLResolver] = [
         invitations.invitation_respond,
         name="invitation-respond",
     ),
-    path("secrets/", organization.secret_list, name="secret-list"),
-    path("secrets/<uuid:secret_id>/delete/", organization.secret_delete, name="secret-delete"),
-    path("audit/", organization.audit_log, name="audit-log"),
+    path("secrets/", secrets.secret_list, name="secret-list"),
+    path("secrets/<uuid:secret_id>/delete/", secrets.secret_delete, name="secret-delete"),
+    path("audit/", audit.audit_log, name="audit-log"),
 ]
 
 # Plinth's own error answers (never Django's debug or default pages): JSON under /api/.

@@ -1,5 +1,6 @@
-"""What an operator sets once per Kubernetes cluster (``ClusterSettings``), and what a cluster's
-observed GPU inventory says about a spec before it is deployed there.
+"""What an operator sets once per Kubernetes cluster (``ClusterSettings``). What a cluster's
+settings and observed GPU inventory say about a spec before it is deployed there is
+``deployments.clusters.checks``'.
 
 Stored as JSON on ``Cluster.operator_settings``, written only by ``deployments.clusters.services``
 (admins), checked here when saved: every name is checked as Kubernetes would check it, so a saved
@@ -13,7 +14,6 @@ that GPU. Defaults are the values NVIDIA GPU feature discovery sets on ``nvidia.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
@@ -30,11 +30,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from deployments.drivers.local.tools_env import AIPERF_VERSION, PYTHON_IMAGE
+from deployments.aiperf import AIPERF_VERSION, PYTHON_IMAGE
 from runtime.catalog import GPU_PRODUCT_LABEL, SUPPORTED_SGLANG_VERSIONS, get_gpu, list_gpus
-from runtime.issues import Issue, warning
-from runtime.spec import RuntimeSpec
-from runtime.topology import engine_groups
 
 # Kubernetes' own rules (apimachinery validation): a DNS-1123 label and subdomain, and a
 # qualified name (an optional subdomain prefix, "/", then up to 63 name characters).
@@ -494,98 +491,3 @@ def parse_settings(data: Mapping[str, Any] | None) -> ClusterSettings:
         raise SettingsInvalid(
             [(".".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()]
         ) from None
-
-
-# --- what a cluster can take ---------------------------------------------------------------
-
-
-def tenant_override_issues(settings: ClusterSettings, spec: RuntimeSpec) -> list[Issue]:
-    """Errors for each field of ``spec`` that sets what the cluster's operator keeps."""
-    runtime = spec.runtime
-    set_by_spec = {
-        "engine_image": runtime.image is not None,
-        "router_image": runtime.router_image is not None,
-        "env": bool(runtime.env),
-        "extra_flags": bool(runtime.extra_flags),
-    }
-    return [
-        Issue(
-            "error",
-            TENANT_OVERRIDES[name],
-            "not_allowed_on_cluster",
-            "this cluster's operator does not let endpoints set this",
-            "remove it, or ask an admin to allow it in the cluster's settings",
-        )
-        for name, is_set in set_by_spec.items()
-        if is_set and not settings.allows(name)
-    ]
-
-
-def inventory_issues(
-    inventory: Mapping[str, Any] | None, spec: RuntimeSpec, replicas: int
-) -> list[Issue]:
-    """Warnings when the cluster's last observed nodes cannot run ``spec`` at ``replicas``: no
-    node of its GPU type, none big enough for one replica's share, or too few free GPUs.
-
-    Nothing when the cluster was never observed (or the last look failed): no news is not bad.
-    """
-    if not inventory or inventory.get("error") or "nodes" not in inventory:
-        return []
-    gpu = get_gpu(spec.hardware.gpu).id
-    nodes = [n for n in inventory["nodes"] if n.get("gpu") == gpu and n.get("schedulable", True)]
-    if not nodes:
-        return [
-            warning(
-                "hardware.gpu",
-                "no_gpu_nodes",
-                f"the cluster has no schedulable node with {gpu} GPUs; replicas will wait "
-                "unscheduled",
-                "choose a GPU type the cluster has, another cluster, or add nodes",
-            )
-        ]
-    issues: list[Issue] = []
-    free = [max(0, int(n.get("allocatable", 0)) - int(n.get("allocated", 0))) for n in nodes]
-    needed = 0
-    for group in engine_groups(spec):
-        count = replicas if group.role == "engine" else group.replicas_min
-        needed += group.gpus * count
-        per_node = group.gpus_per_node
-        largest = max(int(n.get("allocatable", 0)) for n in nodes)
-        if per_node > largest:
-            issues.append(
-                warning(
-                    "hardware.gpus_per_replica",
-                    "gpu_nodes_too_small",
-                    f"each node of a {group.role} replica needs {per_node} {gpu} GPUs; the "
-                    f"cluster's largest such node has {largest}",
-                    "use more nodes per replica or fewer GPUs per replica",
-                )
-            )
-    total_free = sum(free)
-    if needed > total_free:
-        issues.append(
-            warning(
-                "hardware.gpu",
-                "too_few_free_gpus",
-                f"{needed} {gpu} GPUs needed, {total_free} free on the cluster when last "
-                "observed; some replicas will wait until GPUs free up",
-                f"free {math.ceil(needed - total_free)} GPUs, or ask for fewer replicas",
-            )
-        )
-    return issues
-
-
-def cluster_issues(
-    operator_settings: Mapping[str, Any] | None,
-    inventory: Mapping[str, Any] | None,
-    spec: RuntimeSpec,
-    replicas: int,
-) -> list[Issue]:
-    """What a Kubernetes cluster says of ``spec`` before it is deployed there: errors for
-    settings its operator keeps, warnings from its observed GPU nodes. Settings that no longer
-    parse refuse nothing here (reconcile names them to the admin)."""
-    try:
-        settings = parse_settings(operator_settings)
-    except SettingsInvalid:
-        return inventory_issues(inventory, spec, replicas)
-    return [*tenant_override_issues(settings, spec), *inventory_issues(inventory, spec, replicas)]

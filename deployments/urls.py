@@ -9,7 +9,7 @@ from deployments.clusters import views as fleet
 from deployments.endpoints.views import endpoints, history, onboarding, optimize, playground, wizard
 from deployments.experiments.views import benchmarks, canary, experiments
 from deployments.quotas import views as quotas
-from deployments.traffic.views import keys
+from deployments.traffic.views import keys, usage
 
 urlpatterns: list[URLPattern] = [
     path("endpoints/", endpoints.endpoint_list, name="endpoint-list"),
@@ -72,7 +72,7 @@ urlpatterns: list[URLPattern] = [
     path("clusters/", fleet.cluster_list, name="cluster-list"),
     path("clusters/<uuid:cluster_id>/delete/", fleet.cluster_delete, name="cluster-delete"),
     path("clusters/<uuid:cluster_id>/settings/", fleet.cluster_settings, name="cluster-settings"),
-    path("usage/", fleet.usage, name="usage"),
+    path("usage/", usage.usage, name="usage"),
     path("optimize/", optimize.optimize_page, name="optimize"),
     path("optimize/apply/", optimize.optimize_apply, name="optimize-apply"),
     # The wizard's "Recommend settings" (under optimize/, so no endpoint slug is reserved for it).

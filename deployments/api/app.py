@@ -19,6 +19,7 @@ from deployments.clusters import api as clusters
 from deployments.endpoints.api import catalog, deployments, observe, revisions
 from deployments.experiments.api import benchmarks, canary, quality
 from deployments.quotas import api as quotas
+from deployments.traffic import api as traffic
 
 DESCRIPTION = """Manage Plinth's dedicated inference endpoints.
 
@@ -79,6 +80,7 @@ def build_api() -> PlinthAPI:
         quality,
         benchmarks,
         observe,
+        traffic,
         catalog,
         keys,
         secrets,

@@ -1,15 +1,19 @@
-"""Schemas shared by every route group: the error shape, pagination, strict input models."""
+"""Schemas shared by every route group: the error shape, pagination, a time range, strict input
+models."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
 from ninja import Schema
 from pydantic import AfterValidator, ConfigDict, Field, create_model
+
+from controlplane.services import ServiceError
 
 
 def _to_utc(value: datetime) -> datetime:
@@ -23,6 +27,28 @@ def _to_utc(value: datetime) -> datetime:
 
 
 UtcDatetime = Annotated[datetime, AfterValidator(_to_utc)]
+
+
+MAX_RANGE = timedelta(days=31)
+
+
+class RangeQuery(Schema):
+    start: UtcDatetime | None = Field(None, description="ISO 8601; default: an hour before end")
+    end: UtcDatetime | None = Field(None, description="ISO 8601; default: now")
+
+
+def time_range(query: RangeQuery) -> tuple[datetime, datetime]:
+    """``[start, end)`` of ``query``: an hour before ``end`` by default, at most 31 days."""
+    try:
+        end = query.end or timezone.now()
+        start = query.start or end - timedelta(hours=1)
+    except (OverflowError, ValueError) as exc:
+        raise ServiceError("start and end must be dates near the present", field="start") from exc
+    if start >= end:
+        raise ServiceError("start must be before end", field="start")
+    if end - start > MAX_RANGE:
+        raise ServiceError("the range can span at most 31 days", field="start")
+    return start, end
 
 
 class StrictIn(Schema):

@@ -19,9 +19,9 @@ from controlplane.models import Role
 from deployments.api.auth import actor_of
 from deployments.api.schemas import PageQuery, StrictIn, page_of, page_schema
 from deployments.cluster_settings import ClusterSettings, SettingsInvalid, parse_settings
+from deployments.clusters import queries as cluster_queries
 from deployments.clusters import services
 from deployments.clusters.models import Cluster
-from deployments.endpoints import queries
 
 router = Router(tags=["clusters"])
 
@@ -119,7 +119,7 @@ def list_clusters(request: HttpRequest, page: Query[PageQuery]) -> dict[str, Any
     admin = _is_admin(request)
     # The id breaks ties (an organization's cluster may share a name with a shared one), so
     # pages neither skip nor repeat a cluster.
-    rows = queries.clusters_for(actor_of(request)).order_by("name", "created_at", "id")
+    rows = cluster_queries.clusters_for(actor_of(request)).order_by("name", "created_at", "id")
     return page_of(request, rows, page, lambda c: cluster_out(c, admin=admin))
 
 
@@ -133,7 +133,7 @@ def create_cluster(request: HttpRequest, payload: ClusterIn) -> Status[dict[str,
 
 @router.get("/clusters/{cluster_id}", response=ClusterOut, summary="Get a cluster")
 def get_cluster(request: HttpRequest, cluster_id: uuid.UUID) -> dict[str, Any]:
-    cluster = queries.get_cluster(actor_of(request), cluster_id)
+    cluster = cluster_queries.get_cluster(actor_of(request), cluster_id)
     return cluster_out(cluster, admin=_is_admin(request))
 
 

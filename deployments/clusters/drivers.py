@@ -1,8 +1,8 @@
 """The driver of a cluster (the local driver for the built-in cluster, the kube driver
 otherwise), and how an endpoint is named to it.
 
-Options come from settings (``PLINTH_LOCAL_*``), so tests and ``make run`` can make simulated
-engines fast without touching endpoints' settings.
+Options come from settings (``PLINTH_LOCAL_*``, ``PLINTH_TOOLS_DIR``, ``PLINTH_BENCHMARK_IMAGE``),
+so tests and ``make run`` can make simulated engines fast without touching endpoints' settings.
 
 In a Celery worker (``watch_clusters``, called as the worker starts) a Kubernetes cluster's
 driver reads through this process's list+watch cache of the cluster (``informer.cache_for``,
@@ -41,6 +41,7 @@ def local_options() -> LocalOptions:
         engine=settings.PLINTH_LOCAL_ENGINE,
         router_health_check_s=settings.PLINTH_LOCAL_ROUTER_HEALTH_CHECK_S,
         stop_grace_s=settings.PLINTH_LOCAL_STOP_GRACE_S,
+        tools_dir=Path(settings.PLINTH_TOOLS_DIR),
     )
 
 
@@ -91,9 +92,13 @@ def _cache_of(cluster: Cluster, kubeconfig: str) -> ClusterCache:
 
 
 def kube_options(cluster: Cluster) -> KubeOptions:
-    """What the renderers need of ``cluster``: its operator settings, as saved."""
+    """What the renderers need of ``cluster``: its operator settings, as saved, and the
+    installation's default AIPerf image for benchmark Jobs."""
     try:
-        return KubeOptions(cluster=parse_settings(cluster.operator_settings))
+        return KubeOptions(
+            cluster=parse_settings(cluster.operator_settings),
+            benchmark_image=settings.PLINTH_BENCHMARK_IMAGE,
+        )
     except SettingsInvalid as exc:  # saved before a rule Plinth now makes: an admin must act
         raise PermanentDriverError(
             f"cluster {cluster.name}'s settings are invalid: {exc}"

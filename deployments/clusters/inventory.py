@@ -3,8 +3,8 @@
 Beat runs ``observe_clusters`` every ``PLINTH_INVENTORY_INTERVAL_S``: per cluster the nodes
 (from the worker's watch of them once it is synced, else a LIST) and one LIST of every
 namespace's unfinished pods, summarised by ``placement.gpu_inventory`` with the cluster's GPU map.
-The API and the console show it; ``cluster_settings.inventory_issues`` warns from it before a
-deploy. A cluster that cannot be read keeps its last nodes with the error next to them (and
+The API and the console show it; ``deployments.clusters.checks.inventory_issues`` warns from it
+before a deploy. A cluster that cannot be read keeps its last nodes with the error next to them (and
 validation then stays quiet rather than warn from stale figures).
 """
 

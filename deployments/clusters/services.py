@@ -1,6 +1,6 @@
 """Where endpoints run: the built-in local cluster and an organization's Kubernetes clusters.
 
-The only writers of clusters; admins only (reads are ``deployments.endpoints.queries``'). A
+The only writers of clusters; admins only (reads are ``deployments.clusters.queries``'). A
 Kubernetes cluster is reached with a kubeconfig stored as a write-only Secret, named here by id or
 name.
 """
@@ -20,9 +20,10 @@ from controlplane.models import Role, Secret
 from controlplane.services import Conflict, ServiceError, reveal_secret
 from deployments.cluster_settings import SettingsInvalid, parse_settings
 from deployments.clusters.models import Cluster, ClusterKind
+from deployments.clusters.queries import clusters_for, get_cluster
 from deployments.drivers.kube.kubeconfig import kubeconfig_policy, kubeconfig_problems
 from deployments.endpoints.models import SLUG_RE, Deployment, slug_validator
-from deployments.endpoints.queries import clusters_for, get_cluster, id_or_name
+from deployments.endpoints.queries import id_or_name
 
 _DNS_LABEL = full_pattern(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 

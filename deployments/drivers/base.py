@@ -1,4 +1,5 @@
-"""The driver interface: place a revision's LaunchPlan on a cluster, observe it, delete it, logs.
+"""The driver interface: place a revision's LaunchPlan on a cluster, observe it, delete it, logs,
+and run a benchmark against it.
 
 A driver is given everything it needs as plain values (no Django models), so drivers are testable
 without a database: a ``DeploymentRef`` names the endpoint, a ``RevisionPlan`` says what one
@@ -16,10 +17,10 @@ terminating.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from runtime.launch import LaunchPlan, RolePlan
 from runtime.spec import RuntimeSpec
@@ -308,6 +309,35 @@ def pick_source(sources: Sequence[LogSource], query: LogQuery) -> LogSource | No
     return of_role[0] if of_role else None
 
 
+@dataclass(frozen=True)
+class BenchmarkPoint:
+    """One load point of a benchmark: a name for its artifact folder (``concurrency-8``) and
+    AIPerf's command line (without the executable), its slots unfilled (``deployments.aiperf``)."""
+
+    name: str
+    argv: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BenchmarkRun:
+    """A benchmark sweep against an endpoint's gateway URL, as a driver runs it.
+
+    ``api_key`` is the run's temporary inference key (kept out of ``repr``). ``point_timeout_s``
+    bounds one point run as a process; ``deadline_s`` the whole sweep run as one Job.
+    ``artifact_dir`` is this machine's folder for the points' artifacts (the local runner's).
+    """
+
+    slug: str
+    deployment_id: str
+    benchmark_id: str
+    namespace: str
+    points: tuple[BenchmarkPoint, ...]
+    artifact_dir: str
+    point_timeout_s: float
+    deadline_s: float
+    api_key: str = field(default="", repr=False)
+
+
 class Driver(Protocol):
     """What reconcile needs from a cluster. Every method is safe to call again."""
 
@@ -326,6 +356,12 @@ class Driver(Protocol):
     def logs(self, ref: DeploymentRef, query: LogQuery) -> LogLines:
         """Lines of the replica ``query`` picks (``pick_source``), every line shown through
         ``clean_log_line``; no read when it picks none."""
+
+    def run_benchmark(
+        self, run: BenchmarkRun, on_point: Callable[[int, dict[str, Any]], None]
+    ) -> None:
+        """Run ``run``'s points in order, handing each point's AIPerf export to ``on_point``
+        with its index as soon as the driver has it; a run that fails raises a DriverError."""
 
     def close(self) -> None:
         """Release connections (the kube client's pool); running endpoints are unaffected."""

@@ -27,10 +27,10 @@ from controlplane import audit, notify
 from controlplane.access import Actor, NotFound
 from controlplane.celery import app as celery_app
 from controlplane.services import Conflict, ServiceError
-from deployments.cluster_settings import cluster_issues
+from deployments.clusters import queries as cluster_queries
 from deployments.clusters import services as clusters
+from deployments.clusters.checks import cluster_issues
 from deployments.clusters.models import Cluster, ClusterKind
-from deployments.endpoints import queries
 from deployments.endpoints.models import Deployment, DesiredState, Revision
 from deployments.endpoints.queries import REVISION_FIELDS, by_id_or_slug
 from deployments.specs import SpecInvalid, issue_dict
@@ -143,7 +143,7 @@ def cluster_for(actor: Actor, cluster_id: uuid.UUID | str | None) -> Cluster:
     if cluster_id is None:
         return clusters.default_cluster()
     try:
-        return queries.get_cluster(actor, cluster_id)
+        return cluster_queries.get_cluster(actor, cluster_id)
     except NotFound as exc:
         raise ServiceError("no such cluster", field="cluster_id", code="not_found") from exc
 

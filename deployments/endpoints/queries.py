@@ -1,4 +1,4 @@
-"""The read side of the domain: endpoints, revisions, clusters, events and samples, always scoped
+"""Reads of endpoints: the endpoints, their revisions, events and samples, always scoped
 to the actor's organization, for the console, the API and the writers alike.
 
 Reads only: writers are ``deployments.endpoints.services`` (and ``deployments.clusters.services``),
@@ -22,7 +22,6 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from controlplane.access import Actor, NotFound
-from deployments.clusters.models import Cluster
 from deployments.endpoints.models import Deployment, DeploymentEvent, Revision
 from deployments.status import role_counts
 from deployments.traffic.models import MetricSample
@@ -231,24 +230,6 @@ def list_revisions(deployment: Deployment, *, limit: int = 50, offset: int = 0) 
 def revisions_of(deployment: Deployment) -> list[Revision]:
     """Every revision of the endpoint with its author, newest first (the console's history)."""
     return list(Revision.objects.filter(deployment=deployment).select_related("author"))
-
-
-# --- clusters --------------------------------------------------------------------------------
-
-
-def clusters_for(actor: Actor) -> QuerySet[Cluster]:
-    """Clusters this organization may deploy to: its own and the shared ones (the built-in
-    ``local`` cluster has no organization)."""
-    return Cluster.objects.filter(
-        Q(organization=actor.organization) | Q(organization__isnull=True)
-    ).order_by("name", "created_at")
-
-
-def get_cluster(actor: Actor, cluster_id: uuid.UUID | str) -> Cluster:
-    cluster = clusters_for(actor).filter(id_or_name(str(cluster_id))).first()
-    if cluster is None:
-        raise NotFound("cluster not found")
-    return cluster
 
 
 # --- what was observed -----------------------------------------------------------------------

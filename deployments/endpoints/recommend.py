@@ -16,6 +16,7 @@ from typing import Any
 
 from controlplane.access import Actor
 from controlplane.services import ServiceError
+from deployments.clusters import queries as cluster_queries
 from deployments.endpoints import queries, services
 from deployments.endpoints.models import Deployment, Revision
 from runtime.confirm import DEFAULT_TOP, ConfirmError, attach_measurements, confirm_top
@@ -45,7 +46,7 @@ def recommend(
 ) -> dict[str, Any]:
     """Ranked candidates with predicted figures and reasons (ServiceError naming the field)."""
     if cluster_id is not None:
-        cluster = queries.get_cluster(actor, cluster_id)
+        cluster = cluster_queries.get_cluster(actor, cluster_id)
         query = replace(query, gpu_counts=free_gpus(cluster.gpu_inventory))
     try:
         result = run_optimizer(query)

@@ -33,6 +33,7 @@ from deployments.endpoints.models import Deployment, DesiredState, Revision
 from deployments.endpoints.timeline import record_event
 from deployments.experiments.models import CanaryStatus
 from deployments.experiments.quality import gate as quality_gate
+from deployments.experiments.queries import has_running_canary, running_canaries
 from deployments.quotas import services as quotas
 from deployments.specs import SpecInvalid, checked_spec
 from runtime.spec import RuntimeSpec
@@ -137,7 +138,7 @@ def update_settings(
     new_labels = fields.clean_labels(labels) if labels is not None else None
     deployment = changes.locked(actor, deployment_id)
     changes.ensure_not_deleting(deployment)
-    if deployment.canaries.filter(status=CanaryStatus.RUNNING).exists():
+    if has_running_canary(deployment):
         raise Conflict(
             f"endpoint {deployment.slug} has a canary running; promote or abort it before "
             "changing its settings",
@@ -284,7 +285,7 @@ def _check_gate(deployment: Deployment, spec_hash: str, field: str) -> None:
 def _end_canary_for_rollback(deployment: Deployment, actor: Actor, to_revision: int) -> bool:
     """A rollback stays one step while a canary runs: the canary is aborted with it (its pool
     goes in the same reconcile pass that rolls back)."""
-    ended = deployment.canaries.filter(status=CanaryStatus.RUNNING).update(
+    ended = running_canaries(deployment).update(
         status=CanaryStatus.ABORTED,
         reason=f"the endpoint was rolled back to revision {to_revision} by {actor.label}",
         ended_at=timezone.now(),

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from controlplane.crypto import engine_api_key
 from deployments.endpoints.models import Deployment
-from deployments.experiments.models import Canary, CanaryStatus
+from deployments.experiments.queries import running_canary_replicas
 from deployments.traffic.models import MetricSample
 from runtime.client import EngineClient, RuntimeUnavailable
 from runtime.metrics import MetricsSnapshot, merge
@@ -111,12 +111,7 @@ def probe(deployment_id: str) -> MetricSample | None:
 
 def _replica_facts(deployment: Deployment) -> list[dict[str, Any]]:
     """The endpoint's replicas, and its running canary's (one more query)."""
-    canary = (
-        Canary.objects.filter(deployment=deployment, status=CanaryStatus.RUNNING)
-        .values_list("replica_facts", flat=True)
-        .first()
-    )
-    return [*(deployment.replica_facts or []), *(canary or [])]
+    return [*(deployment.replica_facts or []), *running_canary_replicas(deployment)]
 
 
 def _by_revision(

@@ -12,6 +12,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
+from deployments.aiperf import AIPERF_IMAGE, AIPERF_VERSION, PYTHON_IMAGE
 from deployments.cluster_settings import ClusterSettings, parse_settings
 from deployments.drivers.kube.benchmark_job import (
     KEY_ENV,
@@ -21,7 +22,7 @@ from deployments.drivers.kube.benchmark_job import (
     benchmark_secret,
     tokenizer_config_map,
 )
-from deployments.drivers.local.tools_env import AIPERF_IMAGE, AIPERF_VERSION, PYTHON_IMAGE
+from deployments.experiments.benchmark.aiperf import aiperf_points
 from deployments.experiments.benchmark.profile import parse_profile
 
 VERSIONS = ["1.29.0", "1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0"]
@@ -47,11 +48,14 @@ FROM_INDEX = {"benchmark_aiperf": {"type": "pip", "index_url": "https://pypi.int
 
 def _job(cluster: ClusterSettings | None = None, platform_image: str = "") -> dict:
     return benchmark_job(
-        PROFILE,
-        url="https://gw.example/endpoints/chat",
-        model="chat",
+        aiperf_points(
+            PROFILE,
+            url="https://gw.example/endpoints/chat",
+            model="chat",
+            benchmark_id=IDS["benchmark_id"],
+            revision=3,
+        ),
         deadline_s=900,
-        revision=3,
         cluster=cluster,
         platform_image=platform_image,
         **IDS,

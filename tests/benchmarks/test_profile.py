@@ -7,13 +7,8 @@ from typing import Any
 
 import pytest
 
-from deployments.experiments.benchmark.aiperf import (
-    TOKENIZER_DIR,
-    aiperf_argv,
-    aiperf_env,
-    parse_export,
-    redacted,
-)
+from deployments.aiperf import TOKENIZER_DIR, aiperf_env
+from deployments.experiments.benchmark.aiperf import aiperf_argv, parse_export, redacted
 from deployments.experiments.benchmark.profile import (
     LoadPoint,
     ProfileError,

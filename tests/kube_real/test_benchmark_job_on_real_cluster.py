@@ -17,6 +17,7 @@ from deployments.drivers.kube.benchmark_job import (
 from deployments.drivers.kube.client import KubeClient, kind_of
 from deployments.drivers.kube.driver import KubeDriver
 from deployments.drivers.kube.labels import BENCHMARK
+from deployments.experiments.benchmark.aiperf import aiperf_points
 from deployments.experiments.benchmark.profile import parse_profile
 from tests.drivers.reference_specs import load_spec, revision_plan
 from tests.kube_real.conftest import SETTLE_S
@@ -40,12 +41,16 @@ def test_a_benchmark_job_from_a_mirrored_image_is_accepted_and_runs_to_completio
         "namespace": ref.namespace,
     }
     profile = parse_profile({"concurrency": [1, 8], "duration_s": 20, "shared_prefix": 0.5})
-    job = benchmark_job(
+    points = aiperf_points(
         profile,
         url="https://gw.example/endpoints/chat",
         model="chat",
-        deadline_s=900,
+        benchmark_id=ids["benchmark_id"],
         revision=1,
+    )
+    job = benchmark_job(
+        points,
+        deadline_s=900,
         cluster=parse_settings(AIR_GAPPED),
         **ids,
     )
@@ -85,7 +90,10 @@ def test_an_edit_during_a_benchmark_keeps_its_objects_and_its_pod_is_no_replica(
         "namespace": ref.namespace,
     }
     profile = parse_profile({"concurrency": [1], "duration_s": 20})
-    job = benchmark_job(profile, url="https://gw.example/e", model="chat", deadline_s=900, **ids)
+    points = aiperf_points(
+        profile, url="https://gw.example/e", model="chat", benchmark_id=ids["benchmark_id"]
+    )
+    job = benchmark_job(points, deadline_s=900, **ids)
     objects = [benchmark_secret(api_key="pk_inf_test", **ids), tokenizer_config_map(**ids), job]
     for obj in objects:
         worker_client.apply(obj, force=True)

@@ -11,9 +11,10 @@ logs.
 
 Where AIPerf comes from is the cluster's ``benchmark_aiperf`` setting. By default an image with
 ``aiperf`` on its PATH (the cluster's, else the platform's, else Plinth's own, pinned to
-``tools_env.AIPERF_VERSION``): the pod then talks to nothing but the gateway, so a benchmark runs
-on a cluster that reaches no package index. Only where an operator chose ``pip`` does the pod
-install the pinned version from the index named there into a writable ``/tmp`` on every run.
+``deployments.aiperf.AIPERF_VERSION``): the pod then talks to nothing but the gateway, so a
+benchmark runs on a cluster that reaches no package index. Only where an operator chose ``pip``
+does the pod install the pinned version from the index named there into a writable ``/tmp`` on
+every run.
 The pod takes the cluster's settings for every pod (node selector, tolerations, priority class,
 image-pull secrets for a private registry, extra labels and annotations), none of the GPU ones.
 """
@@ -21,15 +22,21 @@ image-pull secrets for a private registry, extra labels and annotations), none o
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from typing import Any
 
+from deployments.aiperf import (
+    AIPERF_IMAGE,
+    AIPERF_SETTINGS,
+    AIPERF_VERSION,
+    EXPORT_FILE,
+    TOKENIZER_DIR,
+    filled,
+)
 from deployments.cluster_settings import AiperfFromIndex, BenchmarkAiperf, ClusterSettings
 from deployments.drivers.kube import labels as L
 from deployments.drivers.kube.render.metadata import with_operator_metadata
 from deployments.drivers.kube.render.pods import cpu_pod_scheduling
-from deployments.drivers.local.tools_env import AIPERF_IMAGE, AIPERF_VERSION
-from deployments.experiments.benchmark.aiperf import AIPERF_SETTINGS, TOKENIZER_DIR, aiperf_argv
-from deployments.experiments.benchmark.profile import TrafficProfile, load_points
 
 KEY_ENV = "PLINTH_BENCHMARK_KEY"
 KEY_FIELD = "api-key"
@@ -102,56 +109,41 @@ def _install(source: BenchmarkAiperf) -> list[str]:
     ]
 
 
-def _script(
-    profile: TrafficProfile,
-    *,
-    url: str,
-    model: str,
-    benchmark_id: str,
-    revision: int | None,
-    source: BenchmarkAiperf,
-) -> str:
+def _script(points: Sequence[Sequence[str]], source: BenchmarkAiperf) -> str:
     lines = ["set -eu", *_install(source)]
-    for index, point in enumerate(load_points(profile)):
+    for index, slotted in enumerate(points):
         out = f"{POD_TMP}/out/{index}"
-        argv = aiperf_argv(
-            profile, point, url=url, model=model, api_key=_KEY_PLACEHOLDER,
-            artifact_dir=out, tokenizer=TOKENIZER_MOUNT, benchmark_id=benchmark_id,
-            revision=revision,
-        )  # fmt: skip
+        argv = filled(
+            slotted, api_key=_KEY_PLACEHOLDER, tokenizer=TOKENIZER_MOUNT, artifact_dir=out
+        )
         quoted = " ".join(shlex.quote(a) for a in ["aiperf", *argv])
         quoted = quoted.replace(shlex.quote(_KEY_PLACEHOLDER), f'"${KEY_ENV}"')
         lines.append(quoted)
         lines.append(
-            f'printf "{RESULT_MARKER} {index} %s\\n" '
-            f'"$(tr -d "\\n" < {out}/profile_export_aiperf.json)"'
+            f'printf "{RESULT_MARKER} {index} %s\\n" "$(tr -d "\\n" < {out}/{EXPORT_FILE})"'
         )
     return "\n".join(lines) + "\n"
 
 
 def benchmark_job(
-    profile: TrafficProfile,
+    points: Sequence[Sequence[str]],
     *,
     slug: str,
     deployment_id: str,
     benchmark_id: str,
     namespace: str,
-    url: str,
-    model: str,
     deadline_s: int,
-    revision: int | None = None,
     cluster: ClusterSettings | None = None,
     platform_image: str = "",
 ) -> dict[str, Any]:
-    """The Job that runs the sweep once (no retries: a rerun is a new benchmark), on
-    ``cluster``'s settings; ``platform_image`` is the installation's default AIPerf image."""
+    """The Job that runs the sweep once (no retries: a rerun is a new benchmark): ``points``
+    are AIPerf's command lines, one per load point, their slots unfilled (``deployments.aiperf``);
+    on ``cluster``'s settings; ``platform_image`` is the installation's default AIPerf image."""
     cluster = cluster or ClusterSettings()
     source = cluster.benchmark_aiperf
     name = benchmark_names(slug, benchmark_id)
     labels = _labels(slug, deployment_id, benchmark_id)
-    script = _script(
-        profile, url=url, model=model, benchmark_id=benchmark_id, revision=revision, source=source
-    )
+    script = _script(points, source)
     container = {
         "name": "aiperf",
         "image": aiperf_image(source, platform_image),

@@ -27,14 +27,14 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from deployments.drivers import base
 from deployments.drivers.errors import ForeignObjectError
+from deployments.drivers.kube import benchmark, placement
 from deployments.drivers.kube import labels as L
-from deployments.drivers.kube import placement
 from deployments.drivers.kube.client import Kind, KubeClient, KubePermanentError, kind_of
 from deployments.drivers.kube.informer import ClusterCache
 from deployments.drivers.kube.observe import job_failed, observation
@@ -90,6 +90,12 @@ class KubeDriver:
 
     def close(self) -> None:
         self.client.close()
+
+    def run_benchmark(
+        self, run: base.BenchmarkRun, on_point: Callable[[int, dict[str, Any]], None]
+    ) -> None:
+        """The sweep as one Job in the endpoint's namespace (``kube.benchmark``)."""
+        benchmark.run_benchmark(self.client, self.options, run, on_point)
 
     # --- apply ---
 

@@ -1,4 +1,5 @@
-"""One AIPerf load point on the local cluster: a subprocess from the tools environment.
+"""A benchmark on the local cluster: each load point an AIPerf subprocess from the tools
+environment, one after the other.
 
 The tools environment (``deployments.drivers.local.tools_env``) is made on first use, under a file
 lock, so the first benchmark of an installation waits a couple of minutes for it. AIPerf writes its
@@ -15,17 +16,38 @@ Python and ``-P``, so no module of Plinth's can shadow one of AIPerf's.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from deployments.aiperf import EXPORT_FILE, TOKENIZER_DIR, aiperf_env, filled
+from deployments.drivers.base import BenchmarkRun
 from deployments.drivers.errors import PermanentDriverError
 from deployments.drivers.local.tools_env import ensure_aiperf
-from deployments.experiments.benchmark.aiperf import EXPORT_FILE, aiperf_env
 from runtime import secret_flags
 
 LOG_FILE = "aiperf-stdout.log"
 _TAIL_LINES = 15
+
+
+def run_points(
+    run: BenchmarkRun, on_point: Callable[[int, dict[str, Any]], None], *, tools_dir: Path
+) -> None:
+    """Run ``run``'s points in order, each in its own artifact folder; each export to
+    ``on_point`` as soon as its point ends."""
+    for index, point in enumerate(run.points):
+        point_dir = Path(run.artifact_dir) / point.name
+        argv = filled(
+            point.argv,
+            api_key=run.api_key,
+            tokenizer=str(TOKENIZER_DIR),
+            artifact_dir=str(point_dir),
+        )
+        export = run_aiperf(argv, point_dir, tools_dir=tools_dir, timeout_s=run.point_timeout_s)
+        on_point(index, json.loads(export.read_text()))
 
 
 def run_aiperf(argv: list[str], artifact_dir: Path, *, tools_dir: Path, timeout_s: float) -> Path:

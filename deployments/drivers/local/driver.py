@@ -12,7 +12,8 @@ smg read the key from argv only, and a command line is readable by every local u
 process is started through ``runtime.secret_flags`` as a Kubernetes container is: the key in its
 environment (readable by its own user only), ``--api-key $(PLINTH_API_KEY)`` on its command
 line, the value put in place inside the process. smg is handed the key for each worker it is
-told to add (it sends a worker no key of its own otherwise).
+told to add (it sends a worker no key of its own otherwise). A benchmark runs AIPerf point by
+point as a process from the tools environment (``local.benchmark``).
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, tzinfo
 from pathlib import Path
+from typing import Any
 
 from deployments.drivers import base
 from deployments.drivers.errors import PermanentDriverError, TemporaryDriverError
+from deployments.drivers.local.benchmark import run_points
 from deployments.drivers.local.logfile import read_log
 from deployments.drivers.local.processes import ProcessRecord, ProcessTable, free_port
 from runtime.client import EngineClient, RouterClient, RuntimeUnavailable
@@ -53,6 +56,8 @@ class LocalOptions:
     stop_grace_s: float = 5.0
     # Extra environment for engines, e.g. PLINTH_SIM_TIME_SCALE for fast simulated runs.
     env: dict[str, str] = field(default_factory=dict)
+    # Where the tools environment (AIPerf, for benchmarks) lives: PLINTH_TOOLS_DIR.
+    tools_dir: Path | None = None
 
 
 def _digest(*parts: object) -> str:
@@ -75,6 +80,14 @@ class LocalDriver:
 
     def close(self) -> None:
         """Nothing to release: processes outlive the driver on purpose."""
+
+    def run_benchmark(
+        self, run: base.BenchmarkRun, on_point: Callable[[int, dict[str, Any]], None]
+    ) -> None:
+        """Each point as an AIPerf process from the tools environment (``local.benchmark``)."""
+        if self.options.tools_dir is None:
+            raise PermanentDriverError("the local driver was given no tools folder for AIPerf")
+        run_points(run, on_point, tools_dir=self.options.tools_dir)
 
     def _table(self, ref: base.DeploymentRef) -> ProcessTable:
         return ProcessTable(self.options.run_dir / ref.id)

@@ -2,8 +2,8 @@
 
 AIPerf (PyPI ``aiperf``, Apache-2.0) pulls in about 1.2 GB (transformers, zmq, pandas, ...), so it
 stays out of Plinth's own virtualenv: it lives in ``<PLINTH_TOOLS_DIR>/aiperf-<version>/`` and is
-only ever run as a subprocess. The version is pinned here and nowhere else (the Kubernetes Job's
-image, ``docker/aiperf/Dockerfile``, is built with the same version).
+only ever run as a subprocess. The version is pinned in ``deployments.aiperf`` and nowhere else (the
+Kubernetes Job's image, ``docker/aiperf/Dockerfile``, is built with the same version).
 
 Creation takes a couple of minutes on a cold pip cache, and two workers may ask for it at once: an
 exclusive file lock serialises them, and a stamp file written last marks a finished install, so a
@@ -24,14 +24,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-AIPERF_VERSION = "0.13.0"
-# The Kubernetes Job's image by default: Plinth's, AIPERF_VERSION on PATH (built from
-# docker/aiperf/Dockerfile, whose pins a test holds to these), so a Job installs nothing and
-# needs no package index. An operator mirrors it or names another (``ClusterSettings``).
-AIPERF_IMAGE = f"ghcr.io/plinth-project/aiperf:{AIPERF_VERSION}"
-# The plain Python that image is built on, and that a cluster which chose to install AIPerf from
-# a package index on each run (``benchmark_aiperf: {type: pip}``) runs the Job in.
-PYTHON_IMAGE = "python:3.11.11-slim-bookworm"
+from deployments.aiperf import AIPERF_VERSION
+
 STAMP = ".plinth-installed"
 
 

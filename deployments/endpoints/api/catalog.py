@@ -12,7 +12,8 @@ from pydantic import Field, StrictStr
 from controlplane.services import ServiceError
 from deployments.api.auth import actor_of
 from deployments.api.schemas import FieldErrorOut, StrictIn
-from deployments.cluster_settings import cluster_issues
+from deployments.clusters import queries as cluster_queries
+from deployments.clusters.checks import cluster_issues
 from deployments.clusters.models import ClusterKind
 from deployments.endpoints import diff, queries, recommend
 from deployments.endpoints.api.revisions import FieldChangeOut
@@ -76,7 +77,7 @@ def validate(request: HttpRequest, payload: ValidateIn) -> dict[str, Any]:
     """Every issue (errors and warnings, field by field), the memory fit and the cost."""
     spec, issues = check(payload.spec)
     if spec is not None and payload.cluster_id is not None:
-        cluster = queries.get_cluster(actor_of(request), payload.cluster_id)
+        cluster = cluster_queries.get_cluster(actor_of(request), payload.cluster_id)
         if cluster.kind == ClusterKind.KUBERNETES:
             replicas = initial_replicas(spec)
             issues += cluster_issues(

@@ -1,32 +1,35 @@
-"""What happened to an endpoint: its events, metric samples over a time range, key usage, and
-its replicas' logs."""
+"""What happened to an endpoint: its events, metric samples over a time range, and its replicas'
+logs. Its usage by key is ``deployments.traffic.api``'s."""
 
 from __future__ import annotations
 
-import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
-from django.db.models import F, Max, QuerySet, Sum
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.utils import timezone
 from ninja import Query, Router, Schema
 from pydantic import Field
 
-from controlplane.access import Actor, require_role
+from controlplane.access import require_role
 from controlplane.error_pages import error_response
 from controlplane.models import Role
 from controlplane.services import ServiceError
 from deployments.api.auth import actor_of
-from deployments.api.schemas import ErrorOut, PageQuery, UtcDatetime, page_body, page_schema
+from deployments.api.schemas import (
+    ErrorOut,
+    PageQuery,
+    RangeQuery,
+    page_body,
+    page_schema,
+    time_range,
+)
 from deployments.endpoints import logs, queries
 from deployments.endpoints.models import DeploymentEvent, EventLevel
-from deployments.experiments.models import Benchmark
-from deployments.traffic.models import MetricSample, UsageRecord
+from deployments.traffic.models import MetricSample
 
 router = Router(tags=["observability"])
 
-MAX_RANGE = timedelta(days=31)
 MAX_SAMPLES = 2000
 
 
@@ -45,11 +48,6 @@ EventPage = page_schema(EventOut, "EventPage")
 
 class EventQuery(PageQuery):
     level: str | None = Field(None, description="info, warning or error")
-
-
-class RangeQuery(Schema):
-    start: UtcDatetime | None = Field(None, description="ISO 8601; default: an hour before end")
-    end: UtcDatetime | None = Field(None, description="ISO 8601; default: now")
 
 
 class MetricOut(Schema):
@@ -81,40 +79,6 @@ class MetricsOut(Schema):
     samples: list[MetricOut]
 
 
-class UsageRowOut(Schema):
-    deployment_id: uuid.UUID
-    deployment_slug: str
-    api_key_id: uuid.UUID
-    api_key_name: str
-    api_key_prefix: str
-    requests: int
-    prompt_tokens: int
-    cached_tokens: int
-    completion_tokens: int
-    purpose: str = Field(
-        description="inference, or benchmark: the traffic of a benchmark's temporary key"
-    )
-
-
-class UsageOut(Schema):
-    start: datetime
-    end: datetime
-    rows: list[UsageRowOut] = Field(description="totals per endpoint and key over the range")
-
-
-def _range(query: RangeQuery) -> tuple[datetime, datetime]:
-    try:
-        end = query.end or timezone.now()
-        start = query.start or end - timedelta(hours=1)
-    except (OverflowError, ValueError) as exc:
-        raise ServiceError("start and end must be dates near the present", field="start") from exc
-    if start >= end:
-        raise ServiceError("start must be before end", field="start")
-    if end - start > MAX_RANGE:
-        raise ServiceError("the range can span at most 31 days", field="start")
-    return start, end
-
-
 @router.get("/deployments/{deployment_id}/events", response=EventPage, summary="Events")
 def list_events(
     request: HttpRequest, deployment_id: str, query: Query[EventQuery]
@@ -133,7 +97,7 @@ def list_events(
 def metrics(request: HttpRequest, deployment_id: str, query: Query[RangeQuery]) -> dict[str, Any]:
     """Probe samples in ``[start, end)``, oldest first; at most 2000 (the latest ones)."""
     deployment = queries.get_deployment(actor_of(request), deployment_id)
-    start, end = _range(query)
+    start, end = time_range(query)
     rows = MetricSample.objects.filter(deployment=deployment, ts__gte=start, ts__lt=end)
     latest = list(rows.order_by("-ts")[: MAX_SAMPLES + 1])
     truncated = len(latest) > MAX_SAMPLES
@@ -143,51 +107,6 @@ def metrics(request: HttpRequest, deployment_id: str, query: Query[RangeQuery]) 
         "truncated": truncated,
         "samples": latest[:MAX_SAMPLES][::-1],
     }
-
-
-def _usage(actor: Actor, query: RangeQuery, deployment_id: uuid.UUID | None) -> dict[str, Any]:
-    start, end = _range(query)
-    rows = UsageRecord.objects.filter(
-        organization=actor.organization, minute__gte=start, minute__lt=end
-    )
-    if deployment_id is not None:
-        rows = rows.filter(deployment_id=deployment_id)
-    totals = (
-        rows.values(
-            "deployment_id", "deployment_slug", "api_key_id", api_key_name=F("api_key__name")
-        )
-        .annotate(
-            api_key_prefix=Max("api_key__prefix"),
-            requests=Sum("requests"),
-            prompt_tokens=Sum("prompt_tokens"),
-            cached_tokens=Sum("cached_tokens"),
-            completion_tokens=Sum("completion_tokens"),
-        )
-        .order_by("deployment_slug", "api_key__name")
-    )
-    rows_out: list[dict[str, Any]] = [dict(row) for row in totals]
-    benchmark_keys = set(
-        Benchmark.objects.filter(api_key_id__in={r["api_key_id"] for r in rows_out}).values_list(
-            "api_key_id", flat=True
-        )
-    )
-    for row in rows_out:
-        row["purpose"] = "benchmark" if row["api_key_id"] in benchmark_keys else "inference"
-    return {"start": start, "end": end, "rows": rows_out}
-
-
-@router.get("/deployments/{deployment_id}/usage", response=UsageOut, summary="Usage by key")
-def deployment_usage(
-    request: HttpRequest, deployment_id: str, query: Query[RangeQuery]
-) -> dict[str, Any]:
-    actor = actor_of(request)
-    deployment = queries.get_deployment(actor, deployment_id)
-    return _usage(actor, query, deployment.pk)
-
-
-@router.get("/usage", response=UsageOut, summary="Usage of every endpoint by key")
-def usage(request: HttpRequest, query: Query[RangeQuery]) -> dict[str, Any]:
-    return _usage(actor_of(request), query, None)
 
 
 # --- logs ---------------------------------------------------------------------------------------

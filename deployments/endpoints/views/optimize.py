@@ -26,6 +26,7 @@ from controlplane.access import Actor
 from controlplane.guard import actor_of, console_view
 from controlplane.models import Role
 from controlplane.services import ServiceError
+from deployments.clusters import queries as cluster_queries
 from deployments.endpoints import queries, recommend
 from deployments.endpoints.charts import Point, Scatter
 from deployments.endpoints.forms import model_choices
@@ -108,7 +109,7 @@ def optimize_page(request: HttpRequest) -> HttpResponse:
     context: dict[str, Any] = {
         "form": form,
         "models": model_choices(),
-        "clusters": list(queries.clusters_for(actor)),
+        "clusters": list(cluster_queries.clusters_for(actor)),
         "query": request.GET.urlencode(),
     }
     if asked and form.is_valid():

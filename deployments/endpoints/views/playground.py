@@ -40,7 +40,7 @@ from controlplane.services import ServiceError
 from deployments.endpoints import queries
 from deployments.endpoints.models import Deployment
 from deployments.endpoints.queries import inference_url
-from deployments.experiments.models import Canary, CanaryStatus
+from deployments.experiments.queries import running_canary
 from runtime.routing_key import ROUTING_KEY_HEADER, routing_key
 
 # The playground's limits: enforced here, and rendered into the form's attributes from the same
@@ -241,14 +241,6 @@ def serving_revisions(endpoint: Deployment) -> dict[int, str]:
     if canary is not None:
         serving[canary.revision.number] = canary.router_url
     return serving
-
-
-def running_canary(endpoint: Deployment) -> Canary | None:
-    return (
-        Canary.objects.select_related("revision", "baseline_revision")
-        .filter(deployment=endpoint, status=CanaryStatus.RUNNING)
-        .first()
-    )
 
 
 def _compared_endpoint(actor: Actor, raw: str) -> Deployment | None:

@@ -22,6 +22,7 @@ from controlplane.access import require_role
 from controlplane.guard import actor_of, console_view
 from controlplane.models import Role
 from controlplane.services import Conflict, ServiceError
+from deployments.clusters import queries as cluster_queries
 from deployments.endpoints import forms, presets, queries, recommend, services
 from deployments.endpoints.models import Deployment
 from runtime.issues import Issue, error
@@ -100,7 +101,7 @@ def _edit_base(request: HttpRequest) -> dict[str, Any] | None:
 def endpoint_create(request: HttpRequest) -> HttpResponse:
     actor = actor_of(request)
     require_role(actor, Role.DEVELOPER)
-    clusters = list(queries.clusters_for(actor))
+    clusters = list(cluster_queries.clusters_for(actor))
     if request.method == "GET":
         chosen = presets.preset(request.GET.get("template", ""))
         prefill = chosen.spec_copy() if chosen else _prefilled_spec(request)
@@ -198,7 +199,7 @@ def wizard_recommend(request: HttpRequest) -> HttpResponse:
     meta = {k: request.POST.get(k, "").strip() for k in ("slug", "name", "cluster", "message")}
     context = _form_context(values, issues, est)
     context.update(
-        clusters=list(queries.clusters_for(actor)),
+        clusters=list(cluster_queries.clusters_for(actor)),
         meta=meta,
         rec_form=rec_form,
         recommendation=pick,

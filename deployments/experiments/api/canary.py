@@ -13,11 +13,11 @@ from controlplane.access import NotFound
 from deployments.api.auth import actor_of
 from deployments.api.schemas import StrictIn
 from deployments.endpoints import queries
-from deployments.endpoints.models import Deployment
 from deployments.experiments.canary import services as canary_services
 from deployments.experiments.canary import watch as canary_watch
 from deployments.experiments.canary.rules import MAX_WEIGHT, MIN_WEIGHT, Thresholds
 from deployments.experiments.models import Canary, CanaryStatus
+from deployments.experiments.queries import latest_canary, reloaded_canary
 from runtime.spec import RuntimeSpec
 
 router = Router(tags=["canary"])
@@ -129,15 +129,8 @@ def canary_out(canary: Canary) -> dict[str, Any]:
     }
 
 
-def latest_canary(deployment: Deployment) -> Canary | None:
-    """The running canary, else the last one that ran."""
-    rows = deployment.canaries.select_related("revision", "baseline_revision")
-    return rows.filter(status=CanaryStatus.RUNNING).first() or rows.order_by("-started_at").first()
-
-
 def _reloaded(canary: Canary) -> dict[str, Any]:
-    fresh = Canary.objects.select_related("revision", "baseline_revision").get(pk=canary.pk)
-    return canary_out(fresh)
+    return canary_out(reloaded_canary(canary))
 
 
 @router.post(

@@ -1,16 +1,15 @@
 """NVIDIA AIPerf's command line for one load point, and its results export read back.
 
-Pure functions shared by both places a benchmark runs: the local runner (a subprocess from the
-tools environment, ``deployments.drivers.local.tools_env``) and the Kubernetes Job
-(``drivers.kube.render``).
+Pure functions. ``aiperf_points`` builds a sweep's command lines with the slots a runner fills
+(``deployments.aiperf``: the key, the tokenizer's folder, the artifact folder), which the
+benchmark run hands to the cluster's driver: the local runner (a subprocess from the tools
+environment, ``deployments.drivers.local.tools_env``) or the Kubernetes Job
+(``deployments.drivers.kube.benchmark_job``). The tool's own facts (version, images, settings,
+environment, the tokenizer Plinth ships) are ``deployments.aiperf``'s.
 
 No tokenizer is downloaded at run time: AIPerf cuts synthetic prompts with the small tokenizer
 Plinth ships (``runtime/catalog/tokenizers/plinth-sim``, or a path the caller gives, e.g. the
 model's own), and every token count in the results is the server's (``--use-server-token-count``).
-AIPerf 0.13 refuses a tokenizer *path* when ``HF_HUB_OFFLINE`` is set (it then looks the path up
-as a cached hub repository), so ``aiperf_env`` leaves that variable out: a local path never
-reaches the hub either way, and telemetry is off. Nothing else of the worker's environment but
-what a process needs to run reaches AIPerf (no secret of the worker's).
 
 Every request asks for exactly the profile's answer length: ``max_completion_tokens`` (AIPerf's
 ``--osl``) pinned with ``ignore_eos`` and ``min_tokens`` (SGLang's OpenAI routes take both), so an
@@ -25,36 +24,30 @@ The API key travels as ``--api-key``; ``redacted`` is what may be logged or stor
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from deployments.experiments.benchmark.profile import LATENCIES, PERCENTILES, LoadPoint, PointResult
+from deployments.aiperf import (
+    ARTIFACT_DIR_SLOT,
+    EXPORT_FILE,
+    KEY_SLOT,
+    TOKENIZER_DIR,
+    TOKENIZER_SLOT,
+)
+from deployments.experiments.benchmark.profile import (
+    LATENCIES,
+    PERCENTILES,
+    LoadPoint,
+    PointResult,
+    load_points,
+)
 from deployments.experiments.benchmark.profile import TrafficProfile as Profile
-from runtime import catalog
 
-# Found through the catalogue package itself, so the path holds wherever this module lives.
-TOKENIZER_DIR = Path(catalog.__file__).resolve().parent / "tokenizers" / "plinth-sim"
-EXPORT_FILE = "profile_export_aiperf.json"
 GRACE_S = 10  # seconds AIPerf waits for in-flight answers after a point's duration
 BENCHMARK_HEADER = "X-Plinth-Benchmark"
 REVISION_HEADER = "X-Plinth-Revision"  # the gateway's pin: serving or a running canary's revision
 # AIPerf's metric tags for the latencies a point reports.
 _TAGS = {"ttft": "time_to_first_token", "itl": "inter_token_latency", "e2e": "request_latency"}
-# AIPerf's settings for every run, local or in a Job. Its count of answers whose length differs
-# from the one asked (``osl_mismatch_count``) tolerates 5% by default; 0 counts every one.
-AIPERF_SETTINGS = {
-    "HF_HUB_DISABLE_TELEMETRY": "1",
-    "AIPERF_METRICS_OSL_MISMATCH_PCT_THRESHOLD": "0",
-}
-# What AIPerf inherits of the worker's environment (``aiperf_env``); HF_HUB_OFFLINE is not among
-# them (see above).
-_INHERITED = frozenset(
-    {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TZ", "TMPDIR", "TEMP", "TMP", "LANG", "LANGUAGE"}
-    | {"SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "HF_HOME"}
-)
-_INHERITED_PREFIXES = ("LC_", "XDG_")
-_PROXIES = frozenset({"http_proxy", "https_proxy", "no_proxy", "all_proxy"})
 # How AIPerf's export names an answer that carried no text (an error to AIPerf).
 _EMPTY_ANSWER = ("InvalidInferenceResultError", "No responses with actual content")
 
@@ -117,6 +110,27 @@ def aiperf_argv(
     return argv
 
 
+def aiperf_points(
+    profile: Profile, *, url: str, model: str, benchmark_id: str = "", revision: int | None = None
+) -> list[list[str]]:
+    """The sweep's command lines, one per load point in order, with the key, tokenizer and
+    artifact folder left as slots for the runner (``deployments.aiperf.filled``)."""
+    return [
+        aiperf_argv(
+            profile,
+            point,
+            url=url,
+            model=model,
+            api_key=KEY_SLOT,
+            artifact_dir=ARTIFACT_DIR_SLOT,
+            tokenizer=TOKENIZER_SLOT,
+            benchmark_id=benchmark_id,
+            revision=revision,
+        )
+        for point in load_points(profile)
+    ]
+
+
 def redacted(argv: list[str]) -> list[str]:
     """``argv`` with the API key's value masked, for logs and the stored command."""
     out = list(argv)
@@ -124,19 +138,6 @@ def redacted(argv: list[str]) -> list[str]:
         if arg == "--api-key":
             out[i + 1] = "<redacted>"
     return out
-
-
-def aiperf_env(base: Mapping[str, str]) -> dict[str, str]:
-    """AIPerf's environment from the worker's ``base``: only what a process needs to run (paths,
-    locale, temporary and cache folders, proxies and CA bundles). The worker's own environment
-    holds its secrets (``SECRET_KEY``, database and broker URLs, cloud credentials); a tool run on
-    users' behalf gets none of them."""
-    env = {
-        k: v
-        for k, v in base.items()
-        if k in _INHERITED or k.startswith(_INHERITED_PREFIXES) or k.lower() in _PROXIES
-    }
-    return {**env, **AIPERF_SETTINGS}
 
 
 def _stat(data: dict[str, Any], tag: str, stat: str = "avg") -> float:

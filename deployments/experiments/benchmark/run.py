@@ -10,10 +10,11 @@ how usage labels it. Every request pins the benchmark's revision at the gateway
 stored as soon as it ends, so a long sweep shows progress, and a failed point keeps the ones
 before it.
 
-Local cluster: AIPerf runs as a subprocess from the tools environment (``drivers.local.
-benchmark``), point by point. Kubernetes: the whole sweep runs as one Job in the endpoint's
-namespace (``drivers.kube.benchmark_job`` renders it, ``drivers.kube.benchmark`` runs it and reads
-the results from the pod's log), so its points are stored when the Job ends.
+The sweep runs through the cluster's driver (``deployments.clusters.drivers.driver_for``), like
+every other cluster action, given AIPerf's command lines as plain values (``BenchmarkRun``). The
+local driver runs AIPerf as a subprocess from the tools environment, point by point; the kube
+driver runs the whole sweep as one Job in the endpoint's namespace and reads the results from the
+pod's log, so its points are stored when the Job ends.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
@@ -28,32 +30,22 @@ from django.utils import timezone
 from controlplane import audit
 from controlplane import services as platform
 from controlplane.access import system_actor
-from deployments.cluster_settings import image_ref
-from deployments.clusters.drivers import kube_options
-from deployments.clusters.models import ClusterKind
-from deployments.drivers.errors import DriverError, PermanentDriverError
-from deployments.drivers.kube.benchmark import run_job
-from deployments.drivers.kube.benchmark_job import (
-    benchmark_job,
-    benchmark_secret,
-    tokenizer_config_map,
-)
-from deployments.drivers.kube.client import KubeClient
-from deployments.drivers.kube.kubeconfig import kubeconfig_policy
-from deployments.drivers.local.benchmark import run_aiperf
-from deployments.drivers.local.tools_env import AIPERF_VERSION
+from deployments.aiperf import AIPERF_VERSION
+from deployments.clusters.drivers import driver_for
+from deployments.drivers.base import BenchmarkPoint, BenchmarkRun
+from deployments.drivers.errors import DriverError
 from deployments.endpoints.timeline import record_event
-from deployments.experiments.benchmark.aiperf import GRACE_S, aiperf_argv, parse_export, read_export
+from deployments.experiments.benchmark.aiperf import GRACE_S, aiperf_points, parse_export
 from deployments.experiments.benchmark.profile import (
     MAX_POINTS,
     MAX_TOTAL_S,
-    LoadPoint,
     PointResult,
     TrafficProfile,
     load_points,
     profile_from_dict,
 )
-from deployments.experiments.models import Benchmark, BenchmarkStatus, CanaryStatus
+from deployments.experiments.models import Benchmark, BenchmarkStatus
+from deployments.experiments.queries import running_canary_numbers
 from runtime.spec import RuntimeSpec
 
 logger = logging.getLogger(__name__)
@@ -110,11 +102,7 @@ def run_benchmark(benchmark_id: str) -> str:
         data={"benchmark": str(benchmark.pk)},
     )
     try:
-        if deployment.cluster.kind == ClusterKind.LOCAL:
-            for point in load_points(profile):
-                _run_local_point(benchmark, profile, point, created.plaintext)
-        else:
-            _run_on_kubernetes(benchmark, profile, created.plaintext)
+        _run(benchmark, profile, created.plaintext)
         status, error = BenchmarkStatus.SUCCEEDED, ""
     except DriverError as exc:
         status, error = BenchmarkStatus.FAILED, exc.message
@@ -137,74 +125,44 @@ def _store(benchmark: Benchmark, result: PointResult) -> None:
     benchmark.save(update_fields=["results"])
 
 
-def _run_local_point(
-    benchmark: Benchmark, profile: TrafficProfile, point: LoadPoint, api_key: str
-) -> None:
-    point_dir = _artifact_dir(benchmark) / f"{point.kind}-{point.value:g}"
-    argv = aiperf_argv(
-        profile,
-        point,
-        url=gateway_base_url(benchmark.deployment.slug),
-        model=_model(benchmark),
-        api_key=api_key,
-        artifact_dir=str(point_dir),
-        benchmark_id=str(benchmark.pk),
-        revision=benchmark.revision.number,
-    )
-    budget = profile.duration_s + GRACE_S + STARTUP_ALLOWANCE_S
-    export = run_aiperf(
-        argv, point_dir, tools_dir=Path(settings.PLINTH_TOOLS_DIR), timeout_s=budget
-    )
-    _store(benchmark, read_export(export.parent, point, output_tokens=profile.output_tokens))
-
-
-def _run_on_kubernetes(benchmark: Benchmark, profile: TrafficProfile, api_key: str) -> None:
-    """The whole sweep as one Job in the endpoint's namespace; results stored at its end."""
-    deployment = benchmark.deployment
-    cluster = deployment.cluster
-    if cluster.kubeconfig is None:
-        raise DriverError(f"cluster {cluster.name} has no kubeconfig")
-    ids = {
-        "slug": deployment.slug,
-        "deployment_id": str(deployment.pk),
-        "benchmark_id": str(benchmark.pk),
-        "namespace": cluster.namespace,
-    }
+def _run(benchmark: Benchmark, profile: TrafficProfile, api_key: str) -> None:
+    """The sweep on the endpoint's cluster; each point stored as soon as the driver has it."""
     points = load_points(profile)
-    objects = [
-        benchmark_secret(api_key=api_key, **ids),
-        tokenizer_config_map(**ids),
-        benchmark_job(
-            profile,
-            url=gateway_base_url(deployment.slug),
-            model=_model(benchmark),
-            deadline_s=int(_budget_s(profile)),
-            revision=benchmark.revision.number,
-            cluster=kube_options(cluster).cluster,
-            platform_image=_platform_aiperf_image(),
-            **ids,
-        ),
-    ]
-    client = KubeClient.from_kubeconfig(
-        platform.reveal_secret(cluster.kubeconfig), policy=kubeconfig_policy()
-    )
-    try:
-        exports = run_job(client, objects, points=len(points), deadline_s=_budget_s(profile) + 60)
-    finally:
-        client.close()
-    for point, export in zip(points, exports, strict=True):
+
+    def store(index: int, export: dict[str, Any]) -> None:
+        point = points[index]
         _store(benchmark, parse_export(export, point, output_tokens=profile.output_tokens))
 
-
-def _platform_aiperf_image() -> str:
-    """The installation's default AIPerf image (``PLINTH_BENCHMARK_IMAGE``; "" for Plinth's)."""
-    image = settings.PLINTH_BENCHMARK_IMAGE
+    driver = driver_for(benchmark.deployment.cluster)
     try:
-        return image_ref(image) if image else ""
-    except ValueError:  # a deployment's mistake, named to whoever reads the benchmark's error
-        raise PermanentDriverError(
-            f"PLINTH_BENCHMARK_IMAGE={image!r} is not an image reference"
-        ) from None
+        driver.run_benchmark(_benchmark_run(benchmark, profile, api_key), store)
+    finally:
+        driver.close()
+
+
+def _benchmark_run(benchmark: Benchmark, profile: TrafficProfile, api_key: str) -> BenchmarkRun:
+    """What the driver is given: AIPerf's command lines against the endpoint's gateway URL, each
+    request pinned to the benchmark's revision."""
+    deployment = benchmark.deployment
+    argvs = aiperf_points(
+        profile, url=gateway_base_url(deployment.slug), model=_model(benchmark),
+        benchmark_id=str(benchmark.pk), revision=benchmark.revision.number,
+    )  # fmt: skip
+    points = tuple(
+        BenchmarkPoint(name=f"{point.kind}-{point.value:g}", argv=tuple(argv))
+        for point, argv in zip(load_points(profile), argvs, strict=True)
+    )
+    return BenchmarkRun(
+        slug=deployment.slug,
+        deployment_id=str(deployment.pk),
+        benchmark_id=str(benchmark.pk),
+        namespace=deployment.cluster.namespace,
+        points=points,
+        artifact_dir=str(_artifact_dir(benchmark)),
+        point_timeout_s=profile.duration_s + GRACE_S + STARTUP_ALLOWANCE_S,
+        deadline_s=_budget_s(profile),
+        api_key=api_key,
+    )
 
 
 def _artifact_dir(benchmark: Benchmark) -> Path:
@@ -217,11 +175,7 @@ def _serving_revisions(benchmark: Benchmark) -> list[int]:
     whatever the gateway splits between, the serving revision and a running canary's."""
     deployment = benchmark.deployment
     numbers = {deployment.current_revision.number} if deployment.current_revision else set()
-    numbers.update(
-        deployment.canaries.filter(status=CanaryStatus.RUNNING).values_list(
-            "revision__number", flat=True
-        )
-    )
+    numbers.update(running_canary_numbers(deployment))
     target = benchmark.revision.number
     return [target] if target in numbers else sorted(numbers)
 

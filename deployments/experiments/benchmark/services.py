@@ -30,7 +30,8 @@ from deployments.endpoints.queries import get_deployment
 from deployments.endpoints.timeline import record_event
 from deployments.experiments.benchmark.profile import ProfileError, compare, parse_profile, predict
 from deployments.experiments.benchmark.run import RUN_LIMIT_S
-from deployments.experiments.models import Benchmark, BenchmarkStatus, CanaryStatus
+from deployments.experiments.models import Benchmark, BenchmarkStatus
+from deployments.experiments.queries import benchmarks_of, running_canary
 from runtime.spec import RuntimeSpec
 
 __all__ = ["compare_benchmarks", "create_benchmark", "get_benchmark", "list_benchmarks"]
@@ -59,9 +60,7 @@ def _revision(deployment: Deployment, number: int | None) -> Revision:
         )
     if number is None or number == current.number:
         return current
-    canary = deployment.canaries.filter(
-        status=CanaryStatus.RUNNING, revision__number=number
-    ).first()
+    canary = running_canary(deployment, number=number)
     if canary is None:
         raise ServiceError(
             f"revision {number} is not serving: name the serving revision ({current.number}) "
@@ -142,8 +141,7 @@ def _send_run(benchmark_id: str) -> None:
 
 
 def list_benchmarks(actor: Actor, deployment_id: uuid.UUID | str) -> QuerySet[Benchmark]:
-    deployment = get_deployment(actor, deployment_id)
-    return deployment.benchmarks.select_related("revision").order_by("-created_at")
+    return benchmarks_of(get_deployment(actor, deployment_id))
 
 
 def get_benchmark(

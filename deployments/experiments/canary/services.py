@@ -39,6 +39,7 @@ from deployments.experiments.canary.rules import (
     gate_refusal,
 )
 from deployments.experiments.models import Canary, CanaryStatus
+from deployments.experiments.queries import has_running_canary, running_canary
 from deployments.quotas import services as quotas
 from deployments.specs import checked_spec
 from runtime.spec import RuntimeSpec
@@ -46,16 +47,8 @@ from runtime.spec import RuntimeSpec
 __all__ = ["abort_automatically", "abort_canary", "promote_canary", "start_canary"]
 
 
-def _running(deployment: Deployment) -> Canary | None:
-    return (
-        deployment.canaries.select_related("revision", "baseline_revision")
-        .filter(status=CanaryStatus.RUNNING)
-        .first()
-    )
-
-
 def _require_running(deployment: Deployment) -> Canary:
-    canary = _running(deployment)
+    canary = running_canary(deployment)
     if canary is None:
         raise Conflict(f"endpoint {deployment.slug} has no canary running", code="no_canary")
     return canary
@@ -138,7 +131,7 @@ def start_canary(
             "wait for it to finish",
             code="rollout_in_progress",
         )
-    if _running(deployment) is not None:
+    if has_running_canary(deployment):
         raise Conflict(
             f"endpoint {deployment.slug} already has a canary running; promote or abort it",
             code="canary_running",
@@ -254,7 +247,7 @@ def abort_automatically(
         .select_related("organization")
         .get(pk=owner)
     )
-    canary = _running(deployment)
+    canary = running_canary(deployment)
     if canary is None or str(canary.pk) != str(canary_id):
         return False
     data = {

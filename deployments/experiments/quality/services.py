@@ -28,6 +28,7 @@ from deployments.endpoints import fields, recommend
 from deployments.endpoints.models import Deployment, Revision
 from deployments.endpoints.queries import get_deployment
 from deployments.endpoints.timeline import record_event
+from deployments.experiments import queries as experiment_queries
 from deployments.experiments.benchmark import services as benchmarks
 from deployments.experiments.canary import services as canary_services
 from deployments.experiments.models import (
@@ -38,6 +39,7 @@ from deployments.experiments.models import (
     QualityGateStatus,
 )
 from deployments.experiments.quality.gate import gate_of
+from deployments.experiments.queries import running_canary
 from runtime.quality import DEFAULT_MAX_MEAN_KL, DEFAULT_MIN_TOP1_AGREEMENT
 from runtime.quality_run import builtin_prompts
 
@@ -108,11 +110,7 @@ def _number(value: object, name: str, low: float, high: float) -> float:
 
 def _candidate(deployment: Deployment, number: int) -> Canary:
     """The running canary of revision ``number``: the gate compares it with its baseline."""
-    canary = (
-        deployment.canaries.select_related("revision", "baseline_revision")
-        .filter(status=CanaryStatus.RUNNING, revision__number=number)
-        .first()
-    )
+    canary = running_canary(deployment, number=number)
     if canary is None:
         if not deployment.revisions.filter(number=number).exists():
             raise NotFound(f"revision {number} does not exist")
@@ -272,6 +270,4 @@ def get_gate(actor: Actor, deployment_id: uuid.UUID | str, revision: int) -> Qua
 
 def gates_of(actor: Actor, deployment_id: uuid.UUID | str) -> QuerySet[QualityGate]:
     """Every gate run of the endpoint, newest first."""
-    deployment = get_deployment(actor, deployment_id)
-    gates = deployment.gates.select_related("revision", "baseline_revision")
-    return gates.order_by("-created_at", "id")
+    return experiment_queries.gates_of(get_deployment(actor, deployment_id))

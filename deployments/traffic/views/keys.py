@@ -34,7 +34,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from controlplane import crypto, services
 from controlplane.access import Actor
-from controlplane.console.organization import _error, _form, _form_page
+from controlplane.console.forms import error_context, form_page, posted
 from controlplane.guard import actor_of, console_view
 from controlplane.models import ApiKey, ApiKeyKind, Role
 from controlplane.services import CreatedKey, ServiceError
@@ -192,7 +192,7 @@ def _key_page(request: HttpRequest, **extra: Any) -> HttpResponse:
         "usage_hours": int(USAGE_WINDOW.total_seconds() // 3600),
         "snippets": snippet_targets(actor, created.api_key) if created else [],
     }
-    return _form_page(request, "controlplane/keys.html", context, extra)
+    return form_page(request, "controlplane/keys.html", context, extra)
 
 
 @require_GET
@@ -225,7 +225,7 @@ def key_list(request: HttpRequest) -> HttpResponse:
         # The one page that holds a plaintext key: no cache, no back-button copy of it.
         add_never_cache_headers(response)  # no-store among them
         return response
-    form = _form(request, "name", "kind", "role", "expires", "rpm", "tpm")
+    form = posted(request, "name", "kind", "role", "expires", "rpm", "tpm")
     management = form["kind"] == ApiKeyKind.MANAGEMENT
     try:
         created = services.create_api_key(
@@ -241,7 +241,7 @@ def key_list(request: HttpRequest) -> HttpResponse:
         )
     except ServiceError as exc:
         chosen = request.POST.getlist("endpoints")
-        return _key_page(request, form=form, chosen=chosen, error=_error(exc))
+        return _key_page(request, form=form, chosen=chosen, error=error_context(exc))
     _hold_created_key(request, created)
     # Post/redirect/get: reloading the page that shows the key must not create another one.
     return HttpResponseRedirect(reverse("key-list"), status=303)
@@ -304,7 +304,7 @@ def _limit(raw: str, field: str) -> int | None:
 @console_view
 def key_limits(request: HttpRequest, key_id: str) -> HttpResponse:
     """Set or lift a key's requests and tokens per minute from its row in the list."""
-    form = _form(request, "rpm", "tpm")
+    form = posted(request, "rpm", "tpm")
     try:
         key = services.set_api_key_limits(
             actor_of(request),
@@ -313,7 +313,7 @@ def key_limits(request: HttpRequest, key_id: str) -> HttpResponse:
             tokens_per_minute=_limit(form["tpm"], "tokens_per_minute"),
         )
     except ServiceError as exc:
-        return _key_page(request, limits_for=key_id, error=_error(exc))
+        return _key_page(request, limits_for=key_id, error=error_context(exc))
     messages.success(request, f"Limits of {key.name} ({key.prefix}…) saved.")
     return redirect("key-list")
 

@@ -1,4 +1,5 @@
-"""What every renderer is given besides the endpoint and its revision: the cluster's settings.
+"""What every renderer is given besides the endpoint and its revision: the cluster's settings
+(and the installation's benchmark image).
 
 Its own module, below every family, because the package's ``__init__`` imports the families and
 they all take it.
@@ -20,3 +21,6 @@ class KubeOptions:
     # namespace is where k8s/base runs the gateway and worker (labelled
     # app.kubernetes.io/component=gateway|worker).
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    # The installation's default AIPerf image for benchmark Jobs (PLINTH_BENCHMARK_IMAGE, as set:
+    # checked when a benchmark runs, so a mistake in it fails benchmarks only); "": Plinth's.
+    benchmark_image: str = ""

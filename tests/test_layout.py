@@ -86,7 +86,6 @@ def _crossings(source: Source) -> Iterator[str]:
             yield f"{source.name}:{node.lineno} reads {node.value.id}.{node.attr}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 26: the seams are being made public")
 def test_no_module_imports_another_modules_private_name() -> None:
     found = [line for source in sources(*PRODUCT) for line in _crossings(source)]
     assert not found, "make the shared name public where it is defined:\n" + "\n".join(found)

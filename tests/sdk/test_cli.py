@@ -168,8 +168,11 @@ def test_every_command_has_help_with_an_example_and_completion(sdk_env: SdkEnv) 
         [str(sdk_env.python), "-c", HELP_CHECK], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]", result.stdout
+    # As a user runs it, from their shell: Typer detects the shell from the parent process (it
+    # takes no shell name), so bash runs it as a child (the "; exit" keeps bash from exec'ing it,
+    # which would make pytest the parent and leave no shell to detect).
     completion = subprocess.run(
-        [str(sdk_env.plinth), "--show-completion", "bash"],
+        ["/bin/bash", "-c", '"$0" --show-completion; exit $?', str(sdk_env.plinth)],
         capture_output=True,
         text=True,
         env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"},

@@ -36,8 +36,8 @@ from deployments.endpoints import reconcile
 from deployments.endpoints.models import Deployment, Revision
 from tests.drivers.kube_emulator import CLIENT_TIMEOUT_S, RunningEmulator
 from tests.drivers.test_gpu_placement import H100, node
-from tests.engine.conftest import NS, emulator, endpoint, refresh
-from tests.engine.test_reconcile_kube import put_pod, running
+from tests.endpoints.conftest import NS, emulator, endpoint, refresh
+from tests.endpoints.test_reconcile_kube import put_pod, running
 from tests.waiting import wait_until
 
 __all__ = ["emulator", "endpoint"]

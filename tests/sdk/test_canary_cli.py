@@ -13,8 +13,8 @@ import pytest
 from deployments.endpoints import services
 from deployments.endpoints.models import Deployment
 from deployments.experiments.models import Canary
-from tests.canary.helpers import BF16, fp8, mark_serving
 from tests.conftest import Cast
+from tests.experiments.canary.helpers import BF16, fp8, mark_serving
 from tests.sdk.conftest import SdkEnv
 from tests.sdk.test_cli import Cli
 

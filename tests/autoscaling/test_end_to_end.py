@@ -19,7 +19,7 @@ from deployments.endpoints.models import Deployment
 from deployments.status import ACTIVE
 from deployments.traffic import probe
 from tests.conftest import Cast
-from tests.endpoints.conftest import refresh
+from tests.fixtures.endpoints import refresh
 from tests.waiting import wait_until
 
 # A hundred times slower than life: a few hundred tokens keep a request running for minutes,

@@ -24,7 +24,7 @@ from deployments.status import ACTIVE, SCALED_TO_ZERO, role_counts
 from deployments.traffic import probe
 from tests.autoscaling.test_end_to_end import engine_key
 from tests.conftest import Cast
-from tests.endpoints.conftest import refresh
+from tests.fixtures.endpoints import refresh
 from tests.waiting import wait_until
 
 # Twenty times slower than life: the prompts below keep the prefill pool busy for about half a

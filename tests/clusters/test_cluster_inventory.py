@@ -25,7 +25,7 @@ from deployments.endpoints import services
 from tests.conftest import Cast
 from tests.drivers.kube_emulator import RunningEmulator
 from tests.drivers.test_gpu_placement import H100, H200, node
-from tests.endpoints.conftest import NS, kubeconfig
+from tests.fixtures.endpoints import NS, kubeconfig
 
 
 @pytest.fixture

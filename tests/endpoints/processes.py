@@ -11,7 +11,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from tests.endpoints.conftest import FAST_SIM_ENV
+from tests.fixtures.endpoints import FAST_SIM_ENV
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CELERY = str(Path(sys.executable).with_name("celery"))

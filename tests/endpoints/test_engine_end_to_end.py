@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,18 +19,15 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
-from django.conf import settings
 from django.test import Client
 
 from controlplane import services as platform
-from controlplane.celery import app
 from controlplane.crypto import engine_api_key
 from deployments.endpoints.models import Deployment
 from deployments.status import ACTIVE, DEGRADED
 from tests.conftest import Cast
 from tests.endpoints import processes
-from tests.endpoints.conftest import refresh, small_spec, stop_everything
+from tests.fixtures.endpoints import refresh, small_spec, stop_everything
 from tests.waiting import wait_until
 
 
@@ -54,19 +50,6 @@ class Stack:
         )
         assert response.status_code < 300, response.content
         return response.json()
-
-
-@pytest.fixture
-def queue() -> Iterator[str]:
-    """A queue of this test's own: tasks this process queues go to the worker started here."""
-    name = f"plinth-e2e-{uuid.uuid4().hex[:8]}"
-    previous = app.conf.task_default_queue
-    app.conf.task_default_queue = name
-    try:
-        yield name
-    finally:
-        app.conf.task_default_queue = previous
-        redis.Redis.from_url(settings.REDIS_URL).delete(name)
 
 
 @pytest.fixture

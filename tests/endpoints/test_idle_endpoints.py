@@ -34,8 +34,8 @@ from deployments.endpoints.tasks import make_local_endpoints_due, sweep
 from deployments.status import ACTIVE, SCALED_TO_ZERO, STOPPED
 from tests.conftest import Cast, priority_lists, queued
 from tests.drivers.kube_emulator import RunningEmulator
-from tests.endpoints.conftest import NS, refresh, small_spec
 from tests.endpoints.test_reconcile_kube import put_pod, running
+from tests.fixtures.endpoints import NS, refresh, small_spec
 
 RECONCILE = "deployments.reconcile_deployment"
 pytestmark = pytest.mark.django_db
@@ -77,13 +77,13 @@ def make_due(deployment: Deployment) -> None:
 
 
 def test_a_stopped_endpoint_at_rest_gets_no_pass_until_it_is_started(
-    cast: Cast, endpoint: Deployment, emulator: RunningEmulator, broker: redis.Redis
+    cast: Cast, kube_endpoint: Deployment, emulator: RunningEmulator, broker: redis.Redis
 ) -> None:
     actor = cast.actor(cast.alice, cast.acme)
-    serve(emulator, endpoint)
-    services.stop(actor, endpoint.pk)
+    serve(emulator, kube_endpoint)
+    services.stop(actor, kube_endpoint.pk)
     remove_pods(emulator)
-    stopped = step(endpoint)
+    stopped = step(kube_endpoint)
     assert stopped.status == STOPPED and stopped.settled
     assert stopped.next_reconcile_at is None
 
@@ -91,31 +91,31 @@ def test_a_stopped_endpoint_at_rest_gets_no_pass_until_it_is_started(
     assert str(stopped.pk) not in swept(broker)  # however often the sweep runs
     broker.delete(*priority_lists(settings.CELERY_TASK_DEFAULT_QUEUE))
 
-    services.start(actor, endpoint.pk)  # a change makes it due at once
-    due = refresh(endpoint).next_reconcile_at
+    services.start(actor, kube_endpoint.pk)  # a change makes it due at once
+    due = refresh(kube_endpoint).next_reconcile_at
     assert due is not None and due <= timezone.now()
-    assert str(endpoint.pk) in swept(broker)
+    assert str(kube_endpoint.pk) in swept(broker)
 
 
 def test_a_scaled_to_zero_endpoint_at_rest_gets_no_pass_until_it_is_woken(
-    endpoint: Deployment, emulator: RunningEmulator, broker: redis.Redis
+    kube_endpoint: Deployment, emulator: RunningEmulator, broker: redis.Redis
 ) -> None:
-    serve(emulator, endpoint)
-    assert services.autoscale_to(endpoint.pk, 0, "idle", {}, expected=1)
+    serve(emulator, kube_endpoint)
+    assert services.autoscale_to(kube_endpoint.pk, 0, "idle", {}, expected=1)
     remove_pods(emulator)
-    idle = step(endpoint)
+    idle = step(kube_endpoint)
     assert idle.status == SCALED_TO_ZERO and idle.settled
     assert idle.next_reconcile_at is None
     assert str(idle.pk) not in swept(broker)
 
-    assert services.wake(endpoint.pk)
-    assert str(endpoint.pk) in swept(broker)
+    assert services.wake(kube_endpoint.pk)
+    assert str(kube_endpoint.pk) in swept(broker)
 
 
 def test_a_running_endpoint_keeps_its_settled_pass(
-    endpoint: Deployment, emulator: RunningEmulator
+    kube_endpoint: Deployment, emulator: RunningEmulator
 ) -> None:
-    active = serve(emulator, endpoint)
+    active = serve(emulator, kube_endpoint)
     assert active.next_reconcile_at is not None and active.observed_at is not None
     wait = (active.next_reconcile_at - active.observed_at).total_seconds()
     assert wait == settings.PLINTH_SETTLED_RECONCILE_S
@@ -143,13 +143,13 @@ def heard(pubsub: redis.client.PubSub, deployment: Deployment) -> int:
 
 
 def test_a_pass_notifies_the_gateway_only_when_what_it_routes_by_changed(
-    endpoint: Deployment,
+    kube_endpoint: Deployment,
     emulator: RunningEmulator,
     notifications: redis.client.PubSub,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     with django_capture_on_commit_callbacks(execute=True):
-        active = serve(emulator, endpoint)
+        active = serve(emulator, kube_endpoint)
     assert heard(notifications, active) >= 1  # deploying, then serving: the routes changed
 
     with django_capture_on_commit_callbacks(execute=True):
@@ -167,13 +167,13 @@ def test_a_pass_notifies_the_gateway_only_when_what_it_routes_by_changed(
 
 def test_a_change_that_leaves_the_routes_as_they_were_notifies_no_one(
     cast: Cast,
-    endpoint: Deployment,
+    kube_endpoint: Deployment,
     emulator: RunningEmulator,
     notifications: redis.client.PubSub,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     actor = cast.actor(cast.alice, cast.acme)
-    active = serve(emulator, endpoint)
+    active = serve(emulator, kube_endpoint)
     assert active.target_revision is not None
     spec = active.target_revision.spec
     with django_capture_on_commit_callbacks(execute=True):

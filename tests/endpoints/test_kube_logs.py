@@ -20,7 +20,7 @@ from deployments.drivers.kube import labels as L
 from deployments.endpoints.models import Deployment
 from tests.conftest import Cast
 from tests.drivers.kube_emulator import RunningEmulator
-from tests.endpoints.conftest import NS, kubeconfig
+from tests.fixtures.endpoints import NS, kubeconfig
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
@@ -63,10 +63,10 @@ def api_key(cast: Cast, role: str) -> dict[str, str]:
 
 @pytest.mark.django_db
 def test_the_logs_page_shows_a_pods_log(
-    cast: Cast, endpoint: Deployment, emulator: RunningEmulator
+    cast: Cast, kube_endpoint: Deployment, emulator: RunningEmulator
 ) -> None:
-    put_pod(emulator, endpoint, "kchat-engine-a", "engine")
-    put_pod(emulator, endpoint, "kchat-router-a", "router")
+    put_pod(emulator, kube_endpoint, "kchat-engine-a", "engine")
+    put_pod(emulator, kube_endpoint, "kchat-router-a", "router")
     emulator.write_log(
         NS, "kchat-engine-a", "engine", ["loading weights", "weights loaded in 94 s"]
     )
@@ -80,15 +80,15 @@ def test_the_logs_page_shows_a_pods_log(
 
 @pytest.mark.django_db
 def test_the_api_reads_the_previous_container_of_a_crash_looping_pod(
-    cast: Cast, endpoint: Deployment, emulator: RunningEmulator
+    cast: Cast, kube_endpoint: Deployment, emulator: RunningEmulator
 ) -> None:
-    put_pod(emulator, endpoint, "kchat-engine-a", "engine", **CRASH_LOOPING)
+    put_pod(emulator, kube_endpoint, "kchat-engine-a", "engine", **CRASH_LOOPING)
     emulator.write_log(NS, "kchat-engine-a", "engine", ["starting"])
     emulator.write_log(
         NS, "kchat-engine-a", "engine", ["RuntimeError: CUDA out of memory"], previous=True
     )
     dave = api_key(cast, Role.DEVELOPER)
-    url = f"/api/v1/deployments/{endpoint.pk}/logs"
+    url = f"/api/v1/deployments/{kube_endpoint.pk}/logs"
     current = Client().get(url, **dave).json()
     assert [line["text"] for line in current["lines"]] == ["starting"]
     assert current["replicas"] == [
@@ -111,9 +111,9 @@ def test_the_api_reads_the_previous_container_of_a_crash_looping_pod(
 
 @pytest.mark.django_db
 def test_following_in_the_console_appends_only_new_lines(
-    cast: Cast, endpoint: Deployment, emulator: RunningEmulator
+    cast: Cast, kube_endpoint: Deployment, emulator: RunningEmulator
 ) -> None:
-    put_pod(emulator, endpoint, "kchat-engine-a", "engine")
+    put_pod(emulator, kube_endpoint, "kchat-engine-a", "engine")
     emulator.write_log(NS, "kchat-engine-a", "engine", ["first line"])
     dave = console(cast)
     page = dave.get("/endpoints/kchat/logs/?follow=1&timestamps=1").content.decode()
@@ -132,13 +132,13 @@ def test_following_in_the_console_appends_only_new_lines(
 
 @pytest.mark.django_db
 def test_viewers_may_not_read_logs(
-    cast: Cast, endpoint: Deployment, emulator: RunningEmulator
+    cast: Cast, kube_endpoint: Deployment, emulator: RunningEmulator
 ) -> None:
-    put_pod(emulator, endpoint, "kchat-engine-a", "engine")
+    put_pod(emulator, kube_endpoint, "kchat-engine-a", "engine")
     emulator.write_log(NS, "kchat-engine-a", "engine", ["a prompt someone sent"])
     assert console(cast, "carol").get("/endpoints/kchat/logs/").status_code == 403
     viewer = api_key(cast, Role.VIEWER)
-    response = Client().get(f"/api/v1/deployments/{endpoint.pk}/logs", **viewer)
+    response = Client().get(f"/api/v1/deployments/{kube_endpoint.pk}/logs", **viewer)
     assert response.status_code == 403
     assert "a prompt someone sent" not in response.content.decode()
     assert not [r for r in emulator.emulator._requests if r.url.path.endswith("/log")]
@@ -146,7 +146,7 @@ def test_viewers_may_not_read_logs(
 
 @pytest.mark.django_db
 def test_an_unreachable_cluster_says_why_and_nothing_of_the_address(
-    cast: Cast, endpoint: Deployment, emulator: RunningEmulator
+    cast: Cast, kube_endpoint: Deployment, emulator: RunningEmulator
 ) -> None:
     port = emulator.url.rsplit(":", 1)[1]
     platform.set_secret(
@@ -158,7 +158,7 @@ def test_an_unreachable_cluster_says_why_and_nothing_of_the_address(
     assert "Logs cannot be read right now" in page
     assert "169.254.169.254" not in page
     response = Client().get(
-        f"/api/v1/deployments/{endpoint.pk}/logs", **api_key(cast, Role.DEVELOPER)
+        f"/api/v1/deployments/{kube_endpoint.pk}/logs", **api_key(cast, Role.DEVELOPER)
     )
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "logs_unavailable"

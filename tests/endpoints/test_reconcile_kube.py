@@ -29,7 +29,7 @@ from deployments.endpoints.models import Deployment
 from deployments.status import ACTIVE, DEGRADED, DEPLOYING, FAILED
 from tests.conftest import Cast
 from tests.drivers.kube_emulator import RunningEmulator
-from tests.endpoints.conftest import NS, kubeconfig, refresh
+from tests.fixtures.endpoints import NS, kubeconfig, refresh
 from tests.waiting import wait_until
 
 
@@ -66,9 +66,9 @@ def step(deployment: Deployment) -> Deployment:
 
 @pytest.mark.django_db
 def test_ready_pods_make_it_active_and_a_crash_loop_degraded(
-    endpoint: Deployment, emulator: RunningEmulator
+    kube_endpoint: Deployment, emulator: RunningEmulator
 ) -> None:
-    deployment = step(endpoint)
+    deployment = step(kube_endpoint)
     assert deployment.status == DEPLOYING
     assert emulator.get("apps/v1", "Deployment", NS, "kchat-engine") is not None
     put_pod(emulator, deployment, "kchat-engine-1", running(True))
@@ -97,10 +97,10 @@ def test_ready_pods_make_it_active_and_a_crash_loop_degraded(
 
 @pytest.mark.django_db
 def test_an_unschedulable_first_revision_fails_with_the_schedulers_words(
-    endpoint: Deployment, emulator: RunningEmulator, settings: Any
+    kube_endpoint: Deployment, emulator: RunningEmulator, settings: Any
 ) -> None:
     settings.PLINTH_STARTUP_WINDOW_S = 1
-    deployment = step(endpoint)
+    deployment = step(kube_endpoint)
     pending = {
         "phase": "Pending",
         "conditions": [
@@ -128,11 +128,11 @@ def test_an_unschedulable_first_revision_fails_with_the_schedulers_words(
 
 @pytest.mark.django_db
 def test_a_foreign_object_fails_the_endpoint_with_a_reason(
-    endpoint: Deployment, emulator: RunningEmulator
+    kube_endpoint: Deployment, emulator: RunningEmulator
 ) -> None:
     meta = {"name": "kchat-engine", "namespace": NS, "labels": {"team": "someone-else"}}
     emulator.put("apps/v1", "Deployment", NS, {"metadata": meta, "spec": {}})
-    deployment = step(endpoint)
+    deployment = step(kube_endpoint)
     assert deployment.status == FAILED
     assert "not managed by Plinth" in deployment.failure_reason
     assert deployment.events.get(reason="Failed").level == "error"
@@ -140,23 +140,23 @@ def test_a_foreign_object_fails_the_endpoint_with_a_reason(
 
 @pytest.mark.django_db
 def test_deleting_removes_every_object_then_the_row(
-    cast: Cast, endpoint: Deployment, emulator: RunningEmulator
+    cast: Cast, kube_endpoint: Deployment, emulator: RunningEmulator
 ) -> None:
-    step(endpoint)
-    services.delete_deployment(cast.actor(cast.alice, cast.acme), endpoint.pk)
-    wait_until(lambda: not reconcile.reconcile(str(endpoint.pk)), "deleted", timeout=90)
-    assert not Deployment.objects.filter(pk=endpoint.pk).exists()
+    step(kube_endpoint)
+    services.delete_deployment(cast.actor(cast.alice, cast.acme), kube_endpoint.pk)
+    wait_until(lambda: not reconcile.reconcile(str(kube_endpoint.pk)), "deleted", timeout=90)
+    assert not Deployment.objects.filter(pk=kube_endpoint.pk).exists()
     assert emulator.get("apps/v1", "Deployment", NS, "kchat-engine") is None
     assert emulator.get("v1", "Service", NS, "kchat-router") is None
 
 
 @pytest.mark.django_db
 def test_an_unusable_kubeconfig_fails_the_endpoint_without_echoing_it(
-    cast: Cast, endpoint: Deployment
+    cast: Cast, kube_endpoint: Deployment
 ) -> None:
     actor = cast.actor(cast.alice, cast.acme)
     platform.set_secret(actor, name="emu-kubeconfig", value="server: [not, a, kubeconfig")
-    deployment = step(endpoint)
+    deployment = step(kube_endpoint)
     assert deployment.status == FAILED
     assert deployment.failure_reason.startswith("the cluster's kubeconfig is")
     assert "not, a, kubeconfig" not in deployment.failure_reason
@@ -164,7 +164,7 @@ def test_an_unusable_kubeconfig_fails_the_endpoint_without_echoing_it(
 
 @pytest.mark.django_db
 def test_a_kubeconfig_that_runs_a_command_is_refused_and_nothing_runs(
-    cast: Cast, endpoint: Deployment, tmp_path: Path
+    cast: Cast, kube_endpoint: Deployment, tmp_path: Path
 ) -> None:
     marker = tmp_path / "ran"
     actor = cast.actor(cast.alice, cast.acme)
@@ -181,7 +181,7 @@ current-context: c
 """
     # Swapped in after the cluster was attached, so only the worker's own check stands between.
     platform.set_secret(actor, name="emu-kubeconfig", value=hostile)
-    deployment = step(endpoint)
+    deployment = step(kube_endpoint)
     assert deployment.status == FAILED
     assert "users[].user.exec is not allowed" in deployment.failure_reason
     assert not marker.exists()
@@ -194,7 +194,7 @@ SENTINEL = "SENTINEL-51c2-from-the-api-server"
 @pytest.mark.parametrize("status", [403, 422])
 def test_what_the_api_server_replies_is_never_shown_or_logged(
     cast: Cast,
-    endpoint: Deployment,
+    kube_endpoint: Deployment,
     emulator: RunningEmulator,
     status: int,
     caplog: pytest.LogCaptureFixture,
@@ -202,7 +202,7 @@ def test_what_the_api_server_replies_is_never_shown_or_logged(
     body = f'{{"kind": "Status", "message": "{SENTINEL}", "reason": "{SENTINEL}"}}'
     emulator.inject("PATCH", "deployments/kchat-engine", status, body=body, reason=SENTINEL)
     with caplog.at_level(logging.DEBUG):
-        deployment = step(endpoint)
+        deployment = step(kube_endpoint)
     assert deployment.status == FAILED
     assert deployment.failure_reason.startswith(f"Kubernetes API {status}: ")
     assert SENTINEL not in deployment.failure_reason
@@ -225,13 +225,13 @@ def test_what_the_api_server_replies_is_never_shown_or_logged(
 @pytest.mark.django_db
 @pytest.mark.parametrize("host", ["localhost", "2130706433", "169.254.169.254", "[::1]"])
 def test_a_kubeconfig_swapped_to_a_refused_address_never_reaches_it(
-    cast: Cast, endpoint: Deployment, emulator: RunningEmulator, host: str
+    cast: Cast, kube_endpoint: Deployment, emulator: RunningEmulator, host: str
 ) -> None:
     port = emulator.url.rsplit(":", 1)[1]
     actor = cast.actor(cast.alice, cast.acme)
     # Swapped in after the cluster was saved, so only the worker's own checks stand between.
     platform.set_secret(actor, name="emu-kubeconfig", value=kubeconfig(f"http://{host}:{port}"))
-    deployment = step(endpoint)
+    deployment = step(kube_endpoint)
     assert deployment.status == FAILED
     assert "clusters[].cluster.server: the host" in deployment.failure_reason
     assert host.strip("[]") not in deployment.failure_reason

@@ -17,7 +17,7 @@ from deployments.endpoints import reconcile, services
 from deployments.endpoints.models import Deployment
 from deployments.status import ACTIVE, DEGRADED
 from tests.conftest import Cast
-from tests.endpoints.conftest import refresh, small_spec
+from tests.fixtures.endpoints import refresh, small_spec
 from tests.waiting import wait_until
 
 

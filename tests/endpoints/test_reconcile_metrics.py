@@ -46,10 +46,10 @@ def counts() -> dict[str, float]:
 
 
 def test_a_pass_is_counted_as_ok_with_its_time(
-    endpoint: Deployment, emulator: RunningEmulator
+    kube_endpoint: Deployment, emulator: RunningEmulator
 ) -> None:
     before = passes()["ok"]
-    reconcile_deployment.apply(args=[str(endpoint.pk)])
+    reconcile_deployment.apply(args=[str(kube_endpoint.pk)])
     after = passes()["ok"]
     assert after["count"] == before.get("count", 0) + 1
     assert after["sum"] > before.get("sum", 0)
@@ -57,24 +57,24 @@ def test_a_pass_is_counted_as_ok_with_its_time(
 
 
 def test_temporary_errors_are_counted_apart_from_the_pass_that_succeeds(
-    endpoint: Deployment, emulator: RunningEmulator
+    kube_endpoint: Deployment, emulator: RunningEmulator
 ) -> None:
     before = counts()
     emulator.inject("PATCH", "deployments/kchat-engine", 500, times=2)
-    assert reconcile_deployment.apply(args=[str(endpoint.pk)]).successful()
+    assert reconcile_deployment.apply(args=[str(kube_endpoint.pk)]).successful()
     after = counts()
     assert after["temporary_error"] - before["temporary_error"] == 2  # then retried
     assert after["ok"] - before["ok"] == 1
 
 
 def test_a_pass_that_never_ran_is_not_counted(
-    endpoint: Deployment, emulator: RunningEmulator
+    kube_endpoint: Deployment, emulator: RunningEmulator
 ) -> None:
-    lock = telemetry._redis().lock(f"plinth:reconcile:{endpoint.pk}", timeout=30)
+    lock = telemetry._redis().lock(f"plinth:reconcile:{kube_endpoint.pk}", timeout=30)
     assert lock.acquire(blocking=False)
     try:
         before = counts()
-        reconcile_deployment.apply(args=[str(endpoint.pk)])  # another worker holds it
+        reconcile_deployment.apply(args=[str(kube_endpoint.pk)])  # another worker holds it
         assert counts() == before
     finally:
         lock.release()

@@ -15,7 +15,7 @@ import pytest
 from deployments.endpoints import reconcile, services
 from deployments.endpoints.models import Revision
 from tests.conftest import Cast
-from tests.endpoints.conftest import refresh, small_spec
+from tests.fixtures.endpoints import refresh, small_spec
 
 SMUGGLED: list[dict[str, Any]] = [
     {"--reasoning-parser": ["deepseek-r1", "--enable-custom-logit-processor"]},

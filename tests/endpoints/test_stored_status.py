@@ -20,7 +20,7 @@ from deployments.endpoints import queries, services
 from deployments.endpoints.models import Deployment, Revision
 from deployments.status import ALL_STATUSES, derive_status
 from tests.conftest import Cast
-from tests.endpoints.conftest import small_spec
+from tests.fixtures.endpoints import small_spec
 
 pytestmark = pytest.mark.django_db
 EARLIER = datetime(2025, 1, 1, tzinfo=UTC)
@@ -65,7 +65,7 @@ def row_facts(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @pytest.fixture
-def endpoint(cast: Cast) -> Deployment:
+def revised_endpoint(cast: Cast) -> Deployment:
     """An endpoint with revisions 1, 2 and 3."""
     actor = cast.actor(cast.alice, cast.acme)
     made = services.create_deployment(actor, slug="chat", name="c", spec=small_spec())
@@ -89,46 +89,48 @@ def stored_and_derived(endpoint: Deployment) -> tuple[str, str]:
     return row.status, derive_status(row.facts())
 
 
-def test_an_update_of_any_facts_stores_the_derived_status(endpoint: Deployment) -> None:
+def test_an_update_of_any_facts_stores_the_derived_status(revised_endpoint: Deployment) -> None:
     @EXAMPLES
     @given(row_facts())
     def check(facts: dict[str, Any]) -> None:
-        Deployment.objects.filter(pk=endpoint.pk).update(**as_columns(endpoint, facts))
-        stored, derived = stored_and_derived(endpoint)
+        Deployment.objects.filter(pk=revised_endpoint.pk).update(
+            **as_columns(revised_endpoint, facts)
+        )
+        stored, derived = stored_and_derived(revised_endpoint)
         assert stored == derived
         # ... and SQL finds it under that status and no other.
         for status in ALL_STATUSES:
-            found = Deployment.objects.filter(pk=endpoint.pk, status=status).exists()
+            found = Deployment.objects.filter(pk=revised_endpoint.pk, status=status).exists()
             assert found == (status == derived)
 
     check()
 
 
-def test_a_save_of_any_facts_stores_the_derived_status(endpoint: Deployment) -> None:
+def test_a_save_of_any_facts_stores_the_derived_status(revised_endpoint: Deployment) -> None:
     @EXAMPLES
     @given(row_facts(), st.booleans())
     def check(facts: dict[str, Any], some_fields: bool) -> None:
-        row = Deployment.objects.get(pk=endpoint.pk)
-        for name, value in as_columns(endpoint, facts).items():
+        row = Deployment.objects.get(pk=revised_endpoint.pk)
+        for name, value in as_columns(revised_endpoint, facts).items():
             setattr(row, name, value)
         # As services save: naming the fields they wrote (the status is added to them).
         row.save(update_fields=list(facts) if some_fields else None)
-        assert stored_and_derived(endpoint)[0] == stored_and_derived(endpoint)[1]
+        assert stored_and_derived(revised_endpoint)[0] == stored_and_derived(revised_endpoint)[1]
 
     check()
 
 
 def test_a_conditional_update_that_matches_no_row_leaves_the_status_alone(
-    endpoint: Deployment,
+    revised_endpoint: Deployment,
 ) -> None:
-    before = Deployment.objects.get(pk=endpoint.pk)
-    stale = Deployment.objects.filter(pk=endpoint.pk, generation=before.generation + 1)
+    before = Deployment.objects.get(pk=revised_endpoint.pk)
+    stale = Deployment.objects.filter(pk=revised_endpoint.pk, generation=before.generation + 1)
     assert stale.update(desired_state="stopped") == 0
-    assert Deployment.objects.get(pk=endpoint.pk).status == before.status
+    assert Deployment.objects.get(pk=revised_endpoint.pk).status == before.status
 
 
 def test_the_api_status_filter_runs_in_sql_and_agrees_with_the_derived_status(
-    cast: Cast, endpoint: Deployment
+    cast: Cast, revised_endpoint: Deployment
 ) -> None:
     actor = cast.actor(cast.alice, cast.acme)
     others = [

@@ -30,7 +30,7 @@ from tests.api.conftest import Api
 from tests.conftest import Cast, queued
 from tests.drivers.kube_emulator import RunningEmulator
 from tests.endpoints import processes
-from tests.endpoints.conftest import refresh, small_spec
+from tests.fixtures.endpoints import refresh, small_spec
 from tests.waiting import wait_until
 
 RECONCILE = "deployments.reconcile_deployment"
@@ -71,7 +71,7 @@ def developer_api(cast: Cast) -> Api:
 @pytest.mark.django_db
 def test_a_change_saved_while_the_broker_is_down_answers_2xx_and_the_sweep_reconciles_it(
     cast: Cast,
-    endpoint: Deployment,
+    kube_endpoint: Deployment,
     emulator: RunningEmulator,
     broker: redis.Redis,
     django_capture_on_commit_callbacks: Any,
@@ -82,23 +82,23 @@ def test_a_change_saved_while_the_broker_is_down_answers_2xx_and_the_sweep_recon
     with broker_unreachable(), django_capture_on_commit_callbacks(execute=True):
         response = api.patch("deployments/kchat", {"spec": edited, "base_revision": 1})
     assert response.status_code == 200, response.content
-    saved = refresh(endpoint)
+    saved = refresh(kube_endpoint)
     assert saved.target_revision.number == 2  # the change was made ...
     assert queued(broker) == []  # ... and its message never reached the broker
     assert "not queued" in caplog.text
 
     # The broker is back: the sweep finds the endpoint due and its pass applies revision 2.
-    assert sweep.apply().get() == [str(endpoint.pk)]
-    assert queued(broker) == [(RECONCILE, [str(endpoint.pk)])]
-    assert reconcile_deployment.apply(args=[str(endpoint.pk)]).successful()
-    reconciled = refresh(endpoint)
+    assert sweep.apply().get() == [str(kube_endpoint.pk)]
+    assert queued(broker) == [(RECONCILE, [str(kube_endpoint.pk)])]
+    assert reconcile_deployment.apply(args=[str(kube_endpoint.pk)]).successful()
+    reconciled = refresh(kube_endpoint)
     assert reconciled.applied_revision.number == 2
     assert reconciled.observed_generation == reconciled.generation
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_pass_over_its_time_limit_releases_its_lock_and_is_retried(
-    endpoint: Deployment, emulator: RunningEmulator, broker: redis.Redis, tmp_path: Path
+    kube_endpoint: Deployment, emulator: RunningEmulator, broker: redis.Redis, tmp_path: Path
 ) -> None:
     # The first apply of the engine stalls (3 s) past the pass's 1 s limit; the lock would
     # hold another 30 s, longer than this test waits, if the interrupted pass kept it.
@@ -111,18 +111,22 @@ def test_a_pass_over_its_time_limit_releases_its_lock_and_is_retried(
     )  # fmt: skip
     log = tmp_path / "worker.log"
     worker = processes.start("worker", env, log, pool="prefork")
-    lock = f"plinth:reconcile:{endpoint.pk}"
+    lock = f"plinth:reconcile:{kube_endpoint.pk}"
     try:
         # None: the worker's own limits. Celery would put this process's (the defaults) in the
         # message, as it does for any task registered where it is sent from.
         celery_app.send_task(
-            RECONCILE, args=[str(endpoint.pk)], queue=queue, soft_time_limit=None, time_limit=None
+            RECONCILE,
+            args=[str(kube_endpoint.pk)],
+            queue=queue,
+            soft_time_limit=None,
+            time_limit=None,
         )
-        applied = lambda: refresh(endpoint).applied_revision is not None  # noqa: E731
+        applied = lambda: refresh(kube_endpoint).applied_revision is not None  # noqa: E731
         wait_until(applied, "applied by the retried pass", timeout=25)
         assert "Soft time limit (1" in log.read_text()  # the first attempt was cut short
         assert broker.get(lock) is None
     finally:
         processes.stop(worker)
         broker.delete(queue, lock)
-    assert refresh(endpoint).failed_at is None
+    assert refresh(kube_endpoint).failed_at is None

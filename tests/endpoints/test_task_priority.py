@@ -24,7 +24,7 @@ from deployments.endpoints.models import Deployment
 from deployments.endpoints.tasks import reconcile_deployment, sweep
 from tests.conftest import Cast, priority_lists
 from tests.endpoints import processes
-from tests.endpoints.conftest import small_spec
+from tests.fixtures.endpoints import small_spec
 from tests.waiting import wait_until
 
 RECONCILE = "deployments.reconcile_deployment"

@@ -30,7 +30,7 @@ from deployments.endpoints.models import Deployment
 from deployments.status import ACTIVE, FAILED, STOPPED
 from tests.conftest import Cast
 from tests.drivers.kube_emulator import CLIENT_TIMEOUT_S, RunningEmulator
-from tests.endpoints.conftest import NS, refresh, small_spec
+from tests.fixtures.endpoints import NS, refresh, small_spec
 
 HUB_SAYS = (
     "huggingface_hub.errors.RepositoryNotFoundError: 401 Client Error. Repository Not Found for "
@@ -47,12 +47,12 @@ GAVE_UP = {
 
 
 @pytest.fixture
-def on_a_claim(cast: Cast, endpoint: Deployment) -> Deployment:
+def on_a_claim(cast: Cast, kube_endpoint: Deployment) -> Deployment:
     """The endpoint, on a cluster whose model cache is a claim: a Job downloads the weights."""
     actor = cast.actor(cast.alice, cast.acme)
     settings = {"model_cache": {"type": "claim", "claim_name": "models"}}
-    services.update_cluster(actor, endpoint.cluster_id, settings=settings)
-    return endpoint
+    services.update_cluster(actor, kube_endpoint.cluster_id, settings=settings)
+    return kube_endpoint
 
 
 def step(deployment: Deployment) -> Deployment:

@@ -14,7 +14,7 @@ from deployments.endpoints import services
 from deployments.experiments.models import Benchmark, BenchmarkStatus
 from tests.conftest import Cast
 from tests.experiments.canary.helpers import BF16, mark_serving
-from tests.sdk.conftest import SdkEnv
+from tests.fixtures.sdk import SdkEnv
 from tests.sdk.test_cli import Cli
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the server is another process

@@ -16,7 +16,7 @@ from deployments.endpoints.models import Deployment
 from runtime.sim.launcher import REPO_ROOT
 from tests.conftest import Cast
 from tests.experiments.canary.helpers import BF16
-from tests.sdk.conftest import SdkEnv
+from tests.fixtures.sdk import SdkEnv
 from tests.sdk.test_cli import Cli
 
 sys.path.insert(0, str(REPO_ROOT / "sdk"))

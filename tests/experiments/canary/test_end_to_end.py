@@ -29,8 +29,8 @@ from deployments.experiments.tasks import watch_canaries
 from deployments.status import ACTIVE
 from deployments.traffic import probe
 from tests.conftest import Cast
-from tests.endpoints.conftest import fast_local, refresh  # noqa: F401  (fast_local: a fixture)
 from tests.experiments.canary.helpers import BF16, fp8
+from tests.fixtures.endpoints import refresh
 from tests.gateway.conftest import GatewayProcess, start_gateway, stop_process
 from tests.waiting import wait_until
 
@@ -70,7 +70,7 @@ def ask(client: httpx.Client, url: str, key: str, session: str = "", **body: Any
 
 def test_a_canary_splits_traffic_promotes_and_a_slow_one_is_aborted(
     cast: Cast,
-    fast_local: Path,  # noqa: F811
+    fast_local: Path,
     gateway: GatewayProcess,
 ) -> None:
     actor = cast.actor(cast.dave, cast.acme)

@@ -24,9 +24,9 @@ from deployments.experiments.models import Canary, CanaryStatus
 from deployments.status import ACTIVE
 from tests.conftest import Cast
 from tests.drivers.kube_emulator import RunningEmulator
-from tests.endpoints.conftest import NS, emulator, endpoint, refresh  # noqa: F401 (fixtures)
 from tests.endpoints.test_reconcile_kube import running
 from tests.experiments.canary.helpers import fp8
+from tests.fixtures.endpoints import NS, refresh
 
 
 def put_pod(
@@ -47,14 +47,14 @@ def step(deployment: Deployment) -> Deployment:
 @pytest.mark.django_db
 def test_a_canary_runs_as_its_own_pool_beside_the_endpoints(
     cast: Cast,
-    endpoint: Deployment,  # noqa: F811
-    emulator: RunningEmulator,  # noqa: F811
+    kube_endpoint: Deployment,
+    emulator: RunningEmulator,
 ) -> None:
-    owner = str(endpoint.pk)
-    step(endpoint)
+    owner = str(kube_endpoint.pk)
+    step(kube_endpoint)
     put_pod(emulator, "kchat", owner, 1, "kchat-engine-1", "engine")
     put_pod(emulator, "kchat", owner, 1, "kchat-router-1", "router")
-    deployment = step(endpoint)
+    deployment = step(kube_endpoint)
     assert deployment.status == ACTIVE
 
     actor = cast.actor(cast.alice, cast.acme)

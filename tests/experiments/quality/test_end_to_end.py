@@ -31,7 +31,6 @@ from deployments.experiments.models import BenchmarkStatus, CanaryStatus, Qualit
 from deployments.experiments.tasks import run_quality_gate
 from deployments.status import ACTIVE
 from tests.conftest import Cast
-from tests.endpoints.conftest import fast_local  # noqa: F401  (a fixture)
 from tests.experiments.canary.helpers import BF16, fp8
 from tests.experiments.canary.test_end_to_end import converge, running_canary
 from tests.gateway.conftest import GatewayProcess, start_gateway, stop_process
@@ -86,7 +85,7 @@ def benchmark(actor: Any, deployment: Any, revision: int) -> None:
 
 def test_an_fp8_canary_passes_its_gate_and_an_mxfp4_one_is_held_until_overridden(
     cast: Cast,
-    fast_local: Path,  # noqa: F811
+    fast_local: Path,
     gateway: GatewayProcess,
 ) -> None:
     assert aiperf_installed(settings.PLINTH_TOOLS_DIR), (

@@ -13,7 +13,7 @@ from deployments.experiments.models import QualityGate, QualityGateStatus
 from tests.conftest import Cast
 from tests.experiments.canary.helpers import BF16, fp8, mark_serving
 from tests.experiments.quality.helpers import finish
-from tests.sdk.conftest import SdkEnv, admin_key, client_env, sdk_env, server  # noqa: F401
+from tests.fixtures.sdk import SdkEnv, client_env
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the server is another process
 
@@ -43,9 +43,9 @@ def _script(venv: SdkEnv, env: dict[str, str], code: str) -> str:
 
 
 def test_the_sdk_runs_reads_and_overrides_a_gate(
-    sdk_env: SdkEnv,  # noqa: F811
-    server: str,  # noqa: F811
-    admin_key: str,  # noqa: F811
+    sdk_env: SdkEnv,
+    server: str,
+    admin_key: str,
     cast: Cast,
     tmp_path: Path,
 ) -> None:

@@ -122,7 +122,7 @@ E2E=()
 for entry in tests/*/ tests/test_*.py; do
   entry=${entry%/}
   case " ${UNIT[*]} ${KUBE[*]} " in *" $entry "*) continue ;; esac
-  [ "${entry##*/}" = __pycache__ ] && continue
+  case "${entry##*/}" in __pycache__ | fixtures) continue ;; esac  # fixtures/: no tests of its own
   E2E+=("$entry")
 done
 E2E_REDIS=$("$BIN/python" - "$REDIS_URL" <<'PY'

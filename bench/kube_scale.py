@@ -160,7 +160,7 @@ class Emulator:
     # --- what ``worker`` asks of the cluster it runs against ---
 
     def kubeconfig(self, settings: Any) -> str:
-        from tests.engine.conftest import kubeconfig
+        from tests.fixtures.endpoints import kubeconfig
 
         settings.PLINTH_KUBE_ALLOW_HTTP = True  # the emulator speaks plain http on loopback
         settings.PLINTH_KUBE_ALLOW_HOSTS = ["127.0.0.1"]
@@ -389,7 +389,7 @@ def _worker_figures(
     from deployments.clusters.tasks import make_due_from_watch
     from deployments.endpoints import reconcile, services
     from deployments.endpoints.models import Deployment, Revision
-    from tests.engine.conftest import small_spec
+    from tests.fixtures.endpoints import small_spec
 
     user = get_user_model().objects.create_user("bench", password="bench-password-123")
     org = platform.create_organization(name="Bench", owner=user)

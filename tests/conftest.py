@@ -20,6 +20,9 @@ from controlplane import services
 from controlplane.access import Actor
 from controlplane.models import Organization, Role
 
+# Fixtures that tests in more than one folder use (one module per kind, each says what it gives).
+pytest_plugins = ["tests.fixtures.endpoints", "tests.fixtures.sdk"]
+
 DEADLOCK_DETECTED = "40P01"  # PostgreSQL's SQLSTATE
 
 
@@ -61,6 +64,14 @@ class Cast:
 
 
 PASSWORD = "correct-horse-battery-staple"
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings: Any) -> None:
+    # Tests create users with passwords by the dozen (the cast, the sweeps' world) and sign them
+    # in; the default PBKDF2 is deliberately slow (~0.3 s a hash). PLINTH_ENV=test already picks
+    # MD5 (controlplane/settings.py); this keeps a run without it as fast.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture

@@ -1,5 +1,9 @@
 """Fixtures of the REST API tests: management keys for the cast, a client that records which
 documented routes the tests exercise, and endpoints made through the services.
+
+tests/api holds the API's own checks, across every noun's routes, and the fixtures they share:
+the route-coverage test (test_openapi.py) counts the requests of every API test module, so each
+of them lives here; fixtures that other folders use too live in tests/fixtures/.
 """
 
 from __future__ import annotations
@@ -93,12 +97,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     else:
         config.hook.pytest_deselected(items=coverage)
         items[:] = others
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings: Any) -> None:
-    # The cast's users are created with passwords; the default PBKDF2 costs ~0.3 s each.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 def _key(cast: Cast, org: Organization, role: str) -> str:

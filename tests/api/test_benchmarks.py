@@ -1,7 +1,8 @@
 """/api/v1/deployments/{id}/benchmarks: queue, list, read, compare; refusals name the field.
 
-No AIPerf runs here (tests/benchmarks/test_end_to_end.py runs it for real): a queued benchmark
-is what these routes answer about, and finished ones are left as their run would leave them.
+No AIPerf runs here (tests/experiments/benchmark/test_end_to_end.py runs it for real): a queued
+benchmark is what these routes answer about, and finished ones are left as their run would leave
+them.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from deployments.experiments.canary import services as canary_services
 from deployments.experiments.models import Benchmark, BenchmarkStatus
 from deployments.traffic.models import UsageRecord
 from tests.api.conftest import SPEC, Clients, error_of, fields_of, spec_with
-from tests.canary.helpers import mark_serving
 from tests.conftest import Cast
+from tests.experiments.canary.helpers import mark_serving
 
 BENCH = "deployments/chat/benchmarks"
 FP8 = spec_with(quantization={"method": "fp8"})

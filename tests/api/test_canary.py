@@ -10,8 +10,8 @@ from deployments.endpoints import services
 from deployments.endpoints.models import Deployment
 from deployments.experiments.canary import services as canary_services
 from tests.api.conftest import SPEC, Clients, error_of, fields_of, spec_with
-from tests.canary.helpers import mark_serving
 from tests.conftest import Cast
+from tests.experiments.canary.helpers import mark_serving
 
 FP8 = spec_with(quantization={"method": "fp8"})
 

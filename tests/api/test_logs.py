@@ -1,6 +1,6 @@
 """/api/v1/deployments/{id}/logs on the local cluster: the process log files, a tail or the lines
 after a cursor, every parameter checked and refused by name. (The Kubernetes side, pods and the
-previous container, is tests/engine/test_kube_logs.py, against the API emulator.)"""
+previous container, is tests/endpoints/test_kube_logs.py, against the API emulator.)"""
 
 from __future__ import annotations
 

@@ -12,9 +12,9 @@ from deployments.experiments.canary import services as canary_services
 from deployments.experiments.models import QualityGate
 from runtime.quality_run import builtin_prompts
 from tests.api.conftest import SPEC, Clients, error_of, fields_of, spec_with
-from tests.canary.helpers import mark_serving
 from tests.conftest import Cast
-from tests.quality.helpers import finish
+from tests.experiments.canary.helpers import mark_serving
+from tests.experiments.quality.helpers import finish
 
 GATE = "deployments/chat/revisions/2/gate"
 

@@ -25,8 +25,8 @@ from deployments.endpoints.models import Deployment
 from deployments.quotas import services as quotas
 from deployments.quotas.models import Quota
 from tests.api.conftest import SPEC, Api, Clients, error_of, spec_with
-from tests.autoscale.test_task import AUTOSCALING, autoscaled, probe, run_pass
-from tests.autoscale.test_task import endpoint as serving_endpoint
+from tests.autoscaling.test_task import AUTOSCALING, autoscaled, probe, run_pass
+from tests.autoscaling.test_task import endpoint as serving_endpoint
 from tests.conftest import PASSWORD, Cast
 from tests.waiting import wait_until
 

@@ -31,8 +31,8 @@ from deployments.experiments.models import Canary, CanaryStatus
 from deployments.experiments.tasks import watch_canaries
 from runtime.spec import RuntimeSpec
 from tests.api.conftest import SPEC, Clients, error_of, spec_with
-from tests.canary.helpers import mark_serving
 from tests.conftest import Cast
+from tests.experiments.canary.helpers import mark_serving
 
 pytestmark = pytest.mark.django_db
 STARTUP_WINDOW_S = 60

@@ -1,8 +1,10 @@
-"""Fixtures of the console view tests: signed-in clients of the cast, one endpoint in Acme."""
+"""Fixtures of the console view tests: signed-in clients of the cast, one endpoint in Acme.
+
+tests/console holds the console's own checks, across every noun's pages, and the fixtures they
+share; fixtures that other folders use too live in tests/fixtures/.
+"""
 
 from __future__ import annotations
-
-from typing import Any
 
 import pytest
 from django.test import Client
@@ -41,10 +43,3 @@ def bob(cast: Cast) -> Client:
 def endpoint(cast: Cast) -> Deployment:
     actor = cast.actor(cast.alice, cast.acme)
     return services.create_deployment(actor, slug="chat", name="Chat", spec=SPEC)
-
-
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings: Any) -> None:
-    # The cast's four users are hashed per test; the real hasher is slow by design and these
-    # tests sign in with force_login, so a fast hasher changes nothing they check.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -152,7 +152,7 @@ def test_the_edit_page_saves_after_a_canary_and_names_a_running_one(
     cast: Cast, alice: Client, endpoint: Deployment
 ) -> None:
     from deployments.experiments.canary import services as canary_services
-    from tests.canary.helpers import mark_serving
+    from tests.experiments.canary.helpers import mark_serving
 
     actor = cast.actor(cast.alice, cast.acme)
     mark_serving(endpoint)

@@ -48,9 +48,8 @@ METHODS = ("get", "post", "put", "patch", "delete")
 
 
 @pytest.fixture
-def acme(cast: Cast, settings: Any) -> dict[str, Any]:
+def acme(cast: Cast) -> dict[str, Any]:
     """Acme with an endpoint, a key, a secret: objects for path parameters and forms."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     owner = cast.actor(cast.alice, cast.acme)
     endpoint = services.create_deployment(owner, slug="chat", name="Chat", spec=SPEC)
     key = platform.create_api_key(owner, name="admin", kind="management", role=Role.ADMIN)

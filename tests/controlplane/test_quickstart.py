@@ -180,7 +180,7 @@ def manage_sh(data_dir: Path, *args: str) -> str:
 
 
 def test_run_restarts_what_dies_and_two_sigterms_stop_everything(run_root: Path) -> None:
-    from tests.engine.conftest import FAST_SIM_ENV, small_spec
+    from tests.fixtures.endpoints import FAST_SIM_ENV, small_spec
 
     ports = {name: free_port() for name in ("web", "gateway", "metrics", "redis")}
     console = f"http://127.0.0.1:{ports['web']}"

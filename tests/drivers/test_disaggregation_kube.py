@@ -11,8 +11,6 @@ tests/kube_real/test_endpoint_on_real_cluster.py::test_prefill_and_decode_pools_
 from __future__ import annotations
 
 import dataclasses
-import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,7 +20,7 @@ from deployments.drivers.kube.client import KubeClient
 from deployments.drivers.kube.driver import KubeDriver
 from deployments.drivers.kube.render import KubeOptions, render_revision
 from runtime.spec import RuntimeSpec
-from tests.drivers.kube_emulator import CLIENT_TIMEOUT_S, RunningEmulator, running_emulator
+from tests.drivers.kube_emulator import CLIENT_TIMEOUT_S, RunningEmulator
 from tests.drivers.reference_specs import REF, load_spec, revision_plan
 
 NS = REF.namespace
@@ -71,13 +69,6 @@ def test_each_pool_requests_the_gpus_of_its_own_tp() -> None:
     }
     assert shm["chat-prefill"]["emptyDir"]["sizeLimit"] == "16Gi"
     assert shm["chat-decode"]["emptyDir"]["sizeLimit"] == "24Gi"
-
-
-@pytest.fixture
-def emulator() -> Iterator[RunningEmulator]:
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    with running_emulator() as running:
-        yield running
 
 
 def _pod(name: str, role: str, ready: bool) -> dict[str, Any]:

@@ -40,18 +40,10 @@ from tests.drivers.kube_emulator import (
     CLIENT_TIMEOUT_S,
     STALL_SECONDS,
     RunningEmulator,
-    running_emulator,
 )
 from tests.drivers.reference_specs import REF, load_spec, revision_plan
 
 NS = REF.namespace
-
-
-@pytest.fixture
-def emulator() -> Iterator[RunningEmulator]:
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    with running_emulator() as running:
-        yield running
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ token, are tests/kube_real/test_worker_cache_on_real_cluster.py.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,19 +20,12 @@ from deployments.drivers.kube import labels as L
 from deployments.drivers.kube.client import KubeClient, KubeGone, kind_of
 from deployments.drivers.kube.driver import KubeDriver
 from deployments.drivers.kube.informer import ClusterCache, Informer
-from tests.drivers.kube_emulator import CLIENT_TIMEOUT_S, RunningEmulator, running_emulator
+from tests.drivers.kube_emulator import CLIENT_TIMEOUT_S, RunningEmulator
 from tests.drivers.reference_specs import REF, load_spec, revision_plan
 from tests.waiting import wait_until
 
 NS = REF.namespace
 PODS = kind_of("v1", "Pod")
-
-
-@pytest.fixture
-def emulator() -> Iterator[RunningEmulator]:
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    with running_emulator() as running:
-        yield running
 
 
 @pytest.fixture

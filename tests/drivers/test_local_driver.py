@@ -21,7 +21,7 @@ from deployments.drivers.local.processes import ProcessRecord, ProcessTable, sto
 from runtime import launch
 from runtime.client import RouterClient
 from runtime.spec import RuntimeSpec
-from tests.engine.processes import processes_of
+from tests.endpoints.processes import processes_of
 from tests.waiting import wait_until
 
 REF = base.DeploymentRef(id="5f0c8e0a-0000-4000-8000-000000000001", slug="local-chat")

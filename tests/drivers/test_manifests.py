@@ -135,7 +135,7 @@ def test_engine_deployment_has_surge_drain_gpu_shm_and_probes() -> None:
     assert container["livenessProbe"]["timeoutSeconds"] > 20
     assert "preStop" in container["lifecycle"]
     # The hub token reaches the weights download before it (the default hostPath cache), not
-    # the engine (tests/deploy/test_weights_download.py).
+    # the engine (tests/charts/test_weights_download.py).
     assert "HF_TOKEN" not in {e["name"] for e in container["env"]}
     token = next(e for e in pod["initContainers"][0]["env"] if e["name"] == "HF_TOKEN")
     assert token["valueFrom"]["secretKeyRef"]["name"] == "chat-hf-token"

@@ -36,11 +36,9 @@ from deployments.endpoints import reconcile
 from deployments.endpoints.models import Deployment, Revision
 from tests.drivers.kube_emulator import CLIENT_TIMEOUT_S, RunningEmulator
 from tests.drivers.test_gpu_placement import H100, node
-from tests.engine.conftest import NS, emulator, endpoint, refresh
-from tests.engine.test_reconcile_kube import put_pod, running
+from tests.endpoints.test_reconcile_kube import put_pod, running
+from tests.fixtures.endpoints import NS, refresh
 from tests.waiting import wait_until
-
-__all__ = ["emulator", "endpoint"]
 
 
 class Batches:
@@ -84,8 +82,8 @@ def api_calls(emulator: RunningEmulator, since: int) -> list[tuple[str, str]]:
 
 
 @pytest.mark.django_db
-def test_only_a_worker_reads_through_one_cache_per_cluster(endpoint: Deployment) -> None:
-    cluster = endpoint.cluster
+def test_only_a_worker_reads_through_one_cache_per_cluster(kube_endpoint: Deployment) -> None:
+    cluster = kube_endpoint.cluster
     plain = registry.driver_for(cluster)
     assert isinstance(plain, KubeDriver) and plain.cache is None  # web processes watch nothing
     plain.close()
@@ -105,34 +103,34 @@ def test_only_a_worker_reads_through_one_cache_per_cluster(endpoint: Deployment)
 
 @pytest.mark.django_db
 def test_a_settled_pass_through_the_worker_cache_asks_the_api_nothing(
-    endpoint: Deployment, emulator: RunningEmulator, batches: Batches
+    kube_endpoint: Deployment, emulator: RunningEmulator, batches: Batches
 ) -> None:
-    driver = registry.driver_for(endpoint.cluster)
+    driver = registry.driver_for(kube_endpoint.cluster)
     assert isinstance(driver, KubeDriver)
     cache = synced(driver)
-    reconcile.reconcile(str(endpoint.pk))  # the first pass applies everything
-    put_pod(emulator, endpoint, "kchat-engine-1", running(True))
-    put_pod(emulator, endpoint, "kchat-router-1", running(True, role="router"), role="router")
+    reconcile.reconcile(str(kube_endpoint.pk))  # the first pass applies everything
+    put_pod(emulator, kube_endpoint, "kchat-engine-1", running(True))
+    put_pod(emulator, kube_endpoint, "kchat-router-1", running(True, role="router"), role="router")
     pods = cache.informers["Pod"]
     wait_until(lambda: len(pods.list(NS)) == 2, "the pods are in the cache")
     # The pass that sees them ready writes nothing to the cluster, only to the database.
     wait_until(
-        lambda: reconcile.reconcile(str(endpoint.pk)) and refresh(endpoint).settled,
+        lambda: reconcile.reconcile(str(kube_endpoint.pk)) and refresh(kube_endpoint).settled,
         "settled",
     )
     anchor = cache.informers["Service"].get(NS, "kchat-router")
     assert anchor is not None and L.SET_HASH in anchor["metadata"]["annotations"]
     start = len(emulator.emulator._requests)
-    reconcile.reconcile(str(endpoint.pk))
+    reconcile.reconcile(str(kube_endpoint.pk))
     assert api_calls(emulator, start) == []
-    assert refresh(endpoint).status == status.ACTIVE
+    assert refresh(kube_endpoint).status == status.ACTIVE
     # Every change the cache saw was about this endpoint, handed over in debounced batches.
-    wait_until(lambda: batches.ids() == {str(endpoint.pk)}, "the changes handed over")
+    wait_until(lambda: batches.ids() == {str(kube_endpoint.pk)}, "the changes handed over")
 
 
 @pytest.mark.django_db
 def test_a_burst_of_changes_to_an_endpoints_objects_makes_it_due_once(
-    endpoint: Deployment, emulator: RunningEmulator
+    kube_endpoint: Deployment, emulator: RunningEmulator
 ) -> None:
     batches = Batches()
     cache = ClusterCache(KubeClient.for_host(emulator.url, timeout=CLIENT_TIMEOUT_S), NS)
@@ -142,28 +140,28 @@ def test_a_burst_of_changes_to_an_endpoints_objects_makes_it_due_once(
         for informer in cache.informers.values():
             assert informer.wait_synced(10)
         for n in range(5):  # a pod restarting: five watch events within the debounce
-            put_pod(emulator, endpoint, "kchat-engine-1", running(n % 2 == 0))
+            put_pod(emulator, kube_endpoint, "kchat-engine-1", running(n % 2 == 0))
         foreign = {"metadata": {"name": "other", "namespace": NS, "labels": {"app": "x"}}}
         emulator.put("v1", "Pod", NS, foreign)  # not Plinth's: no endpoint is due
         wait_until(lambda: batches.seen, "a batch")
-        assert batches.seen == [{str(endpoint.pk)}]
+        assert batches.seen == [{str(kube_endpoint.pk)}]
         # An Event names a pod, not an endpoint: the pod's labels say whose it is.
         wait_until(lambda: cache.informers["Pod"].get(NS, "kchat-engine-1"), "the pod cached")
         emulator.put("v1", "Event", NS, _event("kchat-engine-1", "BackOff", "e-1"))
         wait_until(lambda: len(batches.seen) == 2, "a second batch")
-        assert batches.seen[1] == {str(endpoint.pk)}
+        assert batches.seen[1] == {str(kube_endpoint.pk)}
     finally:
         cache.stop()
 
 
 @pytest.mark.django_db
-def test_a_due_endpoint_stays_due_and_a_later_one_is_due_now(endpoint: Deployment) -> None:
+def test_a_due_endpoint_stays_due_and_a_later_one_is_due_now(kube_endpoint: Deployment) -> None:
     later = timezone.now() + timedelta(seconds=10)
-    Deployment.objects.filter(pk=endpoint.pk).update(next_reconcile_at=later)
-    assert reconcile.make_due({str(endpoint.pk), "not-an-id", "app"}) == 1
-    due = refresh(endpoint).next_reconcile_at
+    Deployment.objects.filter(pk=kube_endpoint.pk).update(next_reconcile_at=later)
+    assert reconcile.make_due({str(kube_endpoint.pk), "not-an-id", "app"}) == 1
+    due = refresh(kube_endpoint).next_reconcile_at
     assert due is not None and due <= timezone.now()
-    assert reconcile.make_due({str(endpoint.pk)}) == 0  # already due: left as it is
+    assert reconcile.make_due({str(kube_endpoint.pk)}) == 0  # already due: left as it is
 
 
 def test_the_inventory_reads_nodes_from_a_synced_cache(emulator: RunningEmulator) -> None:

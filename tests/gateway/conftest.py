@@ -63,7 +63,7 @@ def redis_client() -> redis.Redis:
     return redis.Redis.from_url(settings.REDIS_URL)
 
 
-def test_database_url() -> str:
+def database_url() -> str:
     db = settings.DATABASES["default"]
     host = db.get("HOST") or "127.0.0.1"
     port = db.get("PORT") or 5432
@@ -73,7 +73,7 @@ def test_database_url() -> str:
 def subprocess_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
-        DATABASE_URL=test_database_url(),
+        DATABASE_URL=database_url(),
         REDIS_URL=settings.REDIS_URL,
         PLINTH_ENV="test",
         DJANGO_SETTINGS_MODULE="controlplane.settings",

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from tests.gateway.conftest import create_endpoint, inference_key, mark_serving, wait_routable
-from tests.sim.scrape import metric_sum
+from tests.runtime.sim.scrape import metric_sum
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

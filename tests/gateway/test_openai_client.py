@@ -13,7 +13,7 @@ from tests.gateway.conftest import (
     mark_serving,
     wait_routable,
 )
-from tests.sim.scrape import metric_sum
+from tests.runtime.sim.scrape import metric_sum
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MODEL = "sim/llama-test"

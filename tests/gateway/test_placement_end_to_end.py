@@ -40,7 +40,7 @@ from tests.gateway.conftest import (
     stop_process,
     wait_routable,
 )
-from tests.sim.scrape import metric_sum
+from tests.runtime.sim.scrape import metric_sum
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -3,7 +3,8 @@ as ``deployments.drivers.kube.benchmark.run_job`` applies them, with the worker'
 real Job controller makes the pod and kwok runs it to completion. The cluster is set up as an
 air-gapped one would be (AIPerf from a mirrored image behind a pull secret): the pod the
 controller made runs that image and installs nothing. Reading the results back needs a kubelet's
-log endpoint, which kwok's fake nodes do not serve here: that part stays with tests/benchmarks."""
+log endpoint, which kwok's fake nodes do not serve here: that part stays with
+tests/experiments/benchmark."""
 
 from __future__ import annotations
 

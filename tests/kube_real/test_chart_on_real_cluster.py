@@ -208,7 +208,7 @@ def test_every_rendering_validates_strictly(values: str) -> None:
     assert objects
     for obj in objects:
         if obj["apiVersion"].startswith("monitoring.coreos.com/"):
-            continue  # the operator's kinds: tests/deploy/test_monitoring.py's schema
+            continue  # the operator's kinds: tests/charts/test_monitoring.py's schema
         kubernetes_validate.validate(obj, "1.34.0", strict=True)
 
 
@@ -399,7 +399,7 @@ def _operator_crd(kind: str) -> dict[str, Any]:
     """The Prometheus Operator's kind under its own group and version, with an open schema: what
     this test needs is that the API server serves monitoring.coreos.com/v1 (its discovery is what
     helm asks); the fields are checked against the operator's schema in
-    tests/deploy/test_monitoring.py."""
+    tests/charts/test_monitoring.py."""
     plural = kind.lower() + "s"
     return {
         "apiVersion": "apiextensions.k8s.io/v1",

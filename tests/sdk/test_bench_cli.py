@@ -1,6 +1,6 @@
 """``plinth bench run|list|show|compare`` with the installed command against a running Plinth,
 and the SDK's ``benchmarks`` resource underneath it. No AIPerf runs here: finished benchmarks
-are left as their run would leave them (tests/benchmarks/test_end_to_end.py runs it)."""
+are left as their run would leave them (tests/experiments/benchmark/test_end_to_end.py runs it)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 
 from deployments.endpoints import services
 from deployments.experiments.models import Benchmark, BenchmarkStatus
-from tests.canary.helpers import BF16, mark_serving
 from tests.conftest import Cast
-from tests.sdk.conftest import SdkEnv
+from tests.experiments.canary.helpers import BF16, mark_serving
+from tests.fixtures.sdk import SdkEnv
 from tests.sdk.test_cli import Cli
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the server is another process

@@ -13,9 +13,9 @@ import pytest
 from deployments.endpoints import services
 from deployments.endpoints.models import Deployment
 from deployments.experiments.models import Canary
-from tests.canary.helpers import BF16, fp8, mark_serving
 from tests.conftest import Cast
-from tests.sdk.conftest import SdkEnv
+from tests.experiments.canary.helpers import BF16, fp8, mark_serving
+from tests.fixtures.sdk import SdkEnv
 from tests.sdk.test_cli import Cli
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the server is another process

@@ -12,10 +12,10 @@ from deployments.endpoints import services
 from deployments.experiments.canary import services as canary_services
 from deployments.experiments.models import QualityGate, QualityGateStatus
 from runtime.quality_run import builtin_prompts
-from tests.canary.helpers import BF16, fp8, mark_serving
 from tests.conftest import Cast
-from tests.quality.helpers import FAILED_MEAN_KL, finish
-from tests.sdk.conftest import SdkEnv
+from tests.experiments.canary.helpers import BF16, fp8, mark_serving
+from tests.experiments.quality.helpers import FAILED_MEAN_KL, finish
+from tests.fixtures.sdk import SdkEnv
 from tests.sdk.test_cli import Cli
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the server is another process

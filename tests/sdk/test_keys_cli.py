@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from controlplane.models import ApiKey
-from tests.sdk.conftest import SdkEnv
+from tests.fixtures.sdk import SdkEnv
 from tests.sdk.test_cli import Cli
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the server is another process

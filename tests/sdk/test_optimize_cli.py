@@ -14,9 +14,9 @@ import pytest
 from deployments.endpoints import recommend, services
 from deployments.endpoints.models import Deployment
 from runtime.sim.launcher import REPO_ROOT
-from tests.canary.helpers import BF16
 from tests.conftest import Cast
-from tests.sdk.conftest import SdkEnv
+from tests.experiments.canary.helpers import BF16
+from tests.fixtures.sdk import SdkEnv
 from tests.sdk.test_cli import Cli
 
 sys.path.insert(0, str(REPO_ROOT / "sdk"))

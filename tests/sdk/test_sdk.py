@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sdk.conftest import SdkEnv, client_env
+from tests.fixtures.sdk import SdkEnv, client_env
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the server is another process
 

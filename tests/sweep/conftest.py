@@ -11,13 +11,6 @@ from tests.conftest import Cast
 from tests.sweep.world import World, build_world
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings: Any) -> None:
-    # Seven people are created per test; the sweeps sign them in with force_login, so the
-    # deliberately slow default hasher would only cost time.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def run_dir(tmp_path: Path, settings: Any) -> Path:
     """The local driver's run directory, where engines' log files live."""

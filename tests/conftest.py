@@ -66,14 +66,6 @@ class Cast:
 PASSWORD = "correct-horse-battery-staple"
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings: Any) -> None:
-    # Tests create users with passwords by the dozen (the cast, the sweeps' world) and sign them
-    # in; the default PBKDF2 is deliberately slow (~0.3 s a hash). PLINTH_ENV=test already picks
-    # MD5 (controlplane/settings.py); this keeps a run without it as fast.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def cast(db: None) -> Cast:
     users = get_user_model()

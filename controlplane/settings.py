@@ -277,7 +277,7 @@ LOGGING = {
 
 # Where local-cluster endpoints keep pid files and logs.
 PLINTH_LOCAL_RUN_DIR = Path(env_str("PLINTH_LOCAL_RUN_DIR", str(DATA_DIR / "local")))
-# The deployment engine (deployments/endpoints/reconcile.py, tasks/engine.py). The local cluster's
+# The deployment engine (deployments/endpoints/reconcile.py and tasks.py). The local cluster's
 # engine is the simulator ("sim") or the plan's own SGLang command ("sglang"); simulator options
 # such as PLINTH_SIM_TIME_SCALE pass to engines through the environment.
 PLINTH_LOCAL_ENGINE = env_str("PLINTH_LOCAL_ENGINE", "sim")

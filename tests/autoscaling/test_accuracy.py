@@ -1,0 +1,137 @@
+"""The performance model against the endpoint's own traffic (``model_accuracy``): predicted and
+measured TTFT/ITL p90 at the measured load, the correction in force (the SLO autoscaler's, or
+fitted from the samples without it), an error band, and throughput from a benchmark."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from deployments.autoscaling import services as autoscaler
+from deployments.autoscaling.correction import Correction
+from deployments.autoscaling.queries import model_accuracy
+from deployments.endpoints.models import Deployment
+from deployments.experiments.models import Benchmark, BenchmarkStatus
+from tests.conftest import Cast
+from tests.fixtures.measured import SLO_POLICY, measure, model_of, serving_endpoint
+
+
+def test_without_an_slo_policy_the_correction_is_fitted_from_the_samples(cast: Cast) -> None:
+    chat = serving_endpoint(cast, "chat")
+    model = model_of(chat)
+    rate = 0.5 * model.capacity_rps(0.5, 0.04)
+    now = timezone.now()
+    measure(chat, ttft=[1.1] * 10, itl=[1.2] * 10, rate_per_replica=rate, end=now)
+
+    accuracy = model_accuracy(chat, now)
+
+    assert accuracy is not None and accuracy.modelled
+    assert accuracy.revision == chat.current_revision.number  # type: ignore[union-attr]
+    by = {f.metric: f for f in accuracy.figures}
+    assert set(by) == {"ttft", "itl"}
+    assert by["itl"].source == by["ttft"].source == "samples"
+    assert by["ttft"].correction == pytest.approx(1.1)
+    assert by["itl"].correction == pytest.approx(1.2)
+    assert by["itl"].predicted == pytest.approx(model.predict(rate).itl_s)
+    assert by["itl"].measured == pytest.approx(1.2 * model.predict(rate).itl_s)
+    assert by["itl"].samples == 10
+    assert accuracy.correction == pytest.approx({"ttft": 1.1, "itl": 1.2})
+    assert accuracy.rate_rps_per_replica == pytest.approx(rate)
+    assert "model corrected +20%" in by["itl"].summary
+    assert by["itl"].summary.startswith("predicted ")
+
+
+def test_the_band_is_the_spread_of_the_per_sample_ratios_without_a_lone_outlier(
+    cast: Cast,
+) -> None:
+    chat = serving_endpoint(cast, "chat")
+    rate = 0.5 * model_of(chat).capacity_rps(0.5, 0.04)
+    now = timezone.now()
+    itl = [1.0, 1.05, 1.1, 1.15, 1.2, 1.0, 1.05, 1.1, 1.15, 1.2, 3.0]
+    measure(chat, ttft=[1.0] * len(itl), itl=itl, rate_per_replica=rate, end=now)
+
+    [_, figure] = model_accuracy(chat, now).figures  # type: ignore[union-attr]
+
+    assert figure.metric == "itl"
+    assert figure.band == pytest.approx((1.0, 1.2))
+    assert figure.band_percent == (0, 20)
+
+
+def test_with_the_slo_policy_the_correction_in_force_is_the_autoscalers(cast: Cast) -> None:
+    chat = serving_endpoint(cast, "chat", SLO_POLICY)
+    revision = chat.current_revision
+    assert revision is not None
+    rate = 0.75 * model_of(chat).capacity_rps(0.5, 0.04)
+    now = timezone.now()
+    measure(chat, ttft=[0.5] * 10, itl=[0.5] * 10, rate_per_replica=rate, end=now)
+    # The autoscaler stepped its correction down once (bounded), from a fit of 0.5.
+    step = Correction("engine", {}, {"itl": 0.8}, {"itl": 0.5})
+    autoscaler.record_model_correction(chat.pk, revision.number, step, {})
+
+    [itl] = [f for f in model_accuracy(chat, now).figures if f.metric == "itl"]  # type: ignore[union-attr]
+
+    assert (itl.source, itl.correction) == ("autoscaler", 0.8)
+    assert itl.fitted == pytest.approx(0.5)
+    assert "model corrected -20%" in itl.summary
+
+
+def test_a_correction_of_another_revision_is_not_in_force(cast: Cast) -> None:
+    chat = serving_endpoint(cast, "chat", SLO_POLICY)
+    revision = chat.current_revision
+    assert revision is not None
+    rate = 0.75 * model_of(chat).capacity_rps(0.5, 0.04)
+    now = timezone.now()
+    measure(chat, ttft=[1.0] * 4, itl=[1.3] * 4, rate_per_replica=rate, end=now)
+    step = Correction("engine", {}, {"itl": 2.0}, {"itl": 2.0})
+    autoscaler.record_model_correction(chat.pk, revision.number + 1, step, {})
+
+    [itl] = [f for f in model_accuracy(chat, now).figures if f.metric == "itl"]  # type: ignore[union-attr]
+
+    assert (itl.source, itl.correction) == ("autoscaler", 1.0)
+
+
+def test_samples_before_the_window_say_nothing(cast: Cast) -> None:
+    chat = serving_endpoint(cast, "chat")
+    rate = 0.5 * model_of(chat).capacity_rps(0.5, 0.04)
+    now = timezone.now()
+    # The look-back is the window + scale-down delay: 180 s.
+    measure(
+        chat, ttft=[2.0] * 4, itl=[2.0] * 4, rate_per_replica=rate, end=now - timedelta(hours=1)
+    )
+
+    accuracy = model_accuracy(chat, now)
+
+    assert accuracy is not None and accuracy.window_s == 180
+    assert accuracy.figures == [] and accuracy.correction == {}
+
+
+def test_throughput_comes_from_the_revisions_latest_benchmark(cast: Cast) -> None:
+    chat = serving_endpoint(cast, "chat")
+    assert chat.current_revision is not None
+    now = timezone.now()
+    points = [("concurrency", 1, 100.0, 90.0), ("concurrency", 8, 700.0, 630.0)]
+    Benchmark.objects.create(
+        deployment=chat, revision=chat.current_revision, profile={},
+        status=BenchmarkStatus.SUCCEEDED, finished_at=now,
+        results=[{"kind": k, "value": v, "output_tokens_per_s": m} for k, v, _, m in points],
+        prediction=[{"kind": k, "value": v, "output_tokens_per_s": p} for k, v, p, _ in points],
+    )  # fmt: skip
+
+    [throughput] = model_accuracy(chat, now).figures  # type: ignore[union-attr]
+
+    assert throughput.metric == "throughput" and throughput.source == "benchmark"
+    assert (throughput.predicted, throughput.measured) == (700.0, 630.0)
+    assert throughput.correction == pytest.approx(0.9)
+    assert "630 tok/s" in throughput.summary
+    # Throughput is shown, never applied to the latency model.
+    assert model_accuracy(chat, now).correction == {}  # type: ignore[union-attr]
+
+
+def test_nothing_while_no_revision_serves(cast: Cast) -> None:
+    chat = serving_endpoint(cast, "chat")
+    Deployment.objects.filter(pk=chat.pk).update(current_revision=None)
+    chat.refresh_from_db()
+
+    assert model_accuracy(chat, timezone.now()) is None

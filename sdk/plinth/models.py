@@ -25,6 +25,20 @@ class AbortIn(ApiModel):
     reason: str = ''
 
 
+class AccuracyOut(ApiModel):
+    "AccuracyOut"
+
+    metric: Literal['ttft', 'itl', 'throughput']
+    predicted: float
+    measured: float
+    correction: float
+    fitted: float
+    band: list[float]
+    samples: int
+    source: Literal['autoscaler', 'samples', 'benchmark']
+    summary: str
+
+
 class AiperfFromIndex(ApiModel):
     "AIPerf installed with pip from ``index_url`` by every benchmark Job (about 1.2 GB)."
 
@@ -852,6 +866,18 @@ class MetricsOut(ApiModel):
     samples: list[MetricOut]
 
 
+class ModelAccuracyOut(ApiModel):
+    "ModelAccuracyOut"
+
+    revision: int | None
+    at: datetime
+    window_s: int
+    modelled: bool
+    rate_rps_per_replica: float | None
+    correction: dict[str, float]
+    figures: list[AccuracyOut]
+
+
 class ModelArch(ApiModel):
     "What Plinth needs to know about a model's shape; also the form of an inline description."
 
@@ -1374,6 +1400,7 @@ class WaterfallOut(ApiModel):
 
 
 AbortIn.model_rebuild()
+AccuracyOut.model_rebuild()
 AiperfFromIndex.model_rebuild()
 AiperfImage.model_rebuild()
 ApiKeyCreatedOut.model_rebuild()
@@ -1445,6 +1472,7 @@ MemberOut.model_rebuild()
 MemberPage.model_rebuild()
 MetricOut.model_rebuild()
 MetricsOut.model_rebuild()
+ModelAccuracyOut.model_rebuild()
 ModelArch.model_rebuild()
 ModelSettings.model_rebuild()
 NgramSettings.model_rebuild()

@@ -17,6 +17,7 @@ from deployments.endpoints.models import Deployment
 from deployments.endpoints.queries import ENDPOINTS_PER_PAGE
 from tests.conftest import Cast
 from tests.console.conftest import SPEC
+from tests.fixtures.measured import measure, model_of, serving_endpoint
 
 
 def make(cast: Cast, n: int, start: int = 0) -> list[Deployment]:
@@ -81,3 +82,35 @@ def test_the_list_takes_the_same_queries_for_5_endpoints_as_for_50(
     for url in urls:
         with django_assert_num_queries(few[url]):
             alice.get(url)
+
+
+# --- the performance model against the endpoint's own traffic -----------------------------------
+
+
+def test_the_endpoint_page_shows_predicted_against_measured_with_the_correction_and_band(
+    carol: Client, cast: Cast
+) -> None:
+    chat = serving_endpoint(cast, "chat")
+    rate = 0.5 * model_of(chat).capacity_rps(0.5, 0.04)
+    itl = [1.05, 1.1, 1.1, 1.15, 1.1, 1.1]
+    measure(chat, ttft=[1.0] * 6, itl=itl, rate_per_replica=rate, end=timezone.now())
+    predicted = model_of(chat).predict(rate).itl_s * 1000
+
+    page = carol.get("/endpoints/chat/").content.decode()
+
+    card = page[page.index('id="model-accuracy"') :]
+    assert "Performance model" in card
+    itl_row = re.search(r'id="accuracy-itl"[^>]*>([^<]*)', card)
+    assert itl_row is not None
+    assert itl_row.group(1).startswith(f"predicted {predicted:.0f} ms, measured ")
+    assert "model corrected +10% (band +5% to +15%)" in itl_row.group(1)
+    assert "6 samples" in card
+
+
+def test_the_endpoint_page_says_when_no_traffic_measured_the_model(
+    carol: Client, cast: Cast
+) -> None:
+    serving_endpoint(cast, "chat")
+    page = carol.get("/endpoints/chat/").content.decode()
+    assert 'id="model-accuracy"' in page
+    assert "No traffic in the last 180 s" in page

@@ -13,6 +13,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HTMX_STOP_POLLING
@@ -20,6 +21,7 @@ from django_htmx.http import HTMX_STOP_POLLING
 from controlplane.access import NotFound
 from controlplane.guard import HtmxHttpRequest, actor_of, console_view
 from controlplane.services import ServiceError
+from deployments.autoscaling.queries import model_accuracy
 from deployments.endpoints import queries, services
 from deployments.endpoints.models import Deployment
 from deployments.experiments.context import canary_context
@@ -72,6 +74,7 @@ def endpoint_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "host_url": queries.host_url(endpoint.slug),
         "served_model": _served_model(revision.spec if revision else {}),
         "tab": "overview",
+        "accuracy": model_accuracy(endpoint, timezone.now()),
         **canary_context(endpoint),
     }
     return render(request, "deployments/endpoint_detail.html", context)

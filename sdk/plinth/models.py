@@ -377,6 +377,14 @@ class ComparedPointOut(ApiModel):
     metrics: dict[str, DeltaOut]
 
 
+class CorrectionOut(ApiModel):
+    "CorrectionOut"
+
+    deployment: str
+    revision: int
+    factors: dict[str, float]
+
+
 class DeltaOut(ApiModel):
     "DeltaOut"
 
@@ -949,6 +957,7 @@ class OptimizeIn(ApiModel):
     cluster_id: str | None = None
     confirm: bool = False
     confirm_top: int = 3
+    deployment_id: str | None = None
 
 
 class OptimizeOut(ApiModel):
@@ -961,6 +970,7 @@ class OptimizeOut(ApiModel):
     pareto: list[CandidateOut]
     waterfall: list[WaterfallOut]
     notes: list[str]
+    correction: CorrectionOut | None = None
 
 
 class OverrideIn(ApiModel):
@@ -1429,6 +1439,7 @@ ClusterSettings.model_rebuild()
 CompareOut.model_rebuild()
 CompareQuery.model_rebuild()
 ComparedPointOut.model_rebuild()
+CorrectionOut.model_rebuild()
 DeltaOut.model_rebuild()
 DeploymentCreateIn.model_rebuild()
 DeploymentDetailOut.model_rebuild()

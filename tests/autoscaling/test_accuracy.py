@@ -5,17 +5,31 @@ fitted from the samples without it), an error band, and throughput from a benchm
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
+import redis
 from django.utils import timezone
 
 from deployments.autoscaling import services as autoscaler
+from deployments.autoscaling import tasks as scaling
 from deployments.autoscaling.correction import Correction
 from deployments.autoscaling.queries import model_accuracy
+from deployments.endpoints import services
 from deployments.endpoints.models import Deployment
 from deployments.experiments.models import Benchmark, BenchmarkStatus
+from deployments.traffic.models import MetricSample
+from runtime.capacity import Workload, replica_model
+from runtime.spec import RuntimeSpec
 from tests.conftest import Cast
-from tests.fixtures.measured import SLO_POLICY, measure, model_of, serving_endpoint
+from tests.fixtures.measured import (
+    MODEL,
+    PLAIN,
+    SLO_POLICY,
+    measure,
+    model_of,
+    serving_endpoint,
+)
 
 
 def test_without_an_slo_policy_the_correction_is_fitted_from_the_samples(cast: Cast) -> None:
@@ -135,3 +149,60 @@ def test_nothing_while_no_revision_serves(cast: Cast) -> None:
     chat.refresh_from_db()
 
     assert model_accuracy(chat, timezone.now()) is None
+
+
+def test_the_correction_shown_is_the_one_the_autoscaler_applied_on_its_pass(
+    cast: Cast, broker: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    """One correction: what the read reports in force is what the SLO policy's pass fitted,
+    recorded and sized replicas with."""
+    chat = serving_endpoint(cast, "chat", SLO_POLICY)
+    rate = 0.75 * model_of(chat).capacity_rps(0.5, 0.04)
+    now = timezone.now()
+    measure(chat, ttft=[1.0] * 12, itl=[1.5] * 12, rate_per_replica=rate, end=now)
+    with django_capture_on_commit_callbacks(execute=True):
+        scaling.autoscale(now=now.isoformat())
+    corrected = chat.events.get(reason="ModelCorrected")
+    applied = corrected.data["inputs"]["correction"]["itl"]
+    assert applied == pytest.approx(1.5, rel=1e-3)
+
+    [itl] = [f for f in model_accuracy(chat, now).figures if f.metric == "itl"]  # type: ignore[union-attr]
+
+    assert (itl.source, itl.correction) == ("autoscaler", corrected.data["correction"]["itl"])
+    assert itl.correction == pytest.approx(applied, rel=1e-3)
+
+
+def test_a_split_endpoint_compares_ttft_on_its_prefill_pool_and_itl_on_its_decode_pool(
+    cast: Cast,
+) -> None:
+    spec = {"model": {"source": MODEL}, "hardware": {"gpu": "H100-SXM"},
+            "disaggregation": {"enabled": True}, "autoscaling": PLAIN}  # fmt: skip
+    made = services.create_deployment(
+        cast.actor(cast.dave, cast.acme), slug="split", name="split", spec=spec, replicas=1
+    )
+    Deployment.objects.filter(pk=made.pk).update(
+        current_revision=made.target_revision, ready_replicas=1, total_replicas=2
+    )
+    split = Deployment.objects.get(pk=made.pk)
+    parsed = RuntimeSpec.model_validate(spec)
+    prefill, decode = (replica_model(parsed, role, Workload()) for role in ("prefill", "decode"))
+    assert prefill is not None and decode is not None
+    rate, now = 1.0, timezone.now()
+    MetricSample.objects.bulk_create(
+        MetricSample(
+            deployment=split, ts=now - timedelta(seconds=15 * i), interval_s=15,
+            replicas_ready=2, requests_per_s=rate, ttft_p90=9.0, itl_p90=9.0,
+            replicas=[
+                {"name": "p-0", "role": "prefill", "requests_per_s": rate,
+                 "ttft_p90": 1.2 * prefill.predict(rate).ttft_s},
+                {"name": "d-0", "role": "decode", "requests_per_s": rate,
+                 "itl_p90": 0.9 * decode.predict(rate).itl_s},
+            ],
+        )
+        for i in range(5)
+    )  # fmt: skip
+
+    accuracy = model_accuracy(split, now)
+
+    assert accuracy is not None
+    assert accuracy.correction == pytest.approx({"ttft": 1.2, "itl": 0.9})

@@ -184,12 +184,15 @@ SAMPLE_COLUMNS = (
 )
 
 
-def sample_rows(batch: list[Endpoint], now: datetime) -> dict[uuid.UUID, list[dict[str, Any]]]:
-    """Each endpoint's samples over its own window + scale-down delay, in one query."""
+def sample_rows(
+    batch: list[Endpoint], now: datetime, extra: tuple[str, ...] = ()
+) -> dict[uuid.UUID, list[dict[str, Any]]]:
+    """Each endpoint's samples over its own window + scale-down delay, in one query (with the
+    ``extra`` columns besides ``SAMPLE_COLUMNS``)."""
     reach = Q()
     for endpoint in batch:
         reach |= Q(deployment_id=endpoint.deployment.pk, ts__gt=now - endpoint.lookback)
-    rows = MetricSample.objects.filter(reach, ts__lte=now).values(*SAMPLE_COLUMNS)
+    rows = MetricSample.objects.filter(reach, ts__lte=now).values(*SAMPLE_COLUMNS, *extra)
     out: dict[uuid.UUID, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         out[row["deployment_id"]].append(row)

@@ -38,7 +38,7 @@ from deployments.experiments.models import Benchmark, BenchmarkStatus
 from runtime.capacity import ReplicaModel
 from runtime.spec import AutoscalingSettings
 
-__all__ = ["Accuracy", "ModelAccuracy", "model_accuracy"]
+__all__ = ["Accuracy", "ModelAccuracy", "model_accuracy", "revision_rows"]
 
 # The share of per-sample ratios the error band leaves out at each end.
 BAND_TAIL = 0.1
@@ -137,14 +137,17 @@ class ModelAccuracy:
         }
 
 
-def model_accuracy(deployment: Deployment, now: datetime) -> ModelAccuracy | None:
-    """The serving revision's model against the endpoint's own traffic (see the module's
-    docstring); None while no revision serves."""
-    revision = deployment.current_revision
+def model_accuracy(
+    deployment: Deployment, now: datetime, revision: Revision | None = None
+) -> ModelAccuracy | None:
+    """``revision``'s model (the serving one's by default) against the endpoint's own traffic
+    (see the module's docstring); None while no revision serves."""
+    revision = revision or deployment.current_revision
     if revision is None:
         return None
     endpoint = _serving(deployment, revision)
-    rows = sample_rows([endpoint], now).get(deployment.pk, [])
+    rows = sample_rows([endpoint], now, extra=("revisions",)).get(deployment.pk, [])
+    rows = revision_rows(rows, revision.number)
     models = role_models(endpoint, rows)
     window = int(endpoint.lookback.total_seconds())
     if not any(models.values()):
@@ -166,6 +169,26 @@ def model_accuracy(deployment: Deployment, now: datetime) -> ModelAccuracy | Non
         figures.append(throughput)
     rate_rps = sum(rates) / len(rates) if rates else None
     return ModelAccuracy(revision.number, now, window, True, rate_rps, figures)
+
+
+def revision_rows(rows: list[dict[str, Any]], number: int) -> list[dict[str, Any]]:
+    """The samples as revision ``number`` measured them. While two revisions serve (a canary, a
+    rollout) a sample's own figures are both's, and its ``revisions`` holds each one's rate and
+    percentiles: those are taken, over the revision's own replicas (the workload, the mean
+    request, stays the sample's: both revisions are sent the same traffic). A sample the
+    revision took no part in (its replicas all another's) says nothing of it."""
+    out = []
+    for row in rows:
+        replicas = row["replicas"] or []
+        mine = [r for r in replicas if r.get("revision") in (None, number)]
+        figures = (row.get("revisions") or {}).get(str(number))
+        if row.get("revisions") and figures is not None:
+            out.append({**row, "requests_per_s": figures.get("requests_per_s") or 0.0,
+                        "ttft_p90": figures.get("ttft_p90"), "itl_p90": figures.get("itl_p90"),
+                        "replicas": mine, "replicas_ready": len(mine)})  # fmt: skip
+        elif not row.get("revisions") and (mine or not replicas):
+            out.append(row)
+    return out
 
 
 def _serving(deployment: Deployment, revision: Revision) -> Endpoint:
@@ -213,12 +236,9 @@ def _latency(
     predicted = at.ttft_s if metric == "ttft" else at.itl_s
     if not math.isfinite(predicted) or predicted <= 0:
         predicted = sum(p[2] for p in points) / len(points)
-    if target is not None and applied is not None:
-        correction, source = applied.get(metric, 1.0), "autoscaler"
-    elif target is not None:
-        correction, source = 1.0, "autoscaler"  # the autoscaler has not moved it yet
-    else:
-        correction, source = fitted, "samples"
+    source: Literal["autoscaler", "samples"] = "autoscaler" if target is not None else "samples"
+    # The autoscaler's, 1 until it first moves it; without a target, what the samples fit.
+    correction = (applied or {}).get(metric, 1.0) if target is not None else fitted
     figure = Accuracy(
         metric=metric,
         predicted=predicted,
@@ -227,7 +247,7 @@ def _latency(
         fitted=fitted,
         band=_band([observed / expected for _, observed, expected in points]),
         samples=len(points),
-        source=source,  # type: ignore[arg-type]
+        source=source,
     )
     return figure, rate
 

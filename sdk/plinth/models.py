@@ -39,6 +39,12 @@ class AccuracyOut(ApiModel):
     summary: str
 
 
+class AccuracyQuery(ApiModel):
+    "AccuracyQuery"
+
+    revision: int | None = None
+
+
 class AiperfFromIndex(ApiModel):
     "AIPerf installed with pip from ``index_url`` by every benchmark Job (about 1.2 GB)."
 
@@ -1411,6 +1417,7 @@ class WaterfallOut(ApiModel):
 
 AbortIn.model_rebuild()
 AccuracyOut.model_rebuild()
+AccuracyQuery.model_rebuild()
 AiperfFromIndex.model_rebuild()
 AiperfImage.model_rebuild()
 ApiKeyCreatedOut.model_rebuild()

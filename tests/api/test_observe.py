@@ -117,3 +117,13 @@ def test_the_model_against_measured_while_nothing_serves(
 ) -> None:
     body = api.carol.get("deployments/chat/model-accuracy").json()
     assert body["revision"] is None and body["figures"] == [] and body["correction"] == {}
+
+
+def test_the_model_against_measured_of_a_revision_that_is_not_there_names_the_field(
+    api: Clients, cast: Cast
+) -> None:
+    serving_endpoint(cast, "served")
+    assert api.carol.get("deployments/served/model-accuracy?revision=1").json()["revision"] == 1
+    missing = api.carol.get("deployments/served/model-accuracy?revision=7")
+    assert missing.status_code == 422 and fields_of(missing) == ["revision"]
+    assert fields_of(api.carol.get("deployments/served/model-accuracy?revision=x")) == ["revision"]

@@ -206,3 +206,44 @@ def test_a_split_endpoint_compares_ttft_on_its_prefill_pool_and_itl_on_its_decod
 
     assert accuracy is not None
     assert accuracy.correction == pytest.approx({"ttft": 1.2, "itl": 0.9})
+
+
+def test_while_two_revisions_serve_each_is_compared_on_its_own_figures(cast: Cast) -> None:
+    chat = serving_endpoint(cast, "chat")
+    assert chat.current_revision is not None
+    spec = {**chat.current_revision.spec, "routing": {"policy": "round_robin"}}
+    canary = services.update_settings(
+        cast.actor(cast.dave, cast.acme), chat.pk, spec=spec, base_revision=1
+    )
+    chat = Deployment.objects.get(pk=chat.pk)  # r1 still serves; r2 runs beside it
+    models = {n: replica_model(RuntimeSpec.model_validate(r.spec), "engine", Workload())
+              for n, r in ((1, chat.current_revision), (2, canary))}  # fmt: skip
+    rate, now = 1.0, timezone.now()
+    factors = {1: 1.1, 2: 1.6}
+
+    def figures(number: int) -> dict[str, float]:
+        model = models[number]
+        assert model is not None
+        at = model.predict(rate)
+        factor = factors[number]
+        return {"requests": 15.0, "requests_per_s": rate,
+                "ttft_p90": factor * at.ttft_s, "itl_p90": factor * at.itl_s}  # fmt: skip
+
+    MetricSample.objects.bulk_create(
+        MetricSample(
+            deployment=chat, ts=now - timedelta(seconds=15 * i), interval_s=15,
+            replicas_ready=2, requests_per_s=2 * rate, ttft_p90=9.0, itl_p90=9.0,
+            replicas=[{"name": "a", "revision": 1}, {"name": "b", "revision": 2}],
+            revisions={"1": figures(1), "2": figures(2)},
+        )
+        for i in range(5)
+    )  # fmt: skip
+
+    serving = model_accuracy(chat, now)
+    beside = model_accuracy(chat, now, canary)
+
+    assert serving is not None and beside is not None
+    assert (serving.revision, beside.revision) == (1, 2)
+    assert serving.correction == pytest.approx({"ttft": 1.1, "itl": 1.1})
+    assert beside.correction == pytest.approx({"ttft": 1.6, "itl": 1.6})
+    assert serving.rate_rps_per_replica == pytest.approx(rate)

@@ -15,6 +15,7 @@ from django.utils import timezone
 from deployments.endpoints import services
 from deployments.endpoints.models import Deployment
 from deployments.endpoints.queries import ENDPOINTS_PER_PAGE
+from deployments.experiments.canary import services as canary_services
 from tests.conftest import Cast
 from tests.console.conftest import SPEC
 from tests.fixtures.measured import measure, model_of, serving_endpoint
@@ -100,7 +101,7 @@ def test_the_endpoint_page_shows_predicted_against_measured_with_the_correction_
 
     card = page[page.index('id="model-accuracy"') :]
     assert "Performance model" in card
-    itl_row = re.search(r'id="accuracy-itl"[^>]*>([^<]*)', card)
+    itl_row = re.search(r'id="accuracy-r1-itl"[^>]*>([^<]*)', card)
     assert itl_row is not None
     assert itl_row.group(1).startswith(f"predicted {predicted:.0f} ms, measured ")
     assert "model corrected +10% (band +5% to +15%)" in itl_row.group(1)
@@ -114,3 +115,19 @@ def test_the_endpoint_page_says_when_no_traffic_measured_the_model(
     page = carol.get("/endpoints/chat/").content.decode()
     assert 'id="model-accuracy"' in page
     assert "No traffic in the last 180 s" in page
+
+
+def test_while_a_canary_runs_the_card_compares_its_revision_too(carol: Client, cast: Cast) -> None:
+    chat = serving_endpoint(cast, "chat")
+    assert chat.current_revision is not None
+    fp8 = {**chat.current_revision.spec, "quantization": {"method": "fp8"}}
+    canary = canary_services.start_canary(
+        cast.actor(cast.dave, cast.acme), chat.pk, spec=fp8, weight=10
+    )
+
+    page = carol.get("/endpoints/chat/").content.decode()
+
+    card = page[page.index('id="model-accuracy"') :]
+    assert 'id="accuracy-r1"' in card
+    assert f'id="accuracy-r{canary.revision.number}"' in card
+    assert f"r{canary.revision.number} (canary)" in card

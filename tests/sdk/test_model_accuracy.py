@@ -27,7 +27,7 @@ def test_the_sdk_reads_the_model_against_measured_and_optimizes_for_the_endpoint
     measure(served, ttft=[1.0] * 6, itl=[1.25] * 6, rate_per_replica=rate, end=timezone.now())
     client = plinth.Plinth(server, admin_key)
 
-    accuracy = client.endpoints.model_accuracy("served")
+    accuracy = client.endpoints.model_accuracy("served", revision=1)
     [itl] = [f for f in accuracy.figures if f.metric == "itl"]
     assert accuracy.revision == 1 and itl.source == "samples"
     assert itl.correction == pytest.approx(1.25, rel=1e-3)

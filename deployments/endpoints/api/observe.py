@@ -148,17 +148,31 @@ class ModelAccuracyOut(Schema):
     figures: list[AccuracyOut]
 
 
+class AccuracyQuery(Schema):
+    revision: int | None = Field(
+        None, ge=1, description="a revision that served in the window; default: the serving one"
+    )
+
+
 @router.get(
     "/deployments/{deployment_id}/model-accuracy",
     response=ModelAccuracyOut,
     summary="Performance model against measured",
 )
-def deployment_model_accuracy(request: HttpRequest, deployment_id: str) -> dict[str, Any]:
-    """The serving revision's predicted against measured TTFT/ITL p90 (and throughput from its
-    latest benchmark) over the recent window, with the correction in force and its error band."""
+def deployment_model_accuracy(
+    request: HttpRequest, deployment_id: str, query: Query[AccuracyQuery]
+) -> dict[str, Any]:
+    """The serving revision's (or ``revision``'s, e.g. a canary's) predicted against measured
+    TTFT/ITL p90 (and throughput from its latest benchmark) over the recent window, with the
+    correction in force and its error band."""
     deployment = queries.get_deployment(actor_of(request), deployment_id)
+    revision = None
+    if query.revision is not None:
+        revision = deployment.revisions.filter(number=query.revision).first()
+        if revision is None:
+            raise ServiceError(f"no revision {query.revision}", field="revision")
     now = timezone.now()
-    accuracy = model_accuracy(deployment, now)
+    accuracy = model_accuracy(deployment, now, revision)
     if accuracy is None:
         return {"revision": None, "at": now, "window_s": 0, "modelled": False,
                 "rate_rps_per_replica": None, "correction": {}, "figures": []}  # fmt: skip

@@ -68,6 +68,10 @@ class Accuracy:
         return round((self.correction - 1) * 100)
 
     @property
+    def fitted_percent(self) -> int:
+        return round((self.fitted - 1) * 100)
+
+    @property
     def band_percent(self) -> tuple[int, int]:
         return round((self.band[0] - 1) * 100), round((self.band[1] - 1) * 100)
 

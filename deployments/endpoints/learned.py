@@ -33,8 +33,8 @@ def learned_correction(
     its model is uncorrected. An endpoint serving another model is refused: its traffic says
     nothing of this one."""
     deployment = queries.get_deployment(actor, deployment_id)
-    source = ((deployment.target_revision.spec if deployment.target_revision else {})
-              .get("model") or {}).get("source")  # fmt: skip
+    revision = deployment.current_revision or deployment.target_revision
+    source = ((revision.spec if revision is not None else {}).get("model") or {}).get("source")
     if source is not None and not same_model(source, query.model):
         raise ServiceError(
             f"endpoint {deployment.slug} serves {source}; this query is for {query.model}",

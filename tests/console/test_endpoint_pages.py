@@ -12,13 +12,15 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from deployments.autoscaling import services as autoscaler
+from deployments.autoscaling.correction import Correction
 from deployments.endpoints import services
 from deployments.endpoints.models import Deployment
 from deployments.endpoints.queries import ENDPOINTS_PER_PAGE
 from deployments.experiments.canary import services as canary_services
 from tests.conftest import Cast
 from tests.console.conftest import SPEC
-from tests.fixtures.measured import measure, model_of, serving_endpoint
+from tests.fixtures.measured import SLO_POLICY, measure, model_of, serving_endpoint
 
 
 def make(cast: Cast, n: int, start: int = 0) -> list[Deployment]:
@@ -131,3 +133,19 @@ def test_while_a_canary_runs_the_card_compares_its_revision_too(carol: Client, c
     assert 'id="accuracy-r1"' in card
     assert f'id="accuracy-r{canary.revision.number}"' in card
     assert f"r{canary.revision.number} (canary)" in card
+
+
+def test_with_the_slo_policy_the_card_shows_the_autoscalers_correction_and_the_windows_fit(
+    carol: Client, cast: Cast
+) -> None:
+    chat = serving_endpoint(cast, "chat", SLO_POLICY)
+    rate = 0.75 * model_of(chat).capacity_rps(0.5, 0.04)
+    measure(chat, ttft=[1.0] * 6, itl=[1.5] * 6, rate_per_replica=rate, end=timezone.now())
+    step = Correction("engine", {}, {"itl": 1.2}, {"itl": 1.2})
+    autoscaler.record_model_correction(chat.pk, 1, step, {})
+
+    page = carol.get("/endpoints/chat/").content.decode()
+
+    card = page[page.index('id="accuracy-r1-itl"') :].split("</dd>")[0]
+    assert "model corrected +20%" in card
+    assert "correction kept by the SLO autoscaler; this window fits +50%" in card

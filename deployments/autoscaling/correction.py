@@ -74,29 +74,42 @@ def fit(
     ordered: Sequence[LatencySample], model: ReplicaModel | None, metric: str, target: float
 ) -> float | None:
     """EWMA of observed / predicted p90 over the samples (oldest first), bounded; None with no
-    evidence. A sample with no request or no latency of ``metric`` says nothing, nor does one
-    where the predicted latency is far below the target (under ``CORRECTION_FLOOR`` of it): the
-    fit matters where capacity ends, and at light load a p90 is a few requests that met a
-    prompt's chunk, which the model's p90 (a step once prefill keeps an engine busy a tenth of
-    the time) does not follow. An observed latency far below the target still counts where the
-    model predicted more: that is the evidence of an endpoint faster than its model."""
-    if model is None:
-        return None
+    evidence. Which samples are evidence is ``evidence``'s."""
     fitted: float | None = None
-    for s in ordered:
-        observed = s.ttft_p90 if metric == "ttft" else s.itl_p90
-        if observed is None or observed <= 0 or s.requests_per_s <= 0:
-            continue
-        predicted = model.predict(s.requests_per_s / max(1, s.ready))
-        expected = predicted.ttft_s if metric == "ttft" else predicted.itl_s
-        if not math.isfinite(expected) or expected < CORRECTION_FLOOR * target:
-            continue
+    for _, observed, expected in evidence(ordered, model, metric, target):
         ratio = observed / expected
         fitted = (
             ratio if fitted is None else CORRECTION_ALPHA * ratio + (1 - CORRECTION_ALPHA) * fitted
         )
     low, high = CORRECTION_BOUNDS
     return None if fitted is None else min(high, max(low, fitted))
+
+
+def evidence(
+    ordered: Sequence[LatencySample], model: ReplicaModel | None, metric: str, target: float
+) -> list[tuple[float, float, float]]:
+    """(Per-replica requests/s, observed p90, the model's p90 at that rate) of each sample that
+    says something of ``metric``, in order. A sample with no request or no latency of
+    ``metric`` says nothing, nor does one where the predicted latency is far below the target
+    (under ``CORRECTION_FLOOR`` of it; a target of 0 keeps every sample): the fit matters where
+    capacity ends, and at light load a p90 is a few requests that met a prompt's chunk, which
+    the model's p90 (a step once prefill keeps an engine busy a tenth of the time) does not
+    follow. An observed latency far below the target still counts where the model predicted
+    more: that is the evidence of an endpoint faster than its model."""
+    if model is None:
+        return []
+    out = []
+    for s in ordered:
+        observed = s.ttft_p90 if metric == "ttft" else s.itl_p90
+        if observed is None or observed <= 0 or s.requests_per_s <= 0:
+            continue
+        rate = s.requests_per_s / max(1, s.ready)
+        predicted = model.predict(rate)
+        expected = predicted.ttft_s if metric == "ttft" else predicted.itl_s
+        if not math.isfinite(expected) or expected <= 0 or expected < CORRECTION_FLOOR * target:
+            continue
+        out.append((rate, observed, expected))
+    return out
 
 
 def hysteresis(before: Mapping[str, float], fitted: Mapping[str, float]) -> dict[str, float]:

@@ -52,10 +52,13 @@ __all__ = [
     "pool_sizes",
     "pools_scaled_at",
     "replica_models",
+    "revision_corrections",
+    "role_models",
     "running_batch",
     "sample_of",
     "sample_rows",
     "state_of",
+    "workload_of",
     "worst_latency",
 ]
 
@@ -181,12 +184,15 @@ SAMPLE_COLUMNS = (
 )
 
 
-def sample_rows(batch: list[Endpoint], now: datetime) -> dict[uuid.UUID, list[dict[str, Any]]]:
-    """Each endpoint's samples over its own window + scale-down delay, in one query."""
+def sample_rows(
+    batch: list[Endpoint], now: datetime, extra: tuple[str, ...] = ()
+) -> dict[uuid.UUID, list[dict[str, Any]]]:
+    """Each endpoint's samples over its own window + scale-down delay, in one query (with the
+    ``extra`` columns besides ``SAMPLE_COLUMNS``)."""
     reach = Q()
     for endpoint in batch:
         reach |= Q(deployment_id=endpoint.deployment.pk, ts__gt=now - endpoint.lookback)
-    rows = MetricSample.objects.filter(reach, ts__lte=now).values(*SAMPLE_COLUMNS)
+    rows = MetricSample.objects.filter(reach, ts__lte=now).values(*SAMPLE_COLUMNS, *extra)
     out: dict[uuid.UUID, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         out[row["deployment_id"]].append(row)
@@ -255,33 +261,53 @@ def replica_models(
     """The SLO policy's performance model per role, for the workload the samples show."""
     if endpoint.policy.slo is None:
         return {}
-    requests = sum(row["requests"] for row in rows)
-    workload = Workload()
-    if requests > 0:
-        prompt = sum(row["prompt_tokens"] for row in rows)
-        workload = Workload(
-            input_tokens=max(1, round(prompt / requests)),
-            output_tokens=max(1, round(sum(row["generation_tokens"] for row in rows) / requests)),
-            cached_share=sum(row["cached_tokens"] for row in rows) / prompt if prompt else 0.0,
-        )
+    return role_models(endpoint, rows)
+
+
+def role_models(endpoint: Endpoint, rows: list[dict[str, Any]]) -> dict[str, ReplicaModel | None]:
+    """The performance model per role of the endpoint's spec, for the workload the samples
+    show (whatever its policy)."""
     spec = RuntimeSpec.model_validate(endpoint.spec)
     roles: tuple[Role, ...] = ("prefill", "decode") if endpoint.disaggregated else ("engine",)
+    workload = workload_of(rows)
     return {role: replica_model(spec, role, workload) for role in roles}
+
+
+def workload_of(rows: list[dict[str, Any]]) -> Workload:
+    """The mean request the samples show; the default profile when they show none."""
+    requests = sum(row["requests"] for row in rows)
+    if requests <= 0:
+        return Workload()
+    prompt = sum(row["prompt_tokens"] for row in rows)
+    return Workload(
+        input_tokens=max(1, round(prompt / requests)),
+        output_tokens=max(1, round(sum(row["generation_tokens"] for row in rows) / requests)),
+        cached_share=sum(row["cached_tokens"] for row in rows) / prompt if prompt else 0.0,
+    )
 
 
 def model_corrections(batch: list[Endpoint]) -> dict[uuid.UUID, dict[str, dict[str, float]]]:
     """Each SLO endpoint's model corrections per role, as its latest ``ModelCorrected`` event of
     the target revision left them (a new revision's model starts uncorrected); one query, and
     none for a batch without an SLO policy."""
-    targets = {
-        e.deployment.pk: e.deployment.target_revision.number
-        for e in batch
-        if e.policy.slo is not None and e.deployment.target_revision is not None
-    }
-    if not targets:
+    return revision_corrections(
+        {
+            e.deployment.pk: e.deployment.target_revision.number
+            for e in batch
+            if e.policy.slo is not None and e.deployment.target_revision is not None
+        }
+    )
+
+
+def revision_corrections(
+    revisions: dict[uuid.UUID, int],
+) -> dict[uuid.UUID, dict[str, dict[str, float]]]:
+    """Per endpoint, the model corrections per role its latest ``ModelCorrected`` event of the
+    given revision number left; one query (none for an empty mapping)."""
+    if not revisions:
         return {}
     latest = (
-        DeploymentEvent.objects.filter(deployment_id__in=targets, reason=MODEL_CORRECTED)
+        DeploymentEvent.objects.filter(deployment_id__in=revisions, reason=MODEL_CORRECTED)
         .annotate(role=KeyTextTransform("role", "data"))
         .order_by("deployment_id", "role", "-id")
         .distinct("deployment_id", "role")
@@ -289,7 +315,7 @@ def model_corrections(batch: list[Endpoint]) -> dict[uuid.UUID, dict[str, dict[s
     )
     out: dict[uuid.UUID, dict[str, dict[str, float]]] = defaultdict(dict)
     for pk, revision, role, data in latest:
-        if revision == targets[pk] and isinstance(data.get("correction"), dict):
+        if revision == revisions[pk] and isinstance(data.get("correction"), dict):
             out[pk][role] = {m: float(v) for m, v in data["correction"].items()}
     return out
 

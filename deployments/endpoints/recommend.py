@@ -6,6 +6,9 @@ JSON-ready data of ``POST /api/v1/optimize``. ``apply_candidate`` makes a recomm
 revision of an existing endpoint through ``services.update_settings``, with a message saying it
 came from the optimizer. Creating an endpoint from a candidate needs nothing of its own: it is
 ``services.create_deployment`` with the candidate's spec.
+
+Asked for one endpoint (``deployment_id``), ``recommend`` applies the correction that endpoint's
+own traffic taught the model (``deployments.endpoints.learned``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from controlplane.access import Actor
 from controlplane.services import ServiceError
 from deployments.clusters import queries as cluster_queries
 from deployments.endpoints import queries, services
+from deployments.endpoints.learned import apply_correction, corrected_slo, learned_correction
 from deployments.endpoints.models import Deployment, Revision
 from runtime.confirm import DEFAULT_TOP, ConfirmError, attach_measurements, confirm_top
 from runtime.optimize import OptimizeError, OptimizeRequest, result_dict
@@ -43,8 +47,12 @@ def recommend(
     cluster_id: uuid.UUID | str | None = None,
     confirm: bool = False,
     confirm_count: int = DEFAULT_TOP,
+    deployment_id: uuid.UUID | str | None = None,
 ) -> dict[str, Any]:
     """Ranked candidates with predicted figures and reasons (ServiceError naming the field)."""
+    learned = learned_correction(actor, deployment_id, query) if deployment_id else None
+    if learned is not None:
+        query = replace(query, slo=corrected_slo(query.slo, learned["factors"]))
     if cluster_id is not None:
         cluster = cluster_queries.get_cluster(actor, cluster_id)
         query = replace(query, gpu_counts=free_gpus(cluster.gpu_inventory))
@@ -59,6 +67,8 @@ def recommend(
             attach_measurements(data, confirm_top(query, result, confirm_count))
         except ConfirmError as exc:
             raise ServiceError(str(exc), field="confirm") from exc
+    if learned is not None:
+        apply_correction(data, learned)
     return data
 
 

@@ -25,6 +25,26 @@ class AbortIn(ApiModel):
     reason: str = ''
 
 
+class AccuracyOut(ApiModel):
+    "AccuracyOut"
+
+    metric: Literal['ttft', 'itl', 'throughput']
+    predicted: float
+    measured: float
+    correction: float
+    fitted: float
+    band: list[float]
+    samples: int
+    source: Literal['autoscaler', 'samples', 'benchmark']
+    summary: str
+
+
+class AccuracyQuery(ApiModel):
+    "AccuracyQuery"
+
+    revision: int | None = None
+
+
 class AiperfFromIndex(ApiModel):
     "AIPerf installed with pip from ``index_url`` by every benchmark Job (about 1.2 GB)."
 
@@ -361,6 +381,14 @@ class ComparedPointOut(ApiModel):
     kind: str
     value: float
     metrics: dict[str, DeltaOut]
+
+
+class CorrectionOut(ApiModel):
+    "CorrectionOut"
+
+    deployment: str
+    revision: int
+    factors: dict[str, float]
 
 
 class DeltaOut(ApiModel):
@@ -852,6 +880,18 @@ class MetricsOut(ApiModel):
     samples: list[MetricOut]
 
 
+class ModelAccuracyOut(ApiModel):
+    "ModelAccuracyOut"
+
+    revision: int | None
+    at: datetime
+    window_s: int
+    modelled: bool
+    rate_rps_per_replica: float | None
+    correction: dict[str, float]
+    figures: list[AccuracyOut]
+
+
 class ModelArch(ApiModel):
     "What Plinth needs to know about a model's shape; also the form of an inline description."
 
@@ -923,6 +963,7 @@ class OptimizeIn(ApiModel):
     cluster_id: str | None = None
     confirm: bool = False
     confirm_top: int = 3
+    deployment_id: str | None = None
 
 
 class OptimizeOut(ApiModel):
@@ -935,6 +976,7 @@ class OptimizeOut(ApiModel):
     pareto: list[CandidateOut]
     waterfall: list[WaterfallOut]
     notes: list[str]
+    correction: CorrectionOut | None = None
 
 
 class OverrideIn(ApiModel):
@@ -1374,6 +1416,8 @@ class WaterfallOut(ApiModel):
 
 
 AbortIn.model_rebuild()
+AccuracyOut.model_rebuild()
+AccuracyQuery.model_rebuild()
 AiperfFromIndex.model_rebuild()
 AiperfImage.model_rebuild()
 ApiKeyCreatedOut.model_rebuild()
@@ -1402,6 +1446,7 @@ ClusterSettings.model_rebuild()
 CompareOut.model_rebuild()
 CompareQuery.model_rebuild()
 ComparedPointOut.model_rebuild()
+CorrectionOut.model_rebuild()
 DeltaOut.model_rebuild()
 DeploymentCreateIn.model_rebuild()
 DeploymentDetailOut.model_rebuild()
@@ -1445,6 +1490,7 @@ MemberOut.model_rebuild()
 MemberPage.model_rebuild()
 MetricOut.model_rebuild()
 MetricsOut.model_rebuild()
+ModelAccuracyOut.model_rebuild()
 ModelArch.model_rebuild()
 ModelSettings.model_rebuild()
 NgramSettings.model_rebuild()

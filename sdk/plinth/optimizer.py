@@ -81,6 +81,7 @@ class Optimizer(Resource):
         confirm: bool | None = None,
         confirm_top: int | None = None,
         architecture: models.Architecture | Mapping[str, Any] | None = None,
+        deployment_id: str | None = None,
     ) -> models.OptimizeOut:
         if isinstance(model, models.OptimizeIn):
             asked = model
@@ -96,6 +97,7 @@ class Optimizer(Resource):
                 "confirm": confirm,
                 "confirm_top": confirm_top,
                 "architecture": architecture,
+                "deployment_id": deployment_id,
             }
             asked = models.OptimizeIn.model_validate(clean(fields))
         # Unset optional figures are left out rather than sent as null: the server's defaults

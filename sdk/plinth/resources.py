@@ -182,6 +182,24 @@ class Endpoints(Resource):
             page_size,
         )
 
+    def model_accuracy(
+        self, endpoint: str, *, revision: int | None = None
+    ) -> models.ModelAccuracyOut:
+        """The serving revision's (or ``revision``'s) performance model against what it
+        measured: predicted and measured TTFT/ITL p90 (throughput from its latest benchmark),
+        the correction in force and its error band."""
+        return cast(
+            "models.ModelAccuracyOut",
+            self._c._call(
+                request(
+                    "GET",
+                    f"{API}/deployments/{endpoint}/model-accuracy",
+                    params={"revision": revision},
+                    model=models.ModelAccuracyOut,
+                )
+            ),
+        )
+
     def wait_until_settled(
         self, endpoint: str, *, timeout: float = 600, interval: float = 2
     ) -> Any:

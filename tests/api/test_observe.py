@@ -14,6 +14,7 @@ from deployments.endpoints.models import Deployment
 from deployments.traffic.models import MetricSample, UsageRecord
 from tests.api.conftest import Clients, fields_of
 from tests.conftest import Cast
+from tests.fixtures.measured import measure, model_of, serving_endpoint
 
 
 def test_events_newest_first_with_level_filter(api: Clients, endpoint: Deployment) -> None:
@@ -90,3 +91,39 @@ def test_events_list_takes_a_bounded_number_of_queries(
     api.carol.get("deployments/chat")  # warm the key's last-used stamp
     with django_assert_max_num_queries(4):
         assert api.carol.get("deployments/chat/events?limit=200").json()["count"] == rows + 1
+
+
+def test_the_model_against_measured_with_the_correction_and_band(api: Clients, cast: Cast) -> None:
+    chat = serving_endpoint(cast, "served")
+    rate = 0.5 * model_of(chat).capacity_rps(0.5, 0.04)
+    measure(chat, ttft=[1.2] * 4, itl=[0.9, 0.9, 1.0, 0.8], rate_per_replica=rate,
+            end=timezone.now())  # fmt: skip
+
+    body = api.carol.get("deployments/served/model-accuracy").json()
+
+    assert body["revision"] == 1 and body["modelled"] is True and body["window_s"] == 180
+    figures = {f["metric"]: f for f in body["figures"]}
+    assert figures["ttft"]["correction"] == pytest.approx(1.2)
+    assert figures["ttft"]["source"] == "samples" and figures["ttft"]["samples"] == 4
+    assert figures["itl"]["band"] == pytest.approx([0.8, 1.0])
+    assert figures["itl"]["measured"] == pytest.approx(0.9 * figures["itl"]["predicted"], rel=1e-3)
+    assert "model corrected +20%" in figures["ttft"]["summary"]
+    assert body["correction"]["ttft"] == pytest.approx(1.2)
+    assert api.bob.get("deployments/served/model-accuracy").status_code == 404
+
+
+def test_the_model_against_measured_while_nothing_serves(
+    api: Clients, endpoint: Deployment
+) -> None:
+    body = api.carol.get("deployments/chat/model-accuracy").json()
+    assert body["revision"] is None and body["figures"] == [] and body["correction"] == {}
+
+
+def test_the_model_against_measured_of_a_revision_that_is_not_there_names_the_field(
+    api: Clients, cast: Cast
+) -> None:
+    serving_endpoint(cast, "served")
+    assert api.carol.get("deployments/served/model-accuracy?revision=1").json()["revision"] == 1
+    missing = api.carol.get("deployments/served/model-accuracy?revision=7")
+    assert missing.status_code == 422 and fields_of(missing) == ["revision"]
+    assert fields_of(api.carol.get("deployments/served/model-accuracy?revision=x")) == ["revision"]

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+from django.utils import timezone
+
 from deployments.clusters.models import Cluster
 from tests.api.conftest import Clients, error_of, fields_of
 from tests.conftest import Cast
+from tests.fixtures.measured import measure, model_of, serving_endpoint
 
 
 def test_optimize_ranks_valid_candidates_with_reasons(api: Clients) -> None:
@@ -101,3 +105,57 @@ def test_a_pick_applied_by_patch_is_a_revision_saying_so(api: Clients, endpoint:
     revisions = api.carol.get("deployments/chat/revisions").json()["items"]
     assert revisions[0]["number"] == 2 and revisions[0]["message"] == message
     assert api.carol.patch("deployments/chat", {**patch, "base_revision": 2}).status_code == 403
+
+
+# --- recommending for an endpoint: its own traffic corrects the model ----------------------------
+
+FOR_CHAT = {
+    "model": "meta-llama/Llama-3.1-8B-Instruct",
+    "gpus": ["H100-SXM"],
+    "traffic": {"input_tokens": 1024, "output_tokens": 256, "rate_rps": 20},
+    "slo": {"ttft_p90_s": 1.0, "itl_p90_s": 0.024},
+}
+
+
+def test_for_an_endpoint_its_measured_correction_scales_the_predictions(
+    api: Clients, cast: Cast
+) -> None:
+    served = serving_endpoint(cast, "served")
+    rate = 0.5 * model_of(served).capacity_rps(0.5, 0.04)
+    # The endpoint's ITL runs 30% over its model; its TTFT as modelled.
+    measure(served, ttft=[1.0] * 8, itl=[1.3] * 8, rate_per_replica=rate, end=timezone.now())
+    plain = api.carol.post("optimize", FOR_CHAT).json()
+    assert plain["correction"] is None
+    # The uncorrected pick's ITL, 30% longer, would miss the target.
+    assert plain["best"]["predicted"]["itl_p90_s"] * 1.3 > 0.024
+
+    data = api.carol.post("optimize", {**FOR_CHAT, "deployment_id": "served"}).json()
+
+    assert data["correction"]["deployment"] == "served" and data["correction"]["revision"] == 1
+    assert data["correction"]["factors"]["itl"] == pytest.approx(1.3, rel=1e-3)
+    best = data["best"]
+    assert best["predicted"]["meets_slo"] and best["predicted"]["itl_p90_s"] <= 0.024
+    assert best["label"] != plain["best"]["label"]
+    assert best["predicted"]["cost_per_hour"] >= plain["best"]["predicted"]["cost_per_hour"]
+    for candidate in data["ranked"]:
+        assert any("corrected by served's measured traffic (ITL +30%" in r
+                   for r in candidate["reasons"])  # fmt: skip
+    assert any("corrected by endpoint served" in note for note in data["notes"])
+
+
+def test_an_endpoint_without_measured_traffic_leaves_the_model_as_it_is(
+    api: Clients, cast: Cast
+) -> None:
+    serving_endpoint(cast, "served")
+    data = api.carol.post("optimize", {**FOR_CHAT, "deployment_id": "served"}).json()
+    assert data["correction"] is None
+    assert not any("measured traffic" in r for r in data["best"]["reasons"])
+
+
+def test_an_endpoint_of_another_model_or_organization_is_refused(api: Clients, cast: Cast) -> None:
+    serving_endpoint(cast, "served")
+    other_model = api.carol.post(
+        "optimize", {**FOR_CHAT, "model": "Qwen/Qwen2.5-7B-Instruct", "deployment_id": "served"}
+    )
+    assert fields_of(other_model) == ["deployment_id"]
+    assert api.bob.post("optimize", {**FOR_CHAT, "deployment_id": "served"}).status_code == 404

@@ -12,11 +12,15 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from deployments.autoscaling import services as autoscaler
+from deployments.autoscaling.correction import Correction
 from deployments.endpoints import services
 from deployments.endpoints.models import Deployment
 from deployments.endpoints.queries import ENDPOINTS_PER_PAGE
+from deployments.experiments.canary import services as canary_services
 from tests.conftest import Cast
 from tests.console.conftest import SPEC
+from tests.fixtures.measured import SLO_POLICY, measure, model_of, serving_endpoint
 
 
 def make(cast: Cast, n: int, start: int = 0) -> list[Deployment]:
@@ -81,3 +85,67 @@ def test_the_list_takes_the_same_queries_for_5_endpoints_as_for_50(
     for url in urls:
         with django_assert_num_queries(few[url]):
             alice.get(url)
+
+
+# --- the performance model against the endpoint's own traffic -----------------------------------
+
+
+def test_the_endpoint_page_shows_predicted_against_measured_with_the_correction_and_band(
+    carol: Client, cast: Cast
+) -> None:
+    chat = serving_endpoint(cast, "chat")
+    rate = 0.5 * model_of(chat).capacity_rps(0.5, 0.04)
+    itl = [1.05, 1.1, 1.1, 1.15, 1.1, 1.1]
+    measure(chat, ttft=[1.0] * 6, itl=itl, rate_per_replica=rate, end=timezone.now())
+    predicted = model_of(chat).predict(rate).itl_s * 1000
+
+    page = carol.get("/endpoints/chat/").content.decode()
+
+    card = page[page.index('id="model-accuracy"') :]
+    assert "Performance model" in card
+    itl_row = re.search(r'id="accuracy-r1-itl"[^>]*>([^<]*)', card)
+    assert itl_row is not None
+    assert itl_row.group(1).startswith(f"predicted {predicted:.0f} ms, measured ")
+    assert "model corrected +10% (band +5% to +15%)" in itl_row.group(1)
+    assert "6 samples" in card
+
+
+def test_the_endpoint_page_says_when_no_traffic_measured_the_model(
+    carol: Client, cast: Cast
+) -> None:
+    serving_endpoint(cast, "chat")
+    page = carol.get("/endpoints/chat/").content.decode()
+    assert 'id="model-accuracy"' in page
+    assert "No traffic in the last 180 s" in page
+
+
+def test_while_a_canary_runs_the_card_compares_its_revision_too(carol: Client, cast: Cast) -> None:
+    chat = serving_endpoint(cast, "chat")
+    assert chat.current_revision is not None
+    fp8 = {**chat.current_revision.spec, "quantization": {"method": "fp8"}}
+    canary = canary_services.start_canary(
+        cast.actor(cast.dave, cast.acme), chat.pk, spec=fp8, weight=10
+    )
+
+    page = carol.get("/endpoints/chat/").content.decode()
+
+    card = page[page.index('id="model-accuracy"') :]
+    assert 'id="accuracy-r1"' in card
+    assert f'id="accuracy-r{canary.revision.number}"' in card
+    assert f"r{canary.revision.number} (canary)" in card
+
+
+def test_with_the_slo_policy_the_card_shows_the_autoscalers_correction_and_the_windows_fit(
+    carol: Client, cast: Cast
+) -> None:
+    chat = serving_endpoint(cast, "chat", SLO_POLICY)
+    rate = 0.75 * model_of(chat).capacity_rps(0.5, 0.04)
+    measure(chat, ttft=[1.0] * 6, itl=[1.5] * 6, rate_per_replica=rate, end=timezone.now())
+    step = Correction("engine", {}, {"itl": 1.2}, {"itl": 1.2})
+    autoscaler.record_model_correction(chat.pk, 1, step, {})
+
+    page = carol.get("/endpoints/chat/").content.decode()
+
+    card = page[page.index('id="accuracy-r1-itl"') :].split("</dd>")[0]
+    assert "model corrected +20%" in card
+    assert "correction kept by the SLO autoscaler; this window fits +50%" in card

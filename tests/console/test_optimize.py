@@ -13,10 +13,12 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from deployments.endpoints import services
 from deployments.endpoints.models import Deployment
 from tests.conftest import Cast
+from tests.fixtures.measured import measure, model_of, serving_endpoint
 
 pytestmark = pytest.mark.django_db
 
@@ -168,3 +170,21 @@ def test_wizard_recommend_fills_the_form_with_the_pick(alice: Client) -> None:
     assert 'value="picked"' in body  # what the person typed about the endpoint stays
     bad = alice.post("/optimize/wizard/", {**form, "model.source": "acme/nothing"})
     assert 'id="recommend-problem"' in bad.content.decode()
+
+
+def test_asked_for_an_endpoint_its_measured_traffic_corrects_the_picks(
+    alice: Client, cast: Cast
+) -> None:
+    served = serving_endpoint(cast, "served")
+    rate = 0.5 * model_of(served).capacity_rps(0.5, 0.04)
+    measure(served, ttft=[1.0] * 8, itl=[1.3] * 8, rate_per_replica=rate, end=timezone.now())
+    page = alice.get("/optimize/").content.decode()
+    assert '<option value="served"' in page
+
+    body = _ask(alice, endpoint="served").content.decode()
+
+    assert "The model is corrected by endpoint served (r1)" in body
+    assert "corrected by served&#x27;s measured traffic (ITL +30%)" in body
+    refused = _ask(alice, endpoint="nowhere")
+    assert refused.status_code == 422
+    assert 'id="issues-opt-endpoint"><p class="issue issue-error">' in refused.content.decode()

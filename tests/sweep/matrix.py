@@ -172,6 +172,7 @@ EXPECTED: dict[tuple[str, str], tuple[Variant, ...]] = {
     ),
     ("GET", EP + "/events"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
     ("GET", EP + "/metrics"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
+    ("GET", EP + "/model-accuracy"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
     ("GET", EP + "/usage"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
     ("GET", "/api/v1/usage"): (V(R.VIEWER, Scope.COLLECTION),),
     # A log can hold what users sent (prompts in errors, --log-requests): developers and up.

@@ -163,6 +163,15 @@ class OptimizeIn(StrictIn):
         "under `measured`",
     )
     confirm_top: int = Field(default=3, ge=1, le=5, strict=True)
+    deployment_id: StrictStr | None = Field(
+        default=None,
+        max_length=100,
+        description="recommend for this endpoint (id or slug, serving the same model): the "
+        "correction in force on its performance model, learned from its own traffic (GET "
+        "/deployments/{id}/model-accuracy), scales every candidate's predicted TTFT and ITL, "
+        "and the search aims at the targets divided by it; the answer says so under "
+        "`correction`",
+    )
 
 
 class PredictedOut(Schema):
@@ -211,6 +220,14 @@ class WaterfallOut(Schema):
     candidate: CandidateOut | None
 
 
+class CorrectionOut(Schema):
+    deployment: str = Field(description="the endpoint whose traffic corrected the model")
+    revision: int = Field(description="its serving revision, whose samples were compared")
+    factors: dict[str, float] = Field(
+        description="measured / predicted by latency (ttft, itl) the predictions were scaled by"
+    )
+
+
 class OptimizeOut(Schema):
     rate_rps: float
     evaluated: int
@@ -219,6 +236,9 @@ class OptimizeOut(Schema):
     pareto: list[CandidateOut]
     waterfall: list[WaterfallOut]
     notes: list[str]
+    correction: CorrectionOut | None = Field(
+        default=None, description="with `deployment_id`: how its own traffic corrected the model"
+    )
 
 
 @router.post("/optimize", response=OptimizeOut, summary="Recommend settings for a traffic profile")
@@ -244,4 +264,5 @@ def optimize_settings(request: HttpRequest, payload: OptimizeIn) -> dict[str, An
         cluster_id=payload.cluster_id,
         confirm=payload.confirm,
         confirm_count=payload.confirm_top,
+        deployment_id=payload.deployment_id,
     )

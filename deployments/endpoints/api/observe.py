@@ -1,5 +1,6 @@
-"""What happened to an endpoint: its events, metric samples over a time range, and its replicas'
-logs. Its usage by key is ``deployments.traffic.api``'s."""
+"""What happened to an endpoint: its events, metric samples over a time range, its performance
+model against what it measured (``deployments.autoscaling.queries.model_accuracy``), and its
+replicas' logs. Its usage by key is ``deployments.traffic.api``'s."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any, Literal
 
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
 from ninja import Query, Router, Schema
 from pydantic import Field
 
@@ -24,6 +26,7 @@ from deployments.api.schemas import (
     page_schema,
     time_range,
 )
+from deployments.autoscaling.queries import model_accuracy
 from deployments.endpoints import logs, queries
 from deployments.endpoints.models import DeploymentEvent, EventLevel
 from deployments.traffic.models import MetricSample
@@ -107,6 +110,73 @@ def metrics(request: HttpRequest, deployment_id: str, query: Query[RangeQuery]) 
         "truncated": truncated,
         "samples": latest[:MAX_SAMPLES][::-1],
     }
+
+
+class AccuracyOut(Schema):
+    metric: Literal["ttft", "itl", "throughput"] = Field(
+        description="ttft and itl: p90 in seconds from the probe's samples; throughput: output "
+        "tokens/s at the highest load point of the revision's latest finished benchmark"
+    )
+    predicted: float = Field(description="the model's figure at the measured load")
+    measured: float = Field(description="the mean of what was measured (p90s for latencies)")
+    correction: float = Field(
+        description="measured / predicted in force: the SLO autoscaler's for a latency its "
+        "policy targets, else fitted from the samples; the optimizer scales this endpoint's "
+        "predicted latencies by it (1: uncorrected)"
+    )
+    fitted: float = Field(description="what the window's samples fit on their own")
+    band: list[float] = Field(
+        description="the error band: 10th and 90th percentile of the per-sample (or per load "
+        "point) measured / predicted"
+    )
+    samples: int = Field(description="samples (load points for throughput) compared")
+    source: Literal["autoscaler", "samples", "benchmark"]
+    summary: str = Field(description='e.g. "predicted 31 ms, measured 34 ms, model corrected +9%"')
+
+
+class ModelAccuracyOut(Schema):
+    revision: int | None = Field(description="the serving revision; null while none serves")
+    at: datetime
+    window_s: int = Field(description="the look-back: the autoscaling window + scale-down delay")
+    modelled: bool = Field(description="false: the model cannot price the revision's settings")
+    rate_rps_per_replica: float | None = Field(
+        description="the mean measured load of the latency samples compared"
+    )
+    correction: dict[str, float] = Field(
+        description="the latency corrections in force by metric (ttft, itl), where not 1"
+    )
+    figures: list[AccuracyOut]
+
+
+class AccuracyQuery(Schema):
+    revision: int | None = Field(
+        None, ge=1, description="a revision that served in the window; default: the serving one"
+    )
+
+
+@router.get(
+    "/deployments/{deployment_id}/model-accuracy",
+    response=ModelAccuracyOut,
+    summary="Performance model against measured",
+)
+def deployment_model_accuracy(
+    request: HttpRequest, deployment_id: str, query: Query[AccuracyQuery]
+) -> dict[str, Any]:
+    """The serving revision's (or ``revision``'s, e.g. a canary's) predicted against measured
+    TTFT/ITL p90 (and throughput from its latest benchmark) over the recent window, with the
+    correction in force and its error band."""
+    deployment = queries.get_deployment(actor_of(request), deployment_id)
+    revision = None
+    if query.revision is not None:
+        revision = deployment.revisions.filter(number=query.revision).first()
+        if revision is None:
+            raise ServiceError(f"no revision {query.revision}", field="revision")
+    now = timezone.now()
+    accuracy = model_accuracy(deployment, now, revision)
+    if accuracy is None:
+        return {"revision": None, "at": now, "window_s": 0, "modelled": False,
+                "rate_rps_per_replica": None, "correction": {}, "figures": []}  # fmt: skip
+    return accuracy.as_dict()
 
 
 # --- logs ---------------------------------------------------------------------------------------

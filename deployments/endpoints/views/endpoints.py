@@ -13,6 +13,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HTMX_STOP_POLLING
@@ -20,9 +21,11 @@ from django_htmx.http import HTMX_STOP_POLLING
 from controlplane.access import NotFound
 from controlplane.guard import HtmxHttpRequest, actor_of, console_view
 from controlplane.services import ServiceError
+from deployments.autoscaling.queries import ModelAccuracy, model_accuracy
 from deployments.endpoints import queries, services
 from deployments.endpoints.models import Deployment
 from deployments.experiments.context import canary_context
+from deployments.experiments.queries import running_canary
 from deployments.status import ALL_STATUSES, rolling_out
 
 
@@ -72,9 +75,22 @@ def endpoint_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "host_url": queries.host_url(endpoint.slug),
         "served_model": _served_model(revision.spec if revision else {}),
         "tab": "overview",
+        "accuracies": _accuracies(endpoint),
         **canary_context(endpoint),
     }
     return render(request, "deployments/endpoint_detail.html", context)
+
+
+def _accuracies(endpoint: Deployment) -> list[ModelAccuracy]:
+    """The model against measured for each revision that serves: the serving one, and a
+    running canary's beside it."""
+    now = timezone.now()
+    revisions = [endpoint.current_revision]
+    canary = running_canary(endpoint)
+    if canary is not None and canary.revision != endpoint.current_revision:
+        revisions.append(canary.revision)
+    found = (model_accuracy(endpoint, now, r) for r in revisions if r is not None)
+    return [accuracy for accuracy in found if accuracy is not None]
 
 
 def _served_model(spec: dict[str, object]) -> str:

@@ -22,7 +22,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from controlplane.access import Actor
+from controlplane.access import Actor, NotFound
 from controlplane.guard import actor_of, console_view
 from controlplane.models import Role
 from controlplane.services import ServiceError
@@ -41,6 +41,8 @@ class OptimizeForm(forms.Form):
     model = forms.CharField(max_length=200, initial="meta-llama/Llama-3.1-8B-Instruct")
     gpus = forms.MultipleChoiceField(required=False, choices=())
     cluster = forms.CharField(required=False, max_length=100)
+    # Recommend for this endpoint (a slug): its own traffic corrects the model's latencies.
+    endpoint = forms.CharField(required=False, max_length=100)
     input_tokens = forms.IntegerField(min_value=1, max_value=1_000_000, initial=1024)
     output_tokens = forms.IntegerField(min_value=1, max_value=1_000_000, initial=256)
     rate_rps = forms.FloatField(required=False, min_value=0.001, max_value=100_000)
@@ -110,6 +112,9 @@ def optimize_page(request: HttpRequest) -> HttpResponse:
         "form": form,
         "models": model_choices(),
         "clusters": list(cluster_queries.clusters_for(actor)),
+        "endpoints": list(
+            queries.deployments_of(actor).order_by("slug").values_list("slug", flat=True)
+        ),
         "query": request.GET.urlencode(),
     }
     if asked and form.is_valid():
@@ -119,9 +124,13 @@ def optimize_page(request: HttpRequest) -> HttpResponse:
                 form.request(),
                 cluster_id=form.cleaned_data["cluster"] or None,
                 confirm=form.cleaned_data["confirm"],
+                deployment_id=form.cleaned_data["endpoint"] or None,
             )
         except ServiceError as exc:
-            form.add_error(exc.field if exc.field in form.fields else None, exc.detail)
+            field = "endpoint" if exc.field == "deployment_id" else exc.field
+            form.add_error(field if field in form.fields else None, exc.detail)
+        except NotFound:
+            form.add_error("endpoint", "no such endpoint in this organization")
         else:
             context.update(_results(actor, data))
     # htmx swaps only 2xx answers: refused input goes back to it as 200, shown by its fields.

@@ -120,7 +120,13 @@ class TrafficIn(StrictIn):
 
 class SloIn(StrictIn):
     ttft_p90_s: float = Field(default=1.0, gt=0, le=600)
-    itl_p90_s: float = Field(default=0.05, gt=0, le=60)
+    itl_p90_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=60,
+        description="the gaps between tokens at p90; default 0.05, or `tpot_mean_s` when only "
+        "that is given (give a looser one to hold the mean alone)",
+    )
     e2e_p90_s: float | None = Field(default=None, gt=0, le=3600)
     tpot_mean_s: float | None = Field(
         default=None, gt=0, le=60, description="mean time per output token (a Dynamo-style TPOT)"
@@ -163,6 +169,12 @@ class OptimizeIn(StrictIn):
         "under `measured`",
     )
     confirm_top: int = Field(default=3, ge=1, le=5, strict=True)
+    deployment: StrictStr | None = Field(
+        default=None,
+        max_length=100,
+        description="an endpoint (id or slug) of the same model: the waterfall starts from its "
+        "serving revision, priced at this traffic, instead of the model's simplest deployment",
+    )
 
 
 class PredictedOut(Schema):
@@ -234,7 +246,7 @@ def optimize_settings(request: HttpRequest, payload: OptimizeIn) -> dict[str, An
         architecture=payload.architecture,
         gpus=tuple(payload.gpus),
         traffic=traffic,
-        slo=Slo(**payload.slo.model_dump()),
+        slo=Slo.targets(**payload.slo.model_dump()),
         limits=Limits(**payload.limits.model_dump()),
         objective=payload.objective,
     )
@@ -244,4 +256,5 @@ def optimize_settings(request: HttpRequest, payload: OptimizeIn) -> dict[str, An
         cluster_id=payload.cluster_id,
         confirm=payload.confirm,
         confirm_count=payload.confirm_top,
+        deployment_id=payload.deployment,
     )

@@ -513,7 +513,8 @@ def attach_measurements(
         data["best"]["measured"] = measured_dict(confirmations[0].measured)
         data.setdefault("notes", []).append(
             f"none of the {len(confirmations)} confirmed candidates met the SLOs in its "
-            "simulated run; the best is the analytic pick, unconfirmed"
+            "simulated run (without a warning of its own); the best is the analytic pick, "
+            "unconfirmed"
         )
         return
     best = candidate_dict(pick.candidate)

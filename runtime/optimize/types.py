@@ -183,8 +183,9 @@ class WaterfallStep:
 @dataclass(frozen=True)
 class OptimizeResult:
     rate_rps: float
-    best: Candidate | None  # the cheapest candidate meeting the SLOs and limits
-    ranked: tuple[Candidate, ...]  # meeting ones by cost, then the closest misses
+    # The objective's first candidate meeting the SLOs and limits with no warning of its own.
+    best: Candidate | None
+    ranked: tuple[Candidate, ...]  # meeting ones in the objective's order, warned ones after
     pareto: tuple[Candidate, ...]
     waterfall: tuple[WaterfallStep, ...]
     evaluated: int  # layouts (within the limits) whose figures were predicted

@@ -226,7 +226,11 @@ class WaterfallOut(Schema):
 class OptimizeOut(Schema):
     rate_rps: float
     evaluated: int
-    best: CandidateOut | None = Field(description="the cheapest meeting the SLOs and limits")
+    best: CandidateOut | None = Field(
+        description="the cheapest (or, under `throughput`, most tokens/s per GPU) meeting the "
+        "SLOs and limits with no validation warning of its own; with `confirm`, the first by "
+        "the simulated runs' figures"
+    )
     ranked: list[CandidateOut]
     pareto: list[CandidateOut]
     waterfall: list[WaterfallOut]

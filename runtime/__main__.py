@@ -245,6 +245,8 @@ def run_optimize(argv: list[str]) -> int:
     for step in result.waterfall:
         pick = step.candidate
         figure = f"${pick.prediction.cost_per_hour:.2f}/hour  {pick.label}" if pick else "none"
+        if pick is not None and not pick.prediction.meets_slo:
+            figure += "  (misses the SLOs)"  # the baseline: where the optimizations start
         print(f"  {step.step:15} {figure}")
     print("\nPareto front (cost, capacity, TTFT p90, ITL p90):")
     for cand in result.pareto[: args.top]:

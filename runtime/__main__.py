@@ -22,14 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from runtime.catalog.flags import split_argv
-from runtime.issues import Issue
-from runtime.launch import LaunchPlan, RolePlan, plan
-from runtime.quality_run import main as run_quality_gate
-from runtime.validate import Estimate, check, estimate, has_errors
-
 if TYPE_CHECKING:
     from runtime.confirm import Confirmation
+    from runtime.issues import Issue
+    from runtime.launch import LaunchPlan, RolePlan
+    from runtime.optimize import Objective
+    from runtime.validate import Estimate
 
 
 def _load(path: Path) -> tuple[Any, str | None]:
@@ -57,6 +55,8 @@ def _print_issues(issues: list[Issue]) -> None:
 
 def _argv_lines(role: RolePlan) -> list[str]:
     """The entrypoint on the first line, then one flag with its values per line."""
+    from runtime.catalog.flags import split_argv
+
     lines = [shlex.join(role.command)]
     for flag, values in split_argv(role.args):
         lines.append(shlex.join([flag, *values]))
@@ -98,6 +98,9 @@ def _plan_json(launch: LaunchPlan) -> str:
 
 
 def run(command: str, path: Path, *, as_json: bool) -> int:
+    from runtime.launch import plan
+    from runtime.validate import check, estimate, has_errors
+
     data, problem = _load(path)
     if problem:
         print(problem, file=sys.stderr)
@@ -133,7 +136,13 @@ def _optimize_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prefix-share", type=float, default=0.0)
     parser.add_argument("--turns", type=int, default=1)
     parser.add_argument("--ttft", type=float, default=1.0, help="TTFT p90 target, seconds")
-    parser.add_argument("--itl", type=float, default=0.05, help="ITL p90 target, seconds")
+    parser.add_argument(
+        "--itl",
+        type=float,
+        default=None,
+        help="ITL p90 target, seconds (default 0.05, or the mean target when only "
+        "--tpot-mean-ms is given: the gaps are held at p90 unless a looser --itl says otherwise)",
+    )
     parser.add_argument("--e2e", type=float, default=None, help="end-to-end p90 target, s")
     parser.add_argument(
         "--tpot-mean-ms",
@@ -185,7 +194,7 @@ def run_optimize(argv: list[str]) -> int:
             prefix_share=args.prefix_share,
             turns=args.turns,
         ),
-        slo=Slo(
+        slo=Slo.targets(
             ttft_p90_s=args.ttft,
             itl_p90_s=args.itl,
             e2e_p90_s=args.e2e,
@@ -197,18 +206,28 @@ def run_optimize(argv: list[str]) -> int:
     if args.tpot_mean_ms is not None and args.tpot_mean_ms <= 0:
         print("optimize: --tpot-mean-ms must be positive", file=sys.stderr)
         return 2
-    from runtime.confirm import ConfirmError, attach_measurements, confirm_top
-
     try:
         result = optimize(request)
-        confirmed = confirm_top(request, result, args.confirm_top) if args.confirm else ()
-    except (OptimizeError, ConfirmError) as exc:
+    except OptimizeError as exc:
         print(f"optimize: {exc}", file=sys.stderr)
         return 2
+    # The confirm path (the simulator's scheduler) is imported only when asked for: without
+    # it the command answers in a fresh process well under a second.
+    confirmed: Sequence[Confirmation] = ()
+    if args.confirm:
+        from runtime.confirm import ConfirmError, confirm_top
+
+        try:
+            confirmed = confirm_top(request, result, args.confirm_top)
+        except ConfirmError as exc:
+            print(f"optimize: {exc}", file=sys.stderr)
+            return 2
     if args.json:
         data = result_dict(result)
         if args.confirm:
-            attach_measurements(data, confirmed)
+            from runtime.confirm import attach_measurements
+
+            attach_measurements(data, confirmed, request.objective)
         print(json.dumps(data, indent=2))
         return 0 if result.best else 1
     print(f"load {result.rate_rps:.2f} req/s; {result.evaluated} configurations evaluated")
@@ -226,6 +245,8 @@ def run_optimize(argv: list[str]) -> int:
     for step in result.waterfall:
         pick = step.candidate
         figure = f"${pick.prediction.cost_per_hour:.2f}/hour  {pick.label}" if pick else "none"
+        if pick is not None and not pick.prediction.meets_slo:
+            figure += "  (misses the SLOs)"  # the baseline: where the optimizations start
         print(f"  {step.step:15} {figure}")
     print("\nPareto front (cost, capacity, TTFT p90, ITL p90):")
     for cand in result.pareto[: args.top]:
@@ -235,26 +256,16 @@ def run_optimize(argv: list[str]) -> int:
             f"{p.ttft_p90_s * 1000:7.0f} ms  {p.itl_p90_s * 1000:6.1f} ms  {cand.label}"
         )
     if confirmed:
-        _print_confirmed(confirmed)
+        _print_confirmed(confirmed, request.objective)
     return 0 if result.best else 1
 
 
-def _print_confirmed_pick(confirmed: Sequence[Confirmation]) -> None:
-    from runtime.confirm import confirmed_pick
+def _print_confirmed(confirmed: Sequence[Confirmation], objective: Objective) -> None:
+    from runtime.confirm import confirmed_pick, measured_order
 
-    pick = confirmed_pick(confirmed)
-    if pick is None:
-        print("  none met the SLOs when run: the recommendation above is unconfirmed")
-    elif pick is not confirmed[0]:
-        print(f"  recommended instead: {pick.candidate.label}, the first in the ranking's order "
-              "(the cheapest, under the cost objective) that met the SLOs when run")  # fmt: skip
-    else:
-        print(f"  recommended: {pick.candidate.label} (confirmed)")
-
-
-def _print_confirmed(confirmed: Sequence[Confirmation]) -> None:
-    print("\nconfirmed by a simulated run (predicted -> measured, simulated time):")
-    for item in confirmed:
+    print("\nconfirmed by a simulated run (predicted -> measured, simulated time), ranked by "
+          "what the runs measured:")  # fmt: skip
+    for item in sorted(confirmed, key=measured_order(objective)):
         p, m = item.candidate.prediction, item.measured
         verdict = "meets" if m.meets_slo else "MISSES"
         print(
@@ -262,9 +273,18 @@ def _print_confirmed(confirmed: Sequence[Confirmation]) -> None:
             f"{m.ttft_p90_s * 1000:.0f} ms, ITL p90 {p.itl_p90_s * 1000:.1f} -> "
             f"{m.itl_p90_s * 1000:.1f} ms, {p.output_tokens_per_s:.0f} -> "
             f"{m.output_tokens_per_s:.0f} tok/s, {m.completed}/{m.requests} done over "
-            f"{m.simulated_s:.0f} s: {verdict} the SLOs"
+            f"{m.simulated_s:.0f} s, e2e p90 {p.e2e_p90_s:.2f} -> {m.e2e_p90_s:.2f} s: "
+            f"{verdict} the SLOs"
         )
-    _print_confirmed_pick(confirmed)
+    pick = confirmed_pick(confirmed, objective)
+    if pick is None:
+        print("  none met the SLOs when run without a warning of its own: the recommendation "
+              "above is unconfirmed")  # fmt: skip
+    elif pick is not confirmed[0]:
+        print(f"  recommended instead: {pick.candidate.label}, first by the runs' figures "
+              "(met the SLOs; cheapest or most tokens/s per GPU; then fastest)")  # fmt: skip
+    else:
+        print(f"  recommended: {pick.candidate.label} (confirmed)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["optimize"]:
         return run_optimize(argv[1:])
     if argv[:1] == ["quality"]:
+        from runtime.quality_run import main as run_quality_gate
+
         return run_quality_gate(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m runtime", description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["validate", "plan", "estimate", "optimize"])

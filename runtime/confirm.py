@@ -29,12 +29,19 @@ import heapq
 import itertools
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from runtime.launch import RolePlan, plan
-from runtime.optimize import Candidate, OptimizeRequest, OptimizeResult, candidate_dict
+from runtime.optimize import (
+    PD_RANKING_MARGIN,
+    Candidate,
+    Objective,
+    OptimizeRequest,
+    OptimizeResult,
+    candidate_dict,
+)
 from runtime.optimize.types import resolve_model
 from runtime.perf.hardware import ModelShape, model_shape, resolve_gpu
 from runtime.sim.args import EngineArgs, StartupError, check_engine_args, parse_engine_args
@@ -414,9 +421,11 @@ def confirm_top(
     *,
     requests: int | None = None,
 ) -> tuple[Confirmation, ...]:
-    """The first `top` ranked candidates, each run at the result's load."""
+    """The first `top` ranked candidates, each run at the load it is predicted at (the
+    traffic's rate; under the `throughput` objective, the candidate's own capacity, the load
+    its tokens/s per GPU are ranked at)."""
     return tuple(
-        Confirmation(c, confirm(request, c, result.rate_rps, requests=requests))
+        Confirmation(c, confirm(request, c, c.prediction.rate_rps, requests=requests))
         for c in result.ranked[:top]
     )
 
@@ -438,49 +447,106 @@ def measured_dict(measured: Measured) -> dict[str, Any]:
     }
 
 
-def confirmed_pick(confirmations: Sequence[Confirmation]) -> Confirmation | None:
-    """The first confirmed candidate, in the ranking's order (under the `cost` objective the
-    cheapest), that met the SLOs in its simulated run; None when none did."""
-    return next((c for c in confirmations if c.measured.meets_slo), None)
+def measured_order(objective: Objective) -> Callable[[Confirmation], tuple[Any, ...]]:
+    """The sort key ranking confirmed candidates by what their runs measured.
 
-
-def attach_measurements(data: dict[str, Any], confirmations: Sequence[Confirmation]) -> None:
-    """Put each confirmation's figures under `measured` of its ranked entry, given `data` from
-    ``result_dict`` and `confirm_top`'s answer, and make `best` the confirmed pick.
-
-    The recommendation follows the simulated runs, not the analytic ranking: `best` becomes
-    the first ranked candidate that met the SLOs when run (the cheapest, under ``cost``), and
-    its reasons say which higher-ranked ones missed. When none met them, `best` stays the
-    first ranked and a note says so.
+    Those that met the SLOs when run come first, then those without a validation warning of
+    their own; then the objective (the cost, or under ``throughput`` the tokens/s per GPU at
+    capacity, a P/D layout giving up its margin as in the analytic ranking: a short run at
+    that load is still filling its engines, so its own tokens/s are no capacity figure, but
+    its verdict is the one at that load); then the faster run (end-to-end p90, then TTFT
+    p90): at equal cost the one the simulator shows faster ranks first.
     """
-    for index, entry in enumerate(data["ranked"]):
+
+    def key(item: Confirmation) -> tuple[Any, ...]:
+        c, m = item.candidate, item.measured
+        if objective == "throughput":
+            margin = PD_RANKING_MARGIN if c.spec.disaggregation.enabled else 0.0
+            primary = -c.prediction.tokens_per_s_per_gpu * (1 - margin)
+        else:
+            primary = c.prediction.cost_per_hour
+        return (not m.meets_slo, bool(c.warnings), primary, m.e2e_p90_s, m.ttft_p90_s)
+
+    return key
+
+
+def confirmed_pick(
+    confirmations: Sequence[Confirmation], objective: Objective = "cost"
+) -> Confirmation | None:
+    """The confirmed candidate the simulated runs rank first (``measured_order``), if it met
+    the SLOs when run and carries no warning of its own; None otherwise."""
+    ordered = sorted(confirmations, key=measured_order(objective))
+    first = ordered[0] if ordered else None
+    if first is None or not first.measured.meets_slo or first.candidate.warnings:
+        return None
+    return first
+
+
+def attach_measurements(
+    data: dict[str, Any], confirmations: Sequence[Confirmation], objective: Objective = "cost"
+) -> None:
+    """Put each confirmation's figures under `measured` of its ranked entry, given `data` from
+    ``result_dict`` and `confirm_top`'s answer, re-rank by them and make `best` the pick.
+
+    The ranking follows the simulated runs, not the analytic figures: the confirmed candidates
+    that met the SLOs come first in ``measured_order``, then the unconfirmed ones in the
+    analytic order, then those whose runs missed the SLOs. `best` becomes the first of them
+    (when it met the SLOs and carries no warning of its own), and its reasons say which
+    candidates the analytic ranking put above it and why they rank lower now. When none met
+    them, `best` stays the analytic pick and a note says it is unconfirmed.
+    """
+    entries = list(data["ranked"])
+    for index, entry in enumerate(entries):
         entry["measured"] = (
             measured_dict(confirmations[index].measured) if index < len(confirmations) else None
         )
+    ordered = sorted(range(len(confirmations)), key=lambda i: measured_order(objective)(
+        confirmations[i]))  # fmt: skip
+    met = [i for i in ordered if confirmations[i].measured.meets_slo]
+    missed = [i for i in ordered if not confirmations[i].measured.meets_slo]
+    rest = list(range(len(confirmations), len(entries)))
+    data["ranked"] = [entries[i] for i in (*met, *rest, *missed)]
     if data.get("best") is None or not confirmations:
         return
-    pick = confirmed_pick(confirmations)
+    pick = confirmed_pick(confirmations, objective)
     if pick is None:
         data["best"]["measured"] = measured_dict(confirmations[0].measured)
         data.setdefault("notes", []).append(
             f"none of the {len(confirmations)} confirmed candidates met the SLOs in its "
-            "simulated run; the best is the analytic pick, unconfirmed"
+            "simulated run (without a warning of its own); the best is the analytic pick, "
+            "unconfirmed"
         )
         return
     best = candidate_dict(pick.candidate)
     best["measured"] = measured_dict(pick.measured)
-    missed = [c for c in confirmations[: confirmations.index(pick)]]
-    reason = (
-        f"confirmed: met the SLOs in a simulated run (TTFT p90 "
-        f"{pick.measured.ttft_p90_s * 1000:.0f} ms, ITL p90 {pick.measured.itl_p90_s * 1000:.1f} "
-        f"ms); the first of the {len(confirmations)} confirmed candidates in the ranking's "
-        "order (the cheapest, under the cost objective) to do so"
-    )
-    best["reasons"].append(reason)
-    for other in missed:
-        m = other.measured
-        best["reasons"].append(
-            f"{other.candidate.label} ranked higher but missed the SLOs when run (TTFT p90 "
-            f"{m.ttft_p90_s * 1000:.0f} ms, ITL p90 {m.itl_p90_s * 1000:.1f} ms)"
-        )
+    best["reasons"].extend(pick_reasons(pick, confirmations, objective))
     data["best"] = best
+    data["ranked"][0] = best
+
+
+def pick_reasons(
+    pick: Confirmation, confirmations: Sequence[Confirmation], objective: Objective
+) -> list[str]:
+    """Why the simulated runs made `pick` the recommendation, naming each candidate the
+    analytic ranking had put above it."""
+    m = pick.measured
+    order = "the cheapest" if objective == "cost" else "the most tokens/s per GPU"
+    out = [
+        f"confirmed: met the SLOs in a simulated run (TTFT p90 {m.ttft_p90_s * 1000:.0f} ms, "
+        f"ITL p90 {m.itl_p90_s * 1000:.1f} ms, e2e p90 {m.e2e_p90_s:.2f} s); ranked by the "
+        f"{len(confirmations)} simulated runs' figures: {order} that met the SLOs, the fastest "
+        "end to end at equal cost"
+    ]
+    for other in confirmations[: confirmations.index(pick)]:
+        o = other.measured
+        if not o.meets_slo:
+            why = (
+                f"missed the SLOs when run (TTFT p90 {o.ttft_p90_s * 1000:.0f} ms, ITL p90 "
+                f"{o.itl_p90_s * 1000:.1f} ms)"
+            )
+        elif other.candidate.warnings:
+            why = "carries a validation warning of its own"
+        else:
+            why = f"ran slower (e2e p90 {o.e2e_p90_s:.2f} s against {m.e2e_p90_s:.2f} s)"
+        out.append(f"{other.candidate.label} ranked higher by prediction but {why}")
+    return out

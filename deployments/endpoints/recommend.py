@@ -1,14 +1,16 @@
 """The optimizer for the API, the console page and the wizard: one service, three front-ends.
 
-``recommend`` runs ``runtime.optimize`` (within a cluster's free GPUs when one is named) and,
-when asked, confirms the top picks by a short simulated run (``runtime.confirm``); it answers the
-JSON-ready data of ``POST /api/v1/optimize``. ``apply_candidate`` makes a recommended spec a new
-revision of an existing endpoint through ``services.update_settings``, with a message saying it
-came from the optimizer. Creating an endpoint from a candidate needs nothing of its own: it is
-``services.create_deployment`` with the candidate's spec.
+``recommend`` runs ``runtime.optimize`` (within a cluster's free GPUs when one is named; from
+an endpoint's serving revision, the waterfall's start, when one is named) and, when asked,
+confirms the top picks by a short simulated run (``runtime.confirm``) and ranks them by what the
+runs measured; it answers the JSON-ready data of ``POST /api/v1/optimize``. ``apply_candidate``
+makes a recommended spec a new revision of an existing endpoint through
+``services.update_settings``, with a message saying it came from the optimizer. Creating an
+endpoint from a candidate needs nothing of its own: it is ``services.create_deployment`` with the
+candidate's spec.
 
-Asked for one endpoint (``deployment_id``), ``recommend`` applies the correction that endpoint's
-own traffic taught the model (``deployments.endpoints.learned``).
+Asked for one endpoint (``deployment_id``), ``recommend`` also applies the correction that
+endpoint's own traffic taught the model (``deployments.endpoints.learned``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 from typing import Any
+
+from pydantic import ValidationError
 
 from controlplane.access import Actor
 from controlplane.services import ServiceError
@@ -26,6 +30,7 @@ from deployments.endpoints.models import Deployment, Revision
 from runtime.confirm import DEFAULT_TOP, ConfirmError, attach_measurements, confirm_top
 from runtime.optimize import OptimizeError, OptimizeRequest, result_dict
 from runtime.optimize import optimize as run_optimizer
+from runtime.spec import RuntimeSpec
 
 # Settings that belong to the endpoint, not to a traffic profile: applying a recommendation
 # keeps them (its served name is what callers ask for, its secret opens the weights, its runtime
@@ -56,6 +61,8 @@ def recommend(
     if cluster_id is not None:
         cluster = cluster_queries.get_cluster(actor, cluster_id)
         query = replace(query, gpu_counts=free_gpus(cluster.gpu_inventory))
+    if deployment_id is not None:
+        query = replace(query, current=serving_spec(queries.get_deployment(actor, deployment_id)))
     try:
         result = run_optimizer(query)
     except OptimizeError as exc:
@@ -64,12 +71,24 @@ def recommend(
     data = result_dict(result)
     if confirm:
         try:
-            attach_measurements(data, confirm_top(query, result, confirm_count))
+            attach_measurements(data, confirm_top(query, result, confirm_count), query.objective)
         except ConfirmError as exc:
             raise ServiceError(str(exc), field="confirm") from exc
     if learned is not None:
         apply_correction(data, learned)
     return data
+
+
+def serving_spec(deployment: Deployment) -> RuntimeSpec | None:
+    """The spec of the revision the endpoint serves (the one it is rolling to, before any has
+    come up); None when it has none or its stored spec no longer parses."""
+    revision = deployment.current_revision or deployment.target_revision
+    if revision is None:
+        return None
+    try:
+        return RuntimeSpec.model_validate(revision.spec)
+    except ValidationError:
+        return None
 
 
 def free_gpus(inventory: dict[str, Any] | None) -> dict[str, int]:

@@ -41,7 +41,8 @@ model's picks against AIConfigurator's; ``predict_layout`` prices a layout chose
 
 The package, by seam: ``types`` (the request and answer), ``shapes`` (engine shapes, built and
 pruned), ``queueing`` (one shape's capacity and latencies, which ``runtime.capacity`` and
-``runtime.confirm`` use too), ``search`` (pricing, ranking, Pareto front and waterfall),
+``runtime.confirm`` use too), ``search`` (pricing layouts and their specs), ``rank`` (the
+objective's order, the pick, the Pareto front and the waterfall),
 ``predict`` (pricing a layout chosen elsewhere) and ``output`` (plain data for the API).
 """
 
@@ -49,7 +50,7 @@ from __future__ import annotations
 
 from runtime.optimize.output import candidate_dict, result_dict
 from runtime.optimize.predict import predict_layout, predict_load
-from runtime.optimize.search import optimize
+from runtime.optimize.rank import optimize
 from runtime.optimize.types import (
     KEPT_WARNINGS,
     PD_RANKING_MARGIN,

@@ -54,6 +54,8 @@ class EngineLoad:
         self.kv_limit = shape.kv_tokens / (prompt + traffic.output_tokens)
         # SGLang's default under speculation; each attention-DP rank schedules its own batch.
         self.running_cap = (48 if spec is not None else 1024) * dp
+        # Step times by batch size: the rate search asks for the same few batches many times.
+        self._decode_steps: dict[int, float] = {}
 
     def _prefill(self, cached: float) -> tuple[float, float, float]:
         """(TTFT's prefill step, engine seconds per request, a chunk's step) at this cache hit."""
@@ -94,12 +96,15 @@ class EngineLoad:
 
     def decode_step(self, running: float) -> float:
         seqs = max(1, math.ceil(running))
-        work = StepWork(
-            decode_seqs=seqs,
-            decode_tokens=seqs * self.verify,
-            decode_context=int(seqs * self.context),
-        )
-        return self.shape.step.step_seconds(work)
+        known = self._decode_steps.get(seqs)
+        if known is None:
+            work = StepWork(
+                decode_seqs=seqs,
+                decode_tokens=seqs * self.verify,
+                decode_context=int(seqs * self.context),
+            )
+            known = self._decode_steps[seqs] = self.shape.step.step_seconds(work)
+        return known
 
     def load(self, rate: float, slo: Slo, *, prefill: bool, decode: bool) -> Load:
         """Figures at `rate` req/s on one engine that prefills, decodes, or both (aggregated)."""

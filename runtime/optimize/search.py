@@ -1,5 +1,5 @@
-"""The search: price every layout of the engine shapes, rank by the objective, keep the Pareto
-front and the waterfall, and turn each pick into a RuntimeSpec that validates.
+"""The search: price every layout of the engine shapes and turn each into a RuntimeSpec that
+validates (``runtime.optimize.rank`` orders them, picks and builds the waterfall).
 
 For each shape the queueing model finds its capacity once; replicas then follow from the load,
 so replica counts are never enumerated. Disaggregated layouts pair a prefill-only shape with a
@@ -9,7 +9,7 @@ decode-only shape of the same GPU and formats, each side's capacity computed onc
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -17,21 +17,14 @@ from runtime.catalog import GpuType, ModelArch, get_gpu
 from runtime.issues import Issue
 from runtime.memory import memory_fit
 from runtime.optimize.queueing import EngineLoad, max_running, prefill_capacity
-from runtime.optimize.shapes import Shape, base_spec, engine_shapes, spec_data
+from runtime.optimize.shapes import Shape, base_spec, spec_data
 from runtime.optimize.types import (
-    FRONT_LIMIT,
     MAX_POOL_REPLICAS,
-    PD_RANKING_MARGIN,
     RDMA_BYTES_PER_S,
-    WATERFALL,
     Candidate,
     Feature,
     OptimizeRequest,
-    OptimizeResult,
     Prediction,
-    WaterfallStep,
-    resolve_gpus,
-    resolve_model,
 )
 from runtime.spec import RuntimeSpec
 from runtime.topology import engine_groups
@@ -304,55 +297,6 @@ def reasons(request: OptimizeRequest, config: PricedLayout) -> tuple[str, ...]:
     return tuple(out)
 
 
-def optimize(request: OptimizeRequest) -> OptimizeResult:
-    """Search the configurations of `request`; every candidate returned passes `validate`."""
-    arch = resolve_model(request)
-    gpus = resolve_gpus(request)
-    rate = request.traffic.arrival_rate(request.slo)
-    shapes = list(engine_shapes(request, arch, gpus))
-    configs = [c for c in price_layouts(request, shapes, rate) if within_limits(request, c)]
-    notes = []
-    if not shapes:
-        notes.append("no configuration fits the model in GPU memory on the GPUs given")
-    if request.objective == "throughput":
-        notes.append(
-            "objective throughput: each layout is sized to the GPU budget and loaded to its "
-            "capacity; the traffic's rate does not size it"
-        )
-    meeting = sorted((c for c in configs if c.prediction.meets_slo), key=objective_order(request))
-    cache: dict[int, Candidate | None] = {}
-
-    def candidate(config: PricedLayout) -> Candidate | None:
-        key = id(config)
-        if key not in cache:
-            cache[key] = build_candidate(request, arch, config)
-        return cache[key]
-
-    ranked = list(first_valid(meeting, candidate, FRONT_LIMIT))
-    best = ranked[0] if ranked else None
-    if best is None:
-        notes.append("nothing meets the SLOs within the limits; relax a target or a limit")
-    front = pareto_front(sorted(meeting, key=front_order))
-    pareto = list(first_valid(front, candidate, FRONT_LIMIT))
-    waterfall = []
-    enabled: set[Feature] = set()
-    for step in ("baseline", *WATERFALL):
-        if step != "baseline":
-            enabled.add(step)  # type: ignore[arg-type]
-        subset = [c for c in meeting if c.features <= enabled]
-        pick = next(iter(first_valid(subset, candidate, 1)), None)
-        waterfall.append(WaterfallStep(step, pick))
-    return OptimizeResult(
-        rate_rps=rate,
-        best=best,
-        ranked=tuple(ranked),
-        pareto=tuple(pareto),
-        waterfall=tuple(waterfall),
-        evaluated=len(configs),
-        notes=tuple(notes),
-    )
-
-
 def build_candidate(
     request: OptimizeRequest, arch: ModelArch, config: PricedLayout
 ) -> Candidate | None:
@@ -389,52 +333,3 @@ def kept_warnings(request: OptimizeRequest, issues: list[Issue]) -> list[str]:
         + why.get(issue.code, "the prediction above does not account for it")
         for issue in issues
     ]
-
-
-def first_valid(configs: Iterable[PricedLayout], build: Any, limit: int) -> Iterator[Candidate]:
-    count = 0
-    for config in configs:
-        if count >= limit:
-            return
-        found = build(config)
-        if found is not None:
-            count += 1
-            yield found
-
-
-def objective_order(request: OptimizeRequest) -> Any:
-    """The sort key that puts the objective's best configuration first."""
-    if request.objective == "throughput":
-
-        def key(c: PricedLayout) -> tuple[float, float]:
-            margin = PD_RANKING_MARGIN if c.prefill is not None else 0.0
-            return (-c.prediction.tokens_per_s_per_gpu * (1 - margin), c.prediction.cost_per_hour)
-
-        return key
-    return lambda c: (c.prediction.cost_per_hour, -c.prediction.capacity_rps)
-
-
-def front_order(config: PricedLayout) -> tuple[float, float, float, float]:
-    p = config.prediction
-    return (p.cost_per_hour, -p.capacity_rps, p.ttft_p90_s, p.itl_p90_s)
-
-
-def pareto_front(configs: list[PricedLayout]) -> list[PricedLayout]:
-    """Non-dominated on cost (min), capacity (max), TTFT p90 (min), ITL p90 (min).
-
-    `configs` come in `front_order`, so whatever dominates a configuration precedes it and one
-    pass against the front found so far suffices.
-    """
-    front: list[PricedLayout] = []
-    for c in configs:
-        p = c.prediction
-        dominated = any(
-            q.prediction.cost_per_hour <= p.cost_per_hour
-            and q.prediction.capacity_rps >= p.capacity_rps
-            and q.prediction.ttft_p90_s <= p.ttft_p90_s
-            and q.prediction.itl_p90_s <= p.itl_p90_s
-            for q in front
-        )
-        if not dominated:
-            front.append(c)
-    return front

@@ -62,14 +62,44 @@ class Traffic:
         return min(0.98, self.prefix_share + history)
 
 
+DEFAULT_TTFT_P90_S = 1.0
+DEFAULT_ITL_P90_S = 0.05
+
+
 @dataclass(frozen=True)
 class Slo:
-    ttft_p90_s: float = 1.0
-    itl_p90_s: float = 0.05
+    """Latency targets. Every target is a p90 unless its name says mean."""
+
+    ttft_p90_s: float = DEFAULT_TTFT_P90_S
+    itl_p90_s: float = DEFAULT_ITL_P90_S
     e2e_p90_s: float | None = None
     # Mean time per output token over the answers (the TPOT of AIConfigurator and Dynamo SLAs):
     # a prompt's chunk stalls a few gaps, which a mean spreads where a p90 may not.
     tpot_mean_s: float | None = None
+
+    @classmethod
+    def targets(
+        cls,
+        ttft_p90_s: float | None = None,
+        itl_p90_s: float | None = None,
+        e2e_p90_s: float | None = None,
+        tpot_mean_s: float | None = None,
+    ) -> Slo:
+        """The SLO a request's targets ask for, None where the request gave none.
+
+        The gaps between tokens are always held at p90: a request that gives only a mean
+        per-token target gets its ITL p90 held to that target too (a fixed default p90 far
+        above it let picks stall 5-8x the mean), and one that wants the mean alone says so by
+        giving a looser ITL p90 of its own.
+        """
+        if itl_p90_s is None:
+            itl_p90_s = DEFAULT_ITL_P90_S if tpot_mean_s is None else tpot_mean_s
+        return cls(
+            ttft_p90_s=DEFAULT_TTFT_P90_S if ttft_p90_s is None else ttft_p90_s,
+            itl_p90_s=itl_p90_s,
+            e2e_p90_s=e2e_p90_s,
+            tpot_mean_s=tpot_mean_s,
+        )
 
 
 @dataclass(frozen=True)
@@ -89,6 +119,9 @@ class OptimizeRequest:
     gpu_counts: dict[str, int] = field(default_factory=dict)  # free GPUs per type, if known
     features: frozenset[Feature] = frozenset(WATERFALL)  # optimizations allowed at all
     objective: Objective = "cost"
+    # The endpoint's serving revision, when the question is about one: the waterfall starts
+    # from it (priced at this traffic) rather than from the model's simplest deployment.
+    current: RuntimeSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -150,8 +183,9 @@ class WaterfallStep:
 @dataclass(frozen=True)
 class OptimizeResult:
     rate_rps: float
-    best: Candidate | None  # the cheapest candidate meeting the SLOs and limits
-    ranked: tuple[Candidate, ...]  # meeting ones by cost, then the closest misses
+    # The objective's first candidate meeting the SLOs and limits with no warning of its own.
+    best: Candidate | None
+    ranked: tuple[Candidate, ...]  # meeting ones in the objective's order, warned ones after
     pareto: tuple[Candidate, ...]
     waterfall: tuple[WaterfallStep, ...]
     evaluated: int  # layouts (within the limits) whose figures were predicted

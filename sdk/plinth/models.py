@@ -957,7 +957,7 @@ class OptimizeIn(ApiModel):
     architecture: Architecture | None = None
     gpus: list[str] | None = None
     traffic: TrafficIn = Field(default_factory=lambda: TrafficIn.model_validate({'input_tokens': 1024, 'output_tokens': 256, 'rate_rps': None, 'concurrency': None, 'prefix_share': 0.0, 'turns': 1}))
-    slo: SloIn = Field(default_factory=lambda: SloIn.model_validate({'ttft_p90_s': 1.0, 'itl_p90_s': 0.05, 'e2e_p90_s': None, 'tpot_mean_s': None}))
+    slo: SloIn = Field(default_factory=lambda: SloIn.model_validate({'ttft_p90_s': 1.0, 'itl_p90_s': None, 'e2e_p90_s': None, 'tpot_mean_s': None}))
     limits: LimitsIn = Field(default_factory=lambda: LimitsIn.model_validate({'max_cost_per_hour': None, 'max_gpus': None}))
     objective: Literal['cost', 'throughput'] = 'cost'
     cluster_id: str | None = None
@@ -1295,7 +1295,7 @@ class SloIn(ApiModel):
     "SloIn"
 
     ttft_p90_s: float = 1.0
-    itl_p90_s: float = 0.05
+    itl_p90_s: float | None = None
     e2e_p90_s: float | None = None
     tpot_mean_s: float | None = None
 

@@ -24,8 +24,11 @@ def test_optimize_ranks_valid_candidates_with_reasons(api: Clients) -> None:
     best = data["best"]
     assert best is not None and best["predicted"]["meets_slo"] is True
     assert best["predicted"]["itl_p90_s"] <= 0.04 and best["reasons"]
-    assert data["ranked"][0]["label"] == best["label"]
-    costs = [c["predicted"]["cost_per_hour"] for c in data["ranked"]]
+    assert data["ranked"][0]["label"] == best["label"] and best["warnings"] == []
+    # By cost, those with a validation warning of their own listed after the rest (issue 27).
+    warned = [bool(c["warnings"]) for c in data["ranked"]]
+    assert warned == sorted(warned)
+    costs = [c["predicted"]["cost_per_hour"] for c in data["ranked"] if not c["warnings"]]
     assert costs == sorted(costs)
     assert data["waterfall"][0]["step"] == "baseline"
     # The recommendation is one click from deployed: /validate accepts it as it stands.
@@ -159,3 +162,33 @@ def test_an_endpoint_of_another_model_or_organization_is_refused(api: Clients, c
     )
     assert fields_of(other_model) == ["deployment_id"]
     assert api.bob.post("optimize", {**FOR_CHAT, "deployment_id": "served"}).status_code == 404
+
+
+def test_the_waterfall_starts_from_the_endpoints_serving_revision(
+    api: Clients, endpoint: object
+) -> None:
+    """`deployment_id` names an endpoint of the model: its serving revision, priced at this
+    traffic, is the waterfall's baseline; without it, the model's simplest deployment is."""
+    body = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpus": ["H100-SXM", "L40S"],
+            "traffic": {"rate_rps": 8}}  # fmt: skip
+    response = api.carol.post("optimize", {**body, "deployment_id": "chat"})
+    assert response.status_code == 200, response.content
+    base = response.json()["waterfall"][0]
+    assert base["step"] == "baseline"
+    assert base["candidate"]["spec"]["autoscaling"]["max_replicas"] == 4  # the revision's own
+    assert base["candidate"]["spec"]["hardware"]["gpu"] == "H100-SXM"
+    assert any("current revision" in r for r in base["candidate"]["reasons"])
+    plain = api.carol.post("optimize", body).json()["waterfall"][0]["candidate"]
+    assert any("simplest valid deployment" in r for r in plain["reasons"])
+    assert api.bob.post("optimize", {**body, "deployment_id": "chat"}).status_code == 404
+
+
+def test_a_mean_per_token_target_alone_holds_the_itl_p90_too(api: Clients) -> None:
+    body = {
+        "model": "llama-3.1-8b",
+        "gpus": ["H100-SXM"],
+        "traffic": {"input_tokens": 4000, "rate_rps": 4},
+        "slo": {"tpot_mean_s": 0.01},
+    }
+    best = api.carol.post("optimize", body).json()["best"]
+    assert best["predicted"]["meets_slo"] and best["predicted"]["itl_p90_s"] <= 0.01

@@ -72,7 +72,11 @@ def test_cheapest_meets_the_slo_and_is_cheapest(
     p = result.best.prediction
     assert p.meets_slo and p.ttft_p90_s <= slo.ttft_p90_s and p.itl_p90_s <= slo.itl_p90_s
     assert p.capacity_rps >= traffic.rate_rps  # type: ignore[operator]
-    assert all(p.cost_per_hour <= c.prediction.cost_per_hour for c in result.ranked)
+    # The cheapest of those without a validation warning of their own (a warned one is listed
+    # but never picked, issue 27).
+    assert result.best.warnings == ()
+    assert all(p.cost_per_hour <= c.prediction.cost_per_hour for c in result.ranked
+               if not c.warnings)  # fmt: skip
     assert result.best.spec.hardware.gpu in gpus
 
 
@@ -101,7 +105,9 @@ def test_waterfall_never_costs_more_as_optimizations_are_added(
 ) -> None:
     result = optimize(_request(model, gpus, traffic, slo))
     assert [step.step for step in result.waterfall] == ["baseline", *WATERFALL]
-    costs = [s.candidate.prediction.cost_per_hour for s in result.waterfall if s.candidate]
+    # The baseline is the model's simplest deployment (issue 27), which may miss the targets
+    # the steps after it meet: the costs fall from the first optimization on.
+    costs = [s.candidate.prediction.cost_per_hour for s in result.waterfall[1:] if s.candidate]
     assert costs == sorted(costs, reverse=True)
     # Each step uses only the optimizations enabled so far.
     enabled: set[str] = set()

@@ -120,7 +120,13 @@ class TrafficIn(StrictIn):
 
 class SloIn(StrictIn):
     ttft_p90_s: float = Field(default=1.0, gt=0, le=600)
-    itl_p90_s: float = Field(default=0.05, gt=0, le=60)
+    itl_p90_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=60,
+        description="the gaps between tokens at p90; default 0.05, or `tpot_mean_s` when only "
+        "that is given (give a looser one to hold the mean alone)",
+    )
     e2e_p90_s: float | None = Field(default=None, gt=0, le=3600)
     tpot_mean_s: float | None = Field(
         default=None, gt=0, le=60, description="mean time per output token (a Dynamo-style TPOT)"
@@ -167,10 +173,11 @@ class OptimizeIn(StrictIn):
         default=None,
         max_length=100,
         description="recommend for this endpoint (id or slug, serving the same model): the "
-        "correction in force on its performance model, learned from its own traffic (GET "
-        "/deployments/{id}/model-accuracy), scales every candidate's predicted TTFT and ITL, "
-        "and the search aims at the targets divided by it; the answer says so under "
-        "`correction`",
+        "waterfall starts from its serving revision, priced at this traffic, instead of the "
+        "model's simplest deployment; and the correction in force on its performance model, "
+        "learned from its own traffic (GET /deployments/{id}/model-accuracy), scales every "
+        "candidate's predicted TTFT and ITL, the search aiming at the targets divided by it "
+        "(the answer says so under `correction`)",
     )
 
 
@@ -231,7 +238,11 @@ class CorrectionOut(Schema):
 class OptimizeOut(Schema):
     rate_rps: float
     evaluated: int
-    best: CandidateOut | None = Field(description="the cheapest meeting the SLOs and limits")
+    best: CandidateOut | None = Field(
+        description="the cheapest (or, under `throughput`, most tokens/s per GPU) meeting the "
+        "SLOs and limits with no validation warning of its own; with `confirm`, the first by "
+        "the simulated runs' figures"
+    )
     ranked: list[CandidateOut]
     pareto: list[CandidateOut]
     waterfall: list[WaterfallOut]
@@ -254,7 +265,7 @@ def optimize_settings(request: HttpRequest, payload: OptimizeIn) -> dict[str, An
         architecture=payload.architecture,
         gpus=tuple(payload.gpus),
         traffic=traffic,
-        slo=Slo(**payload.slo.model_dump()),
+        slo=Slo.targets(**payload.slo.model_dump()),
         limits=Limits(**payload.limits.model_dump()),
         objective=payload.objective,
     )

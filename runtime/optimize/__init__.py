@@ -36,8 +36,12 @@ accept length of a bad step (its 10th percentile), not over the mean.
 What the model leaves out (documented, not hidden): prefix-cache hits follow the traffic's
 shared-prefix share and multi-turn depth, not a simulated radix tree; round-robin routing keeps
 the shared prefix (every replica caches it) but loses multi-turn history; the KV transfer of a
-disaggregated request is priced at a fixed RDMA bandwidth. ``bench/optimizer.py`` holds this
-model's picks against AIConfigurator's; ``predict_layout`` prices a layout chosen elsewhere.
+disaggregated request is one uncontended transfer (the GPU's NIC at the default backend's share of
+line rate, ``runtime/catalog/perf.yaml``), with no queueing behind other transfers. A split
+carries the smaller of its pools' capacities and pays for both (its reasons name the idle share),
+and ranks ``PD_RANKING_MARGIN`` worse than predicted, so it is chosen only where it beats the
+best aggregated layout by more than the model's error on splits. ``bench/optimizer.py`` holds
+this model's picks against AIConfigurator's; ``predict_layout`` prices a layout chosen elsewhere.
 
 The package, by seam: ``types`` (the request and answer), ``shapes`` (engine shapes, built and
 pruned), ``queueing`` (one shape's capacity and latencies, which ``runtime.capacity`` and

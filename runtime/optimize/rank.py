@@ -91,7 +91,7 @@ def optimize(request: OptimizeRequest) -> OptimizeResult:
     best = first_clean(meeting, candidate)
     if best is not None:
         best = with_passed_over(best, listed, request)
-    ranked = clean_first(best, listed)[:FRONT_LIMIT]
+    ranked = with_margin_reasons(clean_first(best, listed)[:FRONT_LIMIT], request)
     if best is None:
         notes.append(nothing_recommended(listed))
     front = pareto_front(sorted(meeting, key=front_order))
@@ -181,7 +181,9 @@ def nothing_recommended(listed: Sequence[Candidate]) -> str:
 
 
 def objective_order(request: OptimizeRequest) -> Any:
-    """The sort key that puts the objective's best configuration first."""
+    """The sort key that puts the objective's best configuration first. A P/D split is ranked
+    at ``PD_RANKING_MARGIN`` worse than its prediction (fewer tokens/s per GPU, a higher cost):
+    it goes first only where it beats the best aggregated layout by more than that."""
     if request.objective == "throughput":
 
         def key(c: PricedLayout) -> tuple[float, float]:
@@ -189,7 +191,49 @@ def objective_order(request: OptimizeRequest) -> Any:
             return (-c.prediction.tokens_per_s_per_gpu * (1 - margin), c.prediction.cost_per_hour)
 
         return key
-    return lambda c: (c.prediction.cost_per_hour, -c.prediction.capacity_rps)
+
+    def by_cost(c: PricedLayout) -> tuple[float, float]:
+        margin = PD_RANKING_MARGIN if c.prefill is not None else 0.0
+        return (c.prediction.cost_per_hour * (1 + margin), -c.prediction.capacity_rps)
+
+    return by_cost
+
+
+def split_gain(request: OptimizeRequest, split: Candidate, aggregated: Candidate) -> float:
+    """How much better `split` predicts than `aggregated` by the objective (0.1: 10%)."""
+    s, a = split.prediction, aggregated.prediction
+    if request.objective == "throughput":
+        return s.tokens_per_s_per_gpu / max(a.tokens_per_s_per_gpu, 1e-9) - 1
+    return a.cost_per_hour / max(s.cost_per_hour, 1e-9) - 1
+
+
+def with_margin_reasons(ranked: list[Candidate], request: OptimizeRequest) -> list[Candidate]:
+    """Each P/D split that predicts better than the best aggregated candidate says whether it
+    won by more than the model's error on splits (``PD_RANKING_MARGIN``) or was passed over."""
+    aggregated = next(
+        (c for c in ranked if not c.spec.disaggregation.enabled and not c.warnings), None
+    )
+    if aggregated is None:
+        return ranked
+    order = "cheaper" if request.objective == "cost" else "more tokens/s per GPU"
+    out = []
+    for c in ranked:
+        gain = split_gain(request, c, aggregated) if c.spec.disaggregation.enabled else 0.0
+        if gain > PD_RANKING_MARGIN:
+            why = (
+                f"P/D split: {gain:.0%} {order} than the best aggregated layout "
+                f"({aggregated.label}), more than the model's {PD_RANKING_MARGIN:.0%} error "
+                "on splits"
+            )
+            c = replace(c, reasons=(*c.reasons, why))
+        elif gain > 0:
+            why = (
+                f"not chosen over the aggregated {aggregated.label}: only {gain:.0%} {order}, "
+                f"within the model's {PD_RANKING_MARGIN:.0%} error on splits"
+            )
+            c = replace(c, reasons=(*c.reasons, why))
+        out.append(c)
+    return out
 
 
 def front_order(config: PricedLayout) -> tuple[float, float, float, float]:
@@ -312,14 +356,14 @@ def spec_layout(
     if prefill is None:
         return None
     pools = (d.prefill.replicas, d.decode.replicas)
-    cap = min(
+    caps = (
         prefill_capacity(prefill, slo) * pools[0],
         decode.capacity(slo, prefill=False, decode=True) * pools[1],
     )
-    prediction = predict_figures(rate, request, (prefill, decode), cap, pools)
+    prediction = predict_figures(rate, request, (prefill, decode), min(caps), pools)
     running = max_running(decode, rate / pools[1])
     return PricedLayout(prefill.shape, decode.shape, pools[1], pools[0], cache_aware, prediction,
-                        *running, routing_matters=matters)  # fmt: skip
+                        *running, routing_matters=matters, pool_caps=caps)  # fmt: skip
 
 
 def simplest_candidate(

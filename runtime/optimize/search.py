@@ -14,13 +14,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from runtime.catalog import GpuType, ModelArch, get_gpu
+from runtime.catalog.perf import perf_catalog
 from runtime.issues import Issue
 from runtime.memory import memory_fit
 from runtime.optimize.queueing import EngineLoad, max_running, prefill_capacity
 from runtime.optimize.shapes import Shape, base_spec, spec_data
 from runtime.optimize.types import (
     MAX_POOL_REPLICAS,
-    RDMA_BYTES_PER_S,
     Candidate,
     Feature,
     OptimizeRequest,
@@ -46,6 +46,8 @@ class PricedLayout:
     # never set below it, or the prediction would not hold.
     needed_running: int = 1
     routing_matters: bool = True  # False: no history to keep, every policy predicts the same
+    # A split's (prefill pool's, decode pool's) req/s within the SLOs; it carries the smaller.
+    pool_caps: tuple[float, float] | None = None
 
     @property
     def features(self) -> frozenset[Feature]:
@@ -79,8 +81,7 @@ def predict_figures(
         price = decode.shape.gpu.price_per_gpu_hour
     else:
         side = prefill.load(rate / replicas[0], slo, prefill=True, decode=False)
-        transfer = request.traffic.input_tokens * prefill.shape.kv_bytes_per_token
-        ttft = side.ttft + transfer / RDMA_BYTES_PER_S
+        ttft = side.ttft + kv_transfer_s(request, prefill.shape)
         pool = decode.load(rate / replicas[1], slo, prefill=False, decode=True)
         itl, itl_mean = pool.itl, pool.itl_mean
         gpus = replicas[0] * prefill.shape.tp + replicas[1] * decode.shape.tp
@@ -103,6 +104,22 @@ def predict_figures(
         meets_slo=meets,
         tpot_mean_s=itl_mean,
     )
+
+
+def kv_transfer_s(request: OptimizeRequest, shape: Shape) -> float:
+    """Seconds to move one prompt's KV cache from the prefill pool to the decode pool: the
+    prompt's KV bytes (the model's shape at the KV dtype) over the GPU's scale-out NIC at the
+    default transfer backend's share of line rate, plus its per-transfer latency, as the
+    simulator moves it (``runtime/catalog/perf.yaml`` ``kv_transfer``, with sources; the same
+    arithmetic as ``runtime.sim.kv_transfer.TransferLink``, which this import-light path must
+    not load: ``python -m runtime optimize`` imports nothing of the simulator)."""
+    catalog = perf_catalog().kv_transfer
+    backend = catalog.backend(catalog.default_backend)
+    bandwidth = catalog.nic_gbs(shape.gpu.sm) * 1e9 * backend.efficiency
+    if bandwidth <= 0:  # the `fake` backend moves nothing
+        return 0.0
+    kv_bytes = request.traffic.input_tokens * shape.kv_bytes_per_token
+    return backend.latency_us * 1e-6 + kv_bytes / bandwidth
 
 
 def price_layouts(
@@ -208,11 +225,19 @@ def pd_layout(
         budget = sizing_budget(request, engines[1].shape.gpu)
         p_reps, d_reps = pd_pools(caps, tps, budget)
         rate = min(caps[0] * p_reps, caps[1] * d_reps)
-    capacity = min(caps[0] * p_reps, caps[1] * d_reps)
-    prediction = predict_figures(rate, request, engines, capacity, (p_reps, d_reps))
+    pools = (caps[0] * p_reps, caps[1] * d_reps)
+    prediction = predict_figures(rate, request, engines, min(pools), (p_reps, d_reps))
     running, needed = max_running(engines[1], rate / d_reps)
     return PricedLayout(
-        engines[0].shape, engines[1].shape, d_reps, p_reps, cache_aware, prediction, running, needed
+        engines[0].shape,
+        engines[1].shape,
+        d_reps,
+        p_reps,
+        cache_aware,
+        prediction,
+        running,
+        needed,
+        pool_caps=pools,
     )
 
 
@@ -292,9 +317,24 @@ def reasons(request: OptimizeRequest, config: PricedLayout) -> tuple[str, ...]:
         )
     if config.prefill is not None:
         out.append("prefill/decode split: prompts no longer stall the decode steps")
+        if config.pool_caps is not None:
+            out.append(rate_matching(config.pool_caps, config))
     if config.cache_aware and request.traffic.turns > 1:
         out.append("cache-aware routing keeps each conversation's history on its replica")
     return tuple(out)
+
+
+def rate_matching(caps: tuple[float, float], config: PricedLayout) -> str:
+    """The rate-matching loss of a split: whole replicas of each pool never match the traffic's
+    ratio, so the pool with more capacity than the other idles that share, and its GPUs are
+    priced all the same."""
+    p_cap, d_cap = caps
+    side, idle = ("prefill", 1 - d_cap / p_cap) if p_cap >= d_cap else ("decode", 1 - p_cap / d_cap)
+    return (
+        f"rate matching: {config.prefill_replicas} prefill and {config.replicas} decode "
+        f"replica(s) carry {p_cap:.2f} and {d_cap:.2f} req/s; the {side} pool is {idle:.0%} "
+        "idle at the layout's capacity, and its GPUs are priced all the same"
+    )
 
 
 def build_candidate(

@@ -20,14 +20,16 @@ WATERFALL: tuple[Feature, ...] = ("quantization", "speculator", "disaggregation"
 # per GPU within the SLOs, each layout sized to the GPU budget.
 Objective = Literal["cost", "throughput"]
 
-RDMA_BYTES_PER_S = 25e9  # one 200 Gb/s NIC: what a P/D KV transfer is priced at
 FRONT_LIMIT = 24
 MAX_POOL_REPLICAS = 64  # the prefill pool sizes tried when splitting a budget between P and D
-# A `throughput` search ranks a P/D layout at this much less than its predicted tokens/s/GPU: its
-# figures assume an ideal KV transfer and perfectly rate-matched pools (AIConfigurator discounts
-# the same ~10-17%), and it runs two pools and an RDMA link, so a split that gains less than
-# this over an aggregated engine is not worth recommending.
-PD_RANKING_MARGIN = 0.05
+# A P/D layout ranks at this much worse than its prediction (a `throughput` search: fewer
+# tokens/s per GPU; a `cost` search: a higher cost), so a split is chosen only where it beats
+# the best aggregated layout by more than the model's own error on splits. 10%: issue 27's
+# independent check found the decode step ~15% fast at TP1 (TPOT 0.84-0.86x of AIConfigurator's),
+# which flatters a decode pool over an aggregated engine, and AIConfigurator discounts its own
+# P/D figures 10-17%; the rate-matching loss, KV transfer and the decode pool's KV limit are
+# priced in the prediction itself, so the margin takes the low end of that range.
+PD_RANKING_MARGIN = 0.10
 # Validation warnings a pick may carry, each with its reason (`kept_warnings`): both count
 # requests of the full context length, where the pick is sized for the traffic's own requests.
 KEPT_WARNINGS = frozenset({"memory_below_max_running", "memory_low_concurrency"})

@@ -44,9 +44,9 @@ from runtime.optimize import (
 )
 from runtime.optimize.types import resolve_model
 from runtime.perf.hardware import ModelShape, model_shape, resolve_gpu
+from runtime.perf.kv_transfer import TransferLink, transfer_link
 from runtime.sim.args import EngineArgs, StartupError, check_engine_args, parse_engine_args
 from runtime.sim.engine import scheduler_config
-from runtime.sim.kv_transfer import TransferLink, transfer_link
 from runtime.sim.kvpool import KvPool
 from runtime.sim.memory import plan_memory
 from runtime.sim.radix import RadixCache

@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from runtime.catalog import GpuType, ModelArch, get_gpu
-from runtime.catalog.perf import perf_catalog
 from runtime.issues import Issue
 from runtime.memory import memory_fit
 from runtime.optimize.queueing import EngineLoad, max_running, prefill_capacity
@@ -26,6 +25,7 @@ from runtime.optimize.types import (
     OptimizeRequest,
     Prediction,
 )
+from runtime.perf.kv_transfer import transfer_link
 from runtime.spec import RuntimeSpec
 from runtime.topology import engine_groups
 from runtime.validate import has_errors, validate
@@ -108,18 +108,11 @@ def predict_figures(
 
 def kv_transfer_s(request: OptimizeRequest, shape: Shape) -> float:
     """Seconds to move one prompt's KV cache from the prefill pool to the decode pool: the
-    prompt's KV bytes (the model's shape at the KV dtype) over the GPU's scale-out NIC at the
-    default transfer backend's share of line rate, plus its per-transfer latency, as the
-    simulator moves it (``runtime/catalog/perf.yaml`` ``kv_transfer``, with sources; the same
-    arithmetic as ``runtime.sim.kv_transfer.TransferLink``, which this import-light path must
-    not load: ``python -m runtime optimize`` imports nothing of the simulator)."""
-    catalog = perf_catalog().kv_transfer
-    backend = catalog.backend(catalog.default_backend)
-    bandwidth = catalog.nic_gbs(shape.gpu.sm) * 1e9 * backend.efficiency
-    if bandwidth <= 0:  # the `fake` backend moves nothing
-        return 0.0
+    prompt's KV bytes (the model's shape at the KV dtype) over the link the simulator moves it on
+    (``runtime.perf.kv_transfer``: the GPU's scale-out NIC at the default transfer backend's share
+    of line rate, plus its per-transfer latency; figures in ``runtime/catalog/perf.yaml``)."""
     kv_bytes = request.traffic.input_tokens * shape.kv_bytes_per_token
-    return backend.latency_us * 1e-6 + kv_bytes / bandwidth
+    return transfer_link(shape.gpu, None).seconds(kv_bytes)
 
 
 def price_layouts(

@@ -20,11 +20,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runtime.perf.hardware import GpuShape, ModelShape
+from runtime.perf.kv_transfer import transfer_link
 from runtime.perf.spec import SpecConfig, chain_rate
 from runtime.sim.args import EngineArgs
 from runtime.sim.clock import ARRIVAL_WAIT_S, SimClock
 from runtime.sim.disagg import BootstrapFailed, KvHandoff, KvRegistry, fetch_handoff
-from runtime.sim.kv_transfer import transfer_link
 from runtime.sim.kvpool import KvPool
 from runtime.sim.memory import MemoryPlan, output_noise
 from runtime.sim.metrics import EngineMetrics, FinishedRequest

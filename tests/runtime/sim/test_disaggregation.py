@@ -14,8 +14,8 @@ import openai
 import pytest
 
 from runtime.perf.hardware import resolve_gpu
+from runtime.perf.kv_transfer import transfer_link
 from runtime.sim.args import StartupError, check_engine_args, parse_engine_args
-from runtime.sim.kv_transfer import transfer_link
 from runtime.sim.launcher import ManagedProcess, free_port, start_engine, start_router
 from tests.runtime.sim.conftest import TIME_SCALE
 from tests.runtime.sim.scrape import get_json, metric_sum

@@ -1,4 +1,5 @@
-"""How long moving a request's KV cache from a prefill engine to a decode engine takes (P/D).
+"""How long moving a request's KV cache from a prefill engine to a decode engine takes (P/D): the
+one home of that arithmetic, which the simulator's transfers and the optimizer's split TTFT use.
 
 A small pure model, kept apart from the step-time physics (``runtime.perf.step``): a transfer costs
 a fixed per-transfer latency (the backend's handshake and completion notification) plus the KV
@@ -13,9 +14,16 @@ sources.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from runtime.catalog.perf import perf_catalog
-from runtime.perf.hardware import GpuShape
+
+
+class HasSm(Protocol):
+    """A GPU as the simulator (``GpuShape``) or the optimizer (``GpuType``) holds it."""
+
+    @property
+    def sm(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -31,7 +39,7 @@ class TransferLink:
         return self.latency_s + kv_bytes / (self.bandwidth_gbs * 1e9)
 
 
-def transfer_link(gpu: GpuShape, backend: str | None) -> TransferLink:
+def transfer_link(gpu: HasSm, backend: str | None) -> TransferLink:
     """The link a P/D pair on ``gpu`` uses with ``--disaggregation-transfer-backend``."""
     catalog = perf_catalog().kv_transfer
     name = backend or catalog.default_backend

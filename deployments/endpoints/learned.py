@@ -10,29 +10,24 @@ reason per candidate).
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import replace
 from typing import Any
 
 from django.utils import timezone
 
-from controlplane.access import Actor
 from controlplane.services import ServiceError
 from deployments.autoscaling.queries import model_accuracy
-from deployments.endpoints import queries
+from deployments.endpoints.models import Deployment
 from runtime.catalog import get_model
 from runtime.optimize import OptimizeRequest, Slo
 
 __all__ = ["apply_correction", "corrected_slo", "learned_correction", "same_model"]
 
 
-def learned_correction(
-    actor: Actor, deployment_id: uuid.UUID | str, query: OptimizeRequest
-) -> dict[str, Any] | None:
+def learned_correction(deployment: Deployment, query: OptimizeRequest) -> dict[str, Any] | None:
     """The endpoint's correction in force ({"deployment", "revision", "factors"}); None when
     its model is uncorrected. An endpoint serving another model is refused: its traffic says
     nothing of this one."""
-    deployment = queries.get_deployment(actor, deployment_id)
     revision = deployment.current_revision or deployment.target_revision
     source = ((revision.spec if revision is not None else {}).get("model") or {}).get("source")
     if source is not None and not same_model(source, query.model):

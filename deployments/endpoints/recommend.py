@@ -55,14 +55,17 @@ def recommend(
     deployment_id: uuid.UUID | str | None = None,
 ) -> dict[str, Any]:
     """Ranked candidates with predicted figures and reasons (ServiceError naming the field)."""
-    learned = learned_correction(actor, deployment_id, query) if deployment_id else None
+    # The endpoint asked for: the waterfall starts from its serving revision, and what its own
+    # traffic taught the model corrects the search.
+    endpoint = queries.get_deployment(actor, deployment_id) if deployment_id else None
+    learned = learned_correction(endpoint, query) if endpoint is not None else None
+    if endpoint is not None:
+        query = replace(query, current=serving_spec(endpoint))
     if learned is not None:
         query = replace(query, slo=corrected_slo(query.slo, learned["factors"]))
     if cluster_id is not None:
         cluster = cluster_queries.get_cluster(actor, cluster_id)
         query = replace(query, gpu_counts=free_gpus(cluster.gpu_inventory))
-    if deployment_id is not None:
-        query = replace(query, current=serving_spec(queries.get_deployment(actor, deployment_id)))
     try:
         result = run_optimizer(query)
     except OptimizeError as exc:

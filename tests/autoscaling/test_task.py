@@ -27,6 +27,7 @@ from runtime.capacity import Workload, replica_model
 from runtime.spec import RuntimeSpec
 from tests.api.conftest import Api
 from tests.conftest import Cast, queued
+from tests.fixtures.measured import serving_endpoint
 
 # One replica carries 10 requests in flight; decisions over 60 s; scale down after 120 s.
 AUTOSCALING = {"min_replicas": 1, "max_replicas": 4, "concurrency_target": 10,
@@ -46,21 +47,7 @@ def broker(broker: redis.Redis) -> Iterator[redis.Redis]:
 
 def endpoint(cast: Cast, slug: str, autoscaling: dict[str, Any], replicas: int = 1) -> Deployment:
     """Dave's endpoint, created through the services and then serving, as reconcile records it."""
-    spec = {
-        "model": {"source": "meta-llama/Llama-3.1-8B-Instruct"},
-        "hardware": {"gpu": "H100-SXM"},
-        "autoscaling": autoscaling,
-    }
-    made = services.create_deployment(
-        cast.actor(cast.dave, cast.acme), slug=slug, name=slug, spec=spec, replicas=replicas
-    )
-    # Observed facts are reconcile's to write; these are the ones it writes once replicas serve.
-    Deployment.objects.filter(pk=made.pk).update(
-        applied_revision=made.target_revision, current_revision=made.target_revision,
-        ready_replicas=replicas, total_replicas=replicas,
-        first_ready_at=timezone.now() - timedelta(hours=1),
-    )  # fmt: skip
-    return Deployment.objects.get(pk=made.pk)
+    return serving_endpoint(cast, slug, autoscaling, replicas)
 
 
 def probe(deployment: Deployment, *loads: float, end: datetime, every: int = 15) -> None:

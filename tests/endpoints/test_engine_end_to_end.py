@@ -17,17 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from django.test import Client
 
 from controlplane import services as platform
-from controlplane.crypto import engine_api_key
 from deployments.endpoints.models import Deployment
 from deployments.status import ACTIVE, DEGRADED
 from tests.conftest import Cast
 from tests.endpoints import processes
-from tests.fixtures.endpoints import refresh, small_spec, stop_everything
+from tests.fixtures.endpoints import chat, refresh, small_spec, stop_everything
 from tests.waiting import wait_until
 
 
@@ -68,15 +66,6 @@ def stack(cast: Cast, tmp_path: Path, queue: str) -> Iterator[Stack]:
         processes.stop(running.beat)
         processes.stop(running.worker)
         stop_everything(run_dir)
-
-
-def chat(deployment: Deployment) -> int:
-    """A request straight to the endpoint's router, with the engine key the gateway presents
-    (the router refuses callers without it)."""
-    body = {"model": "chat", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
-    headers = {"Authorization": f"Bearer {engine_api_key(str(deployment.pk))}"}
-    url = f"{deployment.router_url}/v1/chat/completions"
-    return httpx.post(url, json=body, headers=headers, timeout=30).status_code
 
 
 def wait_status(deployment: Deployment, status: str, timeout: float = 90.0) -> Deployment:

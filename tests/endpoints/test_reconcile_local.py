@@ -9,15 +9,13 @@ import signal
 from datetime import timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 
-from controlplane.crypto import engine_api_key
 from deployments.endpoints import reconcile, services
 from deployments.endpoints.models import Deployment
 from deployments.status import ACTIVE, DEGRADED
 from tests.conftest import Cast
-from tests.fixtures.endpoints import refresh, small_spec
+from tests.fixtures.endpoints import chat, refresh, small_spec
 from tests.waiting import wait_until
 
 
@@ -28,15 +26,6 @@ def converge(deployment: Deployment, status: str, timeout: float = 90.0) -> Depl
 
     wait_until(step, f"{status}", timeout)
     return refresh(deployment)
-
-
-def chat(deployment: Deployment) -> int:
-    """A request straight to the endpoint's router, with the engine key the gateway presents
-    (the router refuses callers without it)."""
-    body = {"model": "chat", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
-    headers = {"Authorization": f"Bearer {engine_api_key(str(deployment.pk))}"}
-    url = f"{deployment.router_url}/v1/chat/completions"
-    return httpx.post(url, json=body, headers=headers, timeout=30).status_code
 
 
 @pytest.mark.django_db

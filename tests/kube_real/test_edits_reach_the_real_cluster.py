@@ -243,6 +243,18 @@ def test_splitting_prefill_and_decode_and_back_leaves_nothing_of_the_other_layou
     )
     for revision in layouts:
         driver.apply(ref, revision)
+        # The layout before last was deleted in the foreground one pass ago: a workload of the
+        # same name may still be on its way out (its pods go first; slower on a loaded machine),
+        # which a pass leaves to go and makes again in a later one.
+        wait_until(
+            lambda: (
+                not any(o["metadata"].get("deletionTimestamp") for o in live_objects(admin, ref))
+            ),
+            "the other layout's objects are gone",
+            SETTLE_S,
+            interval=0.5,
+        )
+        driver.apply(ref, revision)
         settled_at(driver, client, ref, revision, admin)
         # A role's workload, Service and disruption budget are named after it.
         wanted = {f"chat-{r.role}" for r in revision.plan.roles}

@@ -355,3 +355,29 @@ def test_a_process_left_without_a_record_is_killed_before_the_next_one_starts(
         orphan.wait(10)
         for pid in processes_of(root):  # the router, its child and the engine
             os.kill(pid, signal.SIGKILL)
+
+
+def test_stop_all_also_stops_a_process_left_without_a_record(tmp_path: Path) -> None:
+    """``make run``'s shutdown stops what a worker killed mid-spawn left unrecorded: no later
+    spawn may come to kill it, so the stop does (with the recorded ones and their children)."""
+    root = tmp_path / "endpoint"
+    root.mkdir()
+    table = ProcessTable(root)
+    family = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"
+    )
+    kept = ProcessRecord(name="router", role="router", revision=1, pid=0, port=1,
+                         start_ticks=0, config="", started_at=0.0)  # fmt: skip
+    table.spawn(kept, [sys.executable, "-c", family], {}, root)
+    orphan = _sleeper(root)
+    try:
+        wait_until(lambda: len(processes_of(root)) == 3, "the router, its child and the orphan")
+        assert stop_all(tmp_path, grace_s=5) >= 2
+        wait_until(lambda: orphan.poll() is not None, "the orphan stopped")
+        wait_until(lambda: processes_of(root) == [], "nothing left in the run directory")
+    finally:
+        orphan.kill()
+        orphan.wait(10)
+        for pid in processes_of(root):
+            os.kill(pid, signal.SIGKILL)

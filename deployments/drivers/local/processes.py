@@ -190,14 +190,24 @@ class ProcessTable:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
-    def _kill_orphans(self) -> None:
+    def kill_orphans(self) -> int:
+        """``_kill_orphans`` while no spawner runs here (it holds the spawn lock); how many."""
+        if not self.root.is_dir():
+            return 0
+        with self._spawn_lock():
+            return self._kill_orphans()
+
+    def _kill_orphans(self) -> int:
         """SIGKILL the processes working in this run directory that no record names and whose
         parent no record names either (a recorded process' own children are its business)."""
         recorded = {r.pid for r in self.records() if r.pid}
+        killed = 0
         for pid, parent in _processes_in(self.root):
             if pid != os.getpid() and pid not in recorded and parent not in recorded:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
+                    killed += 1
+        return killed
 
     def terminate(self, record: ProcessRecord, grace_s: float) -> bool:
         """SIGTERM once, SIGKILL after ``grace_s``; True once the process is gone (record too)."""
@@ -262,4 +272,7 @@ def stop_all(run_dir: Path, grace_s: float) -> int:
     for table, record in live:
         record.signal(signal.SIGKILL)
         table.forget(record)
-    return len(live)
+    # A worker killed between starting a process and saving its record left one that no
+    # record names; the next spawn would kill it, but after a stop there may be none.
+    orphans = sum(table.kill_orphans() for table in tables)
+    return len(live) + orphans

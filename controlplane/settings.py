@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
@@ -275,6 +276,13 @@ if SSO_ENABLED and "openid" not in PLINTH_OIDC_SCOPES.split():
 if PRODUCTION and SSO_ENABLED and not PLINTH_OIDC_ISSUER.startswith("https://"):
     raise ImproperlyConfigured("PLINTH_OIDC_ISSUER must be an https:// URL in production")
 PLINTH_PASSWORD_SIGN_IN = env_bool("PLINTH_PASSWORD_SIGN_IN", default=not SSO_ENABLED)
+if SSO_ENABLED:
+    # Signing out sends the sign-out form's answer on to the provider's end-session endpoint,
+    # and browsers hold a form's redirects to the form-action policy too.
+    _issuer = urlsplit(PLINTH_OIDC_ISSUER)
+    CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"].append(
+        f"{_issuer.scheme}://{_issuer.netloc}"
+    )
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

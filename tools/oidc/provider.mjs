@@ -53,6 +53,13 @@ async function findAccount(ctx, id) {
   };
 }
 
+async function logoutSource(ctx, form) {
+  ctx.body = `<!doctype html><html><head><title>Test IdP sign-out</title></head><body>
+<h1>Sign out of the Test IdP?</h1>${form}
+<button type="submit" form="op.logoutForm" value="yes" name="logout">Yes, sign me out</button>
+<button type="submit" form="op.logoutForm">No, stay signed in</button></body></html>`;
+}
+
 const provider = new Provider(issuer, {
   clients: config.clients,
   jwks: { keys: [providerKey] },
@@ -68,7 +75,12 @@ const provider = new Provider(issuer, {
   pkce: { required: () => true }, // a client that sends no S256 challenge is refused
   features: {
     devInteractions: { enabled: false },
-    rpInitiatedLogout: { enabled: true },
+    // The library's own pages load web fonts from the internet; a test machine has none.
+    rpInitiatedLogout: { enabled: true, logoutSource },
+  },
+  renderError(ctx, out) {
+    ctx.type = 'html';
+    ctx.body = `<!doctype html><title>Test IdP error</title><p id="error">${escapeHtml(out.error)}: ${escapeHtml(out.error_description ?? '')}</p>`;
   },
   interactions: { url: (ctx, interaction) => `/interaction/${interaction.uid}` },
 });

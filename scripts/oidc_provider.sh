@@ -23,6 +23,10 @@ if [ ! -d "$DEST/node_modules" ]; then
     echo "[oidc] installing Debian's nodejs and npm"
     apt-get update -qq && apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
   fi
+  if ! node -e 'process.exit(Number(process.versions.node.split(".")[0]) < 20 ? 1 : 0)'; then
+    echo "[oidc] node $(node --version) is too old: node-oidc-provider 9 needs node 20 or newer" >&2
+    exit 1
+  fi
   mkdir -p "$ROOT"
   TMP=$(mktemp -d "$ROOT/.install.XXXXXX")
   trap 'rm -rf "$TMP"' EXIT

@@ -24,7 +24,7 @@ from authlib.common.errors import AuthlibBaseError
 from authlib.integrations.django_client import DjangoOAuth2App, OAuth
 from django.conf import settings
 from django.contrib.auth import login, logout
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -100,7 +100,7 @@ def sso_callback(request: HttpRequest) -> HttpResponse:
         logger.warning("single sign-on answer refused: %s", _reason(exc))
         return _refused(request, f"The sign-in did not verify ({_reason(exc)}). Try again.")
     except SignInRefused as exc:
-        logger.info("single sign-on refused %s: %s", request.get_host(), exc)
+        logger.info("single sign-on refused a person: %s", exc)
         return _refused(request, str(exc))
     following = request.session.get(SESSION_NEXT_KEY) or reverse("home")
     login(request, user, backend="django.contrib.auth.backends.ModelBackend")
@@ -180,12 +180,14 @@ def sign_out(request: HttpRequest) -> HttpResponse:
     try:
         if not client.load_server_metadata().get("end_session_endpoint"):
             return redirect("login")
-        return client.logout_redirect(  # type: ignore[no-any-return]
-            request,
+        # Not Authlib's logout_redirect: it keeps a state in the session just ended, which
+        # nothing here checks (the way back is the sign-in page).
+        end = client.create_logout_url(
             post_logout_redirect_uri=back,
             id_token_hint=id_token,
             client_id=settings.PLINTH_OIDC_CLIENT_ID,
         )
+        return HttpResponseRedirect(end["url"])
     except requests.RequestException:
         return redirect("login")  # signed out here; the provider's session is its own
 

@@ -4,8 +4,10 @@ and a person's groups granting the highest role any of them names."""
 from __future__ import annotations
 
 import json
+from io import StringIO
 
 import pytest
+from django.core.management import call_command
 
 from controlplane.access import ROLE_RANK
 from controlplane.models import Role
@@ -76,3 +78,14 @@ def test_single_sign_on_needs_its_client() -> None:
     result = load_settings(PLINTH_OIDC_ISSUER="https://idp.example")
     assert result.returncode != 0
     assert "PLINTH_OIDC_CLIENT_ID is required" in result.stderr.strip().splitlines()[-1]
+
+
+def test_first_run_says_how_to_administer_while_passwords_are_off(
+    db: None, settings: object
+) -> None:
+    settings.PLINTH_PASSWORD_SIGN_IN = False  # type: ignore[attr-defined]
+    out = StringIO()
+    call_command("plinth_bootstrap", "--organization", "Acme", stdout=out)
+    assert 'map a group to it in PLINTH_OIDC_GROUP_ROLES, e.g. {"plinth-admins": "acme:owner"}' in (
+        out.getvalue()
+    )

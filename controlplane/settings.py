@@ -310,7 +310,12 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
+        # Single sign-on's client logs the PKCE code verifier at DEBUG: never, whatever LOG_LEVEL.
+        "authlib": {"level": "INFO"},
+    },
 }
 
 # Where local-cluster endpoints keep pid files and logs.

@@ -5,6 +5,7 @@ is plain HTTP. The browser journey is tests/browser/test_sso_sign_in.py."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit
 
@@ -249,3 +250,19 @@ def test_management_api_keys_still_work_beside_single_sign_on(
     answer = Client().get("/api/v1/deployments", HTTP_AUTHORIZATION=f"Bearer {created.plaintext}")
     assert answer.status_code == 200
     assert ApiKey.objects.filter(revoked_at=None, pk=created.api_key.pk).exists()
+
+
+def test_no_secret_of_the_sign_in_reaches_the_logs(
+    sso: OidcProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)  # the most an operator can ask for (LOG_LEVEL=DEBUG)
+    sso.set_account("erin", "idp-pass", ["acme-admins"])
+    console = Client()
+    sign_in(console, "erin")
+    id_token = console.session["plinth_sso_id_token"]
+    sso.tamper("signature")
+    sign_in(Client(), "erin")  # a refusal logs its reason
+    logged = caplog.text
+    assert "refused" in logged and "bad_signature" in logged
+    for secret in (sso.client_secret, id_token, "code_verifier", "idp-pass"):
+        assert secret not in logged

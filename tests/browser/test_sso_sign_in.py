@@ -87,3 +87,7 @@ def test_a_person_signs_in_with_the_provider_and_gets_their_groups_role(
     expect(page.locator("#error")).to_have_text("Unknown user or wrong password.")
     page.goto(f"{live_console.url}/endpoints/")
     page.wait_for_url(f"{live_console.url}/login/**")
+
+    # The console had the client secret from its environment; no log of its says it.
+    for log in live_console.logs.glob("*.log"):
+        assert idp.client_secret not in log.read_text(errors="replace"), log.name

@@ -60,6 +60,13 @@ def sign_in(person: VerifiedPerson) -> User:
     return user
 
 
+def groups_decide_roles_in(organization: Organization) -> bool:
+    """Whether sign-in sets this organization's memberships from the provider's groups (a role
+    changed by hand there lasts until that member's next sign-in)."""
+    named = managed_organizations(settings.PLINTH_OIDC_GROUP_ROLES)
+    return bool(settings.SSO_ENABLED) and organization.slug in named
+
+
 def _account(person: VerifiedPerson) -> User | None:
     identity = (
         SsoIdentity.objects.select_for_update()

@@ -266,3 +266,14 @@ def test_no_secret_of_the_sign_in_reaches_the_logs(
     assert "refused" in logged and "bad_signature" in logged
     for secret in (sso.client_secret, id_token, "code_verifier", "idp-pass"):
         assert secret not in logged
+
+
+def test_the_members_page_says_the_groups_decide_roles(
+    sso: OidcProvider, cast: Cast, settings: object
+) -> None:
+    console = Client()
+    console.force_login(cast.alice)
+    page = console.get("/members/")
+    assert b"Roles here come from Test IdP groups" in page.content
+    settings.SSO_ENABLED = False  # type: ignore[attr-defined]
+    assert b"Roles here come from" not in console.get("/members/").content

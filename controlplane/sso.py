@@ -90,6 +90,10 @@ def sso_start(request: HttpRequest) -> HttpResponse:
 def sso_callback(request: HttpRequest) -> HttpResponse:
     """The provider sends the browser back here with a code (or an error)."""
     client = oidc_client()
+    if request.GET.get("error"):  # the provider did not sign the person in (cancelled, refused)
+        said = " ".join(filter(None, (request.GET["error"], request.GET.get("error_description"))))
+        provider = settings.PLINTH_OIDC_PROVIDER_NAME
+        return _refused(request, f"{provider} did not sign you in ({said[:200]}).")
     try:
         token = client.authorize_access_token(request, claims_options=_claims_options())
         person = _person(client, token)

@@ -277,3 +277,12 @@ def test_the_members_page_says_the_groups_decide_roles(
     assert b"Roles here come from Test IdP groups" in page.content
     settings.SSO_ENABLED = False  # type: ignore[attr-defined]
     assert b"Roles here come from" not in console.get("/members/").content
+
+
+def test_a_sign_in_the_provider_did_not_complete_says_so(sso: OidcProvider) -> None:
+    console = Client()
+    console.get("/login/sso/")
+    answer = console.get("/login/sso/callback/?error=access_denied&error_description=cancelled")
+    assert answer.status_code == 403
+    assert b"Test IdP did not sign you in (access_denied cancelled)" in answer.content
+    assert signed_in_as(console) is None

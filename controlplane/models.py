@@ -1,9 +1,9 @@
-"""Platform-wide records: organizations, memberships and invitations, API keys, secrets and the
-audit log.
+"""Platform-wide records: organizations, memberships and invitations, API keys, secrets,
+single sign-on identities and the audit log.
 
 Nothing here is written directly by views or the API: ``controlplane.services`` (with
-``controlplane.invitations``) is the only writer, and each of its functions records an
-:class:`AuditEvent`.
+``controlplane.invitations`` and ``controlplane.sso_accounts``) is the only writer, and each of
+its functions records an :class:`AuditEvent`.
 """
 
 from __future__ import annotations
@@ -213,3 +213,28 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor_label} {self.action} {self.target_type}:{self.target_id}"
+
+
+class SsoIdentity(models.Model):
+    """Who a user is at the identity provider: its issuer and the subject it names them by.
+
+    Single sign-on finds the account by this pair, never by a name or an email the provider
+    sends (those can change hands), and makes the account on first sign-in.
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_identity"
+    )
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    # The groups the provider named at the last sign-in, as shown to admins (not an input).
+    groups = models.JSONField(default=list, blank=True)
+    last_sign_in_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"], name="unique_sso_subject")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"

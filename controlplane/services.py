@@ -23,7 +23,14 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from controlplane import audit, crypto, key_scope, keys, notify
-from controlplane.access import ROLE_RANK, AccessDenied, Actor, NotFound, require_role
+from controlplane.access import (
+    ROLE_RANK,
+    AccessDenied,
+    Actor,
+    NotFound,
+    require_role,
+    system_actor,
+)
 from controlplane.models import ApiKey, ApiKeyKind, Membership, Organization, Role, Secret
 
 
@@ -173,6 +180,43 @@ def _ensure_another_owner(membership: Membership) -> None:
     ).exclude(pk=membership.pk)
     if not others.exists():
         raise Conflict("an organization must keep at least one owner", field="role")
+
+
+@transaction.atomic
+def set_memberships_from_groups(
+    user: User, roles: Mapping[Organization, str | None], *, groups: list[str]
+) -> None:
+    """Single sign-on: make ``user``'s memberships in these organizations what their identity
+    provider's groups say (a role, or None for no membership), recorded as the system's doing.
+
+    In an organization the group map names, the groups decide alone: an invited member there
+    is changed or removed like any other, and the last owner too (the provider, not Plinth,
+    says who owns it). A removed or demoted member's management keys go as they do when an
+    admin removes or demotes them."""
+    held = {
+        m.organization_id: m
+        for m in Membership.objects.filter(user=user, organization__in=list(roles))
+    }
+    for org, role in roles.items():
+        membership, actor = held.get(org.pk), system_actor(org)
+        why = {"user": user.get_username(), "via": "sso", "groups": groups}
+        if membership is None and role is not None:
+            membership = Membership.objects.create(organization=org, user=user, role=role)
+            audit.record(actor, "member.add", membership, after={**why, "role": role})
+        elif membership is not None and role is None:
+            audit.record(
+                actor, "member.remove", membership, before={**why, "role": membership.role}
+            )
+            _revoke_management_keys(actor, membership, above=None)
+            membership.delete()
+        elif membership is not None and role is not None and membership.role != role:
+            before = {"role": membership.role}
+            membership.role = role
+            membership.save(update_fields=["role"])
+            audit.record(
+                actor, "member.change_role", membership, before=before, after={**why, "role": role}
+            )
+            _revoke_management_keys(actor, membership, above=role)
 
 
 def actor_for_user(user: User, organization_id: uuid.UUID | str) -> Actor:

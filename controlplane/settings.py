@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from csp.constants import NONE, SELF
+from django.core.exceptions import ImproperlyConfigured
 
 from controlplane import redis_clients
 from controlplane.env import (
@@ -24,6 +26,7 @@ from controlplane.env import (
     env_redis_url,
     env_str,
 )
+from controlplane.sso_mapping import GroupMapError, parse_group_map
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("PLINTH_DATA_DIR", str(BASE_DIR / "data")))
@@ -246,6 +249,41 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "controlplane.signin.locked_out"  # 429, Retry-After, plain words
 
+# Single sign-on with OpenID Connect (controlplane/sso.py): on when PLINTH_OIDC_ISSUER is set.
+# The console signs people in at the identity provider (authorization code with PKCE), makes
+# their account on first sign-in, and at every sign-in sets their memberships in the
+# organizations PLINTH_OIDC_GROUP_ROLES names from their groups (a JSON object, group ->
+# "org-slug:role" or a list of them; controlplane/sso_mapping.py). The client secret comes from
+# the environment or a mounted file (PLINTH_OIDC_CLIENT_SECRET_FILE), never a command line.
+# Password sign-in is off while single sign-on is on unless PLINTH_PASSWORD_SIGN_IN=true.
+PLINTH_OIDC_ISSUER = env_str("PLINTH_OIDC_ISSUER", "")
+SSO_ENABLED = bool(PLINTH_OIDC_ISSUER)
+PLINTH_OIDC_CLIENT_ID = env_str("PLINTH_OIDC_CLIENT_ID", "", required=SSO_ENABLED)
+PLINTH_OIDC_CLIENT_SECRET = env_str("PLINTH_OIDC_CLIENT_SECRET", "", required=SSO_ENABLED)
+PLINTH_OIDC_SCOPES = env_str("PLINTH_OIDC_SCOPES", "openid email profile")
+PLINTH_OIDC_GROUPS_CLAIM = env_str("PLINTH_OIDC_GROUPS_CLAIM", "groups")
+PLINTH_OIDC_USERNAME_CLAIM = env_str("PLINTH_OIDC_USERNAME_CLAIM", "preferred_username")
+PLINTH_OIDC_PROVIDER_NAME = env_str("PLINTH_OIDC_PROVIDER_NAME", "your identity provider")
+# How long a console session begun by single sign-on lasts: a person removed at the identity
+# provider keeps the console no longer than this (the next sign-in asks the provider again).
+PLINTH_OIDC_SESSION_HOURS = env_int("PLINTH_OIDC_SESSION_HOURS", 12)
+try:
+    PLINTH_OIDC_GROUP_ROLES = parse_group_map(env_str("PLINTH_OIDC_GROUP_ROLES", ""))
+except GroupMapError as exc:
+    raise ImproperlyConfigured(f"PLINTH_OIDC_GROUP_ROLES {exc}") from exc
+if SSO_ENABLED and "openid" not in PLINTH_OIDC_SCOPES.split():
+    raise ImproperlyConfigured("PLINTH_OIDC_SCOPES must include openid")
+if PRODUCTION and SSO_ENABLED and not PLINTH_OIDC_ISSUER.startswith("https://"):
+    raise ImproperlyConfigured("PLINTH_OIDC_ISSUER must be an https:// URL in production")
+PLINTH_PASSWORD_SIGN_IN = env_bool("PLINTH_PASSWORD_SIGN_IN", default=not SSO_ENABLED)
+if SSO_ENABLED:
+    # Signing out sends the sign-out form's answer on to the provider's end-session endpoint,
+    # and browsers hold a form's redirects to the form-action policy too.
+    _issuer = urlsplit(PLINTH_OIDC_ISSUER)
+    CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"].append(
+        f"{_issuer.scheme}://{_issuer.netloc}"
+    )
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
@@ -272,7 +310,12 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
+        # Single sign-on's client logs the PKCE code verifier at DEBUG: never, whatever LOG_LEVEL.
+        "authlib": {"level": "INFO"},
+    },
 }
 
 # Where local-cluster endpoints keep pid files and logs.

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, include, path
 
-from controlplane import views
+from controlplane import signin, sso, views
 from controlplane.console import audit, invitations, members, secrets
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
     path("favicon.ico", views.favicon, name="favicon"),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("login/", signin.SignInView.as_view(), name="login"),
+    path("login/sso/", sso.sso_start, name="sso-start"),
+    path("login/sso/callback/", sso.sso_callback, name="sso-callback"),
+    path("logout/", sso.sign_out, name="logout"),
     path("org/switch/", views.switch_organization, name="switch-organization"),
+    path("admin/login/", signin.admin_sign_in),  # before the admin's own sign-in form
     path("admin/", admin.site.urls),
     path("api/v1/", include("deployments.api.urls")),  # REST management API (issue 5)
     # Console pages (issue 8): the deployments domain, then platform-wide pages.

@@ -97,6 +97,12 @@ kube_ready() {
   grep '^\[kube\] built' "$RUN_DIR/kube-binaries.log" || true
 }
 
+# The real OpenID Connect provider the single sign-on tests start (node-oidc-provider, pinned in
+# tools/oidc), installed once per machine with npm; a few seconds, so not in the background.
+echo "[test] OIDC provider"
+scripts/oidc_provider.sh >"$RUN_DIR/oidc-provider.log" 2>&1 ||
+  { cat "$RUN_DIR/oidc-provider.log"; echo "[test] OIDC provider install failed"; exit 1; }
+
 echo "[test] ruff";          "$BIN/ruff" check .
 "$BIN/ruff" format --check .
 echo "[test] mypy";          "$BIN/mypy"

@@ -21,7 +21,7 @@ from controlplane.access import Actor
 from controlplane.models import Organization, Role
 
 # Fixtures that tests in more than one folder use (one module per kind, each says what it gives).
-pytest_plugins = ["tests.fixtures.endpoints", "tests.fixtures.sdk"]
+pytest_plugins = ["tests.fixtures.endpoints", "tests.fixtures.sdk", "tests.fixtures.oidc"]
 
 DEADLOCK_DETECTED = "40P01"  # PostgreSQL's SQLSTATE
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
@@ -16,13 +17,20 @@ from controlplane.console.forms import error_context, form_page, posted
 from controlplane.guard import actor_of, console_view
 from controlplane.models import Membership, Role
 from controlplane.services import ServiceError
+from controlplane.sso_accounts import groups_decide_roles_in
 
 
 def _members_page(request: HttpRequest, **extra: Any) -> HttpResponse:
     actor = actor_of(request)
     members = Membership.objects.filter(organization=actor.organization).select_related("user")
     pending = invitations.pending_for_organization(actor) if actor.has_role(Role.ADMIN) else []
-    context = {"members": members, "roles": Role.choices, "invitations": pending}
+    context = {
+        "members": members,
+        "roles": Role.choices,
+        "invitations": pending,
+        "sso_managed": groups_decide_roles_in(actor.organization),
+        "sso_provider": settings.PLINTH_OIDC_PROVIDER_NAME,
+    }
     return form_page(request, "controlplane/members.html", context, extra)
 
 

@@ -233,12 +233,29 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture(scope="module")
+def live_console_port() -> int:
+    """The console's port; a module overrides it to know the address before the console starts
+    (to register it at an identity provider, tests/browser/test_sso_sign_in.py)."""
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def live_console_env() -> dict[str, str]:
+    """More environment for the console and its worker; a module overrides it."""
+    return {}
+
+
+@pytest.fixture(scope="module")
 def live_console(
-    django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+    django_db_setup: None,
+    django_db_blocker: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+    live_console_port: int,
+    live_console_env: dict[str, str],
 ) -> Iterator[LiveConsole]:
     tmp = tmp_path_factory.mktemp("console")
-    env = _environment(settings.DATABASES["default"]["NAME"], tmp)
-    port = free_port()
+    env = {**_environment(settings.DATABASES["default"]["NAME"], tmp), **live_console_env}
+    port = live_console_port
     logs = tmp / "logs"
     logs.mkdir()
     (tmp / "data").mkdir()

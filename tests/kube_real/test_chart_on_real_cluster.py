@@ -192,6 +192,11 @@ def test_helm_lint_passes(cluster: ControlPlane) -> None:
 VALUE_SETS = {
     "defaults": [],
     "everything": ["monitoring.monitors=true", "createNamespace=true"],
+    "single-sign-on": [
+        "config.PLINTH_OIDC_ISSUER=https://idp.example",
+        "config.PLINTH_OIDC_CLIENT_ID=plinth",
+        "oidcClientSecret.existingSecret=plinth-oidc",
+    ],
     "lean": [
         "gpuInventory=false",
         "podDisruptionBudgets=false",
@@ -215,6 +220,7 @@ def test_every_rendering_validates_strictly(values: str) -> None:
 def test_no_default_value_holds_a_secret() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     references = [values["secretKey"], values["encryptionKey"], values["metricsToken"]]
+    references += [values["oidcClientSecret"]]
     references += [values["postgresql"]["url"], values["redis"]["url"]]
     for reference in references:
         assert set(reference) == {"existingSecret", "key"}
@@ -224,6 +230,7 @@ def test_no_default_value_holds_a_secret() -> None:
 BAD_VALUES = {
     "secretKey.value=hunter2": "additional properties 'value' not allowed",  # a secret inline
     "config.REDIS_URL=redis://x": "invalid propertyName 'REDIS_URL'",  # into a ConfigMap
+    "config.PLINTH_OIDC_CLIENT_SECRET=x": "invalid propertyName 'PLINTH_OIDC_CLIENT_SECRET'",
     "monitoring.monitors=maybe": "/monitoring/monitors",
     "managedNamespaces.names={Team_A}": "/managedNamespaces/names/0",
     "web.replicas=-1": "/web/replicas",

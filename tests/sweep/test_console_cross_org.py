@@ -100,6 +100,10 @@ PAGES: dict[str, Page] = {
     "favicon": Page(public=True),
     "login": Page(public=True),
     "logout": Page(public=True),  # POST would sign bob out: not swept
+    # Single sign-on's start and callback (404 while it is off, as here; the callback refuses any
+    # answer it did not ask for: tests/controlplane/test_sso.py).
+    "sso-start": Page(public=True),
+    "sso-callback": Page(public=True),
     "switch-organization": Page(lambda w: {"organization": str(w.cast.acme.pk)}),
     "endpoint-list": Page(),
     "endpoint-create": Page(

@@ -30,6 +30,9 @@ app.kubernetes.io/part-of: plinth
 {{ include "plinth.secretEnv" (dict "name" "PLINTH_ENCRYPTION_KEY" "ref" .Values.encryptionKey) }}
 {{ include "plinth.secretEnv" (dict "name" "DATABASE_URL" "ref" .Values.postgresql.url) }}
 {{ include "plinth.secretEnv" (dict "name" "REDIS_URL" "ref" .Values.redis.url) }}
+{{- if .Values.oidcClientSecret.existingSecret }}
+{{ include "plinth.secretEnv" (dict "name" "PLINTH_OIDC_CLIENT_SECRET" "ref" .Values.oidcClientSecret) }}
+{{- end }}
 {{- end }}
 
 {{/* What a long-running component's pod template shares: its ServiceAccount, whose token is

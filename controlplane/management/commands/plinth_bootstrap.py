@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from controlplane import services
@@ -30,4 +31,12 @@ class Command(BaseCommand):
                 f"    password: {result.password}\n"
                 "  (shown once; change it in the console or with "
                 "`manage.py changepassword admin`)\n"
+            )
+        if not settings.PLINTH_PASSWORD_SIGN_IN:
+            # That password opens nothing while single sign-on keeps passwords off.
+            slug = result.organization.slug
+            self.stdout.write(
+                "  Password sign-in is off (single sign-on): to administer organization "
+                f"{slug!r}, map a group to it in PLINTH_OIDC_GROUP_ROLES, e.g. "
+                f'{{"plinth-admins": "{slug}:owner"}}\n'
             )

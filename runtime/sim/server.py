@@ -30,6 +30,8 @@ from runtime.sim.generation import ServingContext
 from runtime.sim.native_api import handle_generate
 from runtime.sim.openai_api import handle_chat, handle_completions
 from runtime.sim.request import GenerationParams
+from runtime.sim.startup import fetch_line, leave_marker, plan_start
+from runtime.startup import FIRED_UP
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN_PREFIXES = ("/health", "/ready", "/metrics")
@@ -49,6 +51,7 @@ class SimServer:
         self.started_at = time.time()
         self._stopped = asyncio.Event()
         self._warned: set[str] = set()
+        self._elapsed = 0.0
 
     # ---- lifecycle ---------------------------------------------------------------------------
     async def run(self) -> None:
@@ -92,15 +95,51 @@ class SimServer:
         os._exit(1)
 
     async def _load(self) -> None:
+        """Start as SGLang does, phase by phase (``runtime.sim.startup``), then serve."""
         delay = self.args.sim.startup_delay
-        self.log(f"runtime.sim: loading weights (simulated, {delay:g} s)")
-        await asyncio.sleep(delay)
+        start = plan_start(self.args, self.engine.gpu, self.engine.model, self._max_running())
+        self._elapsed = 0.0  # simulated seconds of the start so far
+        self._log_start(f"Load weight begin. avail mem={self.engine.gpu.memory_gib:.2f} GB")
+        if start.download_s:
+            await self._phase(start.download_s)
+            self._log_start(fetch_line(start))
+            leave_marker(self.args, self.engine.model)
+        await self._phase(start.load_s)
+        await asyncio.sleep(delay)  # the test control: real seconds, on top of the model
+        load = start.download_s + start.load_s
+        self._log_start(
+            f"Load weight end. elapsed={load:.2f} s, type={self.engine.model.architecture}, "
+            f"mem usage={self.engine.plan.weight_gb:.2f} GB."
+        )
+        self._log_start(f"Capture cuda graph begin. bs={start.graph_count} graphs")
+        await self._phase(start.graphs_s)
+        self._log_start(f"Capture cuda graph end. Time elapsed: {start.graphs_s:.2f} s.")
+        await self._phase(start.warmup_s)
         if self.state != "starting":
             return
-        self.engine.metrics.set_startup_time("total", delay)
+        metrics = self.engine.metrics
+        metrics.set_startup_time("load_weight", load)
+        metrics.set_startup_time("cuda_graph", start.graphs_s)
+        metrics.set_startup_time("total", start.total_s + delay)
         self.state = "ready"
         self.ctx.accepting = True
-        self.log("The server is fired up and ready to roll! (runtime.sim, simulated engine)")
+        self._log_start(f"{FIRED_UP} (runtime.sim, simulated engine)")
+
+    def _max_running(self) -> int:
+        return int(self.engine.scheduler.config.max_running_requests)
+
+    async def _phase(self, simulated_s: float) -> None:
+        """Wait out a start phase at the time scale, and count it on the start's clock."""
+        self._elapsed += simulated_s
+        if simulated_s > 0:
+            await asyncio.sleep(simulated_s / self.args.sim.time_scale)
+
+    def _log_start(self, line: str) -> None:
+        """A start line, stamped on the start's simulated clock (``runtime.sim.startup``)."""
+        if self.log is _log:
+            _log(line, at=self.started_at + self._elapsed)
+        else:
+            self.log(line)
 
     def begin_drain(self) -> None:
         if self.state == "draining":
@@ -348,6 +387,7 @@ def _loads_prometheus(document: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _log(line: str) -> None:
+def _log(line: str, at: float | None = None) -> None:
     # Stamped as SGLang's logging stamps its lines (local time), so log readers find the time.
-    print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {line}", file=sys.stderr, flush=True)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    print(f"[{stamp}] {line}", file=sys.stderr, flush=True)

@@ -118,6 +118,8 @@ def waiting_on(milestones: Mapping[str, float], engine_reached: str = "") -> str
         if phase not in milestones:
             return phase
     engine_order = (WEIGHTS_DOWNLOADED, WEIGHTS_LOADED, CUDA_GRAPHS_CAPTURED, WARMUP)
+    if engine_reached == "loading":  # SGLang downloads (if it must) inside its load
+        return WEIGHTS_LOADED
     if engine_reached in engine_order:
         after = engine_order.index(engine_reached) + 1
         return engine_order[after] if after < len(engine_order) else READY

@@ -166,6 +166,11 @@ class ReplicaFacts:
     reason: str = ""
     message: str = ""
     url: str = ""
+    # This run's start as the cluster saw it: ``runtime.startup`` milestone -> epoch seconds
+    # (created, scheduled, image pulled, weights downloaded, ready), those that are known.
+    milestones: dict[str, float] = field(default_factory=dict)
+    # The phase a starting replica waits on (``runtime.startup.waiting_on``); "" otherwise.
+    start_phase: str = ""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -178,6 +183,8 @@ class ReplicaFacts:
             "reason": self.reason,
             "message": self.message,
             "url": self.url,
+            "milestones": dict(self.milestones),
+            "start_phase": self.start_phase,
         }
 
 

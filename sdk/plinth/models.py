@@ -1001,6 +1001,13 @@ class ParallelismSettings(ApiModel):
     ep: int = 1
 
 
+class PhaseOut(ApiModel):
+    "PhaseOut"
+
+    phase: str
+    seconds: float
+
+
 class PointOut(ApiModel):
     "PointOut"
 
@@ -1140,6 +1147,26 @@ class RangeQuery(ApiModel):
 
     start: datetime | None = None
     end: datetime | None = None
+
+
+class ReplicaStartOut(ApiModel):
+    "ReplicaStartOut"
+
+    replica: str
+    role: str
+    revision: int | None
+    created_at: datetime
+    ready_at: datetime
+    total_seconds: float
+    phases: list[PhaseOut]
+
+
+class ReplicaStartPage(ApiModel):
+    "ReplicaStartPage"
+
+    items: list[ReplicaStartOut]
+    count: int
+    next: str | None = None
 
 
 class RevisionOut(ApiModel):
@@ -1500,6 +1527,7 @@ OptimizeOut.model_rebuild()
 OverrideIn.model_rebuild()
 PageQuery.model_rebuild()
 ParallelismSettings.model_rebuild()
+PhaseOut.model_rebuild()
 PointOut.model_rebuild()
 PoolBounds.model_rebuild()
 PoolOut.model_rebuild()
@@ -1514,6 +1542,8 @@ QuotaIn.model_rebuild()
 QuotaLineOut.model_rebuild()
 QuotaUsageOut.model_rebuild()
 RangeQuery.model_rebuild()
+ReplicaStartOut.model_rebuild()
+ReplicaStartPage.model_rebuild()
 RevisionOut.model_rebuild()
 RevisionPage.model_rebuild()
 RevisionSummaryOut.model_rebuild()

@@ -128,6 +128,12 @@ def waiting_on(milestones: Mapping[str, float], engine_reached: str = "") -> str
     return WEIGHTS_LOADED
 
 
+def furthest(phases: Iterable[str]) -> str:
+    """The phase nearest to ready among starting replicas' (what a scale-from-zero waits on)."""
+    known = [p for p in phases if p in PHASES]
+    return max(known, key=PHASES.index) if known else ""
+
+
 def durations(
     milestones: Mapping[str, float], engine: EnginePhases | None = None
 ) -> dict[str, float]:

@@ -256,6 +256,13 @@ class BatchingSettings(_Group):
     schedule_conservativeness: float | None = Field(default=None, ge=0)
     mem_fraction_static: float | None = Field(default=None, gt=0, lt=1)
     cuda_graph_max_bs_decode: PositiveInt | None = None
+    cuda_graph_trim: bool = Field(
+        default=False,
+        description="capture decode CUDA graphs only up to the endpoint's concurrency "
+        "(twice autoscaling.concurrency_target, at most max_running_requests) instead of "
+        "SGLang's default (256 on an 80 GB GPU): a shorter cold start; "
+        "cuda_graph_max_bs_decode wins when set",
+    )
     page_size: PositiveInt | None = None
     radix_cache: bool = True
     mixed_chunk: bool = False

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.catalog.startup import startup_figures
+from runtime.memory import default_cuda_graph_bs
 from runtime.perf.hardware import GpuShape, ModelShape
 from runtime.sim.args import EngineArgs
 from runtime.sim.memory import model_weight_bytes
@@ -37,21 +38,6 @@ GB = 1e9
 # Where the simulated download leaves its marker, under --download-dir (SGLang's flag for the
 # weights cache directory): the same marker pre-staging writes.
 MARKER_DIR = "plinth-sim"
-
-
-def default_cuda_graph_max_bs(memory_gib: float, tp: int) -> int:
-    """SGLang 0.5.23's default ``--cuda-graph-max-bs-decode`` by GPU memory and TP
-    (``reference/SGLANG.md``, CUDA graphs)."""
-    big_tp = tp >= 4
-    if memory_gib < 20:
-        return 8
-    if memory_gib < 35:
-        return 160 if big_tp else 48
-    if memory_gib < 60:
-        return 160 if big_tp else 32
-    if memory_gib < 160:
-        return 512 if big_tp else 256
-    return 512
 
 
 def _default_sizes() -> list[int]:
@@ -66,7 +52,7 @@ def captured_batch_sizes(args: EngineArgs, gpu: GpuShape, max_running: int) -> l
         return sorted(set(args.cuda_graph_bs_decode))
     max_bs = args.cuda_graph_max_bs_decode
     if max_bs is None:
-        max_bs = min(default_cuda_graph_max_bs(gpu.memory_gib, args.tp_size), max_running)
+        max_bs = min(default_cuda_graph_bs(gpu.memory_gib, args.tp_size), max_running)
     return [bs for bs in _default_sizes() if bs <= max_bs] or [1]
 
 

@@ -508,6 +508,12 @@ class AutoscalingSettings(_Group):
     scale_down_delay_seconds: int = Field(default=300, ge=0)
     scale_to_zero: bool = False
     scale_to_zero_after_seconds: PositiveInt = 900
+    prestage_weights: bool = Field(
+        default=False,
+        description="keep the weights (and the engine image) on every node of the endpoint's "
+        "GPU type, so a scale-up or a scale from zero loads from the node's disk instead of "
+        "downloading; on clusters whose model cache is per node (hostPath)",
+    )
     slo: SloTargets | None = Field(
         default=None, description="TTFT/ITL p90 targets; replaces concurrency_target when set"
     )

@@ -117,6 +117,8 @@ class RevisionPlan:
     # A split endpoint's pool sizes where the autoscaler changed them (``Deployment.pool_sizes``);
     # a pool not named runs the size its spec gives.
     pools: dict[str, int] = field(default_factory=dict)
+    # Keep the weights on every node of ``gpu`` (``autoscaling.prestage_weights``).
+    prestage_weights: bool = False
 
     @classmethod
     def for_spec(
@@ -142,6 +144,7 @@ class RevisionPlan:
             engine_image=spec.runtime.image,
             router_image=spec.runtime.router_image,
             pools=dict(pools or {}),
+            prestage_weights=spec.autoscaling.prestage_weights,
         )
 
     def replicas_of(self, role: RolePlan) -> int:

@@ -30,12 +30,12 @@ from runtime.sim.generation import ServingContext
 from runtime.sim.native_api import handle_generate
 from runtime.sim.openai_api import handle_chat, handle_completions
 from runtime.sim.request import GenerationParams
-from runtime.sim.startup import fetch_line, leave_marker, plan_start
+from runtime.sim.startup import fetch_line, leave_marker, plan_start, resume_seconds
 from runtime.startup import FIRED_UP
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN_PREFIXES = ("/health", "/ready", "/metrics")
-ADMIN_ROUTES = ("/flush_cache",)
+ADMIN_ROUTES = ("/flush_cache", "/release_memory_occupation", "/resume_memory_occupation")
 LOAD_SECTIONS = {"core", "memory", "spec", "lora", "disagg", "queues", "all"}
 HEALTH_TIMEOUT_S = 20.0
 DRAIN_POLL_S = 0.02
@@ -175,6 +175,8 @@ class SimServer:
             ("GET", "/v1/models", self.models),
             ("GET", "/v1/models/{model:.+}", self.model_card),
             ("GET", "/v1/loads", self.loads),
+            ("POST", "/release_memory_occupation", self.release_memory),
+            ("POST", "/resume_memory_occupation", self.resume_memory),
             ("GET", "/flush_cache", self.flush_cache),
             ("POST", "/flush_cache", self.flush_cache),
             ("GET", "/metrics", self.metrics),
@@ -352,6 +354,28 @@ class SimServer:
         if request.query.get("format") == "prometheus":
             return web.Response(text=_loads_prometheus(document), content_type="text/plain")
         return web.json_response(document)
+
+    # ---- a warm pool's replica: loaded, its GPU memory released until it is needed ----------
+    async def release_memory(self, request: web.Request) -> web.Response:
+        """SGLang's ``/release_memory_occupation``: weights and KV cache leave the GPU (kept in
+        host memory), so a warm replica holds the process and its CUDA graphs but no GPU
+        memory. Until resumed it takes no requests (``/ready`` answers 503, as while loading)."""
+        if self.state != "ready" or self.ctx.active_runs or self.engine.scheduler.has_work():
+            return web.json_response({"success": False, "message": "not idle"}, status=400)
+        self.state, self.ctx.accepting = "released", False
+        self.log("runtime.sim: memory occupation released (weights and KV cache off the GPU)")
+        return web.json_response({"success": True, "message": "released"})
+
+    async def resume_memory(self, request: web.Request) -> web.Response:
+        """SGLang's ``/resume_memory_occupation``: the weights copied back over the host link
+        (``runtime.sim.startup.resume_seconds``), then ready again."""
+        if self.state != "released":
+            return web.json_response({"success": False, "message": "not released"}, status=400)
+        seconds = resume_seconds(self.args, self.engine.gpu, self.engine.model)
+        await asyncio.sleep(seconds / self.args.sim.time_scale)
+        self.state, self.ctx.accepting = "ready", True
+        self.log(f"runtime.sim: memory occupation resumed in {seconds:.2f} s (simulated)")
+        return web.json_response({"success": True, "message": "resumed", "seconds": seconds})
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         if self.engine.scheduler.flush_cache():

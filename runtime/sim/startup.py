@@ -95,6 +95,17 @@ def plan_start(args: EngineArgs, gpu: GpuShape, model: ModelShape, max_running: 
     return StartPlan(download, load, graphs, warmup, len(sizes), checkpoint / GB)
 
 
+def resume_seconds(args: EngineArgs, gpu: GpuShape, model: ModelShape) -> float:
+    """Simulated seconds of ``/resume_memory_occupation``: each GPU's weights copied back from
+    host memory over the host link (the KV pool is only re-mapped, CUDA graphs are kept: SGLang's
+    memory saver keeps their virtual addresses). Zero unless ``--sim-cold-start``."""
+    if not args.sim.cold_start:
+        return 0.0
+    host_link_gbs = getattr(gpu, "host_link_gbs", None) or startup_figures().host_link_gbs
+    per_gpu = model_weight_bytes(args, model) / (args.tp_size * args.pp_size) / GB
+    return per_gpu / host_link_gbs
+
+
 def leave_marker(args: EngineArgs, model: ModelShape) -> None:
     """A finished download leaves its marker, so the next start on this node finds the weights."""
     if args.download_dir is None:

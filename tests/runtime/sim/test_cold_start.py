@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
+
 from deployments.drivers.local.logfile import line_time
 from runtime import startup
-from runtime.sim.launcher import ManagedProcess
+from runtime.sim.launcher import ManagedProcess, http_get
 from tests.runtime.sim.conftest import EngineFactory
 from tests.runtime.sim.scrape import metric_sum
 
@@ -65,3 +67,24 @@ def test_trimming_the_captured_batch_sizes_shortens_graph_capture(
     graphs = startup.CUDA_GRAPHS_CAPTURED
     assert trimmed.seconds[graphs] < full.seconds[graphs] / 4
     assert listed.seconds[graphs] < trimmed.seconds[graphs]
+
+
+def test_a_warm_replica_released_and_resumed_skips_the_load_and_the_graphs(
+    start_sim_engine: EngineFactory,
+) -> None:
+    """A warm pool's replica (issue 29 item 6): loaded, then its GPU memory released with
+    SGLang's /release_memory_occupation; it takes no requests until /resume_memory_occupation
+    copies the weights back, far sooner than a start's load and graph capture."""
+    engine = start_sim_engine(model=MODEL, args=["--sim-cold-start", "1"])
+    cold = _phases(engine)
+    released = httpx.post(f"{engine.url}/release_memory_occupation")
+    assert released.status_code == 200 and released.json()["success"]
+    assert http_get(f"{engine.url}/ready")[0] == 503
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    assert httpx.post(f"{engine.url}/v1/chat/completions", json=chat).status_code == 503
+    resumed = httpx.post(f"{engine.url}/resume_memory_occupation", timeout=30)
+    assert resumed.status_code == 200
+    start = cold.seconds[startup.WEIGHTS_LOADED] + cold.seconds[startup.CUDA_GRAPHS_CAPTURED]
+    assert 0 < resumed.json()["seconds"] < start / 4
+    assert http_get(f"{engine.url}/ready")[0] == 200
+    assert httpx.post(f"{engine.url}/v1/chat/completions", json=chat).status_code == 200

@@ -64,3 +64,21 @@ def test_a_replica_start_is_recorded_once_with_its_phases(
 
     exported = client.get("/metrics").content.decode()
     assert 'plinth_replica_start_phase_seconds_count{phase="cuda_graphs_captured"}' in exported
+
+
+@pytest.mark.django_db
+def test_a_starting_replica_shows_the_phase_it_waits_on(cast: Cast, fast_local: Path) -> None:
+    """While the engine loads its weights (held there by the simulator's start-up delay), the
+    replica's facts name the phase, from its own log lines: what the endpoint page and the
+    gateway's scale-from-zero hold show."""
+    spec = small_spec(PLINTH_SIM_COLD_START="1", PLINTH_SIM_STARTUP_DELAY="60")
+    actor = cast.actor(cast.dave, cast.acme)
+    deployment = services.create_deployment(actor, slug="slow", name="Slow", spec=spec)
+
+    def waiting_on_the_load() -> bool:
+        reconcile.reconcile(str(deployment.pk))
+        facts = refresh(deployment).replica_facts
+        return any(f.get("start_phase") == startup.WEIGHTS_LOADED for f in facts)
+
+    wait_until(waiting_on_the_load, "the replica waits on its weights load", timeout=45)
+    assert not ReplicaStart.objects.filter(deployment=deployment).exists()

@@ -35,8 +35,10 @@ from runtime import startup
 
 log = logging.getLogger(__name__)
 
-# SGLang logs its start in a few hundred lines (its server args, the load, the graph capture).
+# SGLang logs its start in a few hundred lines (its server args, the load, the graph capture):
+# a finished start is read whole, a running one by its latest lines (where it got to).
 START_LOG_LINES = 2000
+PROGRESS_LOG_LINES = 300
 _STARTING = frozenset({STARTING, LOADING, RUNNING})
 
 
@@ -74,11 +76,11 @@ def _recorded(deployment: Deployment, seen: Observation) -> set[tuple[str, float
     }
 
 
-def _engine(driver: Driver, ref: DeploymentRef, facts: ReplicaFacts) -> startup.EnginePhases:
+def _engine(
+    driver: Driver, ref: DeploymentRef, facts: ReplicaFacts, tail: int = START_LOG_LINES
+) -> startup.EnginePhases:
     try:
-        lines = driver.logs(
-            ref, LogQuery(replica=facts.name, role=facts.role, tail=START_LOG_LINES)
-        )
+        lines = driver.logs(ref, LogQuery(replica=facts.name, role=facts.role, tail=tail))
     except DriverError as exc:
         log.info("start phases of %s: its log could not be read: %s", facts.name, exc)
         return startup.EnginePhases()
@@ -90,7 +92,7 @@ def _engine(driver: Driver, ref: DeploymentRef, facts: ReplicaFacts) -> startup.
 def _with_phase(facts: ReplicaFacts, driver: Driver, ref: DeploymentRef) -> ReplicaFacts:
     reached = ""
     if startup.IMAGE_PULLED in facts.milestones and facts.phase != STARTING:
-        reached = _engine(driver, ref, facts).reached
+        reached = _engine(driver, ref, facts, PROGRESS_LOG_LINES).reached
     return replace(facts, start_phase=startup.waiting_on(facts.milestones, reached))
 
 

@@ -21,6 +21,7 @@ from deployments.experiments.models import (
     QualityGateStatus,
 )
 from deployments.quotas.models import Quota
+from deployments.starts.models import ReplicaStart
 from deployments.traffic.models import MetricSample, UsageFlushBatch, UsageRecord
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "QualityGate",
     "QualityGateStatus",
     "Quota",
+    "ReplicaStart",
     "Revision",
     "UsageFlushBatch",
     "UsageRecord",

@@ -24,8 +24,10 @@ class GatewayError(Exception):
         param: str | None = None,
         retry_after: float | None = None,
         retryable: bool | None = None,
+        extra_headers: tuple[tuple[bytes, bytes], ...] = (),
     ) -> None:
         super().__init__(message)
+        self.extra_headers = extra_headers
         self.status = status
         self.message = message
         self.code = code
@@ -47,7 +49,7 @@ class GatewayError(Exception):
             headers.append((b"x-should-retry", b"true" if self.retryable else b"false"))
         if self.status == 401:
             headers.append((b"www-authenticate", b'Bearer realm="plinth"'))
-        return headers
+        return headers + list(self.extra_headers)
 
 
 def unauthorized() -> GatewayError:

@@ -4,7 +4,9 @@ The first request for a scaled-to-zero endpoint asks the control plane to wake i
 task sent by name, so the gateway does not import the tasks) and every request for it waits,
 up to ``hold_seconds``, for the route table to show a ready replica (the refresher reads the
 held endpoints alone again every ``hold_refresh_seconds``). At most ``hold_queue`` requests
-wait per endpoint; past either bound the answer is 429 with Retry-After. The wake-up
+wait per endpoint; past either bound the answer is 429 with Retry-After; one that waited the
+whole hold also names the start phase the endpoint's replica waits on (``X-Plinth-Start-Phase``,
+from the replica facts reconcile keeps: ``deployments.starts``). The wake-up
 is asked again every ``WAKE_RESEND_SECONDS`` while requests wait, in case a message was lost.
 """
 
@@ -24,6 +26,7 @@ WAKE_TASK = "deployments.wake_deployment"
 WAKE_RESEND_SECONDS = 15.0
 # What a client is told to wait when the hold runs out: a cold start takes a while.
 RETRY_AFTER_SECONDS = 10.0
+START_PHASE_HEADER = b"x-plinth-start-phase"
 logger = logging.getLogger("plinth.gateway")
 
 
@@ -41,6 +44,18 @@ def not_ready(endpoint: Endpoint) -> GatewayError:
         type="service_unavailable",
         retry_after=RETRY_AFTER_SECONDS,
     )
+
+
+def still_starting(endpoint: Endpoint) -> GatewayError:
+    """429 for a hold that ran out, naming the start phase its replica waits on (in the
+    message and in ``X-Plinth-Start-Phase``) so a caller can tell a download from a warm-up."""
+    phase = endpoint.start_phase or "scheduled"
+    error = rate_limited(
+        f"endpoint {endpoint.slug!r} is waking up from zero (waiting on: {phase}); retry shortly",
+        RETRY_AFTER_SECONDS,
+    )
+    error.extra_headers = ((START_PHASE_HEADER, phase.encode()),)
+    return error
 
 
 class Holds:
@@ -88,10 +103,7 @@ class Holds:
             await self._maybe_wake(current)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise rate_limited(
-                    f"endpoint {endpoint.slug!r} is waking up from zero; retry shortly",
-                    RETRY_AFTER_SECONDS,
-                )
+                raise still_starting(current)
             await self._refresher.wait_reload(min(remaining, 1.0))
 
     async def _maybe_wake(self, endpoint: Endpoint) -> None:

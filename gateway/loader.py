@@ -23,6 +23,7 @@ from deployments.experiments.models import Canary, CanaryStatus
 from gateway.routes import CanaryRoute, Endpoint, InferenceKey, RouteChanges, RouteTable
 from runtime.launch import gateway_places
 from runtime.spec import PLINTH_ROUTING, RoutingPlacement, RoutingPolicy
+from runtime.startup import furthest
 
 
 def load_endpoints(ids: Collection[str] | None = None) -> dict[str, Endpoint]:
@@ -30,7 +31,7 @@ def load_endpoints(ids: Collection[str] | None = None) -> dict[str, Endpoint]:
     status is what ``derive_status`` gave the facts, so no revision is read."""
     rows = (
         Deployment.objects.exclude(desired_state=DesiredState.DELETED)
-        .only("id", *ROUTE_FIELDS)
+        .only("id", *ROUTE_FIELDS, "replica_facts")
         .annotate(serving_revision=F("current_revision__number"), **_placement("current_revision"))
     )
     if ids is not None:
@@ -50,8 +51,17 @@ def load_endpoints(ids: Collection[str] | None = None) -> dict[str, Endpoint]:
             revision=getattr(row, "serving_revision", None),  # annotated by the query
             canary=canaries.get(str(row.id)),
             placed=_places(*(getattr(row, name, None) for name in _PLACEMENT)),
+            start_phase=_start_phase(row.replica_facts),
         )
     return endpoints
+
+
+def _start_phase(replica_facts: Any) -> str:
+    """What a held request waits on: the starting replicas' phase nearest to ready."""
+    facts = replica_facts if isinstance(replica_facts, list) else []
+    return furthest(
+        str(f.get("start_phase") or "") for f in facts if isinstance(f, dict) and not f.get("ready")
+    )
 
 
 # Annotation name -> the setting it reads from a revision's spec.

@@ -53,6 +53,8 @@ class Endpoint:
     canary: CanaryRoute | None = None  # a canary's pool taking a share (``gateway.split``)
     # The serving revision's requests name their replica (``gateway.placement``).
     placed: bool = False
+    # While it starts: the phase its replica nearest to ready waits on (``runtime.startup``).
+    start_phase: str = ""
 
     @property
     def serving(self) -> bool:

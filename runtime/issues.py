@@ -65,6 +65,7 @@ FIELD_WORDS: dict[str, str] = {
     "batching.page_size": "page size",
     "batching.mem_fraction_static": "static memory fraction",
     "batching.cuda_graph_max_bs_decode": "CUDA graph max batch",
+    "batching.cuda_graph_trim": "CUDA graphs trimmed to concurrency",
     "batching.radix_cache": "radix (prefix) cache",
     "batching.mixed_chunk": "mixed chunk",
     "quantization.method": "weight quantization",

@@ -30,7 +30,7 @@ from runtime.argv import UnsafeArgvError, token_problem
 from runtime.catalog import SMG_VERSION, FlagCatalog, sglang_flags, smg_flags
 from runtime.catalog.flags import arity_problem, split_argv
 from runtime.extra_flags import flag_argv
-from runtime.memory import GIB, model_weight_bytes
+from runtime.memory import GIB, cuda_graph_max_bs, model_weight_bytes
 from runtime.routing_key import ROUTING_KEY_HEADER
 from runtime.spec import RoutingDefaults, RoutingPlacement, RoutingPolicy, RuntimeSpec
 from runtime.topology import EngineGroup, engine_groups
@@ -199,7 +199,7 @@ def _batching_args(spec: RuntimeSpec) -> list[str]:
         ("--schedule-policy", batch.schedule_policy),
         ("--schedule-conservativeness", batch.schedule_conservativeness),
         ("--mem-fraction-static", batch.mem_fraction_static),
-        ("--cuda-graph-max-bs-decode", batch.cuda_graph_max_bs_decode),
+        ("--cuda-graph-max-bs-decode", cuda_graph_max_bs(spec)),
         ("--page-size", batch.page_size),
         ("--stream-interval", batch.stream_interval),
     )

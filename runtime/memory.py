@@ -77,6 +77,18 @@ def default_cuda_graph_bs(memory_gib: float, tp: int) -> int:
     return 512
 
 
+def cuda_graph_max_bs(spec: RuntimeSpec) -> int | None:
+    """The ``--cuda-graph-max-bs-decode`` the spec asks for: its own figure, else with
+    ``cuda_graph_trim`` the endpoint's concurrency (twice the autoscaler's per-replica target,
+    for bursts above it; at most the running-request cap), else None (SGLang's default)."""
+    batch = spec.batching
+    if batch.cuda_graph_max_bs_decode is not None or not batch.cuda_graph_trim:
+        return batch.cuda_graph_max_bs_decode
+    concurrency = 2 * spec.autoscaling.concurrency_target
+    running = default_max_running(spec)
+    return min(concurrency, running) if running is not None else concurrency
+
+
 def default_max_running(spec: RuntimeSpec) -> int | None:
     """SGLang forces 48 running requests with EAGLE-family or NGRAM speculation when unset."""
     if spec.batching.max_running_requests is not None:
@@ -87,11 +99,10 @@ def default_max_running(spec: RuntimeSpec) -> int | None:
 def reserved_bytes(spec: RuntimeSpec, gpu: GpuType, group: EngineGroup) -> float:
     """What SGLang keeps out of the static pool: activations, CUDA graphs, communication buffers."""
     chunk = spec.batching.chunked_prefill_size or default_chunked_prefill(gpu.memory_gib)
-    graph_bs = spec.batching.cuda_graph_max_bs_decode or default_cuda_graph_bs(
-        gpu.memory_gib, group.tp
-    )
+    asked = cuda_graph_max_bs(spec)
+    graph_bs = asked or default_cuda_graph_bs(gpu.memory_gib, group.tp)
     running = default_max_running(spec)
-    if running is not None and spec.batching.cuda_graph_max_bs_decode is None:
+    if running is not None and asked is None:
         graph_bs = min(graph_bs, running)
     reserved_mib = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + group.tp * group.pp / 8 * 1024
     if gpu.memory_gib > 60:

@@ -256,6 +256,7 @@ class BatchingSettings(_Group):
     schedule_conservativeness: float | None = Field(default=None, ge=0)
     mem_fraction_static: float | None = Field(default=None, gt=0, lt=1)
     cuda_graph_max_bs_decode: PositiveInt | None = None
+    cuda_graph_trim: bool = Field(default=False, description="CUDA graphs up to the concurrency")
     page_size: PositiveInt | None = None
     radix_cache: bool = True
     mixed_chunk: bool = False
@@ -501,6 +502,7 @@ class AutoscalingSettings(_Group):
     scale_down_delay_seconds: int = Field(default=300, ge=0)
     scale_to_zero: bool = False
     scale_to_zero_after_seconds: PositiveInt = 900
+    prestage_weights: bool = Field(default=False, description="weights kept on the GPU's nodes")
     slo: SloTargets | None = Field(
         default=None, description="TTFT/ITL p90 targets; replaces concurrency_target when set"
     )

@@ -19,6 +19,7 @@ from deployments.clusters import api as clusters
 from deployments.endpoints.api import catalog, deployments, observe, revisions
 from deployments.experiments.api import benchmarks, canary, quality
 from deployments.quotas import api as quotas
+from deployments.starts import api as starts
 from deployments.traffic import api as traffic
 
 DESCRIPTION = """Manage Plinth's dedicated inference endpoints.
@@ -88,6 +89,7 @@ def build_api() -> PlinthAPI:
         members,
         audit,
         quotas,
+        starts,
     ):
         api.add_router("", module.router)
     errors.install(api)

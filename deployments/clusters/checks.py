@@ -11,6 +11,7 @@ from typing import Any
 from deployments.cluster_settings import (
     TENANT_OVERRIDES,
     ClusterSettings,
+    HostPathCache,
     SettingsInvalid,
     parse_settings,
 )
@@ -39,6 +40,21 @@ def tenant_override_issues(settings: ClusterSettings, spec: RuntimeSpec) -> list
         )
         for name, is_set in set_by_spec.items()
         if is_set and not settings.allows(name)
+    ]
+
+
+def cache_issues(settings: ClusterSettings, spec: RuntimeSpec) -> list[Issue]:
+    """Pre-staging keeps weights in each node's own cache: a warning where the cluster has none
+    (a claim every node shares has them once already; without a cache there is nowhere)."""
+    if not spec.autoscaling.prestage_weights or isinstance(settings.model_cache, HostPathCache):
+        return []
+    return [
+        warning(
+            "autoscaling.prestage_weights",
+            "prestage_needs_node_cache",
+            "this cluster's model cache is not per node, so nothing is pre-staged",
+            "leave it off here, or ask an admin for a hostPath model cache",
+        )
     ]
 
 
@@ -109,4 +125,8 @@ def cluster_issues(
         settings = parse_settings(operator_settings)
     except SettingsInvalid:
         return inventory_issues(inventory, spec, replicas)
-    return [*tenant_override_issues(settings, spec), *inventory_issues(inventory, spec, replicas)]
+    return [
+        *tenant_override_issues(settings, spec),
+        *cache_issues(settings, spec),
+        *inventory_issues(inventory, spec, replicas),
+    ]

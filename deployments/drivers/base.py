@@ -117,6 +117,8 @@ class RevisionPlan:
     # A split endpoint's pool sizes where the autoscaler changed them (``Deployment.pool_sizes``);
     # a pool not named runs the size its spec gives.
     pools: dict[str, int] = field(default_factory=dict)
+    # Keep the weights on every node of ``gpu`` (``autoscaling.prestage_weights``).
+    prestage_weights: bool = False
 
     @classmethod
     def for_spec(
@@ -142,6 +144,7 @@ class RevisionPlan:
             engine_image=spec.runtime.image,
             router_image=spec.runtime.router_image,
             pools=dict(pools or {}),
+            prestage_weights=spec.autoscaling.prestage_weights,
         )
 
     def replicas_of(self, role: RolePlan) -> int:
@@ -166,6 +169,11 @@ class ReplicaFacts:
     reason: str = ""
     message: str = ""
     url: str = ""
+    # This run's start as the cluster saw it: ``runtime.startup`` milestone -> epoch seconds
+    # (created, scheduled, image pulled, weights downloaded, ready), those that are known.
+    milestones: dict[str, float] = field(default_factory=dict)
+    # The phase a starting replica waits on (``runtime.startup.waiting_on``); "" otherwise.
+    start_phase: str = ""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -178,6 +186,8 @@ class ReplicaFacts:
             "reason": self.reason,
             "message": self.message,
             "url": self.url,
+            "milestones": dict(self.milestones),
+            "start_phase": self.start_phase,
         }
 
 

@@ -35,6 +35,7 @@ from deployments.endpoints.rollout import RolloutDecision, RolloutFacts, decide
 from deployments.endpoints.timeline import record_event
 from deployments.experiments.canary import pool as canary_pool
 from deployments.experiments.models import Canary
+from deployments.starts.services import observe_starts
 from deployments.status import SCALED_TO_ZERO, STOPPED, derive_status, role_counts
 from runtime import launch
 from runtime.argv import UnsafeArgvError
@@ -134,7 +135,7 @@ def _run(work: Pass, driver: Driver) -> None:
     assert revision is not None
     _start_or_abandon(work, decision, target, before)
     driver.apply(ref, revision_plan(deployment, revision))
-    after = driver.observe(ref)
+    after = observe_starts(deployment, driver, ref, driver.observe(ref), work.now)
     # Promotion is judged on what runs after this pass's apply, so a ready target is current
     # in the same pass that saw it ready.
     settled = decide(_rollout_facts(work, target, after))

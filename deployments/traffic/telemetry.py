@@ -34,6 +34,7 @@ from controlplane import metrics, redis_clients
 from controlplane.celery import app as celery_app
 from deployments.drivers.errors import TemporaryDriverError
 from deployments.endpoints.models import Deployment
+from deployments.starts.telemetry import start_phase_histogram
 from deployments.status import ALL_STATUSES
 
 __all__ = ["OUTCOMES", "DeploymentsCollector", "record_reconcile", "register", "timed_reconcile"]
@@ -117,6 +118,7 @@ class DeploymentsCollector:
             ("database", endpoints_by_status),
             ("broker", task_queue_depth),
             ("redis", reconcile_histogram),
+            ("redis (replica starts)", start_phase_histogram),
         ):
             try:
                 yield family()

@@ -64,6 +64,8 @@ class SimOptions:
     drain_timeout: float = 60.0
     # Answer as an engine that accepts ignore_eos / min_tokens but does not honour them.
     ignore_length_pins: bool = False
+    # Start phases take their modelled time (``runtime.sim.startup``); off, they take none.
+    cold_start: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,10 @@ class EngineArgs:
     random_seed: int | None = None
     log_level: str = "info"
     skip_server_warmup: bool = False
+    cuda_graph_max_bs_decode: int | None = None
+    cuda_graph_bs_decode: list[int] | None = None
+    disable_decode_cuda_graph: bool = False
+    download_dir: str | None = None
     sim: SimOptions = field(default_factory=SimOptions)
     ignored_flags: tuple[str, ...] = ()
     launch_command: str = ""
@@ -164,6 +170,10 @@ MODELLED_FLAGS: tuple[str, ...] = (
     "--random-seed",
     "--log-level",
     "--skip-server-warmup",
+    "--cuda-graph-max-bs-decode",
+    "--cuda-graph-bs-decode",
+    "--disable-decode-cuda-graph",
+    "--download-dir",
 )
 
 # The catalogue's value types (its names for SGLang's argparse types) as Python converters.
@@ -270,6 +280,14 @@ _SIM_FLAGS: tuple[_SimFlag, ...] = (
         "(target, draft) pair; deeper drafts decay per algorithm",
     ),
     (
+        ("--sim-cold-start",),
+        "cold_start",
+        _switch,
+        "PLINTH_SIM_COLD_START",
+        "1: download, load, CUDA graph capture and warm-up take their modelled (simulated) "
+        "time at start, from the model's size and the catalogue's figures (0)",
+    ),
+    (
         ("--sim-crash-after-requests",),
         "crash_after_requests",
         _non_negative_int,
@@ -347,6 +365,7 @@ def _add_sglang_flag(parser: argparse.ArgumentParser, spec: FlagSpec) -> None:
         *names,
         dest=spec.dest,
         type=_CONVERTERS[spec.type or "str"],
+        nargs=spec.nargs if spec.nargs in ("+", "*", "?") else None,
         default=spec.default,
         choices=spec.parser_choices,
     )

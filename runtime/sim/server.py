@@ -30,10 +30,12 @@ from runtime.sim.generation import ServingContext
 from runtime.sim.native_api import handle_generate
 from runtime.sim.openai_api import handle_chat, handle_completions
 from runtime.sim.request import GenerationParams
+from runtime.sim.startup import fetch_line, leave_marker, plan_start, resume_seconds
+from runtime.startup import FIRED_UP
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN_PREFIXES = ("/health", "/ready", "/metrics")
-ADMIN_ROUTES = ("/flush_cache",)
+ADMIN_ROUTES = ("/flush_cache", "/release_memory_occupation", "/resume_memory_occupation")
 LOAD_SECTIONS = {"core", "memory", "spec", "lora", "disagg", "queues", "all"}
 HEALTH_TIMEOUT_S = 20.0
 DRAIN_POLL_S = 0.02
@@ -49,6 +51,7 @@ class SimServer:
         self.started_at = time.time()
         self._stopped = asyncio.Event()
         self._warned: set[str] = set()
+        self._elapsed = 0.0
 
     # ---- lifecycle ---------------------------------------------------------------------------
     async def run(self) -> None:
@@ -92,15 +95,51 @@ class SimServer:
         os._exit(1)
 
     async def _load(self) -> None:
+        """Start as SGLang does, phase by phase (``runtime.sim.startup``), then serve."""
         delay = self.args.sim.startup_delay
-        self.log(f"runtime.sim: loading weights (simulated, {delay:g} s)")
-        await asyncio.sleep(delay)
+        start = plan_start(self.args, self.engine.gpu, self.engine.model, self._max_running())
+        self._elapsed = 0.0  # simulated seconds of the start so far
+        self._log_start(f"Load weight begin. avail mem={self.engine.gpu.memory_gib:.2f} GB")
+        if start.download_s:
+            await self._phase(start.download_s)
+            self._log_start(fetch_line(start))
+            leave_marker(self.args, self.engine.model)
+        await self._phase(start.load_s)
+        await asyncio.sleep(delay)  # the test control: real seconds, on top of the model
+        load = start.download_s + start.load_s
+        self._log_start(
+            f"Load weight end. elapsed={load:.2f} s, type={self.engine.model.architecture}, "
+            f"mem usage={self.engine.plan.weight_gb:.2f} GB."
+        )
+        self._log_start(f"Capture cuda graph begin. bs={start.graph_count} graphs")
+        await self._phase(start.graphs_s)
+        self._log_start(f"Capture cuda graph end. Time elapsed: {start.graphs_s:.2f} s.")
+        await self._phase(start.warmup_s)
         if self.state != "starting":
             return
-        self.engine.metrics.set_startup_time("total", delay)
+        metrics = self.engine.metrics
+        metrics.set_startup_time("load_weight", load)
+        metrics.set_startup_time("cuda_graph", start.graphs_s)
+        metrics.set_startup_time("total", start.total_s + delay)
         self.state = "ready"
         self.ctx.accepting = True
-        self.log("The server is fired up and ready to roll! (runtime.sim, simulated engine)")
+        self._log_start(f"{FIRED_UP} (runtime.sim, simulated engine)")
+
+    def _max_running(self) -> int:
+        return int(self.engine.scheduler.config.max_running_requests)
+
+    async def _phase(self, simulated_s: float) -> None:
+        """Wait out a start phase at the time scale, and count it on the start's clock."""
+        self._elapsed += simulated_s
+        if simulated_s > 0:
+            await asyncio.sleep(simulated_s / self.args.sim.time_scale)
+
+    def _log_start(self, line: str) -> None:
+        """A start line, stamped on the start's simulated clock (``runtime.sim.startup``)."""
+        if self.log is _log:
+            _log(line, at=self.started_at + self._elapsed)
+        else:
+            self.log(line)
 
     def begin_drain(self) -> None:
         if self.state == "draining":
@@ -136,6 +175,8 @@ class SimServer:
             ("GET", "/v1/models", self.models),
             ("GET", "/v1/models/{model:.+}", self.model_card),
             ("GET", "/v1/loads", self.loads),
+            ("POST", "/release_memory_occupation", self.release_memory),
+            ("POST", "/resume_memory_occupation", self.resume_memory),
             ("GET", "/flush_cache", self.flush_cache),
             ("POST", "/flush_cache", self.flush_cache),
             ("GET", "/metrics", self.metrics),
@@ -314,6 +355,28 @@ class SimServer:
             return web.Response(text=_loads_prometheus(document), content_type="text/plain")
         return web.json_response(document)
 
+    # ---- a warm pool's replica: loaded, its GPU memory released until it is needed ----------
+    async def release_memory(self, request: web.Request) -> web.Response:
+        """SGLang's ``/release_memory_occupation``: weights and KV cache leave the GPU (kept in
+        host memory), so a warm replica holds the process and its CUDA graphs but no GPU
+        memory. Until resumed it takes no requests (``/ready`` answers 503, as while loading)."""
+        if self.state != "ready" or self.ctx.active_runs or self.engine.scheduler.has_work():
+            return web.json_response({"success": False, "message": "not idle"}, status=400)
+        self.state, self.ctx.accepting = "released", False
+        self.log("runtime.sim: memory occupation released (weights and KV cache off the GPU)")
+        return web.json_response({"success": True, "message": "released"})
+
+    async def resume_memory(self, request: web.Request) -> web.Response:
+        """SGLang's ``/resume_memory_occupation``: the weights copied back over the host link
+        (``runtime.sim.startup.resume_seconds``), then ready again."""
+        if self.state != "released":
+            return web.json_response({"success": False, "message": "not released"}, status=400)
+        seconds = resume_seconds(self.args, self.engine.gpu, self.engine.model)
+        await asyncio.sleep(seconds / self.args.sim.time_scale)
+        self.state, self.ctx.accepting = "ready", True
+        self.log(f"runtime.sim: memory occupation resumed in {seconds:.2f} s (simulated)")
+        return web.json_response({"success": True, "message": "resumed", "seconds": seconds})
+
     async def flush_cache(self, request: web.Request) -> web.Response:
         if self.engine.scheduler.flush_cache():
             return web.Response(
@@ -348,6 +411,7 @@ def _loads_prometheus(document: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _log(line: str) -> None:
+def _log(line: str, at: float | None = None) -> None:
     # Stamped as SGLang's logging stamps its lines (local time), so log readers find the time.
-    print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {line}", file=sys.stderr, flush=True)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    print(f"[{stamp}] {line}", file=sys.stderr, flush=True)

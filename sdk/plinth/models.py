@@ -189,6 +189,7 @@ class AutoscalingSettings(ApiModel):
     scale_down_delay_seconds: int = 300
     scale_to_zero: bool = False
     scale_to_zero_after_seconds: int = 900
+    prestage_weights: bool = False
     slo: SloTargets | None = None
     prefill: PoolBounds | None = None
     decode: PoolBounds | None = None
@@ -204,6 +205,7 @@ class BatchingSettings(ApiModel):
     schedule_conservativeness: float | None = None
     mem_fraction_static: float | None = None
     cuda_graph_max_bs_decode: int | None = None
+    cuda_graph_trim: bool = False
     page_size: int | None = None
     radix_cache: bool = True
     mixed_chunk: bool = False
@@ -1001,6 +1003,13 @@ class ParallelismSettings(ApiModel):
     ep: int = 1
 
 
+class PhaseOut(ApiModel):
+    "PhaseOut"
+
+    phase: str
+    seconds: float
+
+
 class PointOut(ApiModel):
     "PointOut"
 
@@ -1142,6 +1151,26 @@ class RangeQuery(ApiModel):
     end: datetime | None = None
 
 
+class ReplicaStartOut(ApiModel):
+    "ReplicaStartOut"
+
+    replica: str
+    role: str
+    revision: int | None
+    created_at: datetime
+    ready_at: datetime
+    total_seconds: float
+    phases: list[PhaseOut]
+
+
+class ReplicaStartPage(ApiModel):
+    "ReplicaStartPage"
+
+    items: list[ReplicaStartOut]
+    count: int
+    next: str | None = None
+
+
 class RevisionOut(ApiModel):
     "RevisionOut"
 
@@ -1220,12 +1249,12 @@ class RuntimeSpec(ApiModel):
     model: ModelSettings
     hardware: HardwareSettings
     parallelism: ParallelismSettings = Field(default_factory=lambda: ParallelismSettings.model_validate({'tp': 1, 'pp': 1, 'attn_dp': 1, 'ep': 1}))
-    batching: BatchingSettings = Field(default_factory=lambda: BatchingSettings.model_validate({'max_running_requests': None, 'max_prefill_tokens': None, 'chunked_prefill_size': None, 'schedule_policy': None, 'schedule_conservativeness': None, 'mem_fraction_static': None, 'cuda_graph_max_bs_decode': None, 'page_size': None, 'radix_cache': True, 'mixed_chunk': False, 'stream_interval': None}))
+    batching: BatchingSettings = Field(default_factory=lambda: BatchingSettings.model_validate({'max_running_requests': None, 'max_prefill_tokens': None, 'chunked_prefill_size': None, 'schedule_policy': None, 'schedule_conservativeness': None, 'mem_fraction_static': None, 'cuda_graph_max_bs_decode': None, 'cuda_graph_trim': False, 'page_size': None, 'radix_cache': True, 'mixed_chunk': False, 'stream_interval': None}))
     quantization: QuantizationSettings = Field(default_factory=lambda: QuantizationSettings.model_validate({'method': None, 'kv_cache_dtype': 'auto'}))
     speculator: SpeculatorSettings = Field(default_factory=lambda: SpeculatorSettings.model_validate({'algorithm': 'none', 'draft_model': None, 'draft_model_revision': None, 'num_steps': None, 'eagle_topk': None, 'num_draft_tokens': None, 'ngram': {'capacity': None, 'match_type': None, 'max_bfs_breadth': None, 'max_trie_depth': None, 'min_bfs_breadth': None}}))
     disaggregation: DisaggregationSettings = Field(default_factory=lambda: DisaggregationSettings.model_validate({'enabled': False, 'prefill': {'replicas': 1, 'tp': None}, 'decode': {'replicas': 1, 'tp': None}, 'transfer_backend': 'mooncake', 'bootstrap_port': 8998, 'ib_device': None, 'decode_radix_cache': False}))
     routing: RoutingSettings = Field(default_factory=lambda: RoutingSettings.model_validate({'policy': 'cache_aware', 'placement': None, 'cache_threshold': None, 'balance_abs_threshold': None, 'balance_rel_threshold': None, 'overload_protection': False, 'warmup_seconds': None}))
-    autoscaling: AutoscalingSettings = Field(default_factory=lambda: AutoscalingSettings.model_validate({'min_replicas': 1, 'max_replicas': 1, 'concurrency_target': 32, 'target_utilization': 0.7, 'window_seconds': 60, 'scale_down_delay_seconds': 300, 'scale_to_zero': False, 'scale_to_zero_after_seconds': 900, 'slo': None, 'prefill': None, 'decode': None}))
+    autoscaling: AutoscalingSettings = Field(default_factory=lambda: AutoscalingSettings.model_validate({'min_replicas': 1, 'max_replicas': 1, 'concurrency_target': 32, 'target_utilization': 0.7, 'window_seconds': 60, 'scale_down_delay_seconds': 300, 'scale_to_zero': False, 'scale_to_zero_after_seconds': 900, 'prestage_weights': False, 'slo': None, 'prefill': None, 'decode': None}))
     runtime: RuntimeSettings = Field(default_factory=lambda: RuntimeSettings.model_validate({'sglang_version': '0.5.23', 'image': None, 'router_image': None, 'extra_flags': {}, 'env': {}}))
 
 
@@ -1500,6 +1529,7 @@ OptimizeOut.model_rebuild()
 OverrideIn.model_rebuild()
 PageQuery.model_rebuild()
 ParallelismSettings.model_rebuild()
+PhaseOut.model_rebuild()
 PointOut.model_rebuild()
 PoolBounds.model_rebuild()
 PoolOut.model_rebuild()
@@ -1514,6 +1544,8 @@ QuotaIn.model_rebuild()
 QuotaLineOut.model_rebuild()
 QuotaUsageOut.model_rebuild()
 RangeQuery.model_rebuild()
+ReplicaStartOut.model_rebuild()
+ReplicaStartPage.model_rebuild()
 RevisionOut.model_rebuild()
 RevisionPage.model_rebuild()
 RevisionSummaryOut.model_rebuild()

@@ -277,3 +277,19 @@ def test_with_flag_replaces_or_appends() -> None:
     assert with_flag(args, "--trust-remote-code")[-1] == "--trust-remote-code"
     assert with_flag(["--port=1"], "--port", 2) == ["--port", "2"]
     assert args == ["--port", "30000", "--enable-metrics", "--x", "a", "b"]  # untouched
+
+
+def test_cuda_graphs_trimmed_to_the_endpoints_concurrency(spec_data: SpecData) -> None:
+    """Issue 29 item 6: with ``cuda_graph_trim``, decode graphs are captured up to twice the
+    autoscaler's per-replica concurrency (at most the running-request cap), not SGLang's 256."""
+
+    def graph_bs(**batching: Any) -> str | None:
+        data = spec_data(batching=batching, autoscaling={"concurrency_target": 8})
+        args = plan(_spec(data)).roles[0].args
+        flag = "--cuda-graph-max-bs-decode"
+        return args[args.index(flag) + 1] if flag in args else None
+
+    assert graph_bs() is None  # SGLang's own default
+    assert graph_bs(cuda_graph_trim=True) == "16"
+    assert graph_bs(cuda_graph_trim=True, max_running_requests=12) == "12"
+    assert graph_bs(cuda_graph_trim=True, cuda_graph_max_bs_decode=64) == "64"

@@ -171,6 +171,7 @@ EXPECTED: dict[tuple[str, str], tuple[Variant, ...]] = {
         V(R.VIEWER, Scope.OBJECT, lambda w: {**_endpoint(w), "number": "1"}),
     ),
     ("GET", EP + "/events"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
+    ("GET", EP + "/starts"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
     ("GET", EP + "/metrics"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
     ("GET", EP + "/model-accuracy"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
     ("GET", EP + "/usage"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),

@@ -97,6 +97,7 @@ KINDS: dict[tuple[str, str], Kind] = {
         Kind("v1", "Node", "nodes", namespaced=False),
         Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
         Kind("apps/v1", "Deployment", "deployments"),
+        Kind("apps/v1", "DaemonSet", "daemonsets"),
         Kind("batch/v1", "Job", "jobs"),
         Kind("rbac.authorization.k8s.io/v1", "Role", "roles"),
         Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),

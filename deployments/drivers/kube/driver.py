@@ -49,6 +49,7 @@ OWNED_KINDS = [
     ("apps/v1", "Deployment"),
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
     ("batch/v1", "Job"),  # the weights download into a shared model cache; kept while stopped
+    ("apps/v1", "DaemonSet"),  # weights pre-staged on the GPU type's nodes; kept while stopped
     ("policy/v1", "PodDisruptionBudget"),
     ("networking.k8s.io/v1", "NetworkPolicy"),
     ("v1", "Service"),

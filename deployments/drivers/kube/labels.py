@@ -30,6 +30,10 @@ LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
 GPU = "plinth.dev/gpu"
 # The role of an endpoint's weights download Job (``render.weights_job``).
 WEIGHTS = "weights"
+# The DaemonSet that pre-stages an endpoint's weights on its GPU type's nodes, and the label of
+# its pods (not ``DEPLOYMENT``: they are never replicas).
+PRESTAGE = "prestage"
+PRESTAGE_OF = "plinth.dev/prestage-of"
 # A benchmark's objects (``benchmark_job``): which benchmark, and of which endpoint. Not
 # ``DEPLOYMENT``: they are not the endpoint's revision, so its apply must not prune them nor its
 # observe count their pod as a replica; only the endpoint's delete takes them too.

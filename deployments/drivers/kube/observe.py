@@ -14,12 +14,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from datetime import datetime
 from ipaddress import ip_address
 from typing import Any
 
 from deployments.drivers import base
 from deployments.drivers.kube import labels as L
 from deployments.drivers.kube.egress import EgressPolicy, address_problem
+from runtime import startup
 
 PULL_ERRORS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName"})
 CONFIG_ERRORS = frozenset({"CreateContainerConfigError", "CreateContainerError"})
@@ -64,7 +66,61 @@ def replica_facts(
     if probe and phase in {base.LOADING, base.RUNNING} and not reason:
         reason, message = "ProbeFailed", probe
     ready = phase == base.READY
-    return base.ReplicaFacts(phase=phase, ready=ready, reason=reason, message=message, **common)
+    return base.ReplicaFacts(
+        phase=phase,
+        ready=ready,
+        reason=reason,
+        message=message,
+        milestones=start_milestones(pod) if role != "router" else {},
+        **common,
+    )
+
+
+def _epoch(stamp: object) -> float | None:
+    """An RFC 3339 time as the API writes it (``2026-01-01T00:00:00Z``) -> epoch seconds."""
+    if not isinstance(stamp, str) or not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _true_since(pod: Mapping[str, Any], kind: str) -> float | None:
+    condition = _condition(pod, kind)
+    return (
+        _epoch(condition.get("lastTransitionTime")) if condition.get("status") == "True" else None
+    )
+
+
+def _started(status: Mapping[str, Any]) -> float | None:
+    state = status.get("state") or {}
+    run = state.get("running") or state.get("terminated") or {}
+    return _epoch(run.get("startedAt"))
+
+
+def start_milestones(pod: Mapping[str, Any]) -> dict[str, float]:
+    """The pod's start as Kubernetes tells it (``runtime.startup``): created, the scheduler's
+    PodScheduled, the image pulled (its first container started: the weights init container,
+    which runs the engine's image, or the engine), the weights in the node's cache (its init
+    containers finished: a download, or the wait for the download Job's marker) and Ready.
+    A container restarted in place is the same start (the pod's), recorded once."""
+    status = pod.get("status") or {}
+    inits = status.get("initContainerStatuses") or []
+    engine = _container(pod, "engine")
+    found: dict[str, float | None] = {
+        startup.CREATED: _epoch((pod.get("metadata") or {}).get("creationTimestamp")),
+        startup.SCHEDULED: _true_since(pod, "PodScheduled"),
+    }
+    starts = [t for t in (_started(c) for c in [*inits, engine]) if t is not None]
+    found[startup.IMAGE_PULLED] = min(starts) if starts else None
+    finished = [
+        _epoch(((c.get("state") or {}).get("terminated") or {}).get("finishedAt")) for c in inits
+    ]
+    if inits and all(f is not None for f in finished):
+        found[startup.WEIGHTS_DOWNLOADED] = max(f for f in finished if f is not None)
+    found[startup.READY] = _true_since(pod, "Ready")
+    return {phase: at for phase, at in found.items() if at is not None}
 
 
 def _unschedulable(pod: Mapping[str, Any], message: str) -> str:

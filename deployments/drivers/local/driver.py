@@ -38,6 +38,7 @@ from deployments.drivers.errors import PermanentDriverError, TemporaryDriverErro
 from deployments.drivers.local.benchmark import run_points
 from deployments.drivers.local.logfile import read_log
 from deployments.drivers.local.processes import ProcessRecord, ProcessTable, free_port
+from runtime import startup
 from runtime.client import EngineClient, RouterClient, RuntimeUnavailable
 from runtime.launch import RolePlan, with_flag
 from runtime.secret_flags import API_KEY_ENV, API_KEY_REF
@@ -449,6 +450,10 @@ def _engine_facts(record: ProcessRecord, routed: set[str] | None) -> base.Replic
         role=record.role,
         restarts=record.restarts,
         url=record.url,
+        # This machine neither schedules nor pulls: the process starting is all three.
+        milestones=dict.fromkeys(
+            (startup.CREATED, startup.SCHEDULED, startup.IMAGE_PULLED), record.started_at
+        ),
     )
     if not record.alive():
         code = f" with code {record.exit_code}" if record.exit_code is not None else ""

@@ -220,6 +220,13 @@ SECTIONS: tuple[Section, ...] = (
                 flag="--cuda-graph-max-bs",
             ),
             FormField(
+                "batching.cuda_graph_trim",
+                "Trim CUDA graphs to concurrency",
+                "capture decode graphs only up to twice the autoscaling concurrency target: "
+                "a faster cold start",
+                flag="--cuda-graph-max-bs-decode",
+            ),
+            FormField(
                 "batching.stream_interval",
                 "Stream interval",
                 "tokens per streamed chunk",

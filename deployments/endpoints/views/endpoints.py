@@ -26,7 +26,9 @@ from deployments.endpoints import queries, services
 from deployments.endpoints.models import Deployment
 from deployments.experiments.context import canary_context
 from deployments.experiments.queries import running_canary
+from deployments.starts.queries import recent_starts, start_bars
 from deployments.status import ALL_STATUSES, rolling_out
+from runtime.startup import PHASE_LABELS
 
 
 def _list_context(request: HttpRequest) -> dict[str, object]:
@@ -76,6 +78,8 @@ def endpoint_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "served_model": _served_model(revision.spec if revision else {}),
         "tab": "overview",
         "accuracies": _accuracies(endpoint),
+        "start_bars": start_bars(recent_starts(endpoint)),
+        "start_phases": list(PHASE_LABELS.items()),
         **canary_context(endpoint),
     }
     return render(request, "deployments/endpoint_detail.html", context)

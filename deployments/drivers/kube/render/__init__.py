@@ -61,7 +61,13 @@ from deployments.drivers.kube.render.router import (
     router_service,
     router_url,
 )
-from deployments.drivers.kube.render.weights import download_by_job, model_cache_claim, weights_job
+from deployments.drivers.kube.render.weights import (
+    download_by_job,
+    model_cache_claim,
+    prestage_daemonset,
+    prestages,
+    weights_job,
+)
 from deployments.drivers.kube.weights import weights_of
 from runtime.secret_flags import API_KEY_ENV
 
@@ -94,6 +100,8 @@ def render_revision(
     weights = weights_of(revision)
     if weights and download_by_job(options.cluster):
         objects.append(weights_job(ref, revision, weights, options))
+    if prestages(revision, options.cluster):
+        objects.append(prestage_daemonset(ref, revision, options))
     engines = [r for r in revision.plan.roles if r.role != "router"]
     if engines:
         objects.append(engine_network_policy(ref, revision, engines[0].port, options))

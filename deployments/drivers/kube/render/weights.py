@@ -8,7 +8,13 @@ import hashlib
 import json
 from typing import Any
 
-from deployments.cluster_settings import ClaimCache, ClusterSettings, NoCache, SharedClaimCache
+from deployments.cluster_settings import (
+    ClaimCache,
+    ClusterSettings,
+    HostPathCache,
+    NoCache,
+    SharedClaimCache,
+)
 from deployments.drivers.base import DeploymentRef, RevisionPlan
 from deployments.drivers.kube import labels as L
 from deployments.drivers.kube.render.metadata import (
@@ -126,6 +132,78 @@ def engine_init_containers(
         _weights_container(ref, revision, f"weights-{at}", w, image, cluster)
         for at, w in enumerate(weights)
     ]
+
+
+def prestages(revision: RevisionPlan, cluster: ClusterSettings) -> bool:
+    """Pre-staging asked for, where it helps: a per-node cache (hostPath) and a GPU type to
+    find the nodes by. A claim is shared by every node already (its Job downloads once); without
+    a cache there is nowhere to keep the weights."""
+    return (
+        revision.prestage_weights
+        and bool(revision.gpu)
+        and isinstance(cluster.model_cache, HostPathCache)
+        and bool(weights_of(revision))
+    )
+
+
+def prestage_daemonset(
+    ref: DeploymentRef, revision: RevisionPlan, options: KubeOptions
+) -> dict[str, Any]:
+    """Keeps the endpoint's weights in the model cache of every node of its GPU type: per node,
+    init containers download what is missing (the same steps as an engine pod's, which then
+    find the marker and skip), then a container that only sleeps holds the node's place, so a
+    node that joins gets the weights too. It runs the engine's image, which pulling also
+    pre-stages. Its pods carry no endpoint label (never taken for replicas) and ask for no GPU.
+    """
+    cluster = options.cluster
+    engines = [r for r in revision.plan.roles if r.role != "router"]
+    image = engine_image(engines[0], revision, cluster)
+    inits = [
+        _weights_container(ref, revision, f"weights-{at}", w, image, cluster)
+        for at, w in enumerate(weights_of(revision))
+    ]
+    hold = {
+        "name": "hold",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"],
+        "resources": {"requests": {"cpu": "1m", "memory": "8Mi"}, "limits": {"memory": "32Mi"}},
+        "securityContext": container_security(
+            read_only=True, run_as_user=cluster.engine_run_as_user
+        ),
+    }
+    selector = cluster.gpu_selector(revision.gpu)
+    pod: dict[str, Any] = {
+        "initContainers": inits,
+        "containers": [hold],
+        "volumes": [cache_volume(ref, cluster), {"name": "tmp", "emptyDir": {}}],
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 5,
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [selector.node_selector_term()]
+                }
+            }
+        },
+        **pod_scheduling(cluster),
+    }
+    # On the GPU nodes, with the engines' tolerations for their taints (the cluster's).
+    tolerations = [t.manifest() for t in (*cluster.gpu_tolerations, *cluster.tolerations)]
+    if tolerations:
+        pod["tolerations"] = tolerations
+    match = {L.MANAGED_BY: L.PLINTH, L.PRESTAGE_OF: ref.id}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": object_meta(ref, revision, L.object_name(ref.slug, "prestage"), L.PRESTAGE),
+        "spec": {
+            "selector": {"matchLabels": match},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "template": {"metadata": {"labels": match}, "spec": pod},
+        },
+    }
 
 
 def weights_job(

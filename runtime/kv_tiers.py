@@ -77,14 +77,15 @@ def _service_address(value: str) -> str:
 class HostTier(SpecGroup):
     """HiCache's host-memory tier (`--enable-hierarchical-cache`): prefixes the GPU's KV pool
     evicts stay in pinned host memory and load back over the host link instead of being
-    recomputed. Size by `ratio` (of the GPU KV pool, SGLang's `--hicache-ratio`) or `size_gib`
+    recomputed. Size by `ratio` (of the GPU KV pool, SGLang's `--hicache-ratio`) or `size_gb`
     (per GPU, `--hicache-size`, which wins); neither set: ratio 2, SGLang's usual default."""
 
     ratio: float | None = Field(
         default=None, gt=1, description="host tier size as a multiple of the GPU KV pool (> 1)"
     )
-    size_gib: PositiveInt | None = Field(
-        default=None, description="host tier GiB per GPU; overrides ratio"
+    # GB (10^9 bytes), as SGLang reads --hicache-size.
+    size_gb: PositiveInt | None = Field(
+        default=None, description="host tier GB per GPU; overrides ratio"
     )
     # None: SGLang 0.5.23's default (the flag catalogue's), which Plinth spells out in the argv.
     write_policy: HiCacheWritePolicy | None = None

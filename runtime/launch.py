@@ -288,8 +288,8 @@ def _hicache_args(spec: RuntimeSpec) -> list[str]:
     if host is None:
         return []
     args = ["--enable-hierarchical-cache"]
-    if host.size_gib is not None:
-        args += ["--hicache-size", str(host.size_gib)]
+    if host.size_gb is not None:
+        args += ["--hicache-size", str(host.size_gb)]
     else:
         args += ["--hicache-ratio", str(host.resolved_ratio)]
     args += ["--hicache-write-policy", host.resolved_write_policy]
@@ -331,8 +331,8 @@ def host_tier_gib_per_node(spec: RuntimeSpec, group: EngineGroup) -> int:
     host = spec.kv_cache.tiers.host
     if host is None:
         return 0
-    if host.size_gib is not None:
-        return host.size_gib * group.gpus_per_node
+    if host.size_gb is not None:
+        return math.ceil(host.size_gb * 1e9 * group.gpus_per_node / GIB)
     arch = spec.model.arch()
     if arch is None:
         return 0

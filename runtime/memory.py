@@ -199,13 +199,13 @@ def memory_fit(spec: RuntimeSpec, gpu: GpuType, arch: ModelArch, group: EngineGr
 
 
 def host_tier_bytes(spec: RuntimeSpec, kv_pool_bytes: float) -> float:
-    """HiCache's host pool per GPU: `size_gib` when set, else `ratio` x the GPU's KV pool (as
+    """HiCache's host pool per GPU: `size_gb` when set, else `ratio` x the GPU's KV pool (as
     SGLang sizes it from --hicache-size / --hicache-ratio); 0 without a host tier."""
     host = spec.kv_cache.tiers.host
     if host is None:
         return 0.0
-    if host.size_gib is not None:
-        return host.size_gib * GIB
+    if host.size_gb is not None:
+        return host.size_gb * 1e9  # SGLang's --hicache-size is in GB
     return host.resolved_ratio * kv_pool_bytes
 
 

@@ -136,7 +136,7 @@ def _host_fit(ctx: RuleContext, host: HostTier) -> Iterator[Issue]:
     if ctx.arch is None:
         return
     budget = ctx.gpu.node_host_memory_gib * GIB * HOST_TIER_NODE_SHARE
-    field = f"{_FIELD}.host.{'size_gib' if host.size_gib is not None else 'ratio'}"
+    field = f"{_FIELD}.host.{'size_gb' if host.size_gb is not None else 'ratio'}"
     for group in ctx.groups:
         fit = memory_fit(ctx.spec, ctx.gpu, ctx.arch, group)
         per_node = host_memory_per_node(fit, group)

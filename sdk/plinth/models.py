@@ -720,7 +720,7 @@ class HostTier(ApiModel):
     "HiCache's host-memory tier (`--enable-hierarchical-cache`): prefixes the GPU's KV pool"
 
     ratio: float | None = None
-    size_gib: int | None = None
+    size_gb: int | None = None
     write_policy: Literal['write_through', 'write_through_selective', 'write_back'] | None = None
     io_backend: Literal['kernel', 'direct'] | None = None
     mem_layout: Literal['layer_first', 'page_first', 'page_first_direct', 'page_first_kv_split', 'page_head'] | None = None

@@ -2,7 +2,6 @@
 the flags rendered are in its catalogue with valid values, the memory fit counts the host tier per
 node, and what SGLang would refuse or silently rewrite is refused here, naming the field."""
 
-
 from __future__ import annotations
 
 import math
@@ -106,8 +105,9 @@ def test_the_host_tier_is_counted_per_node_and_requested(spec_data: SpecData) ->
     assert fit.host_tier_tokens == pytest.approx(2 * fit.max_kv_tokens, abs=2)
     per_node = host_memory_per_node(fit, group)
     assert plan(spec).roles[0].host_tier_gib_per_node == math.ceil(per_node / GIB)
-    sized = RuntimeSpec.model_validate(spec_data(parallelism={"tp": 4}, **tiers({"size_gib": 100})))
-    assert plan(sized).roles[0].host_tier_gib_per_node == 400  # 4 GPUs of one node
+    sized = RuntimeSpec.model_validate(spec_data(parallelism={"tp": 4}, **tiers({"size_gb": 100})))
+    # 100 GB (SGLang reads --hicache-size in GB) on each of one node's 4 GPUs, in GiB.
+    assert plan(sized).roles[0].host_tier_gib_per_node == math.ceil(400e9 / GIB)
 
 
 @pytest.mark.parametrize(
@@ -123,11 +123,11 @@ def test_the_host_tier_is_counted_per_node_and_requested(spec_data: SpecData) ->
             ("invalid_choice", "kv_cache.tiers.host.io_backend"),
         ),
         (
-            {**tiers({"size_gib": 300}), "parallelism": {"tp": 8}},
-            ("hicache_host_memory", "kv_cache.tiers.host.size_gib"),
+            {**tiers({"size_gb": 300}), "parallelism": {"tp": 8}},
+            ("hicache_host_memory", "kv_cache.tiers.host.size_gb"),
         ),
         (tiers({"ratio": 60}), ("hicache_host_memory", "kv_cache.tiers.host.ratio")),
-        (tiers({"size_gib": 1}), ("hicache_host_smaller", "kv_cache.tiers.host.size_gib")),
+        (tiers({"size_gb": 1}), ("hicache_host_smaller", "kv_cache.tiers.host.size_gb")),
         (
             tiers({"io_backend": "direct"}),
             ("hicache_layout_backend", "kv_cache.tiers.host.mem_layout"),

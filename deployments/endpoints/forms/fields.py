@@ -146,8 +146,8 @@ SECTIONS: tuple[Section, ...] = (
                 flag="--hicache-ratio",
             ),
             FormField(
-                "kv_cache.tiers.host.size_gib",
-                "Host tier: GiB per GPU",
+                "kv_cache.tiers.host.size_gb",
+                "Host tier: GB per GPU",
                 "overrides the ratio",
                 flag="--hicache-size",
             ),

@@ -17,7 +17,7 @@ storage are prefetched into host memory before the request is scheduled (``timeo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from runtime.catalog.perf import perf_catalog
@@ -62,7 +62,6 @@ class TierTraffic:
     storage_load: float = 0.0  # storage -> host -> GPU (prefetched before the step)
     write_through: float = 0.0  # GPU -> host, asynchronous
     write_back: float = 0.0  # GPU -> host at eviction, waited for
-    loaded_tokens: dict[str, int] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:

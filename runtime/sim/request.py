@@ -78,6 +78,9 @@ class SimRequest:
     node: RadixNode | None = None
     private_tokens: int = 0
     cached_tokens: int | None = None
+    # Of cached_tokens, those HiCache loaded back from the host tier / prefetched from storage.
+    cached_host: int = 0
+    cached_storage: int = 0
     retractions: int = 0
     pending_stream_tokens: list[int] = field(default_factory=list)
     # Timings (monotonic seconds) and speculative counts, for meta_info and metrics.

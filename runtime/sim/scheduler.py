@@ -18,7 +18,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from runtime.sim.hicache import HiCache, TierHit
 from runtime.sim.kvpool import KvPool
+from runtime.sim.radix import PrefixMatch
 from runtime.sim.request import FinishReason, GenerationParams, SimRequest, Update
 from runtime.sim.roofline import StepWork
 from runtime.sim.tokenizer import EOS_ID, Tokenizer
@@ -66,10 +68,19 @@ class Step:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, pool: KvPool, tokenizer: Tokenizer) -> None:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        pool: KvPool,
+        tokenizer: Tokenizer,
+        hicache: HiCache | None = None,
+    ) -> None:
         self.config = config
         self.pool = pool
         self.cache = pool.cache
+        self.hicache = hicache
+        if hicache is not None:
+            self.cache.on_evict = hicache.evicted
         self.tokenizer = tokenizer
         self.waiting: deque[SimRequest] = deque()
         self.prefilling: list[SimRequest] = []
@@ -135,6 +146,8 @@ class Scheduler:
         if self.has_work():
             return False
         self.cache.reset()
+        if self.hicache is not None:
+            self.hicache.reset()
         return True
 
     # ---- planning ----------------------------------------------------------------------------
@@ -175,6 +188,7 @@ class Scheduler:
         extend = len(req.fill_ids) - match.length
         if not self._fits(extend + self._reserve(req)):
             return 0
+        match, hit = self._load_back(req.fill_ids[:-1], match)
         take = budget.take(req.fill_ids, match.length, first=first)
         if take <= 0:
             return 0
@@ -188,9 +202,32 @@ class Scheduler:
         self.prefilling.append(req)
         if req.cached_tokens is None:
             req.cached_tokens = match.length
+            req.cached_host, req.cached_storage = hit.host, hit.storage
         self.stats.prefill_cached_tokens_total += match.length
         self._step_cached += match.length
         return take
+
+    def _load_back(self, ids: list[int], match: PrefixMatch) -> tuple[PrefixMatch, TierHit]:
+        """HiCache: bring what the host (or storage) tier holds of ``ids`` beyond the GPU's
+        ``match`` into the GPU's cache, if the pool has room for it; the longer match after."""
+        none = TierHit()
+        if self.hicache is None:
+            return match, none
+        hit = self.hicache.lookup(ids, match.length)
+        tokens = hit.host + hit.storage
+        if not tokens:
+            return match, none
+        # The matched prefix is held while room is made, so eviction cannot take it.
+        self.cache.lock(match.node)
+        room = self.pool.try_alloc(tokens)
+        if room:
+            self.pool.release(tokens)  # the slots go to the cache, not to the request
+            self.cache.insert(ids[: match.length + tokens])
+        self.cache.unlock(match.node)
+        if not room:
+            return match, none
+        self.hicache.loaded(ids[: match.length + tokens], hit)
+        return self.cache.match_prefix(ids[: match.length + tokens]), hit
 
     def _admission_order(self) -> list[SimRequest]:
         queue = list(self.waiting)
@@ -369,7 +406,9 @@ class Scheduler:
         moved = min(req.private_tokens, aligned - req.locked_len)
         self.pool.release(moved)
         req.private_tokens -= moved
-        self.cache.insert(ids[:aligned])
+        known = self.cache.insert(ids[:aligned])
+        if self.hicache is not None:
+            self.hicache.cached(ids[:aligned], aligned - known, reused=bool(req.cached_tokens))
         if self.pool.free < 0:
             self.cache.evict(-self.pool.free)
         match = self.cache.match_prefix(ids[:aligned])

@@ -53,6 +53,24 @@ def routing_key(payload: object) -> str | None:
     return hashlib.blake2b(head.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
+def context_tokens(payload: object) -> int:
+    """About how many tokens a request's prompt holds (four characters a token, as smg counts
+    untokenized text): the working set its routing key keeps cached on its replica, for
+    ``gateway.placement``. 0 when the body names no prompt."""
+    if not isinstance(payload, dict):
+        return 0
+    messages = payload.get("messages")
+    if isinstance(messages, list):
+        chars = sum(len(_text(m.get("content") if isinstance(m, dict) else m)) for m in messages)
+        return chars // 4
+    for name in ("prompt", "text"):
+        prompt = payload.get(name)
+        if isinstance(prompt, str):
+            return len(prompt) // 4
+    ids = payload.get("input_ids")
+    return len(ids) if isinstance(ids, list) and ids and isinstance(ids[0], int) else 0
+
+
 def _chat_head(messages: object) -> str | None:
     """Leading system messages and the first other one, tagged by role, cut at PREFIX_CHARS."""
     if not isinstance(messages, list) or not messages:

@@ -981,7 +981,7 @@ class OptimizeIn(ApiModel):
     model: str
     architecture: Architecture | None = None
     gpus: list[str] | None = None
-    traffic: TrafficIn = Field(default_factory=lambda: TrafficIn.model_validate({'input_tokens': 1024, 'output_tokens': 256, 'rate_rps': None, 'concurrency': None, 'prefix_share': 0.0, 'turns': 1}))
+    traffic: TrafficIn = Field(default_factory=lambda: TrafficIn.model_validate({'input_tokens': 1024, 'output_tokens': 256, 'rate_rps': None, 'concurrency': None, 'prefix_share': 0.0, 'turns': 1, 'working_set_tokens': 0}))
     slo: SloIn = Field(default_factory=lambda: SloIn.model_validate({'ttft_p90_s': 1.0, 'itl_p90_s': None, 'e2e_p90_s': None, 'tpot_mean_s': None}))
     limits: LimitsIn = Field(default_factory=lambda: LimitsIn.model_validate({'max_cost_per_hour': None, 'max_gpus': None}))
     objective: Literal['cost', 'throughput'] = 'cost'
@@ -1398,6 +1398,7 @@ class TrafficIn(ApiModel):
     concurrency: int | None = None
     prefix_share: float = 0.0
     turns: int = 1
+    working_set_tokens: int = 0
 
 
 class TrafficOut(ApiModel):

@@ -60,3 +60,27 @@ def test_a_working_set_past_the_pool_costs_hits_and_the_host_tier_gives_them_bac
     assert spills.prefill_latency > 2 * fits.prefill_latency  # most documents recomputed
     assert kept.prefill_latency < spills.prefill_latency / 2  # loaded back instead
     assert kept.prefix_host > 0
+
+
+def test_the_autoscalers_replica_capacity_counts_the_host_tier() -> None:
+    """A replica whose GPU pool cannot keep every conversation's history between turns: with a
+    host tier the histories come back from host memory, so it carries more within the same
+    targets than the same replica without one (which the capacity ignored before)."""
+    from runtime.capacity import Workload, replica_model
+    from runtime.spec import RuntimeSpec
+
+    base = {
+        "model": {"source": MODEL, "context_length": 65536},
+        "hardware": {"gpu": "H100-SXM"},
+        "parallelism": {"tp": 2},
+        "quantization": {"method": "fp8"},
+    }
+    plain = RuntimeSpec.model_validate(base)
+    tiered = RuntimeSpec.model_validate({**base, "kv_cache": {"tiers": {"host": {"ratio": 4}}}})
+    agent = Workload(input_tokens=30_000, output_tokens=50, cached_share=0.95)
+    without, with_host = (
+        replica_model(plain, "engine", agent),
+        replica_model(tiered, "engine", agent),
+    )
+    assert without is not None and with_host is not None
+    assert with_host.capacity_rps(5.0, 0.5) > without.capacity_rps(5.0, 0.5)

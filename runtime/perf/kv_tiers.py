@@ -58,8 +58,8 @@ class TierLinks:
 class TierTraffic:
     """KV bytes one engine step moves between tiers."""
 
-    host_load: float = 0.0  # host -> GPU (overlapped with compute)
-    storage_load: float = 0.0  # storage -> host -> GPU (prefetched before the step)
+    host_load: float = 0.0  # host -> GPU (overlapped with compute), one GPU's bytes
+    storage_load: float = 0.0  # storage -> host (prefetched before the step), all GPUs' bytes
     write_through: float = 0.0  # GPU -> host, asynchronous
     write_back: float = 0.0  # GPU -> host at eviction, waited for
 
@@ -72,8 +72,6 @@ def step_seconds(compute_s: float, traffic: TierTraffic, links: TierLinks) -> fl
     """One step's duration with its tier traffic (module docstring: what overlaps what)."""
     overlapped = links.host_seconds(traffic.host_load + traffic.write_through)
     serial = links.host_seconds(traffic.write_back) + links.storage_seconds(traffic.storage_load)
-    # Storage pages also cross the host link into the GPU, overlapped like host loads.
-    overlapped += links.host_seconds(traffic.storage_load)
     return max(compute_s, overlapped) + serial
 
 

@@ -486,6 +486,7 @@ def hicache_of(args: EngineArgs, plan: MemoryPlan) -> HiCache | None:
             storage=args.hicache_storage_backend is not None,
             kv_bytes_per_token=plan.kv_bytes_per_token,
             page_size=plan.page_size,
+            storage_bytes_per_token=plan.kv_bytes_per_token * max(1, args.tp_size),
         )
     )
 

@@ -56,8 +56,10 @@ class HiCacheConfig:
     host_tokens: int
     write_policy: str  # write_through | write_through_selective | write_back
     storage: bool
-    kv_bytes_per_token: float
+    kv_bytes_per_token: float  # one GPU's shard: what its own host link moves
     page_size: int = 1
+    # All ranks' shards: a storage tier is one node's disk or NIC, shared by the TP group.
+    storage_bytes_per_token: float = 0.0
 
 
 @dataclass
@@ -102,7 +104,7 @@ class HiCache:
         per_token = self.config.kv_bytes_per_token
         traffic, stats = self.stats.traffic, self.stats
         traffic.host_load += hit.host * per_token
-        traffic.storage_load += hit.storage * per_token
+        traffic.storage_load += hit.storage * (self.config.storage_bytes_per_token or per_token)
         stats.load_back_tokens += hit.host + hit.storage
         stats.host_hit_tokens += hit.host
         stats.storage_hit_tokens += hit.storage

@@ -23,8 +23,8 @@ Workloads (working set = 3x the pool, in tokens):
 - ``multi-turn``: 16 conversations of 8 turns (a 2,500-token system prompt of its own, then
   2,000-token user turns and 300-token answers; the next turn's prompt extends the last), each
   taken by one client at a time (a free one at random), started afresh after its last turn;
-  about 3x the pool of live context at any time. Novita's published setting (coding agents, ~25K tokens over ~8 turns a
-  session) is the closest one published.
+  about 3x the pool of live context at any time. Novita's published setting (coding agents,
+  ~25K tokens over ~8 turns a session) is the closest one published.
 
 Printed per run: cached-token share per tier (engine counters), TTFT p50/p90 and requests/s; then
 per workload the throughput each configuration sustains at the TTFT p90 GPU-only shows at its

@@ -178,3 +178,36 @@ def test_an_engine_process_with_hicache_flags_reports_its_tiers(
     section = loads["loads"][0]["memory"]["hicache"]
     assert section["enabled"] is True and section["host_total_tokens"] > 0
     assert "sglang:hicache_host_total_tokens{" in metrics
+
+
+def test_the_probe_reads_each_tiers_share_of_the_prompt_tokens() -> None:
+    """The probe's parse of a HiCache engine's /metrics keeps cached tokens per cache_source,
+    and the per-tier shares it stores add up to the hit rate; an engine without the tiers gets
+    none (issue 29: the console's per-tier lines come from these)."""
+    from deployments.traffic.probe import tier_hit_rates
+    from runtime.metrics import parse_metrics
+
+    args = args_for("--enable-hierarchical-cache", "--max-total-tokens", str(POOL))
+    engine = Engine(args, H100_SXM, DEFAULT_MODEL, plan_memory(args, H100_SXM, DEFAULT_MODEL))
+    docs = documents(3)
+    for i, doc in enumerate(docs):
+        engine.record_finished(run(engine.scheduler, request(f"d{i}", doc)))
+    engine.record_finished(run(engine.scheduler, request("again", [*docs[0], 5])))
+    snapshot = parse_metrics(engine.metrics.render().decode())
+    prompt = snapshot.counter("sglang:prompt_tokens_total")
+    tiers = tier_hit_rates(snapshot, prompt)
+    assert tiers["host"] == pytest.approx(DOC / prompt) and tiers["storage"] == 0.0
+    assert sum(tiers.values()) == pytest.approx(
+        snapshot.counter("sglang:cached_tokens_total") / prompt
+    )
+    plain = _plain_engine_snapshot()
+    assert tier_hit_rates(plain, plain.counter("sglang:prompt_tokens_total")) == {}
+
+
+def _plain_engine_snapshot():  # type: ignore[no-untyped-def]
+    from runtime.metrics import parse_metrics
+
+    args = args_for()
+    engine = Engine(args, H100_SXM, DEFAULT_MODEL, plan_memory(args, H100_SXM, DEFAULT_MODEL))
+    engine.record_finished(run(engine.scheduler, request("one", documents(1)[0])))
+    return parse_metrics(engine.metrics.render().decode())

@@ -11,8 +11,10 @@ How a step pays for them (SGLang's HiCache controller): loads from host run on t
 stream, layer by layer ahead of the attention that needs them, so a step takes the longer of its
 compute and its loads; write-through copies to host are asynchronous too. Write-back copies a
 node when it is evicted, which the allocation that evicted it waits for: serial. Pages from
-storage are prefetched into host memory before the request is scheduled (``timeout`` and
-``wait_complete`` policies wait for them), so they are serial as well.
+storage are prefetched into host memory while the request waits in the queue (``timeout`` and
+``wait_complete`` policies wait for them), one read at a time over the storage link, beside the
+GPU's work (``runtime.sim.hicache``); a storage hit found at admission after all (its pages
+dropped from the host meanwhile) is read in the step, serially.
 """
 
 from __future__ import annotations

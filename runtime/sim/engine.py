@@ -56,6 +56,8 @@ class Engine:
         self.roofline = Roofline(args, gpu, model)
         self.hicache = hicache_of(args, plan)
         self.tier_links = tier_links(gpu, args.hicache_storage_backend, args.sim.storage_gbs)
+        if self.hicache is not None:
+            self.hicache.storage_seconds = self.tier_links.storage_seconds
         self.scheduler = Scheduler(
             scheduler_config(args, plan, self.roofline.engine.spec),
             self.pool,
@@ -210,8 +212,13 @@ class Engine:
                 self.scheduler.admit_transferred(self.now())
                 if not self.scheduler.has_work():
                     continue  # what arrived was aborted, or finished with its first token
+            self.scheduler.now = self.now()
             step = self.scheduler.plan()
             if step.work.empty:
+                due = self.scheduler.prefetch_due
+                if due is not None:  # only requests waiting on storage reads: time passes
+                    await self.clock.run_step(due - self.scheduler.now)
+                    continue
                 self.scheduler.unstick()
                 continue
             # An injected slowdown (--sim-slowdown) stands for a degraded GPU: every step longer.

@@ -17,6 +17,7 @@ The scheduler (``runtime.sim.scheduler``) asks; the engine charges each step's t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from runtime.perf.kv_tiers import TierTraffic
@@ -68,6 +69,7 @@ class TierHit:
 
     host: int = 0
     storage: int = 0
+    upto: int = 0  # the prefix length the tiers cover together
 
 
 @dataclass
@@ -89,6 +91,9 @@ class HiCache:
         self.host = TierCache(config.host_tokens, config.page_size)
         self.storage = TierCache(UNBOUNDED, config.page_size) if config.storage else None
         self.stats = HiCacheStats()
+        self.storage_free_at = 0.0  # when the storage link finishes the reads queued on it
+        # Seconds to read n bytes from storage (the engine sets it from runtime.perf.kv_tiers).
+        self.storage_seconds: Callable[[float], float] = lambda nbytes: 0.0
 
     def lookup(self, ids: list[int], device_len: int) -> TierHit:
         """Tokens of ``ids`` beyond the GPU's ``device_len`` that the host, then storage, hold."""
@@ -96,7 +101,21 @@ class HiCache:
         storage_len = self.storage.holds(ids) if self.storage is not None else 0
         host = max(0, host_len - device_len)
         storage = max(0, storage_len - max(device_len, host_len))
-        return TierHit(host=host, storage=storage)
+        return TierHit(host, storage, max(device_len, host_len, storage_len))
+
+    def prefetch(self, ids: list[int], hit: TierHit, now: float) -> float:
+        """Start reading ``hit.storage`` tokens of ``ids`` from storage into the host tier, after
+        the reads already queued on the storage link; when they are there (simulated time).
+        The pages count as in host memory from now on (the scheduler holds the request until
+        then)."""
+        per_token = self.config.storage_bytes_per_token or self.config.kv_bytes_per_token
+        nbytes = hit.storage * per_token
+        start = max(now, self.storage_free_at)
+        self.storage_free_at = start + self.storage_seconds(nbytes)
+        self.stats.prefetched_tokens += hit.storage
+        self.stats.storage_hit_tokens += hit.storage
+        self.host.put(ids[: hit.upto])
+        return self.storage_free_at
 
     def loaded(self, ids: list[int], hit: TierHit) -> None:
         """``hit`` was moved into the GPU for the prefix ``ids``: charge it, count it; pages

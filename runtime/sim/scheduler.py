@@ -86,6 +86,7 @@ class Scheduler:
         self.prefilling: list[SimRequest] = []
         self.running: list[SimRequest] = []
         self.transferred: deque[SimRequest] = deque()  # KV received, waiting for pool space
+        self.now = 0.0  # simulated time, set by the engine before each plan (storage prefetch)
         self.stats = SchedulerStats()
         self.new_token_ratio = config.init_new_token_ratio
         self._step_cached = 0
@@ -175,6 +176,8 @@ class Scheduler:
         for req in self._admission_order():
             if self.num_running >= self.config.max_running_requests:
                 break
+            if self._prefetching(req):
+                continue  # its pages are still coming from storage; the others go ahead
             take = self._admit_one(req, budget, first=not chunks)
             if take <= 0:
                 break
@@ -203,9 +206,40 @@ class Scheduler:
         if req.cached_tokens is None:
             req.cached_tokens = match.length
             req.cached_host, req.cached_storage = hit.host, hit.storage
+            if req.prefetched_storage and self.hicache is not None:
+                # Came from storage through the host tier: a storage hit, counted as one.
+                moved = min(req.prefetched_storage, req.cached_host)
+                req.cached_host -= moved
+                req.cached_storage += moved
+                self.hicache.stats.host_hit_tokens -= moved
         self.stats.prefill_cached_tokens_total += match.length
         self._step_cached += match.length
         return take
+
+    def _prefetching(self, req: SimRequest) -> bool:
+        """HiCache's storage prefetch: a request whose prefix storage holds beyond the GPU and
+        host waits in the queue while its pages are read into host memory (one read at a time
+        over the storage link, beside the GPU's work); then it is admitted as a host hit."""
+        hicache = self.hicache
+        if hicache is None or hicache.storage is None:
+            return False
+        if req.prefetch_until is None:
+            ids = req.fill_ids[:-1]
+            hit = hicache.lookup(ids, self.cache.match_prefix(ids).length)
+            if not hit.storage:
+                return False
+            req.prefetch_until = hicache.prefetch(ids, hit, self.now)
+            req.prefetched_storage = hit.storage
+        return self.now < req.prefetch_until
+
+    @property
+    def prefetch_due(self) -> float | None:
+        """When the earliest prefetch in the queue completes (None: no request waits on one)."""
+        pending = [
+            r.prefetch_until for r in self.waiting
+            if r.prefetch_until is not None and r.prefetch_until > self.now
+        ]  # fmt: skip
+        return min(pending) if pending else None
 
     def _load_back(self, ids: list[int], match: PrefixMatch) -> tuple[PrefixMatch, TierHit]:
         """HiCache: bring what the host (or storage) tier holds of ``ids`` beyond the GPU's

@@ -211,3 +211,25 @@ def _plain_engine_snapshot():  # type: ignore[no-untyped-def]
     engine = Engine(args, H100_SXM, DEFAULT_MODEL, plan_memory(args, H100_SXM, DEFAULT_MODEL))
     engine.record_finished(run(engine.scheduler, request("one", documents(1)[0])))
     return parse_metrics(engine.metrics.render().decode())
+
+
+def test_a_storage_read_holds_its_request_in_the_queue_not_the_others() -> None:
+    """Pages coming from storage keep only the request that needs them waiting (SGLang's
+    prefetch runs beside the GPU): a fresh request behind it is admitted at once, and it follows
+    once the read is done, as a storage hit."""
+    sched, hicache = scheduler("write_through", storage=True, host=2 * POOL // 2)
+    hicache.storage_seconds = lambda nbytes: 5.0
+    docs = documents(6)
+    for i, doc in enumerate(docs):
+        run(sched, request(f"d{i}", doc))
+    waiting, fresh = request("waiting", [*docs[0], 9]), request("fresh", list(range(7, 107)))
+    sched.add(waiting)
+    sched.add(fresh)
+    sched.now = 100.0
+    step = sched.plan()
+    assert [r.rid for r, _ in step.prefill] == ["fresh"]
+    assert sched.prefetch_due == 105.0
+    sched.commit(step, now=100.0)
+    sched.now = 105.0
+    assert "waiting" in [r.rid for r, _ in sched.plan().prefill]
+    assert waiting.cached_storage == DOC and waiting.cached_host == 0

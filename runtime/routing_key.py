@@ -1,8 +1,8 @@
 """The routing key of an inference request: a hash naming the context its prompt can share.
 
 Requests are placed by this key (``RoutingSettings.placement == "by_count"``, the default): the
-gateway gives a key it has not seen to the replica holding the fewest keys and keeps it there
-(``gateway.placement``), so tenants spread by count and each one's prefix cache stays on one
+gateway gives a key it has not seen to the replica with the least recent traffic and keeps it there
+(``gateway.placement``), so tenants spread by load and each one's prefix cache stays on one
 replica; the router falls back to the key's hash for a request that names no replica. smg 1.13's
 own placement of an unseen prefix ignores how many prefixes a replica already holds, and a
 replica given too many thrashes its cache (see ``runtime.spec``'s ``PLINTH_ROUTING``).

@@ -320,17 +320,18 @@ class RoutingSettings(_Group):
 
     `placement` decides where cache_aware sends a prefix it has not seen. `by_count` (Plinth's
     default): the gateway names each request's shareable prefix with a routing key
-    (`runtime.routing_key`), gives a new key to the replica holding the fewest keys and keeps it
-    there (`gateway.placement`); the router sends each request to the replica named, and the
-    tree's knobs are not read. On a P/D split the router places keys itself (smg's manual
-    policy, `min_group`). `first_fit`: smg's cache-aware tree places it, with the knobs below.
-    Measured in `PLINTH_ROUTING`'s comment.
+    (`runtime.routing_key`), gives a new key to the replica with the least recent traffic (of
+    those about as busy, the one caching the smallest working set; the name is from when it
+    counted keys) and keeps it there (`gateway.placement`); the router sends each request to the
+    replica named, and the tree's knobs are not read. On a P/D split the router places keys
+    itself (smg's manual policy, `min_group`). `first_fit`: smg's cache-aware tree places it,
+    with the knobs below. Measured in `PLINTH_ROUTING`'s comment.
     """
 
     policy: RoutingPolicy = "cache_aware"
     placement: RoutingPlacement | None = Field(
         default=None,
-        description="by_count: a new prefix to the replica holding fewest; first_fit: smg's tree",
+        description="by_count: a new prefix to the least busy replica; first_fit: smg's tree",
     )
     cache_threshold: float | None = Field(
         default=None, ge=0, le=1, description="minimum prefix-match ratio to stick to a replica"
@@ -413,7 +414,8 @@ SMG_ROUTING = RoutingDefaults(
 # keeps these, with the caveat, measured again (5 runs): 99.4% on 5/4/4/3, 5/4/4/3 and 4/4/4/4
 # placements, 91.6% on 6/4/4/2 and 90.6% on 6/5/3/2; multi-turn 98.2%, many-tenant 72.3%, both the
 # best of the four configurations bench/routing.py compares.
-# Placement by count (Issue 15; `placement: by_count`, the default since): the gateway places each
+# Placement by count (Issue 15; `placement: by_count`, the default since; by recent traffic since
+# issue 29): the gateway placed each
 # routing key on the replica holding the fewest keys, in a table in Redis (`gateway.placement`),
 # and smg's consistent_hashing obeys the slot it names (`x-smg-target-worker`). Measured with
 # bench/routing.py (same shape, load 64, 25 s runs): shared-prefix 99.4% in 10 runs of 10, 4/4/4/4

@@ -387,7 +387,8 @@ SECTIONS: tuple[Section, ...] = (
                 "routing.placement",
                 "Placement of a new prompt prefix",
                 "cache_aware only. Default by count: the gateway gives each new prefix the replica"
-                " holding the fewest; first fit: smg's cache tree places it, with the knobs below",
+                " with the least recent traffic; first fit: smg's cache tree places it, with the"
+                " knobs below",
                 names={"by_count": "by count", "first_fit": "first fit (smg's tree)"},
             ),
             # Empty numbers take Plinth's measured defaults (runtime.spec.PLINTH_ROUTING), shown.

@@ -57,7 +57,7 @@ from gateway.upstream import (
     upstream_failed,
 )
 from gateway.usage_parsing import StreamFilter
-from runtime.routing_key import routing_key
+from runtime.routing_key import context_tokens, routing_key
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -391,7 +391,8 @@ class Gateway:
                 # nothing (else smg's fallback, the Authorization header, picks one replica).
                 key = request_id
             else:
-                slot = await self._slot(pool, key)
+                tokens = context_tokens(prepared.payload) if prepared is not None else 0
+                slot = await self._slot(pool, key, tokens=tokens)
         send = functools.partial(
             open_upstream, self.pool, route.method, url, body, request_id, endpoint.upstream_auth
         )
@@ -416,7 +417,9 @@ class Gateway:
             obs.UPSTREAM_ERRORS.labels(endpoint.slug, error.code).inc()
             raise
 
-    async def _slot(self, pool: Pool, key: str, down: int | None = None) -> int | None:
+    async def _slot(
+        self, pool: Pool, key: str, down: int | None = None, tokens: int = 0
+    ) -> int | None:
         """The replica slot of ``key`` in ``pool`` (``gateway.placement``), ``down`` marked down
         first; None when Redis cannot say or no slot is left: the router then places the
         request by its key's hash."""
@@ -424,7 +427,7 @@ class Gateway:
             return None
         try:
             return await self.placements.slot(
-                pool_id(pool.router_url), key, pool.replicas, time.time(), down
+                pool_id(pool.router_url), key, pool.replicas, time.time(), down, tokens
             )
         except aioredis.RedisError:
             logger.warning("placement skipped: Redis unavailable")

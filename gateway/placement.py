@@ -1,4 +1,5 @@
-"""Which replica of a pool each routing key goes to: placed by count, pinned, shared in Redis.
+"""Which replica of a pool each routing key goes to: placed by recent traffic and cached working
+set, pinned, shared in Redis.
 
 A replica's prefix cache holds the prompts of the tenants (and conversations) sent to it; give
 one replica more of them than its cache holds and it thrashes while the others idle
@@ -7,18 +8,23 @@ prefixes its replicas already hold: its cache-aware tree picks the least-loaded 
 moment, and its manual policy's ``min_group`` counts only keys with requests in flight, so
 tenants that arrive one at a time land at random and stay there.
 
-So the gateway places, and the router obeys: each routing key (``runtime.routing_key``) goes to
-the replica slot holding the fewest keys, the lowest slot on a tie, and stays there until it has
-been idle for ``ROUTING_KEY_IDLE_SECONDS``. The request then carries smg's
-``x-smg-target-worker`` header with that slot (the router runs ``consistent_hashing``, which
-honours it; see ``runtime.launch.smg_policy``). A slot is an index into the router's list of
-*available* workers (smg 1.13 drops unhealthy and circuit-broken ones before reading it; a worker
-that joins is appended, one that leaves shifts those after it down). So the slots keep their
-replicas while the pool is healthy and its membership steady; when a replica is down or removed,
-the keys of the later slots meet other replicas' caches until it is back (or, after a removal,
-once: then they stay). smg offers no stable name for a worker to target (1.13 takes an index
-only), which is what a sturdier mapping would need. A slot at or past the number of ready
-replicas is placed afresh.
+So the gateway places, and the router obeys: each new routing key (``runtime.routing_key``) goes to
+the replica slot with the least recent traffic (each key weighs its request count, halved every
+``TRAFFIC_HALF_LIFE_SECONDS``); among slots within ``TIE_REQUESTS`` of the least, to the one caching
+the smallest working set (the context tokens of its keys), then the lowest;
+and stays there until it has been idle for ``ROUTING_KEY_IDLE_SECONDS``. Counting keys instead
+(issue 15's first cut) sent every new key to a slot added by a scale-up while the old slot's idle
+one-shot keys, which cost it nothing, were still counted (issue 29). A gateway replica asks Redis
+about a key at most once per ``LOCAL_SECONDS``, so a busy key's weight counts those asks: enough to
+tell an active key from an idle one. The request then carries smg's ``x-smg-target-worker`` header
+with that slot (the router runs ``consistent_hashing``, which honours it; see
+``runtime.launch.smg_policy``). A slot is an index into the router's list of *available* workers
+(smg 1.13 drops unhealthy and circuit-broken ones before reading it; a worker that joins is
+appended, one that leaves shifts those after it down). So the slots keep their replicas while the
+pool is healthy and its membership steady; when a replica is down or removed, the keys of the later
+slots meet other replicas' caches until it is back (or, after a removal, once: then they stay). smg
+offers no stable name for a worker to target (1.13 takes an index only), which is what a sturdier
+mapping would need. A slot at or past the number of ready replicas is placed afresh.
 
 A slot is *down* when a request sent there reached no engine: the router refused the slot (no
 ready replica there: one went away, or the control plane counts a replica the router does not
@@ -60,18 +66,28 @@ _EVICT_PER_CALL = 64
 # How long a slot where a request reached no engine is left out of placement, by every gateway
 # process (about a router health check and a readiness probe, after which it is tried again).
 DOWN_SECONDS = 10.0
+# A key's weight is its request count, halved every TRAFFIC_HALF_LIFE_SECONDS: recent traffic,
+# not how many keys a slot ever got (a slot holding 80 keys of one request each, minutes old,
+# weighs about nothing, and new keys are no longer all sent to the slot added beside it).
+TRAFFIC_HALF_LIFE_SECONDS = 60.0
+# Slots within this much weight (requests) of the least loaded one count as equally loaded; of
+# those, the one caching the smallest working set (its keys' context tokens) gets the new key.
+TIE_REQUESTS = 0.5
 
 # KEYS: key -> slot (hash), key -> last use (sorted set), slot -> keys placed (hash), slot ->
-# until when it is down (sorted set).
+# until when it is down (sorted set), key -> its decayed request count at its last use (hash),
+# key -> its context tokens (hash), slot -> decayed load (hash, with field 't': when), slot ->
+# cached working set in tokens (hash).
 # ARGV: routing key ('' for none: only mark and read the down slots), slots, now, idle seconds,
-# expiry of the whole table, seconds a slot stays down, then the slots found down now.
+# expiry of the whole table, seconds a slot stays down, traffic half-life, the request's context
+# tokens (0: unknown), then the slots found down now.
 # Returns {the key's slot (-1 when every slot is down, or no key), then slot, until, ... of the
 # slots down}.
 PLACE = f"""
 local key, slots = ARGV[1], tonumber(ARGV[2])
 local now, idle, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local down_for = tonumber(ARGV[6])
-for i = 7, #ARGV do redis.call('ZADD', KEYS[4], now + down_for, ARGV[i]) end
+local down_for, half, tokens = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+for i = 9, #ARGV do redis.call('ZADD', KEYS[4], now + down_for, ARGV[i]) end
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 local down = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
 local out = {{}}
@@ -81,31 +97,78 @@ local function answer(slot)
   return {{slot, unpack(down)}}
 end
 if key == '' then return answer(-1) end
+local function decay(since)
+  return 2 ^ (-math.max(0, now - since) / half)
+end
+local load = {{}}
+local stored = redis.call('HGETALL', KEYS[7])
+local factor = 1
+for i = 1, #stored, 2 do
+  if stored[i] == 't' then factor = decay(tonumber(stored[i + 1])) end
+end
+for i = 1, #stored, 2 do
+  if stored[i] ~= 't' then load[tonumber(stored[i])] = tonumber(stored[i + 1]) * factor end
+end
+local function weight(k)
+  local w = tonumber(redis.call('HGET', KEYS[5], k)) or 0
+  local t = tonumber(redis.call('ZSCORE', KEYS[2], k)) or now
+  return w * decay(t)
+end
+local function take(s, w, size)
+  redis.call('HINCRBY', KEYS[3], s, -1)
+  load[s] = math.max(0, (load[s] or 0) - w)
+  if size > 0 then redis.call('HINCRBY', KEYS[8], s, -size) end
+end
 local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - idle,
                          'LIMIT', 0, {_EVICT_PER_CALL})
 for _, old in ipairs(stale) do
-  local s = redis.call('HGET', KEYS[1], old)
-  if s then redis.call('HINCRBY', KEYS[3], s, -1) end
+  local s = tonumber(redis.call('HGET', KEYS[1], old))
+  if s then take(s, weight(old), tonumber(redis.call('HGET', KEYS[6], old)) or 0) end
   redis.call('HDEL', KEYS[1], old)
+  redis.call('HDEL', KEYS[5], old)
+  redis.call('HDEL', KEYS[6], old)
   redis.call('ZREM', KEYS[2], old)
 end
 local slot = tonumber(redis.call('HGET', KEYS[1], key))
+local w = weight(key)
+local size = tonumber(redis.call('HGET', KEYS[6], key)) or 0
 if slot == nil or slot >= slots or out[slot] then
   local names = {{}}
   for i = 0, slots - 1 do names[#names + 1] = tostring(i) end
-  local counts = redis.call('HMGET', KEYS[3], unpack(names))
-  local fewest, best = nil, nil
-  for i = 1, slots do
-    local n = tonumber(counts[i]) or 0
-    if not out[i - 1] and (fewest == nil or n < fewest) then fewest, best = n, i - 1 end
+  local sets = redis.call('HMGET', KEYS[8], unpack(names))
+  local least = nil
+  for i = 0, slots - 1 do
+    local l = load[i] or 0
+    if not out[i] and (least == nil or l < least) then least = l end
   end
-  if best == nil then return answer(-1) end
-  if slot ~= nil then redis.call('HINCRBY', KEYS[3], slot, -1) end
+  if least == nil then return answer(-1) end
+  local best, best_set = nil, nil
+  for i = 0, slots - 1 do
+    local set = tonumber(sets[i + 1]) or 0
+    if not out[i] and (load[i] or 0) <= least + {TIE_REQUESTS} then
+      if best == nil or set < best_set then best, best_set = i, set end
+    end
+  end
+  if slot ~= nil then take(slot, w, size) end
   slot = best
   redis.call('HSET', KEYS[1], key, slot)
   redis.call('HINCRBY', KEYS[3], slot, 1)
+  load[slot] = (load[slot] or 0) + w
+  if size > 0 then redis.call('HINCRBY', KEYS[8], slot, size) end
 end
+if tokens > 0 and tokens ~= size then
+  redis.call('HINCRBY', KEYS[8], slot, tokens - size)
+  redis.call('HSET', KEYS[6], key, tokens)
+end
+load[slot] = (load[slot] or 0) + 1
+redis.call('HSET', KEYS[5], key, w + 1)
 redis.call('ZADD', KEYS[2], now, key)
+local fields = {{'t', now}}
+for s, l in pairs(load) do
+  fields[#fields + 1] = s
+  fields[#fields + 1] = l
+end
+redis.call('HMSET', KEYS[7], unpack(fields))
 return answer(slot)
 """
 _PLACE_SHA = hashlib.sha1(PLACE.encode()).hexdigest()  # noqa: S324 (Redis's id)
@@ -116,10 +179,12 @@ def pool_id(router_url: str) -> str:
     return hashlib.blake2b(router_url.encode(), digest_size=8).hexdigest()
 
 
-def table_keys(pool: str) -> tuple[str, str, str, str]:
-    """The pool's four Redis keys, in one hash slot (``{pool}``) so the script may use them."""
+def table_keys(pool: str) -> tuple[str, ...]:
+    """The pool's Redis keys (``PLACE``'s KEYS), in one hash slot (``{pool}``) so the script
+    may use them."""
     base = f"plinth:place:{{{pool}}}"
-    return f"{base}:slot", f"{base}:seen", f"{base}:count", f"{base}:down"
+    names = ("slot", "seen", "count", "down", "weight", "size", "load", "set")
+    return tuple(f"{base}:{name}" for name in names)
 
 
 class Placements:
@@ -131,8 +196,10 @@ class Placements:
         idle_seconds: float = ROUTING_KEY_IDLE_SECONDS,
         local_seconds: float = LOCAL_SECONDS,
         down_seconds: float = DOWN_SECONDS,
+        half_life: float = TRAFFIC_HALF_LIFE_SECONDS,
     ) -> None:
         self._client = client
+        self.half_life = half_life
         self.idle_seconds = idle_seconds
         self.local_seconds = local_seconds
         self.down_seconds = down_seconds
@@ -143,13 +210,21 @@ class Placements:
         self._down: dict[str, dict[int, float]] = {}
 
     async def slot(
-        self, pool: str, key: str, slots: int, now: float, down: int | None = None
+        self,
+        pool: str,
+        key: str,
+        slots: int,
+        now: float,
+        down: int | None = None,
+        tokens: int = 0,
     ) -> int | None:
         """The slot (0 .. slots-1) of ``key`` in ``pool``, placing it if it has none or if its
         slot is down; None when every slot is down.
 
         ``down``: a slot where this process's request just reached no engine. It is marked down
         for every gateway process for ``down_seconds``, and the key placed again if it was there.
+        ``tokens``: the request's context length (estimated), the key's cached working set on
+        its replica; 0 keeps what the key last said.
         ``now`` is wall-clock seconds (shared by the gateway replicas through Redis). Raises
         ``redis.RedisError`` when Redis cannot answer and the key is not remembered locally.
         """
@@ -162,7 +237,7 @@ class Placements:
             slot, among, until = remembered
             if among == slots and time.monotonic() < until and slot not in self._left_out(pool):
                 return slot
-        placed = await self._place(pool, key, slots, now, down)
+        placed = await self._place(pool, key, slots, now, down, tokens)
         if placed is None:
             return None
         if len(self._local) >= LOCAL_ENTRIES:
@@ -195,17 +270,18 @@ class Placements:
         return frozenset(down)
 
     async def _place(
-        self, pool: str, key: str, slots: int, now: float, down: int | None
+        self, pool: str, key: str, slots: int, now: float, down: int | None, tokens: int = 0
     ) -> int | None:
         # The table outlives its keys' idle time a little, so a deleted pool's table goes too.
         ttl = int(self.idle_seconds * 2) + 60
         args: list[str | int | float] = [key, slots, now, self.idle_seconds, ttl]
-        args += [self.down_seconds, *([] if down is None else [down])]
+        args += [self.down_seconds, self.half_life, tokens, *([] if down is None else [down])]
+        keys = table_keys(pool)
         try:
-            reply = await self._client.evalsha(_PLACE_SHA, 4, *table_keys(pool), *args)
+            reply = await self._client.evalsha(_PLACE_SHA, len(keys), *keys, *args)
         except NoScriptError:
             await self._client.script_load(PLACE)
-            reply = await self._client.evalsha(_PLACE_SHA, 4, *table_keys(pool), *args)
+            reply = await self._client.evalsha(_PLACE_SHA, len(keys), *keys, *args)
         slot, marks = int(reply[0]), reply[1:]
         clock = time.monotonic()
         self._down[pool] = {

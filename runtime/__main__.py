@@ -134,6 +134,9 @@ def _optimize_parser() -> argparse.ArgumentParser:
     parser.add_argument("--input-tokens", type=int, default=1024)
     parser.add_argument("--output-tokens", type=int, default=256)
     parser.add_argument("--prefix-share", type=float, default=0.0)
+    parser.add_argument(
+        "--working-set-tokens", type=int, default=0, help="prefix working set (HiCache past it)"
+    )
     parser.add_argument("--turns", type=int, default=1)
     parser.add_argument("--ttft", type=float, default=1.0, help="TTFT p90 target, seconds")
     parser.add_argument(
@@ -193,6 +196,7 @@ def run_optimize(argv: list[str]) -> int:
             concurrency=args.concurrency,
             prefix_share=args.prefix_share,
             turns=args.turns,
+            working_set_tokens=args.working_set_tokens,
         ),
         slo=Slo.targets(
             ttft_p90_s=args.ttft,

@@ -18,10 +18,12 @@ from functools import lru_cache
 from typing import Literal
 
 from runtime.catalog import get_gpu
+from runtime.memory import memory_fit
 from runtime.optimize.queueing import PREFILL_TTFT_SHARE, EngineLoad
 from runtime.optimize.shapes import ShapeKnobs, build_shape, default_ep, shape_context
 from runtime.optimize.types import OptimizeError, OptimizeRequest, Slo, Traffic, resolve_model
 from runtime.spec import RuntimeSpec
+from runtime.topology import engine_groups
 
 Role = Literal["engine", "prefill", "decode"]
 
@@ -121,6 +123,7 @@ def _cached_model(spec_json: str, role: Role, tp: int, workload: Workload) -> Re
             ep=default_ep(arch, tp),
             speculator=spec.speculator.algorithm,
             draft=spec.speculator.draft_model,
+            hicache_ratio=host_tier_ratio(spec),
         )
         shape = build_shape(request, shape_context(request, arch, gpu), knobs)
     except (OptimizeError, KeyError, ValueError):
@@ -129,6 +132,23 @@ def _cached_model(spec_json: str, role: Role, tp: int, workload: Workload) -> Re
         return None
     traffic = Traffic(input_tokens=workload.input_tokens, output_tokens=workload.output_tokens)
     return ReplicaModel(EngineLoad(shape, traffic, workload.cached_share), role, workload)
+
+
+def host_tier_ratio(spec: RuntimeSpec) -> float | None:
+    """The spec's HiCache host tier as a multiple of its GPU KV pool (what the optimizer's shapes
+    take), a size in GB converted by the memory fit; None without a host tier. A replica whose
+    GPU evicts histories its host tier keeps loads them back instead of recomputing them, which
+    is capacity the autoscaler must count."""
+    host = spec.kv_cache.tiers.host
+    if host is None:
+        return None
+    if host.size_gb is None:
+        return host.resolved_ratio
+    arch = spec.model.arch()
+    if arch is None:
+        return None
+    fit = memory_fit(spec, get_gpu(spec.hardware.gpu), arch, engine_groups(spec)[0])
+    return fit.host_tier / fit.kv_cache if fit.kv_cache > 0 else None
 
 
 def _two_figures(value: int) -> int:

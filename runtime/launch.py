@@ -27,10 +27,16 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from runtime.argv import UnsafeArgvError, token_problem
-from runtime.catalog import SMG_VERSION, FlagCatalog, sglang_flags, smg_flags
+from runtime.catalog import SMG_VERSION, FlagCatalog, get_gpu, sglang_flags, smg_flags
 from runtime.catalog.flags import arity_problem, split_argv
 from runtime.extra_flags import flag_argv
-from runtime.memory import GIB, cuda_graph_max_bs, model_weight_bytes
+from runtime.memory import (
+    GIB,
+    cuda_graph_max_bs,
+    host_memory_per_node,
+    memory_fit,
+    model_weight_bytes,
+)
 from runtime.routing_key import ROUTING_KEY_HEADER
 from runtime.spec import RoutingDefaults, RoutingPlacement, RoutingPolicy, RuntimeSpec
 from runtime.topology import EngineGroup, engine_groups
@@ -71,6 +77,16 @@ class Probe(BaseModel):
     failure_threshold: int = 3
 
 
+class KvStorageMount(BaseModel):
+    """The directory HiCache's file storage tier writes pages to: a node path or a claim, mounted
+    in the engine at `HICACHE_STORAGE_PATH`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node_path: str | None = None
+    claim: str | None = None
+
+
 class RolePlan(BaseModel):
     """One role of an endpoint. For multi-node groups the probes are for rank 0 only: ranks >= 1
     serve no HTTP (SGLANG.md section 6), so drivers give them no HTTP probe."""
@@ -94,6 +110,10 @@ class RolePlan(BaseModel):
     liveness_probe: Probe | None
     drain_seconds: int
     served_model_name: str
+    # HiCache: the host memory a node of this role pins for its host tier (GiB, rounded up; the
+    # Kubernetes render requests it), and where its file storage tier lives (None: no such tier).
+    host_tier_gib_per_node: int = 0
+    kv_storage: KvStorageMount | None = None
 
     @property
     def argv(self) -> list[str]:
@@ -260,6 +280,72 @@ def _ngram_args(spec: RuntimeSpec) -> list[str]:
     return _valued(valued)
 
 
+# Where the file storage tier is mounted in the engine (SGLang reads the directory from
+# SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR, default /tmp/hicache).
+HICACHE_STORAGE_PATH = "/var/lib/plinth/hicache"
+HICACHE_STORAGE_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"
+
+
+def _hicache_args(spec: RuntimeSpec) -> list[str]:
+    """SGLang's HiCache flags for `kv_cache.tiers`, every setting spelled out (SGLang's
+    defaults may move between releases; a deployed endpoint's must not)."""
+    tiers = spec.kv_cache.tiers
+    host = tiers.host
+    if host is None:
+        return []
+    args = ["--enable-hierarchical-cache"]
+    if host.size_gb is not None:
+        args += ["--hicache-size", str(host.size_gb)]
+    else:
+        args += ["--hicache-ratio", str(host.resolved_ratio)]
+    args += ["--hicache-write-policy", host.resolved_write_policy]
+    args += ["--hicache-io-backend", host.resolved_io_backend]
+    args += ["--hicache-mem-layout", host.resolved_mem_layout]
+    storage = tiers.storage
+    if storage is not None:
+        args += ["--hicache-storage-backend", storage.backend]
+        args += ["--hicache-storage-prefetch-policy", storage.resolved_prefetch_policy]
+        if storage.backend == "mooncake":
+            args += ["--hicache-storage-backend-extra-config", _mooncake_config(spec)]
+    return args
+
+
+def _mooncake_config(spec: RuntimeSpec) -> str:
+    """The Mooncake store's connection settings as SGLang's extra-config JSON takes them."""
+    storage = spec.kv_cache.tiers.storage
+    assert storage is not None
+    config = {
+        "master_server_address": storage.master_address,
+        "metadata_server": storage.metadata_server,
+        "protocol": storage.resolved_protocol,
+    }
+    if storage.device_name:
+        config["device_name"] = storage.device_name
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+def _kv_storage_mount(spec: RuntimeSpec) -> KvStorageMount | None:
+    storage = spec.kv_cache.tiers.storage
+    if storage is None or storage.backend != "file":
+        return None
+    return KvStorageMount(node_path=storage.node_path, claim=storage.claim)
+
+
+def host_tier_gib_per_node(spec: RuntimeSpec, group: EngineGroup) -> int:
+    """GiB of host memory one node of `group` pins for HiCache (0 without a host tier or when
+    the model's size is unknown and no size is given)."""
+    host = spec.kv_cache.tiers.host
+    if host is None:
+        return 0
+    if host.size_gb is not None:
+        return math.ceil(host.size_gb * 1e9 * group.gpus_per_node / GIB)
+    arch = spec.model.arch()
+    if arch is None:
+        return 0
+    fit = memory_fit(spec, get_gpu(spec.hardware.gpu), arch, group)
+    return math.ceil(host_memory_per_node(fit, group) / GIB)
+
+
 def _disaggregation_args(spec: RuntimeSpec, role: str) -> list[str]:
     if role == "engine":
         return []
@@ -289,7 +375,7 @@ def engine_args(spec: RuntimeSpec, group: EngineGroup, labels: dict[str, str] | 
     """The SGLang flags of one engine group (no entrypoint)."""
     args = _model_args(spec) + _serving_args(labels) + _parallel_args(group)
     args += _batching_args(spec) + _quantization_args(spec) + _speculator_args(spec)
-    args += _disaggregation_args(spec, group.role)
+    args += _disaggregation_args(spec, group.role) + _hicache_args(spec)
     return args + _extra_args(spec, {a for a in args if a.startswith("--")})
 
 
@@ -336,7 +422,7 @@ def engine_role(spec: RuntimeSpec, group: EngineGroup, labels: dict[str, str] | 
         image=spec.runtime.engine_image,
         command=list(ENGINE_COMMAND),
         args=engine_args(spec, group, labels),
-        env=dict(sorted(spec.runtime.env.items())),
+        env=_engine_env(spec),
         port=ENGINE_PORT,
         metrics_port=ENGINE_PORT,  # --enable-metrics serves /metrics on the HTTP port
         extra_ports=extra_ports,
@@ -349,7 +435,16 @@ def engine_role(spec: RuntimeSpec, group: EngineGroup, labels: dict[str, str] | 
         liveness_probe=liveness,
         drain_seconds=ENGINE_DRAIN_SECONDS,
         served_model_name=spec.served_model_name,
+        host_tier_gib_per_node=host_tier_gib_per_node(spec, group),
+        kv_storage=_kv_storage_mount(spec),
     )
+
+
+def _engine_env(spec: RuntimeSpec) -> dict[str, str]:
+    env = dict(spec.runtime.env)
+    if _kv_storage_mount(spec) is not None:
+        env[HICACHE_STORAGE_ENV] = HICACHE_STORAGE_PATH
+    return dict(sorted(env.items()))
 
 
 # How long an idle routing key stays pinned (smg's default is 4 hours). An engine's cache turns

@@ -151,6 +151,14 @@ class MemoryFit:
     max_kv_tokens: int  # tokens one DP rank's pool holds
     max_concurrent_tokens: int  # tokens the whole replica holds (all attention-DP ranks)
     context_length: int
+    host_tier: float = 0.0  # HiCache's host pool per GPU (pinned host memory), 0 without it
+
+    @property
+    def host_tier_tokens(self) -> int:
+        """Tokens the host tier holds per GPU (its pool mirrors the GPU pool's layout)."""
+        if not self.host_tier or self.kv_bytes_per_token <= 0:
+            return 0
+        return int(self.host_tier // self.kv_bytes_per_token)
 
     @property
     def total(self) -> float:
@@ -197,7 +205,24 @@ def memory_fit(spec: RuntimeSpec, gpu: GpuType, arch: ModelArch, group: EngineGr
         max_kv_tokens=tokens,
         max_concurrent_tokens=tokens * group.attn_dp,
         context_length=context_length(spec, arch),
+        host_tier=host_tier_bytes(spec, pool),
     )
+
+
+def host_tier_bytes(spec: RuntimeSpec, kv_pool_bytes: float) -> float:
+    """HiCache's host pool per GPU: `size_gb` when set, else `ratio` x the GPU's KV pool (as
+    SGLang sizes it from --hicache-size / --hicache-ratio); 0 without a host tier."""
+    host = spec.kv_cache.tiers.host
+    if host is None:
+        return 0.0
+    if host.size_gb is not None:
+        return host.size_gb * 1e9  # SGLang's --hicache-size is in GB
+    return host.resolved_ratio * kv_pool_bytes
+
+
+def host_memory_per_node(fit: MemoryFit, group: EngineGroup) -> float:
+    """Host memory one node of `group` pins for HiCache: one host pool per GPU (TP rank)."""
+    return fit.host_tier * group.gpus_per_node
 
 
 def gib(value: float) -> float:

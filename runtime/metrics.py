@@ -1,9 +1,11 @@
 """Prometheus text exposition -> a typed snapshot: counters, gauges and histograms with percentiles.
 
 Framework-free (no Django). A snapshot sums every series of a name over its labels (an engine
-exports one series per DP rank; several engines add up with ``merge``). ``delta`` turns two
-cumulative snapshots into the figures of the interval between them, treating a counter that went
-down as a restarted process (its new value is the interval's count), as Prometheus' ``rate`` does.
+exports one series per DP rank; several engines add up with ``merge``), and keeps the shares of a
+few labels' values apart too (``SPLIT_LABELS``: the KV tier a cached token came from). ``delta``
+turns two cumulative snapshots into the figures of the interval between them, treating a counter
+that went down as a restarted process (its new value is the interval's count), as Prometheus'
+``rate`` does.
 """
 
 from __future__ import annotations
@@ -14,6 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+
+# Labels whose values the snapshot keeps apart, besides the sum over all of a name's series:
+# ``sglang:cached_tokens_total{cache_source="host"}`` (HiCache's tiers) is counted under that key.
+SPLIT_LABELS = ("cache_source",)
+
+
+def split_name(name: str, label: str, value: str) -> str:
+    """The key of one label value's share of a counter (``SPLIT_LABELS``)."""
+    return f'{name}{{{label}="{value}"}}'
 
 
 @dataclass(frozen=True)
@@ -147,6 +158,10 @@ def parse_metrics(text: str) -> MetricsSnapshot:
             name, value = sample.name, float(sample.value)
             if family.type == "counter" and not name.endswith("_created"):
                 counters[name] = counters.get(name, 0.0) + value
+                for label in SPLIT_LABELS:
+                    if label in sample.labels:
+                        key = split_name(name, label, sample.labels[label])
+                        counters[key] = counters.get(key, 0.0) + value
             elif family.type == "gauge":
                 gauges[name] = gauges.get(name, 0.0) + value
                 series[name] = series.get(name, 0) + 1

@@ -1,8 +1,8 @@
 """The routing key of an inference request: a hash naming the context its prompt can share.
 
 Requests are placed by this key (``RoutingSettings.placement == "by_count"``, the default): the
-gateway gives a key it has not seen to the replica holding the fewest keys and keeps it there
-(``gateway.placement``), so tenants spread by count and each one's prefix cache stays on one
+gateway gives a key it has not seen to the replica with the least recent traffic and keeps it there
+(``gateway.placement``), so tenants spread by load and each one's prefix cache stays on one
 replica; the router falls back to the key's hash for a request that names no replica. smg 1.13's
 own placement of an unseen prefix ignores how many prefixes a replica already holds, and a
 replica given too many thrashes its cache (see ``runtime.spec``'s ``PLINTH_ROUTING``).
@@ -51,6 +51,24 @@ def routing_key(payload: object) -> str | None:
     if head is None:
         return None
     return hashlib.blake2b(head.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def context_tokens(payload: object) -> int:
+    """About how many tokens a request's prompt holds (four characters a token, as smg counts
+    untokenized text): the working set its routing key keeps cached on its replica, for
+    ``gateway.placement``. 0 when the body names no prompt."""
+    if not isinstance(payload, dict):
+        return 0
+    messages = payload.get("messages")
+    if isinstance(messages, list):
+        chars = sum(len(_text(m.get("content") if isinstance(m, dict) else m)) for m in messages)
+        return chars // 4
+    for name in ("prompt", "text"):
+        prompt = payload.get(name)
+        if isinstance(prompt, str):
+            return len(prompt) // 4
+    ids = payload.get("input_ids")
+    return len(ids) if isinstance(ids, list) and ids and isinstance(ids[0], int) else 0
 
 
 def _chat_head(messages: object) -> str | None:

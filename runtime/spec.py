@@ -14,19 +14,17 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
-from runtime.argv import text_problem, unprintable
+from runtime.argv import unprintable
 from runtime.catalog import (
     DEFAULT_SGLANG_VERSION,
     SUPPORTED_SGLANG_VERSIONS,
@@ -38,6 +36,8 @@ from runtime.catalog import (
     kv_cache_dtypes,
     quantization_methods,
 )
+from runtime.kv_tiers import KvCacheSettings
+from runtime.spec_base import IbDevices, SpecGroup
 
 # The quantization methods and KV-cache dtypes Plinth offers, with SGLang 0.5.23's spelling: the
 # quantization catalogue's offered rows (runtime/catalog/quantization.yaml, which also holds the
@@ -78,8 +78,6 @@ _PATH_PART = r"[A-Za-z0-9_][A-Za-z0-9._-]*"
 _CACHE_PATH = re.compile(rf"{re.escape(MODEL_CACHE_PATH)}(?:/{_PATH_PART})+")
 # A branch, tag or commit of a model repository (`refs/pr/1` included).
 _REVISION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/-]{0,254}")
-# RDMA device names, comma-separated (`mlx5_0,mlx5_1`).
-_IB_DEVICES = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*(?:,[A-Za-z0-9_][A-Za-z0-9_.:-]*)*")
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Engine environment variables a spec may set. An allowlist, because the engine is a Python
@@ -119,16 +117,6 @@ def _repo_revision(value: str) -> str:
     )
 
 
-def _ib_devices(value: str) -> str:
-    if _IB_DEVICES.fullmatch(value):
-        return value
-    raise PydanticCustomError(
-        "invalid_value",
-        "an InfiniBand device list is device names separated by commas",
-        {"fix": "e.g. 'mlx5_0' or 'mlx5_0,mlx5_1'"},
-    )
-
-
 def _env_value(value: str) -> str:
     char = unprintable(value)
     if char is not None:
@@ -140,28 +128,11 @@ def _env_value(value: str) -> str:
     return value
 
 
+# Every group's base (strict, frozen, argv-safe text), kept under its old name here.
+_Group = SpecGroup
 ModelSource = Annotated[str, AfterValidator(_model_source)]
 RepoRevision = Annotated[str, AfterValidator(_repo_revision)]
 EnvValue = Annotated[str, AfterValidator(_env_value)]
-
-
-class _Group(BaseModel):
-    # NaN and infinities are not settings anyone means, and PostgreSQL JSON refuses them.
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
-
-    @field_validator("*")
-    @classmethod
-    def _argv_safe_text(cls, value: Any) -> Any:
-        """Every text field of every group: any of them may end up as a launcher argument, and
-        none has a reason to start with '-' or to hold a control character."""
-        problem = text_problem(value) if isinstance(value, str) else None
-        if problem is not None:
-            raise PydanticCustomError(
-                "unsafe_value",
-                "{problem}",
-                {"problem": problem, "fix": "remove control characters and any leading '-'"},
-            )
-        return value
 
 
 class Architecture(_Group):
@@ -336,7 +307,7 @@ class DisaggregationSettings(_Group):
     decode: PoolSettings = PoolSettings()
     transfer_backend: TransferBackend = "mooncake"
     bootstrap_port: Port = 8998
-    ib_device: Annotated[str, AfterValidator(_ib_devices)] | None = None
+    ib_device: IbDevices | None = None
     decode_radix_cache: bool = False
 
 
@@ -350,17 +321,18 @@ class RoutingSettings(_Group):
 
     `placement` decides where cache_aware sends a prefix it has not seen. `by_count` (Plinth's
     default): the gateway names each request's shareable prefix with a routing key
-    (`runtime.routing_key`), gives a new key to the replica holding the fewest keys and keeps it
-    there (`gateway.placement`); the router sends each request to the replica named, and the
-    tree's knobs are not read. On a P/D split the router places keys itself (smg's manual
-    policy, `min_group`). `first_fit`: smg's cache-aware tree places it, with the knobs below.
-    Measured in `PLINTH_ROUTING`'s comment.
+    (`runtime.routing_key`), gives a new key to the replica with the least recent traffic (of
+    those about as busy, the one caching the smallest working set; the name is from when it
+    counted keys) and keeps it there (`gateway.placement`); the router sends each request to the
+    replica named, and the tree's knobs are not read. On a P/D split the router places keys
+    itself (smg's manual policy, `min_group`). `first_fit`: smg's cache-aware tree places it,
+    with the knobs below. Measured in `PLINTH_ROUTING`'s comment.
     """
 
     policy: RoutingPolicy = "cache_aware"
     placement: RoutingPlacement | None = Field(
         default=None,
-        description="by_count: a new prefix to the replica holding fewest; first_fit: smg's tree",
+        description="by_count: a new prefix to the least busy replica; first_fit: smg's tree",
     )
     cache_threshold: float | None = Field(
         default=None, ge=0, le=1, description="minimum prefix-match ratio to stick to a replica"
@@ -443,7 +415,8 @@ SMG_ROUTING = RoutingDefaults(
 # keeps these, with the caveat, measured again (5 runs): 99.4% on 5/4/4/3, 5/4/4/3 and 4/4/4/4
 # placements, 91.6% on 6/4/4/2 and 90.6% on 6/5/3/2; multi-turn 98.2%, many-tenant 72.3%, both the
 # best of the four configurations bench/routing.py compares.
-# Placement by count (Issue 15; `placement: by_count`, the default since): the gateway places each
+# Placement by count (Issue 15; `placement: by_count`, the default since; by recent traffic since
+# issue 29): the gateway placed each
 # routing key on the replica holding the fewest keys, in a table in Redis (`gateway.placement`),
 # and smg's consistent_hashing obeys the slot it names (`x-smg-target-worker`). Measured with
 # bench/routing.py (same shape, load 64, 25 s runs): shared-prefix 99.4% in 10 runs of 10, 4/4/4/4
@@ -585,6 +558,7 @@ class RuntimeSpec(_Group):
     routing: RoutingSettings = RoutingSettings()
     autoscaling: AutoscalingSettings = AutoscalingSettings()
     runtime: RuntimeSettings = RuntimeSettings()
+    kv_cache: KvCacheSettings = KvCacheSettings()
 
     def canonical_json(self) -> str:
         """Sorted, compact JSON of every field (defaults included): the revision's stored form."""

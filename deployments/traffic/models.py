@@ -31,6 +31,9 @@ class MetricSample(models.Model):
     queued = models.FloatField(default=0)
     kv_usage = models.FloatField(null=True, blank=True)
     cache_hit_rate = models.FloatField(null=True, blank=True)
+    # HiCache: the share of prompt tokens each KV tier served, {"device", "host", "storage"};
+    # {} for engines without its tiers.
+    cache_tiers = models.JSONField(default=dict, blank=True)
     spec_accept_length = models.FloatField(null=True, blank=True)
     # Each ready replica's own figures for this interval: a list of {"name", "revision",
     # "requests_per_s", "tokens_per_s", "running", "kv_usage"}, for the console's per-replica

@@ -27,7 +27,7 @@ from deployments.endpoints.models import Deployment
 from deployments.experiments.queries import running_canary_replicas
 from deployments.traffic.models import MetricSample
 from runtime.client import EngineClient, RuntimeUnavailable
-from runtime.metrics import MetricsSnapshot, merge
+from runtime.metrics import MetricsSnapshot, merge, split_name
 
 log = logging.getLogger(__name__)
 
@@ -192,8 +192,24 @@ def _figures(
         "queued": max(queued, gauges.gauge("sglang:num_queue_reqs") or 0.0),
         "kv_usage": gauges.gauge_mean("sglang:token_usage"),
         "cache_hit_rate": cached / prompt if prompt else gauges.gauge_mean("sglang:cache_hit_rate"),
+        "cache_tiers": tier_hit_rates(interval, prompt),
         "spec_accept_length": gauges.gauge_mean("sglang:spec_accept_length"),
     }
+
+
+CACHE_TIERS = ("device", "host", "storage")
+
+
+def tier_hit_rates(interval: MetricsSnapshot, prompt: float) -> dict[str, float]:
+    """The share of prompt tokens each KV tier served (SGLang's ``cache_source``: the GPU's own
+    cache, HiCache's host memory, its storage); {} for an engine without HiCache's tiers."""
+    counts = {
+        tier: interval.counters.get(split_name("sglang:cached_tokens_total", "cache_source", tier))
+        for tier in CACHE_TIERS
+    }
+    if not prompt or (counts["host"] is None and counts["storage"] is None):
+        return {}
+    return {tier: (count or 0.0) / prompt for tier, count in counts.items()}
 
 
 def _baseline_timeout_s() -> int:

@@ -32,6 +32,9 @@ class GpuType(BaseModel):
     memory_gib: float = Field(gt=0)
     compute_capability: str
     hbm_bandwidth_gbs: float = Field(gt=0)
+    # One direction of the link to host memory (PCIe or NVLink-C2C): HiCache's load-back path.
+    host_link_gbs: float = Field(gt=0)
+    node_host_memory_gib: float = Field(gt=0)
     bf16_tflops: float = Field(gt=0)
     fp8_tflops: float | None = None
     fp4_tflops: float | None = None

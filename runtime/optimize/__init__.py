@@ -30,8 +30,11 @@ SGLang MoE data).
 
 Multi-turn history counts as cached only while the conversations in progress (the rate times a
 turn's predicted time) fit in a replica's KV pool; past that, LRU evicts each history before its
-next turn and only the shared prefix hits. A speculative engine's ITL p90 is a step over the
-accept length of a bad step (its 10th percentile), not over the mean.
+next turn and only the shared prefix hits. A traffic's prefix working set (distinct documents or
+system prompts) past the pool keeps only the pool's share of the shared prefix. Either way a shape
+with a HiCache host tier (``runtime.kv_tiers``) is a candidate too: what the host keeps is loaded
+back over the host link (``runtime.perf.kv_tiers``) instead of recomputed. A speculative engine's
+ITL p90 is a step over the accept length of a bad step (its 10th percentile), not over the mean.
 
 What the model leaves out (documented, not hidden): prefix-cache hits follow the traffic's
 shared-prefix share and multi-turn depth, not a simulated radix tree; round-robin routing keeps

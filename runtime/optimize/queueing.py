@@ -41,10 +41,16 @@ class EngineLoad:
         self.shape, self.traffic = shape, traffic
         prompt = traffic.input_tokens
         dp = shape.attn_dp
-        # History is cached only while the replica's KV pool holds it (`load` bounds it).
-        self.prefix_cached = min(cached, traffic.prefix_share)
-        self.history_cached = max(0.0, cached - self.prefix_cached)
-        self.prefill_latency, self.prefill_s, self.chunk_s = self._prefill(cached)
+        # History is cached only while the replica's KV pool holds it (`load` bounds it); the
+        # shared prefix only as far as the tiers hold its working set (`prefix_reach`).
+        shared = min(cached, traffic.prefix_share)
+        gpu_reach, reach = prefix_reach(traffic, shape)
+        self.prefix_cached = shared * reach
+        self.prefix_host = shared * (reach - gpu_reach)  # loaded back from HiCache's host tier
+        self.history_cached = max(0.0, cached - shared)
+        self.prefill_latency, self.prefill_s, self.chunk_s = self._prefill(
+            self.prefix_cached + self.history_cached, self.prefix_host
+        )
         self.context = prompt + traffic.output_tokens / 2
         spec = shape.spec
         self.accept = spec.accept_length if spec is not None else 1.0
@@ -57,8 +63,9 @@ class EngineLoad:
         # Step times by batch size: the rate search asks for the same few batches many times.
         self._decode_steps: dict[int, float] = {}
 
-    def _prefill(self, cached: float) -> tuple[float, float, float]:
-        """(TTFT's prefill step, engine seconds per request, a chunk's step) at this cache hit."""
+    def _prefill(self, cached: float, from_host: float = 0.0) -> tuple[float, float, float]:
+        """(TTFT's prefill step, engine seconds per request, a chunk's step) at this cache hit,
+        of which ``from_host`` (a share of the prompt) HiCache loads back from host memory."""
         step, prompt = self.shape.step, self.traffic.input_tokens
         new = max(1, round(prompt * (1 - cached)))
         # Attention-DP ranks prefill their own prompts side by side (the experts see them all):
@@ -67,6 +74,8 @@ class EngineLoad:
         latency = step.step_seconds(
             StepWork(prefill_tokens=new * dp, prefill_pairs=dp * new * (prompt - new / 2))
         )
+        # Loads from host run beside the compute, layer by layer (runtime.perf.kv_tiers).
+        latency = max(latency, self._load_back_s(prompt * from_host))
         # A chunk that rides along with decode steps lengthens those gaps: the whole prompt, or
         # SGLang's default chunk of it (sized from GPU memory) when the prompt is longer.
         chunk = default_chunked_prefill(self.shape.gpu.memory_gib)
@@ -77,7 +86,16 @@ class EngineLoad:
             )
         return latency, latency / dp, chunk_s
 
-    def history_fits(self, rate: float, ttft: float, itl_mean: float) -> bool:
+    def _load_back_s(self, tokens: float) -> float:
+        """Seconds to load ``tokens`` of KV from host memory: each GPU its own shard."""
+        if tokens <= 0 or self.shape.host_gbs <= 0:
+            return 0.0
+        per_gpu = self.shape.kv_bytes_per_token / max(1, self.shape.tp // self.shape.attn_dp)
+        return tokens * per_gpu / (self.shape.host_gbs * 1e9)
+
+    def history_fits(
+        self, rate: float, ttft: float, itl_mean: float, with_host: bool = False
+    ) -> bool:
         """Whether the conversations in progress keep their history in the KV pool.
 
         Conversations in progress at once (Little's law: the rate times a conversation turn's
@@ -92,6 +110,8 @@ class EngineLoad:
         conversations = max(1.0, rate * (ttft + self.traffic.output_tokens * itl_mean))
         footprint = self.traffic.input_tokens + self.traffic.output_tokens
         room = self.shape.kv_tokens - self.traffic.input_tokens * self.prefix_cached
+        if with_host:
+            room += self.shape.host_tokens  # HiCache keeps what the GPU evicts
         return conversations * footprint <= room
 
     def decode_step(self, running: float) -> float:
@@ -121,7 +141,12 @@ class EngineLoad:
         )
         if self.history_fits(rate, load.ttft, itl_mean):
             return load
-        costs = self._prefill(self.prefix_cached)  # history evicted: only the prefix hits
+        if self.shape.host_tokens and self.history_fits(rate, load.ttft, itl_mean, True):
+            # Evicted from the GPU but kept in host memory: loaded back, not recomputed.
+            cached = self.prefix_cached + self.history_cached
+            costs = self._prefill(cached, self.prefix_host + self.history_cached)
+            return self._load(rate, slo, costs, prefill=prefill, decode=decode)
+        costs = self._prefill(self.prefix_cached, self.prefix_host)  # only the prefix hits
         return self._load(rate, slo, costs, prefill=prefill, decode=decode)
 
     def _load(
@@ -180,6 +205,16 @@ class EngineLoad:
             if high / low < 1.01:
                 break
         return low
+
+
+def prefix_reach(traffic: Traffic, shape: Shape) -> tuple[float, float]:
+    """(Share of shared-prefix hits the GPU's pool keeps, share the GPU and HiCache's host tier
+    keep): the tiers' room over the prefix working set, reused uniformly under LRU."""
+    working_set = traffic.working_set_tokens
+    if working_set <= 0:
+        return 1.0, 1.0
+    gpu = min(1.0, shape.kv_tokens / working_set)
+    return gpu, min(1.0, (shape.kv_tokens + shape.host_tokens) / working_set)
 
 
 def prefill_capacity(engine: EngineLoad, slo: Slo) -> float:

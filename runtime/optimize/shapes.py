@@ -1,21 +1,25 @@
 """Engine shapes: the formats and parallelism one engine of a candidate can take, built and pruned.
 
-A shape is a GPU x TP x weight quantization x KV-cache dtype x speculator (x attention DP and
-expert layout for MoE models). ``engine_shapes`` enumerates them for a request; ``build_shape``
-turns one set of knobs into a shape with its step-time model, or None when it does not fit in GPU
-memory or its spec fails validation. A TP that breaks SGLang's head rule is never built.
+A shape is a GPU x TP x weight quantization x KV-cache dtype x speculator (x attention DP and expert
+layout for MoE models), and, where the traffic's prefix working set (or its multi-turn histories)
+can outgrow the GPU's KV pool, the same with a HiCache host tier. ``engine_shapes`` enumerates them
+for a request; ``build_shape`` turns one set of knobs into a shape with its step-time model, or None
+when it does not fit in GPU memory or its spec fails validation. A TP that breaks SGLang's head rule
+is never built.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from runtime.catalog import GpuType, ModelArch, kv_native_on, list_models, native_on
 from runtime.memory import kv_bytes_per_value, memory_fit, model_weight_bytes
 from runtime.optimize.types import Feature, OptimizeRequest
 from runtime.perf.hardware import GpuShape, ModelShape, gpu_shape, lookup_model, model_shape
+from runtime.perf.kv_tiers import tier_links
 from runtime.perf.spec import SpecConfig, resolve_spec
 from runtime.perf.step import EngineShape, StepModel
 from runtime.rules.parallel import working_tps
@@ -36,6 +40,7 @@ class ShapeKnobs:
     speculator: str = "none"  # "none", "NGRAM", "EAGLE", "EAGLE3", "MTP"
     draft: str | None = None
     attn_dp: int = 1  # attention data-parallel ranks in the TP group (MoE models only; else 1)
+    hicache_ratio: float | None = None  # HiCache's host tier, a multiple of the GPU KV pool
 
 
 @dataclass(frozen=True)
@@ -56,10 +61,14 @@ class Shape(ShapeKnobs):
     spec: SpecConfig | None
     kv_tokens: int  # tokens one replica's KV pool holds
     kv_bytes_per_token: float  # whole model, for the P/D transfer
+    host_tokens: int = 0  # HiCache's host tier, tokens (0 without it)
+    host_gbs: float = 0.0  # the host link each GPU loads back over, effective GB/s
 
     @property
     def features(self) -> frozenset[Feature]:
         used: set[Feature] = set()
+        if self.hicache_ratio is not None:
+            used.add("hicache")
         if self.quantization or self.kv_dtype != "auto":
             used.add("quantization")
         if self.speculator != "none":
@@ -146,6 +155,8 @@ def spec_data(
         data["speculator"] = {"algorithm": shape.speculator, "draft_model": shape.draft}
     if max_running is not None:
         data["batching"] = {"max_running_requests": max_running}
+    if shape.hicache_ratio is not None:
+        data["kv_cache"] = {"tiers": {"host": {"ratio": shape.hicache_ratio}}}
     return data
 
 
@@ -191,8 +202,27 @@ def engine_shapes(
             )
             for each in knobs:
                 shape = build_shape(request, context, each)
-                if shape is not None:
-                    yield shape
+                if shape is None:
+                    continue
+                yield shape
+                ratio = hicache_ratio(request, shape)
+                if ratio is not None:
+                    tiered = build_shape(request, context, replace(each, hicache_ratio=ratio))
+                    if tiered is not None:
+                        yield tiered
+
+
+def hicache_ratio(request: OptimizeRequest, shape: Shape) -> float | None:
+    """The host tier a shape gets as a HiCache candidate: enough host memory for the prefix
+    working set (at least SGLang's usual 2x); None when the working set fits the GPU's pool
+    (and no multi-turn history could outgrow it) or HiCache is not allowed."""
+    traffic = request.traffic
+    if "hicache" not in request.features or shape.kv_tokens <= 0:
+        return None
+    if traffic.working_set_tokens <= shape.kv_tokens and traffic.turns <= 1:
+        return None
+    need = max(traffic.working_set_tokens, 2 * shape.kv_tokens) / shape.kv_tokens
+    return float(min(16, math.ceil(need) + 1))
 
 
 def build_shape(request: OptimizeRequest, context: ShapeContext, knobs: ShapeKnobs) -> Shape | None:
@@ -222,4 +252,6 @@ def build_shape(request: OptimizeRequest, context: ShapeContext, knobs: ShapeKno
         spec=spec_config,
         kv_tokens=fit.max_concurrent_tokens,
         kv_bytes_per_token=arch.kv_bytes_per_token(kv_bytes_per_value(knobs.kv_dtype)),
+        host_tokens=fit.host_tier_tokens * knobs.attn_dp,
+        host_gbs=tier_links(gpu).host_gbs if knobs.hicache_ratio is not None else 0.0,
     )

@@ -14,8 +14,10 @@ from runtime.issues import Issue
 from runtime.spec import Architecture, ModelSettings, RuntimeSpec
 
 # The optimizations the waterfall adds one at a time, in its order.
-Feature = Literal["quantization", "speculator", "disaggregation", "cache_aware"]
-WATERFALL: tuple[Feature, ...] = ("quantization", "speculator", "disaggregation", "cache_aware")
+Feature = Literal["quantization", "speculator", "disaggregation", "cache_aware", "hicache"]
+WATERFALL: tuple[Feature, ...] = (
+    "quantization", "speculator", "disaggregation", "cache_aware", "hicache",
+)  # fmt: skip
 # cost: the cheapest layout carrying the traffic's rate; throughput: the most output tokens/s
 # per GPU within the SLOs, each layout sized to the GPU budget.
 Objective = Literal["cost", "throughput"]
@@ -49,6 +51,11 @@ class Traffic:
     concurrency: int | None = None  # users each waiting for their answer before the next
     prefix_share: float = 0.0  # share of each prompt that is a prefix shared by all requests
     turns: int = 1  # multi-turn depth: earlier turns are this prompt's cacheable history
+    # The prefix working set, tokens: all the distinct shared contexts (documents, tenants'
+    # system prompts) the shared prefix is drawn from. 0: one prefix. Past a replica's KV pool,
+    # only the pool's share of it hits (uniform reuse under LRU), unless HiCache keeps the rest
+    # in host memory.
+    working_set_tokens: int = 0
 
     def arrival_rate(self, slo: Slo) -> float:
         """Requests per second. `concurrency` users served at the targets send C / e2e."""

@@ -29,6 +29,7 @@ class GpuShape:
     bf16_tflops: float
     fp8_tflops: float | None
     fp4_tflops: float | None
+    host_link_gbs: float = 64.0  # one direction, to host memory (HiCache's load-back)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ H100_SXM = GpuShape(
     bf16_tflops=989,
     fp8_tflops=1979,
     fp4_tflops=None,
+    host_link_gbs=64.0,
 )
 
 # Stand-in for a --model-path the catalogue does not know: a Llama-3.1-8B-like dense model.
@@ -173,6 +175,7 @@ def gpu_shape(gpu: GpuType) -> GpuShape:
         bf16_tflops=float(gpu.bf16_tflops),
         fp8_tflops=_optional_float(gpu.fp8_tflops),
         fp4_tflops=_optional_float(gpu.fp4_tflops),
+        host_link_gbs=float(gpu.host_link_gbs),
     )
 
 

@@ -66,6 +66,8 @@ class SimOptions:
     ignore_length_pins: bool = False
     # Start phases take their modelled time (``runtime.sim.startup``); off, they take none.
     cold_start: bool = False
+    # HiCache's storage tier read rate, GB/s (None: the backend's figure, runtime.perf.kv_tiers).
+    storage_gbs: float | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,12 @@ class EngineArgs:
     schedule_policy: str = "fcfs"
     schedule_conservativeness: float = 1.0
     disable_radix_cache: bool = False
+    enable_hierarchical_cache: bool = False
+    hicache_ratio: float | None = None
+    hicache_size: int = 0
+    hicache_write_policy: str = "write_through"
+    hicache_storage_backend: str | None = None
+    hicache_storage_prefetch_policy: str = "timeout"
     speculative_algorithm: str | None = None
     speculative_draft_model_path: str | None = None
     speculative_num_steps: int | None = None
@@ -151,6 +159,12 @@ MODELLED_FLAGS: tuple[str, ...] = (
     "--schedule-policy",
     "--schedule-conservativeness",
     "--disable-radix-cache",
+    "--enable-hierarchical-cache",
+    "--hicache-ratio",
+    "--hicache-size",
+    "--hicache-write-policy",
+    "--hicache-storage-backend",
+    "--hicache-storage-prefetch-policy",
     "--speculative-algorithm",
     "--speculative-draft-model-path",
     "--speculative-num-steps",
@@ -330,6 +344,13 @@ _SIM_FLAGS: tuple[_SimFlag, ...] = (
         "real seconds SIGTERM waits for in-flight requests (60)",
     ),
     (
+        ("--sim-storage-gbs",),
+        "storage_gbs",
+        _positive_float,
+        "PLINTH_SIM_STORAGE_GBS",
+        "HiCache storage tier read rate in GB/s (default: the backend's typical figure)",
+    ),
+    (
         ("--sim-ignore-length-pins",),
         "ignore_length_pins",
         _switch,
@@ -448,6 +469,10 @@ def check_engine_args(args: EngineArgs) -> None:
         raise StartupError("--mem-fraction-static must be in (0, 1)")
     if args.schedule_conservativeness < 0:
         raise StartupError("--schedule-conservativeness must be >= 0")
+    if args.hicache_storage_backend is not None and not args.enable_hierarchical_cache:
+        raise StartupError("--hicache-storage-backend needs --enable-hierarchical-cache")
+    if args.enable_hierarchical_cache and args.disable_radix_cache:
+        raise StartupError("--enable-hierarchical-cache needs the radix cache")
     if args.disaggregation_mode == "prefill" and args.disaggregation_transfer_backend == "fake":
         raise StartupError("the fake transfer backend is for decode-only benchmarking, not prefill")
     _check_speculative(args)

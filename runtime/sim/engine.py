@@ -20,11 +20,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runtime.perf.hardware import GpuShape, ModelShape
+from runtime.perf.kv_tiers import step_seconds as tier_step_seconds
+from runtime.perf.kv_tiers import tier_links
 from runtime.perf.kv_transfer import transfer_link
 from runtime.perf.spec import SpecConfig, chain_rate
 from runtime.sim.args import EngineArgs
 from runtime.sim.clock import ARRIVAL_WAIT_S, SimClock
 from runtime.sim.disagg import BootstrapFailed, KvHandoff, KvRegistry, fetch_handoff
+from runtime.sim.hicache import HiCache, HiCacheConfig
 from runtime.sim.kvpool import KvPool
 from runtime.sim.memory import MemoryPlan, output_noise
 from runtime.sim.metrics import EngineMetrics, FinishedRequest
@@ -51,8 +54,15 @@ class Engine:
         cache = RadixCache(plan.page_size, disabled=args.disable_radix_cache)
         self.pool = KvPool(plan.max_total_num_tokens, cache)
         self.roofline = Roofline(args, gpu, model)
+        self.hicache = hicache_of(args, plan)
+        self.tier_links = tier_links(gpu, args.hicache_storage_backend, args.sim.storage_gbs)
+        if self.hicache is not None:
+            self.hicache.storage_seconds = self.tier_links.storage_seconds
         self.scheduler = Scheduler(
-            scheduler_config(args, plan, self.roofline.engine.spec), self.pool, self.tokenizer
+            scheduler_config(args, plan, self.roofline.engine.spec),
+            self.pool,
+            self.tokenizer,
+            self.hicache,
         )
         engine_type = "unified" if args.disaggregation_mode == "null" else args.disaggregation_mode
         self.metrics = EngineMetrics(args.served_model_name, engine_type, args.extra_metric_labels)
@@ -173,6 +183,8 @@ class Engine:
                 prompt_tokens=req.prompt_tokens,
                 completion_tokens=req.completion_tokens,
                 cached_tokens=req.cached_tokens or 0,
+                cached_host=req.cached_host,
+                cached_storage=req.cached_storage,
                 queue_time=(req.admitted_at or req.arrival) - req.arrival,
                 ttft=first - req.arrival,
                 e2e=end - req.arrival,
@@ -200,14 +212,26 @@ class Engine:
                 self.scheduler.admit_transferred(self.now())
                 if not self.scheduler.has_work():
                     continue  # what arrived was aborted, or finished with its first token
+            self.scheduler.now = self.now()
             step = self.scheduler.plan()
             if step.work.empty:
+                due = self.scheduler.prefetch_due
+                if due is not None:  # only requests waiting on storage reads: time passes
+                    await self.clock.run_step(due - self.scheduler.now)
+                    continue
                 self.scheduler.unstick()
                 continue
             # An injected slowdown (--sim-slowdown) stands for a degraded GPU: every step longer.
-            seconds = self.roofline.step_seconds(step.work) * self.args.sim.slowdown
+            seconds = self._step_seconds(step) * self.args.sim.slowdown
             await self.clock.run_step(seconds)
             self._commit(step, seconds)
+
+    def _step_seconds(self, step: Step) -> float:
+        """The roofline's compute time, plus the HiCache traffic since the last step."""
+        compute = self.roofline.step_seconds(step.work)
+        if self.hicache is None:
+            return compute
+        return tier_step_seconds(compute, self.hicache.take_traffic(), self.tier_links)
 
     async def _await_returning(self) -> None:
         """Fast clock: hold simulated time while clients whose requests finished come back (or,
@@ -325,6 +349,7 @@ class Engine:
                     "kv_cache_gb": round(self.plan.kv_cache_gb, 3),
                     "graph_gb": 0.0,
                     "token_capacity": self.pool.capacity,
+                    **({"hicache": self._hicache_load()} if self.hicache else {}),
                 },
             ),
             "spec": (
@@ -344,6 +369,27 @@ class Engine:
                     "retracted": sum(1 for r in sched.waiting if r.retractions),
                 },
             ),
+        }
+
+    def _hicache_load(self) -> dict[str, Any]:
+        """The tiers' state and the prefix tokens each tier served since start: part of the
+        ``memory`` section of ``/v1/loads`` (SGLang's include names stay as they are); /metrics
+        carries the same under SGLang's metric names."""
+        hicache, stats = self.hicache, self.scheduler.stats
+        host_hits = hicache.stats.host_hit_tokens if hicache else 0
+        storage_hits = hicache.stats.storage_hit_tokens if hicache else 0
+        return {
+            "enabled": hicache is not None,
+            "host_used_tokens": hicache.host.used if hicache else 0,
+            "host_total_tokens": hicache.host.capacity if hicache else 0,
+            "storage_used_tokens": hicache.storage.used if hicache and hicache.storage else 0,
+            "cached_tokens": {
+                "device": stats.prefill_cached_tokens_total - host_hits - storage_hits,
+                "host": host_hits,
+                "storage": storage_hits,
+            },
+            "prefill_tokens": stats.prefill_cached_tokens_total
+            + stats.prefill_computed_tokens_total,
         }
 
     def _disaggregation_load(self) -> dict[str, Any]:
@@ -406,6 +452,19 @@ class Engine:
             "num_retracted_output_tokens", stats.retracted_output_tokens_total
         )
         self.metrics.set_counter_total("evicted_tokens", pool.cache.evicted_tokens_total)
+        if self.hicache is not None:
+            self._refresh_hicache_metrics(self.hicache)
+
+    def _refresh_hicache_metrics(self, hicache: HiCache) -> None:
+        set_gauge, stats = self.metrics.set_gauge, hicache.stats
+        set_gauge("hicache_host_used_tokens", hicache.host.used)
+        set_gauge("hicache_host_total_tokens", hicache.host.capacity)
+        self.metrics.set_pool_total("load_back_tokens", "host", stats.load_back_tokens)
+        self.metrics.set_pool_total("hicache_backup_tokens", "host", stats.backup_tokens)
+        if hicache.storage is not None:
+            self.metrics.set_counter_total("prefetched_tokens", stats.prefetched_tokens)
+            self.metrics.set_counter_total("storage_prefetch_hit_tokens", stats.storage_hit_tokens)
+            self.metrics.set_counter_total("backuped_tokens", stats.storage_backup_tokens)
 
     def _report_static_metrics(self) -> None:
         set_gauge, config = self.metrics.set_gauge, self.scheduler.config
@@ -421,6 +480,22 @@ class Engine:
         for name in ("num_grammar_queue_reqs", "num_paused_reqs"):
             set_gauge(name, 0)
         self.refresh_metrics()
+
+
+def hicache_of(args: EngineArgs, plan: MemoryPlan) -> HiCache | None:
+    """The engine's HiCache tiers, or None without ``--enable-hierarchical-cache``."""
+    if not plan.host_tokens:
+        return None
+    return HiCache(
+        HiCacheConfig(
+            host_tokens=plan.host_tokens,
+            write_policy=args.hicache_write_policy,
+            storage=args.hicache_storage_backend is not None,
+            kv_bytes_per_token=plan.kv_bytes_per_token,
+            page_size=plan.page_size,
+            storage_bytes_per_token=plan.kv_bytes_per_token * max(1, args.tp_size),
+        )
+    )
 
 
 def scheduler_config(

@@ -81,6 +81,12 @@ class MemoryPlan:
     context_length: int
     weight_gb: float  # per GPU
     kv_cache_gb: float  # per GPU
+    host_tokens: int = 0  # HiCache's host tier (--enable-hierarchical-cache), 0 without it
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """KV bytes of one token on one GPU (what each GPU's host link moves)."""
+        return self.kv_cache_gb * GIB / self.max_total_num_tokens
 
 
 def plan_memory(args: EngineArgs, gpu: GpuShape, model: ModelShape) -> MemoryPlan:
@@ -100,6 +106,7 @@ def plan_memory(args: EngineArgs, gpu: GpuShape, model: ModelShape) -> MemoryPla
     if tokens <= 0:
         raise StartupError("Not enough memory. Please try to increase --mem-fraction-static.")
     return MemoryPlan(
+        host_tokens=host_tier_tokens(args, tokens, kv_bytes),
         mem_fraction_static=fraction,
         chunked_prefill_size=chunked,
         max_total_num_tokens=tokens,
@@ -109,6 +116,23 @@ def plan_memory(args: EngineArgs, gpu: GpuShape, model: ModelShape) -> MemoryPla
         weight_gb=weight_bytes / GIB,
         kv_cache_gb=tokens * kv_bytes / GIB,
     )
+
+
+def host_tier_tokens(args: EngineArgs, device_tokens: int, kv_bytes: float) -> int:
+    """Tokens of HiCache's host pool: ``--hicache-size`` GB (10^9 bytes) when above 0, else
+    ``--hicache-ratio`` (2 when unset) times the device pool, as SGLang sizes it; SGLang refuses
+    to start when the host pool is not larger than the device pool."""
+    if not args.enable_hierarchical_cache:
+        return 0
+    if args.hicache_size > 0:
+        tokens = int(args.hicache_size * 1e9 // kv_bytes)
+    else:
+        tokens = int(device_tokens * (args.hicache_ratio or 2.0))
+    if tokens <= device_tokens:
+        raise StartupError(
+            "The host memory should be larger than the device memory with the current protocol."
+        )
+    return tokens
 
 
 def _kv_bytes_per_token_per_gpu(args: EngineArgs, model: ModelShape) -> float:

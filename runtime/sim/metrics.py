@@ -58,6 +58,8 @@ SCHEDULER_GAUGES = (
     "context_len",
     "page_size",
     "num_pages",
+    "hicache_host_used_tokens",
+    "hicache_host_total_tokens",
 )
 SCHEDULER_COUNTERS = (
     "num_retracted_requests",
@@ -66,7 +68,13 @@ SCHEDULER_COUNTERS = (
     "evicted_tokens",
     "num_bootstrap_failed_reqs",
     "num_transfer_failed_reqs",
+    # HiCache's storage tier (SGLang's StorageMetricsCollector)
+    "prefetched_tokens",
+    "backuped_tokens",
+    "storage_prefetch_hit_tokens",
 )
+# HiCache's tier movements, by pool (SGLang's RadixCacheMetricsCollector).
+POOL_COUNTERS = ("load_back_tokens", "hicache_backup_tokens")
 
 
 @dataclass(frozen=True)
@@ -76,11 +84,13 @@ class FinishedRequest:
     streaming: bool
     prompt_tokens: int
     completion_tokens: int
-    cached_tokens: int
+    cached_tokens: int  # all tiers
     queue_time: float
     ttft: float
     e2e: float
     aborted: bool = False
+    cached_host: int = 0  # of cached_tokens, loaded back from HiCache's host tier
+    cached_storage: int = 0  # ... and prefetched from its storage tier
 
 
 class EngineMetrics:
@@ -108,6 +118,12 @@ class EngineMetrics:
         self.counters = {
             name: Counter(f"sglang:{name}", name.replace("_", " "), names, registry=self.registry)
             for name in SCHEDULER_COUNTERS
+        }
+        self.pool_counters = {
+            name: Counter(
+                f"sglang:{name}", name.replace("_", " "), [*names, "pool"], registry=self.registry
+            )
+            for name in POOL_COUNTERS
         }
         self.realtime_tokens = Counter(
             "sglang:realtime_tokens",
@@ -206,6 +222,14 @@ class EngineMetrics:
             self.counters[name].labels(**self.scheduler_labels).inc(delta)
             self._counter_seen[name] = total
 
+    def set_pool_total(self, name: str, pool: str, total: float) -> None:
+        """Advance a per-pool counter to a running total kept by the engine."""
+        seen = f"{name}:{pool}"
+        delta = total - self._counter_seen.get(seen, 0.0)
+        if delta > 0:
+            self.pool_counters[name].labels(**self.scheduler_labels, pool=pool).inc(delta)
+            self._counter_seen[seen] = total
+
     def add_realtime_tokens(self, mode: str, tokens: int) -> None:
         if tokens > 0:
             self.realtime_tokens.labels(**self.scheduler_labels, mode=mode).inc(tokens)
@@ -245,7 +269,14 @@ class EngineMetrics:
         self.prompt_tokens.labels(**streaming).inc(done.prompt_tokens)
         self.generation_tokens.labels(**streaming).inc(done.completion_tokens)
         self.num_requests.labels(**streaming).inc()
-        self.cached_tokens.labels(**labels, cache_source="device").inc(done.cached_tokens)
+        # By where the prefix came from, as SGLang's cache_source: the GPU's own radix cache, or
+        # HiCache's host and storage tiers.
+        device = done.cached_tokens - done.cached_host - done.cached_storage
+        self.cached_tokens.labels(**labels, cache_source="device").inc(device)
+        if done.cached_host:
+            self.cached_tokens.labels(**labels, cache_source="host").inc(done.cached_host)
+        if done.cached_storage:
+            self.cached_tokens.labels(**labels, cache_source="storage").inc(done.cached_storage)
         self.ttft.labels(**streaming).observe(done.ttft)
         self.e2e.labels(**streaming).observe(done.e2e)
         if done.completion_tokens > 1:

@@ -8,6 +8,7 @@ counted in tokens; the KV pool asks the tree to evict when it runs short.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -33,6 +34,9 @@ class RadixCache:
         self.page_size = max(1, page_size)
         self.disabled = disabled
         self.evicted_tokens_total = 0
+        # Told (the evicted node's full token path, its own tokens) before a node goes: HiCache's
+        # write-back copies it to the host tier first (runtime.sim.hicache).
+        self.on_evict: Callable[[list[int], int], None] | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -100,6 +104,8 @@ class RadixCache:
             _, _, leaf = heapq.heappop(heap)
             parent = leaf.parent
             assert parent is not None
+            if self.on_evict is not None:
+                self.on_evict(self.path_of(leaf), len(leaf.key))
             del parent.children[leaf.key[0]]
             freed += len(leaf.key)
             self.total_size -= len(leaf.key)
@@ -108,6 +114,15 @@ class RadixCache:
                 heapq.heappush(heap, (parent.last_access, id(parent), parent))
         self.evicted_tokens_total += freed
         return freed
+
+    def path_of(self, node: RadixNode) -> list[int]:
+        """The token ids from the root down to the end of ``node``'s edge."""
+        parts: list[list[int]] = []
+        current: RadixNode | None = node
+        while current is not None and current is not self.root:
+            parts.append(current.key)
+            current = current.parent
+        return [token for part in reversed(parts) for token in part]
 
     def _leaves(self) -> list[RadixNode]:
         leaves, stack = [], list(self.root.children.values())

@@ -78,6 +78,13 @@ class SimRequest:
     node: RadixNode | None = None
     private_tokens: int = 0
     cached_tokens: int | None = None
+    # Of cached_tokens, those HiCache loaded back from the host tier / prefetched from storage.
+    cached_host: int = 0
+    cached_storage: int = 0
+    # HiCache's storage prefetch: when the pages it reads for this request are in host memory,
+    # and how many tokens they hold.
+    prefetch_until: float | None = None
+    prefetched_storage: int = 0
     retractions: int = 0
     pending_stream_tokens: list[int] = field(default_factory=list)
     # Timings (monotonic seconds) and speculative counts, for meta_info and metrics.

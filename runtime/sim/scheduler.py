@@ -18,7 +18,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from runtime.sim.hicache import HiCache, TierHit
 from runtime.sim.kvpool import KvPool
+from runtime.sim.radix import PrefixMatch
 from runtime.sim.request import FinishReason, GenerationParams, SimRequest, Update
 from runtime.sim.roofline import StepWork
 from runtime.sim.tokenizer import EOS_ID, Tokenizer
@@ -66,15 +68,25 @@ class Step:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, pool: KvPool, tokenizer: Tokenizer) -> None:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        pool: KvPool,
+        tokenizer: Tokenizer,
+        hicache: HiCache | None = None,
+    ) -> None:
         self.config = config
         self.pool = pool
         self.cache = pool.cache
+        self.hicache = hicache
+        if hicache is not None:
+            self.cache.on_evict = hicache.evicted
         self.tokenizer = tokenizer
         self.waiting: deque[SimRequest] = deque()
         self.prefilling: list[SimRequest] = []
         self.running: list[SimRequest] = []
         self.transferred: deque[SimRequest] = deque()  # KV received, waiting for pool space
+        self.now = 0.0  # simulated time, set by the engine before each plan (storage prefetch)
         self.stats = SchedulerStats()
         self.new_token_ratio = config.init_new_token_ratio
         self._step_cached = 0
@@ -135,6 +147,8 @@ class Scheduler:
         if self.has_work():
             return False
         self.cache.reset()
+        if self.hicache is not None:
+            self.hicache.reset()
         return True
 
     # ---- planning ----------------------------------------------------------------------------
@@ -162,6 +176,8 @@ class Scheduler:
         for req in self._admission_order():
             if self.num_running >= self.config.max_running_requests:
                 break
+            if self._prefetching(req):
+                continue  # its pages are still coming from storage; the others go ahead
             take = self._admit_one(req, budget, first=not chunks)
             if take <= 0:
                 break
@@ -175,6 +191,7 @@ class Scheduler:
         extend = len(req.fill_ids) - match.length
         if not self._fits(extend + self._reserve(req)):
             return 0
+        match, hit = self._load_back(req.fill_ids[:-1], match)
         take = budget.take(req.fill_ids, match.length, first=first)
         if take <= 0:
             return 0
@@ -188,9 +205,63 @@ class Scheduler:
         self.prefilling.append(req)
         if req.cached_tokens is None:
             req.cached_tokens = match.length
+            req.cached_host, req.cached_storage = hit.host, hit.storage
+            if req.prefetched_storage and self.hicache is not None:
+                # Came from storage through the host tier: a storage hit, counted as one.
+                moved = min(req.prefetched_storage, req.cached_host)
+                req.cached_host -= moved
+                req.cached_storage += moved
+                self.hicache.stats.host_hit_tokens -= moved
         self.stats.prefill_cached_tokens_total += match.length
         self._step_cached += match.length
         return take
+
+    def _prefetching(self, req: SimRequest) -> bool:
+        """HiCache's storage prefetch: a request whose prefix storage holds beyond the GPU and
+        host waits in the queue while its pages are read into host memory (one read at a time
+        over the storage link, beside the GPU's work); then it is admitted as a host hit."""
+        hicache = self.hicache
+        if hicache is None or hicache.storage is None:
+            return False
+        if req.prefetch_until is None:
+            ids = req.fill_ids[:-1]
+            hit = hicache.lookup(ids, self.cache.match_prefix(ids).length)
+            if not hit.storage:
+                return False
+            req.prefetch_until = hicache.prefetch(ids, hit, self.now)
+            req.prefetched_storage = hit.storage
+        return self.now < req.prefetch_until
+
+    @property
+    def prefetch_due(self) -> float | None:
+        """When the earliest prefetch in the queue completes (None: no request waits on one)."""
+        pending = [
+            r.prefetch_until for r in self.waiting
+            if r.prefetch_until is not None and r.prefetch_until > self.now
+        ]  # fmt: skip
+        return min(pending) if pending else None
+
+    def _load_back(self, ids: list[int], match: PrefixMatch) -> tuple[PrefixMatch, TierHit]:
+        """HiCache: bring what the host (or storage) tier holds of ``ids`` beyond the GPU's
+        ``match`` into the GPU's cache, if the pool has room for it; the longer match after."""
+        none = TierHit()
+        if self.hicache is None:
+            return match, none
+        hit = self.hicache.lookup(ids, match.length)
+        tokens = hit.host + hit.storage
+        if not tokens:
+            return match, none
+        # The matched prefix is held while room is made, so eviction cannot take it.
+        self.cache.lock(match.node)
+        room = self.pool.try_alloc(tokens)
+        if room:
+            self.pool.release(tokens)  # the slots go to the cache, not to the request
+            self.cache.insert(ids[: match.length + tokens])
+        self.cache.unlock(match.node)
+        if not room:
+            return match, none
+        self.hicache.loaded(ids[: match.length + tokens], hit)
+        return self.cache.match_prefix(ids[: match.length + tokens]), hit
 
     def _admission_order(self) -> list[SimRequest]:
         queue = list(self.waiting)
@@ -369,7 +440,9 @@ class Scheduler:
         moved = min(req.private_tokens, aligned - req.locked_len)
         self.pool.release(moved)
         req.private_tokens -= moved
-        self.cache.insert(ids[:aligned])
+        known = self.cache.insert(ids[:aligned])
+        if self.hicache is not None:
+            self.hicache.cached(ids[:aligned], aligned - known, reused=bool(req.cached_tokens))
         if self.pool.free < 0:
             self.cache.evict(-self.pool.free)
         match = self.cache.match_prefix(ids[:aligned])

@@ -670,6 +670,8 @@ class GpuType(ApiModel):
     memory_gib: float
     compute_capability: str
     hbm_bandwidth_gbs: float
+    host_link_gbs: float
+    node_host_memory_gib: float
     bf16_tflops: float
     fp8_tflops: float | None = None
     fp4_tflops: float | None = None
@@ -716,6 +718,16 @@ class HostPathCache(ApiModel):
     path: str = '/var/lib/plinth/model-cache'
 
 
+class HostTier(ApiModel):
+    "HiCache's host-memory tier (`--enable-hierarchical-cache`): prefixes the GPU's KV pool"
+
+    ratio: float | None = None
+    size_gb: int | None = None
+    write_policy: Literal['write_through', 'write_through_selective', 'write_back'] | None = None
+    io_backend: Literal['kernel', 'direct'] | None = None
+    mem_layout: Literal['layer_first', 'page_first', 'page_first_direct', 'page_first_kv_split', 'page_head'] | None = None
+
+
 class InventoryOut(ApiModel):
     "InventoryOut"
 
@@ -754,6 +766,19 @@ class IssueOut(ApiModel):
     message: str
     fix: str | None = None
     severity: str
+
+
+class KvCacheSettings(ApiModel):
+    "Where KV cache lives beyond the GPU: `tiers.host` (HiCache) and `tiers.storage`."
+
+    tiers: KvTiers = Field(default_factory=lambda: KvTiers.model_validate({'host': None, 'storage': None}))
+
+
+class KvTiers(ApiModel):
+    "KvTiers"
+
+    host: HostTier | None = None
+    storage: StorageTier | None = None
 
 
 class LatencyOut(ApiModel):
@@ -958,7 +983,7 @@ class OptimizeIn(ApiModel):
     model: str
     architecture: Architecture | None = None
     gpus: list[str] | None = None
-    traffic: TrafficIn = Field(default_factory=lambda: TrafficIn.model_validate({'input_tokens': 1024, 'output_tokens': 256, 'rate_rps': None, 'concurrency': None, 'prefix_share': 0.0, 'turns': 1}))
+    traffic: TrafficIn = Field(default_factory=lambda: TrafficIn.model_validate({'input_tokens': 1024, 'output_tokens': 256, 'rate_rps': None, 'concurrency': None, 'prefix_share': 0.0, 'turns': 1, 'working_set_tokens': 0}))
     slo: SloIn = Field(default_factory=lambda: SloIn.model_validate({'ttft_p90_s': 1.0, 'itl_p90_s': None, 'e2e_p90_s': None, 'tpot_mean_s': None}))
     limits: LimitsIn = Field(default_factory=lambda: LimitsIn.model_validate({'max_cost_per_hour': None, 'max_gpus': None}))
     objective: Literal['cost', 'throughput'] = 'cost'
@@ -1256,6 +1281,7 @@ class RuntimeSpec(ApiModel):
     routing: RoutingSettings = Field(default_factory=lambda: RoutingSettings.model_validate({'policy': 'cache_aware', 'placement': None, 'cache_threshold': None, 'balance_abs_threshold': None, 'balance_rel_threshold': None, 'overload_protection': False, 'warmup_seconds': None}))
     autoscaling: AutoscalingSettings = Field(default_factory=lambda: AutoscalingSettings.model_validate({'min_replicas': 1, 'max_replicas': 1, 'concurrency_target': 32, 'target_utilization': 0.7, 'window_seconds': 60, 'scale_down_delay_seconds': 300, 'scale_to_zero': False, 'scale_to_zero_after_seconds': 900, 'prestage_weights': False, 'slo': None, 'prefill': None, 'decode': None}))
     runtime: RuntimeSettings = Field(default_factory=lambda: RuntimeSettings.model_validate({'sglang_version': '0.5.23', 'image': None, 'router_image': None, 'extra_flags': {}, 'env': {}}))
+    kv_cache: KvCacheSettings = Field(default_factory=lambda: KvCacheSettings.model_validate({'tiers': {'host': None, 'storage': None}}))
 
 
 class ScaleIn(ApiModel):
@@ -1348,6 +1374,20 @@ class SpeculatorSettings(ApiModel):
     ngram: NgramSettings = Field(default_factory=lambda: NgramSettings.model_validate({'min_bfs_breadth': None, 'max_bfs_breadth': None, 'match_type': None, 'max_trie_depth': None, 'capacity': None}))
 
 
+class StorageTier(ApiModel):
+    "HiCache's storage tier behind the host tier (`--hicache-storage-backend`)."
+
+    backend: Literal['file', 'mooncake', 'hf3fs', 'nixl', 'aibrix', 'eic', 'simm', 'mori', 'shm', 'seaweedfs']
+    prefetch_policy: Literal['best_effort', 'wait_complete', 'timeout'] | None = None
+    node_path: str | None = None
+    claim: str | None = None
+    master_address: str | None = None
+    metadata_server: str | None = None
+    protocol: Literal['rdma', 'tcp'] | None = None
+    device_name: str | None = None
+    bandwidth_gbs: float | None = None
+
+
 class ThresholdsIn(ApiModel):
     "ThresholdsIn"
 
@@ -1387,6 +1427,7 @@ class TrafficIn(ApiModel):
     concurrency: int | None = None
     prefix_share: float = 0.0
     turns: int = 1
+    working_set_tokens: int = 0
 
 
 class TrafficOut(ApiModel):
@@ -1503,10 +1544,13 @@ GpuType.model_rebuild()
 GroupEstimate.model_rebuild()
 HardwareSettings.model_rebuild()
 HostPathCache.model_rebuild()
+HostTier.model_rebuild()
 InventoryOut.model_rebuild()
 InvitationOut.model_rebuild()
 InvitationPage.model_rebuild()
 IssueOut.model_rebuild()
+KvCacheSettings.model_rebuild()
+KvTiers.model_rebuild()
 LatencyOut.model_rebuild()
 LimitsIn.model_rebuild()
 LogLineOut.model_rebuild()
@@ -1564,6 +1608,7 @@ SideOut.model_rebuild()
 SloIn.model_rebuild()
 SloTargets.model_rebuild()
 SpeculatorSettings.model_rebuild()
+StorageTier.model_rebuild()
 ThresholdsIn.model_rebuild()
 ThresholdsOut.model_rebuild()
 Toleration.model_rebuild()

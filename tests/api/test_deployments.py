@@ -289,3 +289,21 @@ def test_list_filters_and_pagination(api: Clients, cast: Cast) -> None:
     assert bad.status_code == 422 and fields_of(bad) == ["status"]
     assert fields_of(api.carol.get("deployments?limit=0")) == ["limit"]
     assert fields_of(api.carol.get("deployments?limit=abc")) == ["limit"]
+
+
+def test_hicache_tiers_are_stored_and_bad_ones_refused_naming_the_field(api: Clients) -> None:
+    """Issue 29: `kv_cache.tiers` through the API; a storage tier without a host tier and an
+    unknown write policy are 422s naming their fields, nothing saved."""
+    bad = spec_with(kv_cache={"tiers": {"storage": {"backend": "file", "node_path": "/mnt/kv"}}})
+    response = api.dave.post("deployments", {"slug": "tiers", "spec": bad})
+    assert response.status_code == 422
+    assert "spec.kv_cache.tiers.storage" in fields_of(response)
+    policy = spec_with(kv_cache={"tiers": {"host": {"write_policy": "sometimes"}}})
+    response = api.dave.post("deployments", {"slug": "tiers", "spec": policy})
+    assert response.status_code == 422
+    assert fields_of(response) == ["spec.kv_cache.tiers.host.write_policy"]
+    assert not Deployment.objects.exists()
+    good = spec_with(kv_cache={"tiers": {"host": {"ratio": 2.5}}})
+    created = api.dave.post("deployments", {"slug": "tiers", "spec": good})
+    assert created.status_code == 201, created.content
+    assert created.json()["spec"]["kv_cache"]["tiers"]["host"]["ratio"] == 2.5

@@ -135,3 +135,24 @@ def test_a_single_sample_is_drawn_as_a_dot(alice: Client, endpoint: Deployment) 
     page = alice.get("/endpoints/chat/metrics/").content.decode()
     assert 'class="chart-dot"' in page and "no data yet" in page  # e.g. no speculator
     assert "<circle" not in page  # a circle would be stretched into an ellipse with the plot
+
+
+def test_the_hit_rate_chart_has_a_line_per_kv_tier_for_a_hicache_endpoint(
+    alice: Client, endpoint: Deployment
+) -> None:
+    """Issue 29: the probe's per-tier shares (GPU, host memory, storage) drawn beside the hit
+    rate; an endpoint without HiCache's tiers keeps its one line."""
+    at = timezone.now() - timedelta(minutes=2)
+    MetricSample.objects.create(deployment=endpoint, ts=at, cache_hit_rate=0.2)
+    plain = _payloads(alice.get("/endpoints/chat/metrics/?window=15").content.decode())
+    hits = next(c for c in plain.values() if c["title"] == "Prefix cache hit rate")
+    assert [s["label"] for s in hits["series"]] == ["hit rate"]
+    tiers = {"device": 0.3, "host": 0.5, "storage": 0.1}
+    MetricSample.objects.create(
+        deployment=endpoint, ts=at + timedelta(seconds=30), cache_hit_rate=0.9, cache_tiers=tiers
+    )
+    charts = _payloads(alice.get("/endpoints/chat/metrics/?window=15").content.decode())
+    hits = next(c for c in charts.values() if c["title"] == "Prefix cache hit rate")
+    lines = {s["label"]: s["values"] for s in hits["series"]}
+    assert list(lines) == ["hit rate", "GPU", "host memory", "storage"]
+    assert lines["host memory"] == [None, 50.0] and lines["storage"] == [None, 10.0]

@@ -286,3 +286,29 @@ def test_the_toggle_alone_decides_a_custom_architecture(
     parsed = forms.parse_spec(post)
     assert forms.uses_custom_architecture(forms.posted_values(post, parsed)) is ticked
     assert ("architecture" in parsed.data.get("model", {})) is ticked
+
+
+def test_hicache_tiers_from_the_wizard_are_stored_and_bad_ones_shown_on_their_field(
+    alice: Client, cast: Cast
+) -> None:
+    """Issue 29: the KV cache tiers section. Left empty, no tier is stored; a storage tier with
+    no host tier is refused on its field; a host tier posted is stored."""
+    response = alice.post("/endpoints/new/", {**_form(), "slug": "plain", "name": "Plain"})
+    assert response.status_code == 302
+    plain = Deployment.objects.get(slug="plain").target_revision
+    assert plain is not None and plain.spec["kv_cache"]["tiers"] == {"host": None, "storage": None}
+    storage_only = _form(
+        kv_cache__tiers__storage__backend="file",
+        kv_cache__tiers__storage__node_path="/mnt/nvme/hicache",
+    )
+    response = alice.post("/endpoints/new/", {**storage_only, "slug": "tiers"})
+    assert response.status_code == 422
+    field = response.content.decode().split('id="f-kv-cache-tiers-storage-backend"')[0]
+    assert "storage tier sits behind the host tier" in response.content.decode(), field[-200:]
+    host = _form(kv_cache__tiers__host__ratio="3", kv_cache__tiers__host__write_policy="write_back")
+    response = alice.post("/endpoints/new/", {**host, "slug": "tiers", "name": "Tiers"})
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    revision = Deployment.objects.get(slug="tiers").target_revision
+    assert revision is not None
+    assert revision.spec["kv_cache"]["tiers"]["host"]["ratio"] == 3.0
+    assert revision.spec["kv_cache"]["tiers"]["host"]["write_policy"] == "write_back"

@@ -160,3 +160,20 @@ def test_router_discovers_this_endpoints_pods_with_least_privilege() -> None:
 
 def test_rendering_is_deterministic() -> None:
     assert rendered("llama-3.1-8b-h100") == rendered("llama-3.1-8b-h100")
+
+
+def test_a_hicache_engine_requests_its_host_tier_and_mounts_its_storage() -> None:
+    """Issue 29: the host tier is pinned host memory, requested so the scheduler places the pod
+    where it fits; the file storage tier is the node's directory, where SGLang is told to write."""
+    engine = next(o for o in rendered("llama-3.1-8b-hicache-h100") if o["kind"] == "Deployment")
+    pod = engine["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    host_tier = revision_plan(load_spec("llama-3.1-8b-hicache-h100")).plan.roles[0]
+    memory = container["resources"]["requests"]["memory"]
+    assert memory == f"{host_tier.host_tier_gib_per_node + 16}Gi"
+    assert "memory" not in container["resources"]["limits"]
+    [volume] = [v for v in pod["volumes"] if v["name"] == "hicache-storage"]
+    assert volume["hostPath"] == {"path": "/mnt/nvme/hicache", "type": "DirectoryOrCreate"}
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "hicache-storage"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] == mount["mountPath"]

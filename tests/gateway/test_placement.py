@@ -1,5 +1,6 @@
 """The gateway's placement table (``gateway.placement``) against a real Redis: a routing key it has
-not seen goes to the slot holding the fewest keys (the lowest on a tie) and stays there; idle keys
+not seen goes to the slot with the least recent traffic (of those within half a request of it,
+the one caching the smallest working set, then the lowest) and stays there; idle keys
 are forgotten and their counts given back; shrinking a pool re-places only the keys on removed
 slots; every gateway replica (every ``Placements`` object) reads the same table; and at every step
 the count hash equals the number of keys per slot. A pure-Python model of the rules is checked
@@ -21,7 +22,7 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from gateway.placement import Placements, table_keys
+from gateway.placement import TIE_REQUESTS, TRAFFIC_HALF_LIFE_SECONDS, Placements, table_keys
 from runtime.sim.launcher import free_port
 from tests.aio import run_async
 from tests.controlplane.scripts import EmbeddedRedis
@@ -55,7 +56,7 @@ def with_placements(body: Callable[[aioredis.Redis], Awaitable[T]], url: str | N
 def table(pool: str) -> tuple[dict[str, int], dict[str, float], dict[int, int]]:
     """The pool's table as Redis holds it: key -> slot, key -> last use, slot -> count."""
     client = redis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
-    slot_key, seen_key, count_key, _ = table_keys(pool)
+    slot_key, seen_key, count_key = table_keys(pool)[:3]
     slots = {str(k): int(v) for k, v in client.hgetall(slot_key).items()}
     pairs = cast(list[tuple[str, float]], client.zrange(seen_key, 0, -1, withscores=True))
     seen = dict(pairs)
@@ -134,10 +135,57 @@ def test_shrinking_replaces_only_keys_on_removed_slots_and_growing_fills_the_new
     # k0,k1,k4,k5 stay; k2 (slot 2) then k3, k6, k7 are re-placed onto the emptier of 0 and 1.
     assert shrunk == [0, 1, 0, 1, 0, 1, 0, 1]
     assert grown == shrunk  # a slot below the pool's size keeps its keys
-    # Slots 0 and 1 hold 4 keys each: slot 2 takes new keys until it catches up.
-    assert new == [2, 2, 2, 2, 0]
+    # Slots 0 and 1 carry 4 keys' recent traffic each (100 s old: about 1.8 requests): the empty
+    # slot 2 takes new keys until its traffic is within half a request of theirs, then the
+    # three take turns.
+    assert new == [2, 2, 0, 1, 2]
     slots = assert_counts_match(pool)
-    assert Counter(slots.values()) == {0: 5, 1: 4, 2: 4}
+    assert Counter(slots.values()) == {0: 5, 1: 5, 2: 3}
+
+
+def test_after_a_scale_up_active_tenants_spread_although_the_old_slot_holds_idle_one_shot_keys(
+    pool: str,
+) -> None:
+    """Issue 29: one replica served 80 one-shot requests (each its own key) a few minutes ago;
+    they are idle but not yet forgotten. Scaled up to two, 8 active tenants arrive, one every
+    15 s, each then asking every 10 s: placed by count, all 8 went to the new replica (the old
+    one "held" 80 keys) and the old one idled; by recent traffic they split between the two."""
+
+    async def body(client: aioredis.Redis) -> dict[str, int]:
+        places = Placements(client, local_seconds=0)
+        for i in range(80):
+            await places.slot(pool, f"one-shot-{i}", 1, 1000.0 + i)
+        placed: dict[str, int] = {}
+        now = 1400.0  # the one-shot keys are 5-6 minutes old, inside the 10-minute idle window
+        for tenant in range(8):
+            for asked in range(tenant + 1):  # earlier tenants keep asking meanwhile
+                key = f"tenant-{asked}"
+                placed[key] = await places.slot(pool, key, 2, now + asked * 0.01)
+            now += 15.0
+        return placed
+
+    placed = with_placements(body)
+    on_old = sum(1 for slot in placed.values() if slot == 0)
+    assert 3 <= on_old <= 5, placed
+    assert_counts_match(pool)
+
+
+def test_of_equally_busy_slots_a_new_key_goes_where_the_cached_working_set_is_smaller(
+    pool: str,
+) -> None:
+    """Two slots with one key each and the same traffic: the one whose key holds a 50,000-token
+    document is left alone, and a new key goes to the one caching a short prompt, although it is
+    the higher slot and a little busier (its request came later)."""
+
+    async def body(client: aioredis.Redis) -> list[int | None]:
+        places = Placements(client, local_seconds=0)
+        return [
+            await places.slot(pool, "document", 2, 1000.0, tokens=50_000),
+            await places.slot(pool, "chat", 2, 1000.1, tokens=300),
+            await places.slot(pool, "new", 2, 1001.0, tokens=300),
+        ]
+
+    assert with_placements(body) == [0, 1, 1]
 
 
 def test_idle_keys_are_forgotten_and_their_counts_given_back(pool: str) -> None:
@@ -311,26 +359,61 @@ def test_redis_unreachable_raises_a_redis_error() -> None:
 
 
 class Model:
-    """The placement rules in plain Python (what ``gateway.placement.PLACE`` is meant to do)."""
+    """The placement rules in plain Python (what ``gateway.placement.PLACE`` is meant to do),
+    with the script's arithmetic in the script's order, so floats agree to the last bit."""
 
-    def __init__(self, idle: float) -> None:
+    def __init__(self, idle: float, half_life: float = TRAFFIC_HALF_LIFE_SECONDS) -> None:
         self.idle = idle
+        self.half = half_life
         self.slot_of: dict[str, int] = {}
         self.seen: dict[str, float] = {}
         self.count: Counter[int] = Counter()
+        self.weight: dict[str, float] = {}
+        self.size: dict[str, int] = {}
+        self.load: dict[int, float] = {}
+        self.load_t: float | None = None
+        self.working_set: Counter[int] = Counter()
 
-    def place(self, key: str, slots: int, now: float) -> int:
-        for old in [k for k, t in self.seen.items() if t <= now - self.idle]:
-            self.count[self.slot_of.pop(old)] -= 1
+    def _decay(self, now: float, since: float) -> float:
+        return 2 ** (-max(0.0, now - since) / self.half)
+
+    def _take(self, slot: int, weight: float, size: int) -> None:
+        self.count[slot] -= 1
+        self.load[slot] = max(0.0, self.load.get(slot, 0.0) - weight)
+        self.working_set[slot] -= size
+
+    def place(self, key: str, slots: int, now: float, tokens: int = 0) -> int:
+        factor = 1.0 if self.load_t is None else self._decay(now, self.load_t)
+        self.load = {s: v * factor for s, v in self.load.items()}
+        key_weight = {
+            k: self.weight.get(k, 0.0) * self._decay(now, self.seen[k]) for k in self.seen
+        }
+        for old in sorted((k for k, t in self.seen.items() if t <= now - self.idle),
+                          key=lambda k: (self.seen[k], k)):  # fmt: skip
+            self._take(self.slot_of.pop(old), key_weight[old], self.size.pop(old, 0))
             del self.seen[old]
+            self.weight.pop(old, None)
         slot = self.slot_of.get(key)
+        weight = key_weight.get(key, 0.0) if key in self.seen else 0.0
+        size = self.size.get(key, 0)
         if slot is None or slot >= slots:
+            least = min(self.load.get(s, 0.0) for s in range(slots))
+            candidates = [s for s in range(slots) if self.load.get(s, 0.0) <= least + TIE_REQUESTS]
+            best = min(candidates, key=lambda s: (self.working_set[s], s))
             if slot is not None:
-                self.count[slot] -= 1
-            slot = min(range(slots), key=lambda s: (self.count[s], s))
+                self._take(slot, weight, size)
+            slot = best
             self.slot_of[key] = slot
             self.count[slot] += 1
+            self.load[slot] = self.load.get(slot, 0.0) + weight
+            self.working_set[slot] += size
+        if tokens > 0 and tokens != size:
+            self.working_set[slot] += tokens - size
+            self.size[key] = tokens
+        self.load[slot] = self.load.get(slot, 0.0) + 1
+        self.weight[key] = weight + 1
         self.seen[key] = now
+        self.load_t = now
         return slot
 
 
@@ -340,6 +423,7 @@ OPERATIONS = st.lists(
         st.sampled_from("abcdefgh"),  # the key
         st.integers(min_value=1, max_value=5),  # the pool's slots at that moment
         st.sampled_from([0.0, 0.5, 1.0, 3.0, 9.5, 10.0, 25.0]),  # time since the last call
+        st.sampled_from([0, 0, 300, 5000]),  # the request's context tokens (0: unknown)
     ),
     min_size=1,
     max_size=40,
@@ -348,7 +432,9 @@ OPERATIONS = st.lists(
 
 @hypothesis_settings(max_examples=50, deadline=None)
 @given(operations=OPERATIONS)
-def test_the_script_places_as_the_model_does(operations: list[tuple[str, int, float]]) -> None:
+def test_the_script_places_as_the_model_does(
+    operations: list[tuple[str, int, float, int]],
+) -> None:
     """Random keys, pool sizes and pauses: the script answers what the model answers, and at
     every step the count hash equals the keys per slot and the table holds the model's keys."""
     pool = f"test-{uuid.uuid4().hex}"
@@ -357,9 +443,10 @@ def test_the_script_places_as_the_model_does(operations: list[tuple[str, int, fl
     async def body(client: aioredis.Redis) -> None:
         places = Placements(client, idle_seconds=IDLE, local_seconds=0)
         now = 1_000_000.0
-        for key, slots, step in operations:
+        for key, slots, step, tokens in operations:
             now += step
-            assert await places.slot(pool, key, slots, now) == model.place(key, slots, now)
+            placed = await places.slot(pool, key, slots, now, tokens=tokens)
+            assert placed == model.place(key, slots, now, tokens)
             assert assert_counts_match(pool) == model.slot_of
 
     try:

@@ -66,3 +66,16 @@ def test_content_parts_and_odd_bodies() -> None:
     assert routing_key(parts) == routing_key(dict(parts))
     for body in (None, [], "text", {}, {"messages": []}, {"prompt": ""}, {"input": "embed me"}):
         assert routing_key(body) is None
+
+
+def test_context_tokens_estimate_the_whole_prompt_at_four_characters_a_token() -> None:
+    """Issue 29: the working set a key keeps cached is its whole context, not only the head
+    the key is made from."""
+    from runtime.routing_key import context_tokens
+
+    chat = {"messages": [{"role": "system", "content": "s" * 4000},
+                         {"role": "user", "content": "u" * 400}]}  # fmt: skip
+    assert context_tokens(chat) == 1100
+    assert context_tokens({"prompt": "p" * 80}) == 20
+    assert context_tokens({"input_ids": [1, 2, 3]}) == 3
+    assert context_tokens({"model": "m"}) == 0 and context_tokens([1]) == 0

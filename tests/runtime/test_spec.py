@@ -44,7 +44,7 @@ def test_field_names_are_stable() -> None:
     dumped = RuntimeSpec.model_validate(MINIMAL).model_dump(mode="json")
     assert list(dumped) == [
         "model", "hardware", "parallelism", "batching", "quantization", "speculator",
-        "disaggregation", "routing", "autoscaling", "runtime",
+        "disaggregation", "routing", "autoscaling", "runtime", "kv_cache",
     ]  # fmt: skip
     assert set(dumped["parallelism"]) == {"tp", "pp", "attn_dp", "ep"}
     assert set(dumped["autoscaling"]) >= {"min_replicas", "max_replicas", "concurrency_target"}

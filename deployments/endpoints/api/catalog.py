@@ -116,6 +116,14 @@ class TrafficIn(StrictIn):
     concurrency: int | None = Field(default=None, ge=1, le=1_000_000, strict=True)
     prefix_share: float = Field(default=0.0, ge=0, lt=1, description="shared prompt prefix")
     turns: int = Field(default=1, ge=1, le=100, strict=True, description="multi-turn depth")
+    working_set_tokens: int = Field(
+        default=0,
+        ge=0,
+        le=1_000_000_000,
+        strict=True,
+        description="distinct shared contexts the prefix is drawn from, tokens; past the GPU's "
+        "KV pool HiCache becomes a candidate (0: one prefix)",
+    )
 
 
 class SloIn(StrictIn):

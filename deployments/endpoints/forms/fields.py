@@ -135,6 +135,81 @@ SECTIONS: tuple[Section, ...] = (
         ),
     ),
     Section(
+        "kv_tiers",
+        "KV cache tiers (HiCache)",
+        (
+            FormField(
+                "kv_cache.tiers.host.ratio",
+                "Host tier: ratio",
+                "host memory kept for evicted prefixes, as a multiple of the GPU KV pool (> 1; "
+                "default 2 once any host-tier field is set)",
+                flag="--hicache-ratio",
+            ),
+            FormField(
+                "kv_cache.tiers.host.size_gb",
+                "Host tier: GB per GPU",
+                "overrides the ratio",
+                flag="--hicache-size",
+            ),
+            FormField(
+                "kv_cache.tiers.host.write_policy",
+                "Host tier: write policy",
+                "when GPU pages are copied to host memory",
+                flag="--hicache-write-policy",
+            ),
+            FormField(
+                "kv_cache.tiers.host.io_backend",
+                "Host tier: I/O backend",
+                "kernel (default) or direct copies",
+                flag="--hicache-io-backend",
+            ),
+            FormField(
+                "kv_cache.tiers.host.mem_layout",
+                "Host tier: memory layout",
+                "default page_first",
+                flag="--hicache-mem-layout",
+            ),
+            FormField(
+                "kv_cache.tiers.storage.backend",
+                "Storage tier: backend",
+                "file (node path or claim) or mooncake; needs a host tier",
+                flag="--hicache-storage-backend",
+            ),
+            FormField(
+                "kv_cache.tiers.storage.prefetch_policy",
+                "Storage tier: prefetch policy",
+                "how long a request waits for pages from storage",
+                flag="--hicache-storage-prefetch-policy",
+            ),
+            FormField(
+                "kv_cache.tiers.storage.node_path",
+                "Storage tier: node path",
+                "file backend: a directory on each node",
+                placeholder="/mnt/nvme/hicache",
+            ),
+            FormField(
+                "kv_cache.tiers.storage.claim",
+                "Storage tier: claim",
+                "file backend: a ReadWriteMany PersistentVolumeClaim",
+            ),
+            FormField(
+                "kv_cache.tiers.storage.master_address",
+                "Mooncake master",
+                "mooncake backend: host:port",
+            ),
+            FormField(
+                "kv_cache.tiers.storage.metadata_server",
+                "Mooncake metadata server",
+                "mooncake backend: URL",
+            ),
+            FormField(
+                "kv_cache.tiers.storage.device_name",
+                "Mooncake RDMA device",
+                "mooncake over RDMA: e.g. mlx5_0",
+            ),
+        ),
+    ),
+    Section(
         "disaggregation",
         "Prefill/decode pools",
         (
@@ -319,7 +394,8 @@ SECTIONS: tuple[Section, ...] = (
                 "routing.placement",
                 "Placement of a new prompt prefix",
                 "cache_aware only. Default by count: the gateway gives each new prefix the replica"
-                " holding the fewest; first fit: smg's cache tree places it, with the knobs below",
+                " with the least recent traffic; first fit: smg's cache tree places it, with the"
+                " knobs below",
                 names={"by_count": "by count", "first_fit": "first fit (smg's tree)"},
             ),
             # Empty numbers take Plinth's measured defaults (runtime.spec.PLINTH_ROUTING), shown.
@@ -398,8 +474,9 @@ SECTIONS: tuple[Section, ...] = (
     ),
 )
 # Optional groups the form shows only some fields of: left with no value set, the group is
-# dropped (an empty ``autoscaling.slo`` would be an SLO policy without a target).
-OPTIONAL_GROUPS = ("autoscaling.slo",)
+# dropped (an empty ``autoscaling.slo`` would be an SLO policy without a target; empty HiCache
+# tiers are no tiers).
+OPTIONAL_GROUPS = ("autoscaling.slo", "kv_cache.tiers.host", "kv_cache.tiers.storage")
 
 ALL_FIELDS: tuple[FormField, ...] = tuple(f for s in SECTIONS for f in s.fields)
 ARCH_PREFIX = "model.architecture."

@@ -114,12 +114,19 @@ def parse_spec(post: QueryDict, base: dict[str, Any] | None = None) -> ParsedFor
                 )
             )
     for group in OPTIONAL_GROUPS:
-        parent, _, name = group.rpartition(".")
-        node = data.get(parent)
-        group_values = node.get(name) if isinstance(node, dict) else None
-        if isinstance(group_values, dict) and all(v is None for v in group_values.values()):
-            node[name] = None  # type: ignore[index]
+        _drop_if_empty(data, group)
     return parsed
+
+
+def _drop_if_empty(data: dict[str, Any], group: str) -> None:
+    """Set optional group ``group`` (a dotted path) to None when none of its values is set."""
+    *parents, name = group.split(".")
+    node: Any = data
+    for part in parents:
+        node = node.get(part) if isinstance(node, dict) else None
+    group_values = node.get(name) if isinstance(node, dict) else None
+    if isinstance(group_values, dict) and all(v is None for v in group_values.values()):
+        node[name] = None
 
 
 def custom_posted(post: QueryDict) -> bool:

@@ -105,9 +105,32 @@ def metric_charts(samples: list[MetricSample], minutes: int) -> list[Chart]:
             "Requests in engine", "count", series("running", "running"), series("queued", "queued")
         ),
         chart("KV cache usage", "%", series("mean", "kv_usage", 100), *by_replica("kv_usage", 100)),
-        chart("Prefix cache hit rate", "%", series("hit rate", "cache_hit_rate", 100)),
+        chart(
+            "Prefix cache hit rate",
+            "%",
+            series("hit rate", "cache_hit_rate", 100),
+            *_tier_series(samples),
+        ),
         chart("Speculator accept length", "tokens", series("accept", "spec_accept_length")),
         chart("Replicas ready", "count", series("ready", "replicas_ready")),
+    ]
+
+
+# HiCache's tiers as the console names them (SGLang's ``cache_source`` values).
+TIER_LABELS = {"device": "GPU", "host": "host memory", "storage": "storage"}
+
+
+def _tier_series(samples: list[MetricSample]) -> list[Series]:
+    """One hit-rate line per KV tier, when the window holds samples of an engine with HiCache's
+    tiers; a sample without them is a gap."""
+    if not any(s.cache_tiers for s in samples):
+        return []
+    return [
+        Series(
+            label,
+            [None if not s.cache_tiers else s.cache_tiers.get(tier, 0.0) * 100 for s in samples],
+        )
+        for tier, label in TIER_LABELS.items()
     ]
 
 

@@ -31,10 +31,13 @@ from deployments.drivers.kube.render.pods import (
     with_api_key,
 )
 from deployments.drivers.kube.render.weights import engine_downloads, engine_init_containers
-from runtime.launch import DIST_INIT_PORT, RolePlan, with_flag
+from runtime.launch import DIST_INIT_PORT, HICACHE_STORAGE_PATH, RolePlan, with_flag
 
 PRESTOP_SLEEP_S = 15  # lets the router see the pod go unready before the engine drains
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+# Host memory an engine needs besides a HiCache host tier (tokenizer, scheduler, weight staging):
+# requested only with a host tier, where the request matters for placement.
+ENGINE_HOST_MEMORY_GIB = 16
 
 
 def _env(
@@ -71,12 +74,13 @@ def _engine_container(
         "ports": container_ports(role),
         "env": _env(ref, revision, role, options),
         "resources": {
-            "requests": {resource: gpus},
+            "requests": {resource: gpus, **_host_memory_request(role)},
             "limits": {resource: gpus},
         },
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},  # noqa: S108 - a volume mount, not a temp file
             *cache_mounts(),
+            *_kv_storage_mounts(role),
         ],
         "lifecycle": {
             "preStop": {"exec": {"command": ["/bin/sh", "-c", f"sleep {PRESTOP_SLEEP_S}"]}}
@@ -96,6 +100,32 @@ def _engine_container(
     return container
 
 
+def _host_memory_request(role: RolePlan) -> dict[str, str]:
+    """HiCache's host tier is pinned host memory: request it (plus the engine's own), so the
+    scheduler places the pod on a node that has it; no limit, as before, since an engine killed
+    for memory mid-load costs more than one that borrows."""
+    if not role.host_tier_gib_per_node:
+        return {}
+    return {"memory": f"{role.host_tier_gib_per_node + ENGINE_HOST_MEMORY_GIB}Gi"}
+
+
+def _kv_storage_mounts(role: RolePlan) -> list[dict[str, Any]]:
+    if role.kv_storage is None:
+        return []
+    return [{"name": "hicache-storage", "mountPath": HICACHE_STORAGE_PATH}]
+
+
+def _kv_storage_volumes(role: RolePlan) -> list[dict[str, Any]]:
+    """HiCache's file storage tier: the node's directory (created if missing) or the claim."""
+    storage = role.kv_storage
+    if storage is None:
+        return []
+    if storage.claim is not None:
+        return [{"name": "hicache-storage", "persistentVolumeClaim": {"claimName": storage.claim}}]
+    host_path = {"path": storage.node_path, "type": "DirectoryOrCreate"}
+    return [{"name": "hicache-storage", "hostPath": host_path}]
+
+
 def _engine_volumes(
     ref: DeploymentRef, role: RolePlan, options: KubeOptions
 ) -> list[dict[str, Any]]:
@@ -106,6 +136,7 @@ def _engine_volumes(
         {"name": "dshm", "emptyDir": shm},
         cache_volume(ref, options.cluster),
         {"name": "tmp", "emptyDir": {}},
+        *_kv_storage_volumes(role),
     ]
 
 

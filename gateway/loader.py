@@ -67,9 +67,10 @@ def load_endpoints(ids: Collection[str] | None = None) -> dict[str, Endpoint]:
 def load_clusters(ids: Collection[str] | None = None) -> dict[str, tuple[ClusterRoute, ...]]:
     """Each endpoint's clusters by endpoint id, of every endpoint or of ``ids`` (one query).
 
-    An endpoint on its home cluster alone whose placement names no router yet is left out: its
-    route is the endpoint's own router (``Endpoint.routes``), as reconcile records it."""
-    rows = Placement.objects.order_by("deployment_id", "cluster__name")
+    A placement that names no router yet (nothing runs there, or reconcile has not seen it) can
+    take no request and is left out; an endpoint none of whose placements names one is left out
+    too: its route is the endpoint's own router (``Endpoint.routes``)."""
+    rows = Placement.objects.exclude(router_url="").order_by("deployment_id", "cluster__name")
     if ids is not None:
         rows = rows.filter(deployment_id__in=list(ids))
     found: dict[str, list[ClusterRoute]] = {}
@@ -78,11 +79,7 @@ def load_clusters(ids: Collection[str] | None = None) -> dict[str, tuple[Cluster
     ):
         route = ClusterRoute(name, url.rstrip("/"), ready, state)
         found.setdefault(str(deployment_id), []).append(route)
-    return {
-        deployment_id: tuple(routes)
-        for deployment_id, routes in found.items()
-        if len(routes) > 1 or routes[0].router_url
-    }
+    return {deployment_id: tuple(routes) for deployment_id, routes in found.items()}
 
 
 # Annotation name -> the setting it reads from a revision's spec.

@@ -142,10 +142,15 @@ class EndpointRow:
 def _spec_summary(deployment: Deployment) -> tuple[str, str, int]:
     revision = deployment.target_revision
     spec = revision.spec if revision is not None else {}
-    hardware = spec.get("hardware", {})
-    parallel = spec.get("parallelism", {})
+    return (spec.get("model", {}).get("source", "?"), *replica_gpus(spec))
+
+
+def replica_gpus(spec: dict[str, Any]) -> tuple[str, int]:
+    """(GPU type, GPUs per replica) of a stored spec: its ``gpus_per_replica``, else TP x PP."""
+    hardware = spec.get("hardware") or {}
+    parallel = spec.get("parallelism") or {}
     gpus = hardware.get("gpus_per_replica") or parallel.get("tp", 1) * parallel.get("pp", 1)
-    return spec.get("model", {}).get("source", "?"), hardware.get("gpu", "?"), int(gpus)
+    return hardware.get("gpu", "?"), int(gpus)
 
 
 ENDPOINTS_PER_PAGE = 50

@@ -527,7 +527,7 @@ def _save(work: Pass) -> None:
         # The status is derived again from the row as it now is (the queryset's update does).
         rows.update(**observed, next_reconcile_at=work.now)
         deployment.refresh_from_db(fields=list(ROUTE_FIELDS))
-    fleet_sites.store_sites(work.deployment, work.placements, work.sites)
+    work.rerouted |= fleet_sites.store_sites(work.deployment, work.placements, work.sites)
     for level, reason, message, revision, data in work.events:
         key = data.get("key")
         if key and deployment.events.filter(data__key=key).exists():

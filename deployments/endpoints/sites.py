@@ -85,33 +85,40 @@ def merged(sites: Sequence[Site], *, after: bool, named: bool) -> Observation:
 def serving_router(
     deployment: Deployment, placements: Sequence[Placement], sites: Sequence[Site]
 ) -> str:
-    """The router the gateway reaches the endpoint by where one is read: its home cluster's
-    when ready there, else the first cluster's that has ready replicas (``placing``)."""
-    for site in sites:
-        site.placement.router_url = placing.router_url_for(
-            site.placement, deployment.slug, site.after.router_url
-        )
-        site.placement.ready_replicas = site.after.ready_count()
-        site.placement.state = placing.state_of(site.placement)
-    return placing.serving_router(placements)
+    """The one router address read where a single one is (``Deployment.router_url``): the
+    first cluster's in rollout order (home first) with ready replicas, else the first with a
+    router. A cluster Plinth cannot see is not offered."""
+    seen = {site.placement.pk: site for site in sites}
+    routers = []
+    for placement in placements:
+        site = seen.get(placement.pk)
+        if site is not None:
+            url = placing.router_url_for(placement, deployment.slug, site.after.router_url)
+            routers.append((site.after.ready_count(), url))
+    ready = [url for count, url in routers if count and url]
+    chosen = ready or [url for _, url in routers if url]
+    return chosen[0] if chosen else ""
 
 
 def store_sites(
     deployment: Deployment, placements: Sequence[Placement], sites: Sequence[Site]
-) -> None:
+) -> bool:
     """What the pass asked of and saw on each cluster; a lost cluster's placement keeps what
-    was last seen there and is only marked lost; a retired one that is gone is removed."""
+    was last seen there and is only marked lost; a retired one that is gone is removed.
+    Whether anything the gateway reads of them changed."""
     seen = {site.placement.pk: site for site in sites}
+    changed = False
     for placement in placements:
         site = seen.get(placement.pk)
         if site is None:
-            placing.store(placement, None, None)
+            changed |= placing.store(placement, None, None)
             continue
         if site.retired:
             Placement.objects.filter(pk=placement.pk).delete()
+            changed = True
             continue
         observation = site.after
-        placing.store(
+        changed |= placing.store(
             placement,
             site.planned,
             placing.Seen(
@@ -123,3 +130,4 @@ def store_sites(
                 ),
             ),
         )
+    return changed

@@ -127,8 +127,14 @@ def router_url_for(placement: Placement, slug: str, observed: str) -> str:
     return address if address and observed else observed
 
 
-def store(placement: Placement, planned: int | None, seen: Seen | None) -> None:
-    """What one pass decided and saw for ``placement`` (None: its cluster was not asked)."""
+# What the gateway reads of a placement: a change to one of these is worth telling it.
+ROUTED = ("router_url", "ready_replicas", "state")
+
+
+def store(placement: Placement, planned: int | None, seen: Seen | None) -> bool:
+    """What one pass decided and saw for ``placement`` (None: its cluster was not asked);
+    whether anything the gateway reads of it changed."""
+    before = [getattr(placement, name) for name in ROUTED]
     fields: dict[str, Any] = {"state": state_of(placement)}
     if planned is not None:
         fields["desired_replicas"] = planned
@@ -142,13 +148,4 @@ def store(placement: Placement, planned: int | None, seen: Seen | None) -> None:
     Placement.objects.filter(pk=placement.pk).update(**fields)
     for name, value in fields.items():
         setattr(placement, name, value)
-
-
-def serving_router(placements: Sequence[Placement]) -> str:
-    """The one router address an endpoint is routed by where a single one is read
-    (``Deployment.router_url``): the first placement in rollout order that is not lost and has
-    a ready replica, else the first not lost that has a router."""
-    live = [p for p in placements if p.state != PlacementState.LOST and p.router_url]
-    ready = [p for p in live if p.ready_replicas]
-    chosen = ready or live
-    return chosen[0].router_url if chosen else ""
+    return before != [getattr(placement, name) for name in ROUTED]

@@ -74,11 +74,20 @@ def counts(
     result = planner.plan(total, slots, deployment.placement_policy)
     held = planner.hold_shrinks(
         result.replicas,
-        current={p.cluster.name: p.desired_replicas for p in placements},
+        current={p.cluster.name: _current(p) for p in placements},
         ready={p.cluster.name: ready.get(p.pk, 0) for p in placements},
         available={p.cluster.name: p.cluster.available for p in placements},
     )
     return {by_name[name].pk: count for name, count in held.items()}, result
+
+
+def _current(placement: Placement) -> int:
+    """What the cluster runs now, as far as a shrink elsewhere is concerned: a cluster back
+    from being lost counts from nothing (what was there may be gone), so the others keep their
+    replicas until its own are ready again."""
+    if placement.state == PlacementState.LOST and placement.cluster.available:
+        return 0
+    return placement.desired_replicas
 
 
 def _slot(placement: Placement, spec: Mapping[str, Any]) -> planner.Slot:

@@ -166,9 +166,12 @@ class ReplicaFacts:
     reason: str = ""
     message: str = ""
     url: str = ""
+    cluster: str = ""  # which cluster it runs on, for an endpoint placed on several
 
     def as_dict(self) -> dict[str, object]:
+        named = {"cluster": self.cluster} if self.cluster else {}
         return {
+            **named,
             "name": self.name,
             "revision": self.revision,
             "role": self.role,

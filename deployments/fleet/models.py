@@ -39,6 +39,9 @@ class Placement(models.Model):
     # --- asked for by the user ---
     min_replicas = models.PositiveIntegerField(default=0)
     weight = models.PositiveIntegerField(default=1)  # the weighted policy's share
+    # Taken out of the endpoint's placement: its replicas move off, then its objects are
+    # deleted and the row with them.
+    retiring = models.BooleanField(default=False)
     # --- the plan (``fleet.plan``, stored by reconcile) ---
     desired_replicas = models.PositiveIntegerField(default=0)
     # --- observed there (reconcile) ---

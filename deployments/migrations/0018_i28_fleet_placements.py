@@ -75,6 +75,7 @@ class Migration(migrations.Migration):
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('min_replicas', models.PositiveIntegerField(default=0)),
                 ('weight', models.PositiveIntegerField(default=1)),
+                ('retiring', models.BooleanField(default=False)),
                 ('desired_replicas', models.PositiveIntegerField(default=0)),
                 ('ready_replicas', models.PositiveIntegerField(default=0)),
                 ('total_replicas', models.PositiveIntegerField(default=0)),

@@ -17,9 +17,9 @@ Kubernetes here, and kwok pods could not serve. Runs, each on fresh processes:
 - **three clusters, one lost**: ``--engines`` engines per cluster; one cluster's router and
   engines are killed. *Detected*: the gateway's health check (``gateway.health``) has the
   router down. Then, ``--grace`` seconds after the kill (the control plane's grace period
-  before it re-plans a silent cluster), the lost cluster's replicas are started on the others
-  and added to their routers; *capacity back*: they all serve there (the route table counts
-  them).
+  before it re-plans a silent cluster, ``deployments.fleet.health``), the lost cluster's
+  replicas are started on the others and added to their routers; *capacity back*: they all
+  serve there (the route table counts them).
 - **three clusters, one drained**: make before break, as the fleet's drain does: the drained
   cluster's replicas are started on the others first; once they serve, its placement is
   *draining* (the gateway sends it nothing new), its in-flight requests finish, then its
@@ -429,8 +429,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tenants", type=int, default=12)
     parser.add_argument("--output-tokens", type=int, default=64)
     parser.add_argument("--time-scale", type=float, default=20.0)
-    parser.add_argument("--grace", type=float, default=20.0, help="before a silent cluster's "
-                        "replicas are planned elsewhere (the control plane's)")  # fmt: skip
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=None,
+        help="seconds before a silent cluster's replicas are planned elsewhere (default: the "
+        "control plane's, PLINTH_CLUSTER_LOST_AFTER_S plus one PLINTH_CLUSTER_CHECK_INTERVAL_S)",
+    )
     parser.add_argument("--probe-seconds", type=float, default=1.5)
     parser.add_argument("--drain-wait", type=float, default=5.0)
     parser.add_argument("--after", type=float, default=10.0, help="traffic after the capacity")
@@ -442,6 +447,11 @@ def main() -> None:
     import django
 
     django.setup()
+    from django.conf import settings
+
+    if args.grace is None:
+        args.grace = float(settings.PLINTH_CLUSTER_LOST_AFTER_S)
+        args.grace += settings.PLINTH_CLUSTER_CHECK_INTERVAL_S  # the check that finds it late
     args.redis_url, server = private_redis(Path(tempfile.mkdtemp(prefix="plinth-bench-redis-")))
     try:
         outcomes = asyncio.run(run_all(args))

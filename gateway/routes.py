@@ -84,8 +84,14 @@ class Endpoint:
 
     @property
     def serving(self) -> bool:
-        """A request can be forwarded now."""
-        return self.desired_state == "running" and any(r.serving for r in self.routes)
+        """A request can be forwarded now. ``ready_replicas`` is the endpoint's own count, every
+        cluster's together: zero there means nothing serves, whatever a cluster's placement last
+        recorded (a placement may keep stale figures a moment longer)."""
+        return (
+            self.desired_state == "running"
+            and self.ready_replicas > 0
+            and any(r.serving for r in self.routes)
+        )
 
     @property
     def wakeable(self) -> bool:

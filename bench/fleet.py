@@ -25,19 +25,27 @@ Kubernetes here, and kwok pods could not serve. Runs, each on fresh processes:
   *draining* (the gateway sends it nothing new), its in-flight requests finish, then its
   router and engines stop.
 
+- **three real API servers, one stopped** (``--control-plane``): the control plane's half on
+  real clusters (tests/kube_real's control planes, whose kwok pods cannot serve, so no request
+  is sent): the worker's reconcile passes and the clusters' availability checks run in real
+  time; *detected* is the cluster marked unavailable, *capacity back* its replicas ready on the
+  other two.
+
 Counted, per run: requests sent; those failed while in flight at the event (sent before it,
 not answered before it); those sent after the event but before detection; those sent after
 detection (the target is 0); the time to detect and until the capacity is back. A request
 failed unless it was answered 200 and whole. Times are wall-clock seconds on this machine with
 simulated engines (``--time-scale``). A lost cluster's API server would not stop its data
 plane: this bench loses the data plane itself (a zone or region going dark), the harder case.
-Run: ``python bench/fleet.py`` (about four minutes).
+Run: ``python bench/fleet.py`` (about four minutes; ``--control-plane`` adds about two, and
+needs the binaries scripts/kube_binaries.sh builds).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import os
 import random
@@ -48,6 +56,7 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -83,6 +92,10 @@ from runtime.sim.launcher import (  # noqa: E402
 from runtime.spec import PLINTH_ROUTING  # noqa: E402
 
 SLUG = "bench-fleet"
+CONTROL_PLANE_SPEC: dict[str, Any] = {
+    "model": {"source": "meta-llama/Llama-3.1-8B-Instruct"},
+    "hardware": {"gpu": "H100-SXM"},
+}
 NAMES = ("east", "west", "north")
 
 
@@ -106,6 +119,7 @@ class Outcome:
     capacity_s: float | None = None
     p50_ms: float = 0.0
     notes: list[str] = field(default_factory=list)
+    traffic: bool = True  # requests were sent (not on the real control planes)
 
 
 def system_prompt(tenant: int) -> str:
@@ -382,6 +396,107 @@ async def one_cluster_outage(args: argparse.Namespace, outage: float) -> Outcome
     return tally(outcome, traffic.sent, event, math.inf)
 
 
+def api_server_lost(args: argparse.Namespace) -> Outcome:
+    """Three real control planes (tests/kube_real's: etcd, kube-apiserver, controllers, kwok's
+    GPU nodes and Ready pods, nothing that serves), one endpoint spread over them by the real
+    writers, the worker's reconcile passes (one a second) and the clusters' availability checks
+    (every ``PLINTH_CLUSTER_CHECK_INTERVAL_S``) run here in real time; one API server stops.
+    *Detected*: the control plane marks its cluster unavailable; *capacity back*: the replicas
+    it had are ready on the other two. A throw-away database of its own."""
+    from django.test.utils import setup_databases, teardown_databases
+
+    from tests.kube_real.conftest import running_cluster
+
+    old = setup_databases(verbosity=0, interactive=False)
+    try:
+        with contextlib.ExitStack() as stack:
+            planes = [
+                stack.enter_context(running_cluster(Path(tempfile.mkdtemp(prefix=f"kube-{n}-"))))
+                for n in NAMES
+            ]
+            return _failover_on(planes, args)
+    finally:
+        teardown_databases(old, verbosity=0)
+
+
+def _failover_on(planes: list[Any], args: argparse.Namespace) -> Outcome:
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+
+    from controlplane import services as platform
+    from deployments.clusters import services as cluster_services
+    from deployments.clusters.models import Cluster
+    from deployments.drivers.errors import DriverError
+    from deployments.endpoints import reconcile, services
+    from deployments.fleet import health
+    from deployments.fleet import services as fleet
+    from deployments.fleet.models import Placement
+    from tests.kube_real.conftest import Admin, grant_worker_token, worker_kubeconfig_for
+
+    settings.PLINTH_KUBE_ALLOW_HOSTS = ["127.0.0.1"]  # the control planes are on loopback
+    settings.PLINTH_STARTUP_WINDOW_S = 3600
+    user = get_user_model().objects.create_user("bench", password="bench-password-123")
+    org = platform.create_organization(name="Bench", owner=user)
+    actor = platform.actor_for_user(user, org.pk)
+    for name, plane in zip(NAMES, planes, strict=True):
+        admin = Admin(plane)
+        token = grant_worker_token(admin)
+        admin.call("POST", "/api/v1/namespaces", {"metadata": {"name": "bench"}})
+        while not admin.get("/api/v1/namespaces/bench/serviceaccounts/default"):
+            time.sleep(0.3)
+        config = worker_kubeconfig_for(plane, admin, "bench", token)
+        secret = platform.set_secret(actor, name=f"{name}-kubeconfig", value=config)
+        cluster_services.create_cluster(
+            actor, name=name, namespace="bench", kubeconfig_secret_id=secret.pk
+        )
+    spec = {**CONTROL_PLANE_SPEC, "autoscaling": {"min_replicas": 1, "max_replicas": 6}}
+    home = Cluster.objects.get(name=NAMES[0])
+    endpoint = services.create_deployment(
+        actor, slug="chat", name="Chat", spec=spec, cluster_id=home.pk, replicas=3
+    )
+    fleet.set_placement(
+        actor, endpoint.pk, policy="spread", clusters=[{"cluster": n} for n in NAMES]
+    )
+
+    def ready_on(names: tuple[str, ...]) -> int:
+        rows = Placement.objects.filter(deployment=endpoint, cluster__name__in=names)
+        return sum(rows.values_list("ready_replicas", flat=True))
+
+    def step() -> None:
+        # A loaded API server's 429, or the stopped one: the worker's task would retry.
+        with contextlib.suppress(DriverError):
+            reconcile.reconcile(str(endpoint.pk))
+
+    while ready_on(NAMES) < 3:
+        step()
+        time.sleep(1.0)
+    outcome = Outcome("3 real API servers, one stopped (no data path)", traffic=False)
+    planes[2].stop_api_server()
+    event = time.monotonic()
+    next_check = event
+    lost = Cluster.objects.get(name=NAMES[2])
+    while ready_on(NAMES[:2]) < 3:
+        if time.monotonic() >= next_check:
+            for cluster in Cluster.objects.all():
+                health.check_cluster(cluster)
+            next_check += settings.PLINTH_CLUSTER_CHECK_INTERVAL_S
+            lost.refresh_from_db()
+            if outcome.detect_s is None and not lost.available:
+                outcome.detect_s = time.monotonic() - event
+        step()
+        time.sleep(1.0)
+        if time.monotonic() - event > 300:
+            outcome.notes.append("capacity not back within 300 s")
+            break
+    else:
+        outcome.capacity_s = time.monotonic() - event
+    outcome.notes.append(
+        f"control plane: lost after {settings.PLINTH_CLUSTER_LOST_AFTER_S} s of failed checks "
+        f"every {settings.PLINTH_CLUSTER_CHECK_INTERVAL_S} s; kwok's pods are Ready at once"
+    )
+    return outcome
+
+
 def print_table(outcomes: list[Outcome], args: argparse.Namespace) -> None:
     print()
     print(
@@ -394,14 +509,17 @@ def print_table(outcomes: list[Outcome], args: argparse.Namespace) -> None:
     def cell(value: float | None) -> str:
         return "-" if value is None else f"{value:.1f}"
 
+    def sent(o: Outcome, value: float, unit: str = "{:.0f}") -> str:
+        return unit.format(value) if o.traffic else "-"
+
     rows = [
-        ("requests sent", [str(o.sent) for o in outcomes]),
-        ("failed: in flight at the event", [str(o.failed_in_flight) for o in outcomes]),
-        ("failed: sent before detection", [str(o.failed_before_detection) for o in outcomes]),
-        ("failed: sent after detection", [str(o.failed_after_detection) for o in outcomes]),
+        ("requests sent", [sent(o, o.sent) for o in outcomes]),
+        ("failed: in flight at the event", [sent(o, o.failed_in_flight) for o in outcomes]),
+        ("failed: sent before detection", [sent(o, o.failed_before_detection) for o in outcomes]),
+        ("failed: sent after detection", [sent(o, o.failed_after_detection) for o in outcomes]),
         ("time to detect (s)", [cell(o.detect_s) for o in outcomes]),
         ("capacity back (s)", [cell(o.capacity_s) for o in outcomes]),
-        ("latency p50 of answered (ms)", [f"{o.p50_ms:.0f}" for o in outcomes]),
+        ("latency p50 of answered (ms)", [sent(o, o.p50_ms) for o in outcomes]),
     ]
     print("| |" + "|".join(f" {o.name} " for o in outcomes) + "|")
     print("|---|" + "---|" * len(outcomes))
@@ -437,6 +555,11 @@ def parse_args() -> argparse.Namespace:
         "control plane's, PLINTH_CLUSTER_LOST_AFTER_S plus one PLINTH_CLUSTER_CHECK_INTERVAL_S)",
     )
     parser.add_argument("--probe-seconds", type=float, default=1.5)
+    parser.add_argument(
+        "--control-plane",
+        action="store_true",
+        help="also stop one of three real API servers (needs scripts/kube_binaries.sh's build)",
+    )
     parser.add_argument("--drain-wait", type=float, default=5.0)
     parser.add_argument("--after", type=float, default=10.0, help="traffic after the capacity")
     return parser.parse_args()
@@ -444,6 +567,10 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    # The real control planes' run makes (and drops) a database of its own, and its changes'
+    # reconcile messages go to a queue no worker takes.
+    os.environ["PLINTH_TEST_DB_NAME"] = f"bench_plinth_fleet_{os.getpid()}"
+    os.environ["CELERY_QUEUE"] = f"plinth-bench-fleet-{os.getpid()}"
     import django
 
     django.setup()
@@ -458,6 +585,9 @@ def main() -> None:
     finally:
         server.kill()
         server.wait()
+    if args.control_plane:
+        outcomes.append(api_server_lost(args))
+        print(f"  real control planes: {outcomes[-1]}", flush=True)
     print_table(outcomes, args)
 
 

@@ -8,6 +8,7 @@ from django.urls import URLPattern, path
 from deployments.clusters import views as fleet
 from deployments.endpoints.views import endpoints, history, onboarding, optimize, playground, wizard
 from deployments.experiments.views import benchmarks, canary, experiments
+from deployments.fleet import views as drains
 from deployments.quotas import views as quotas
 from deployments.traffic.views import keys, usage
 
@@ -71,6 +72,8 @@ urlpatterns: list[URLPattern] = [
     ),
     path("clusters/", fleet.cluster_list, name="cluster-list"),
     path("clusters/<uuid:cluster_id>/delete/", fleet.cluster_delete, name="cluster-delete"),
+    path("clusters/<uuid:cluster_id>/drain/", drains.cluster_drain, name="cluster-drain"),
+    path("clusters/<uuid:cluster_id>/undrain/", drains.cluster_undrain, name="cluster-undrain"),
     path("clusters/<uuid:cluster_id>/settings/", fleet.cluster_settings, name="cluster-settings"),
     path("usage/", usage.usage, name="usage"),
     path("optimize/", optimize.optimize_page, name="optimize"),

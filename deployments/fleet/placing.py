@@ -81,6 +81,25 @@ def counts(
     return {by_name[name].pk: count for name, count in held.items()}, result
 
 
+def split(deployment: Deployment, total: int) -> dict[str, int]:
+    """Cluster name -> replicas of ``total`` by the endpoint's policy, as the next pass will
+    plan them (before any shrink is held); empty for an endpoint on one cluster. What the
+    autoscaler's decision means per cluster, for its timeline line."""
+    placements = placements_of(deployment)
+    if len(placements) < 2 or deployment.target_revision is None:
+        return {}
+    spec = deployment.target_revision.spec
+    slots = [_slot(p, spec) for p in placements]
+    return planner.plan(total, slots, deployment.placement_policy).replicas
+
+
+def described(split_: Mapping[str, int]) -> str:
+    """`` (east 2, west 1)``, or "" for no split."""
+    if not split_:
+        return ""
+    return " (" + ", ".join(f"{name} {n}" for name, n in split_.items()) + ")"
+
+
 def _current(placement: Placement) -> int:
     """What the cluster runs now, as far as a shrink elsewhere is concerned: a cluster back
     from being lost counts from nothing (what was there may be gone), so the others keep their

@@ -37,6 +37,10 @@ def test_the_status_card_shows_replicas_per_cluster(alice: Client, cast: Cast) -
     Placement.objects.filter(cluster__name="gpu-east").update(
         desired_replicas=1, ready_replicas=1, state=PlacementState.LOST
     )
+    # The clusters page counts it on both of its clusters.
+    clusters = alice.get("/clusters/").content.decode()
+    row = clusters.split("<td>gpu-east")[1].split("</tr>")[0]
+    assert '<td class="num">1</td>' in row
     body = alice.get("/endpoints/chat/").content.decode()
     shown = body.split('id="placements"')[1].split("</dd>")[0]
     assert 'data-cluster="local"' in shown and "(home)" in shown

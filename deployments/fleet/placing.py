@@ -65,10 +65,11 @@ def counts(
     total: int,
     spec: Mapping[str, Any],
     ready: Mapping[int, int],
-) -> tuple[dict[int, int], planner.Plan]:
+) -> tuple[dict[int, int], planner.Plan, bool]:
     """Placement id -> replicas its cluster runs now: the plan for ``total`` under the
     endpoint's policy, with shrinks held until their replacements are ready elsewhere (``ready``:
-    placement id -> ready replicas seen this pass)."""
+    placement id -> ready replicas seen this pass); then the plan, and whether a shrink is held
+    (the endpoint is not done moving: its next pass comes soon)."""
     by_name = {p.cluster.name: p for p in placements}
     slots = [_slot(p, spec) for p in placements]
     result = planner.plan(total, slots, deployment.placement_policy)
@@ -78,7 +79,11 @@ def counts(
         ready={p.cluster.name: ready.get(p.pk, 0) for p in placements},
         available={p.cluster.name: p.cluster.available for p in placements},
     )
-    return {by_name[name].pk: count for name, count in held.items()}, result
+    counts = {by_name[name].pk: count for name, count in held.items()}
+    moving = any(
+        held[name] != result.replicas[name] for name, p in by_name.items() if p.cluster.available
+    )
+    return counts, result, moving
 
 
 def split(deployment: Deployment, total: int) -> dict[str, int]:

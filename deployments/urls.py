@@ -73,6 +73,12 @@ urlpatterns: list[URLPattern] = [
     path("clusters/", fleet.cluster_list, name="cluster-list"),
     path("fleet/", fleet_views.fleet_page, name="fleet"),
     path("clusters/<uuid:cluster_id>/delete/", fleet.cluster_delete, name="cluster-delete"),
+    path("clusters/<uuid:cluster_id>/drain/", fleet_views.cluster_drain, name="cluster-drain"),
+    path(
+        "clusters/<uuid:cluster_id>/undrain/",
+        fleet_views.cluster_undrain,
+        name="cluster-undrain",
+    ),
     path("clusters/<uuid:cluster_id>/settings/", fleet.cluster_settings, name="cluster-settings"),
     path("usage/", usage.usage, name="usage"),
     path("optimize/", optimize.optimize_page, name="optimize"),

@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from controlplane.access import Actor, NotFound
 from deployments.endpoints.models import Deployment, DeploymentEvent, Revision
+from deployments.fleet.models import Placement
 from deployments.status import role_counts
 from deployments.traffic.models import MetricSample
 
@@ -119,7 +120,11 @@ def _filtered(
             matches |= Q(target_revision__spec__model__source__icontains=search)
         rows = rows.filter(matches)
     if cluster:
-        rows = rows.filter(id_or_name(cluster, "cluster__"))
+        # Its home cluster, or any other it is placed on (``deployments.fleet``).
+        placed = Placement.objects.filter(id_or_name(cluster, "cluster__"))
+        rows = rows.filter(
+            id_or_name(cluster, "cluster__") | Q(pk__in=placed.values("deployment_id"))
+        )
     if status:
         rows = rows.filter(status=status)
     return rows

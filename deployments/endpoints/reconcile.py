@@ -157,7 +157,7 @@ def _run(work: Pass) -> None:
     assert revision is not None
     _start_or_abandon(work, decision, target, before)
     ready = {s.placement.pk: s.before.ready_count() for s in sites}
-    counts, plan = placing.counts(
+    counts, plan, work.unfinished = placing.counts(
         deployment, work.placements, deployment.desired_replicas, revision.spec, ready
     )
     for level, reason, message, data in moves.lines(work.placements, counts, plan):

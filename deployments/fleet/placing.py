@@ -65,10 +65,11 @@ def counts(
     total: int,
     spec: Mapping[str, Any],
     ready: Mapping[int, int],
-) -> tuple[dict[int, int], planner.Plan]:
+) -> tuple[dict[int, int], planner.Plan, bool]:
     """Placement id -> replicas its cluster runs now: the plan for ``total`` under the
     endpoint's policy, with shrinks held until their replacements are ready elsewhere (``ready``:
-    placement id -> ready replicas seen this pass)."""
+    placement id -> ready replicas seen this pass); then the plan, and whether a shrink is held
+    (the endpoint is not done moving: its next pass comes soon)."""
     by_name = {p.cluster.name: p for p in placements}
     slots = [_slot(p, spec) for p in placements]
     result = planner.plan(total, slots, deployment.placement_policy)
@@ -78,7 +79,30 @@ def counts(
         ready={p.cluster.name: ready.get(p.pk, 0) for p in placements},
         available={p.cluster.name: p.cluster.available for p in placements},
     )
-    return {by_name[name].pk: count for name, count in held.items()}, result
+    counts = {by_name[name].pk: count for name, count in held.items()}
+    moving = any(
+        held[name] != result.replicas[name] for name, p in by_name.items() if p.cluster.available
+    )
+    return counts, result, moving
+
+
+def split(deployment: Deployment, total: int) -> dict[str, int]:
+    """Cluster name -> replicas of ``total`` by the endpoint's policy, as the next pass will
+    plan them (before any shrink is held); empty for an endpoint on one cluster. What the
+    autoscaler's decision means per cluster, for its timeline line."""
+    placements = placements_of(deployment)
+    if len(placements) < 2 or deployment.target_revision is None:
+        return {}
+    spec = deployment.target_revision.spec
+    slots = [_slot(p, spec) for p in placements]
+    return planner.plan(total, slots, deployment.placement_policy).replicas
+
+
+def described(split_: Mapping[str, int]) -> str:
+    """`` (east 2, west 1)``, or "" for no split."""
+    if not split_:
+        return ""
+    return " (" + ", ".join(f"{name} {n}" for name, n in split_.items()) + ")"
 
 
 def _current(placement: Placement) -> int:

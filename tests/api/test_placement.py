@@ -45,6 +45,9 @@ def test_an_endpoint_is_placed_on_two_clusters_without_a_new_revision(
     assert audit.after["placement"]["clusters"][0]["cluster"] == "gpu-east"
     line = endpoint.events.get(reason="Placed")
     assert "spread over gpu-east (min 1), gpu-west" in line.message
+    # Listed under each of its clusters, not only its home.
+    listed = api.carol.get("deployments?cluster=gpu-west").json()["items"]
+    assert [d["slug"] for d in listed] == [endpoint.slug]
 
 
 def test_placement_refusals_name_the_field(api: Clients, endpoint: Deployment) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from deployments.cluster_settings import ClusterSettings
+from deployments.drivers.kube.placement import gpu_node_readiness
 from deployments.fleet.health import Availability, judge
 
 T0 = datetime(2026, 12, 5, 6, 0, tzinfo=UTC)
@@ -49,3 +51,19 @@ def test_a_flapping_cluster_never_comes_back() -> None:
         failure = "down" if (second // 20) % 5 == 0 else ""
         state = after(state, failure, second)
         assert not state.available, f"back at {second} s though it failed within the hold"
+
+
+def test_a_cluster_whose_gpu_nodes_are_all_not_ready_has_none_ready() -> None:
+    def node(name: str, gpus: int, ready: str) -> dict[str, object]:
+        return {
+            "metadata": {"name": name},
+            "status": {
+                "allocatable": {"nvidia.com/gpu": str(gpus)} if gpus else {},
+                "conditions": [{"type": "Ready", "status": ready}],
+            },
+        }
+
+    settings = ClusterSettings()
+    nodes = [node("cpu", 0, "True"), node("gpu-0", 8, "False"), node("gpu-1", 8, "Unknown")]
+    assert gpu_node_readiness(nodes, settings) == (2, 0)
+    assert gpu_node_readiness([*nodes, node("gpu-2", 8, "True")], settings) == (3, 1)

@@ -23,6 +23,7 @@ from controlplane import services as platform
 from deployments.clusters import services as cluster_services
 from deployments.clusters.models import Cluster
 from deployments.drivers.errors import TemporaryDriverError
+from deployments.drivers.kube import labels as L
 from deployments.endpoints import reconcile, services
 from deployments.endpoints.models import Deployment
 from deployments.fleet import health
@@ -57,10 +58,17 @@ class Plane:
     namespace: str
     kubeconfig: str
 
-    def engine_replicas(self) -> int:
+    def engine(self) -> dict[str, Any] | None:
         path = f"/apis/apps/v1/namespaces/{self.namespace}/deployments/chat-engine"
-        found = self.admin.get(path)
+        return self.admin.get(path)
+
+    def engine_replicas(self) -> int:
+        found = self.engine()
         return int(found["spec"]["replicas"]) if found else -1
+
+    def engine_revision(self) -> str:
+        found = self.engine() or {}
+        return str(found.get("metadata", {}).get("labels", {}).get(L.REVISION, ""))
 
 
 @dataclass
@@ -236,3 +244,33 @@ def test_a_drain_starts_replicas_elsewhere_before_stopping_the_drained_ones(
 
     fleet.undrain_cluster(cast.actor(cast.alice, cast.acme), "west")
     step_until(endpoint, ready({"east": 1, "west": 1}), "spread over both again")
+
+
+def test_a_rollout_of_a_spread_endpoint_proceeds_cluster_by_cluster(
+    cast: Cast, planes: tuple[Plane, Plane], on_real_clusters: None
+) -> None:
+    east_plane, west_plane = planes
+    east, west = _register(cast, east_plane), _register(cast, west_plane)
+    endpoint = spread_endpoint(cast, east, west, replicas=2)
+    step_until(endpoint, ready({"east": 1, "west": 1}), "one ready replica on each cluster")
+    edited = {**SPEC, "batching": {"max_running_requests": 64}}
+    services.update_settings(
+        cast.actor(cast.dave, cast.acme), endpoint.pk, spec=edited, base_revision=1
+    )
+    reconcile.reconcile(str(endpoint.pk))
+    # The home cluster first; the other keeps serving revision 1 until east's is ready.
+    assert east_plane.engine_revision() == "2"
+    assert west_plane.engine_revision() == "1"
+
+    def west_on_2(_: dict[str, Placement]) -> bool:
+        return west_plane.engine_revision() == "2"
+
+    seen = step_until(endpoint, west_on_2, "west rolls once east runs revision 2 ready")
+    assert seen[-1]["east"].ready_replicas == 1
+
+    def promoted(_: dict[str, Placement]) -> bool:
+        current = Deployment.objects.get(pk=endpoint.pk).current_revision
+        return current is not None and current.number == 2
+
+    step_until(endpoint, promoted, "revision 2 serves on both clusters")
+    assert endpoint.events.filter(reason="RolloutComplete").exists()

@@ -85,6 +85,8 @@ OBJECT_PAGES: dict[str, Page] = {
         lambda w: {"key": w.plaintext_keys["inference-key"], "prompt": "hi", "max_tokens": "4"}
     ),
     "cluster-delete": Page(EMPTY),
+    "cluster-drain": Page(EMPTY),
+    "cluster-undrain": Page(EMPTY),
     "cluster-settings": Page(lambda w: {"namespace": "globex", "settings": "labels: {a: b}"}),
     "key-revoke": Page(EMPTY),
     "key-limits": Page(lambda w: {"rpm": "60", "tpm": "6000"}),

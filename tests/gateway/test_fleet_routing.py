@@ -147,14 +147,14 @@ def test_requests_are_split_by_each_clusters_ready_replicas(
     follows; one engine behind each router serves them here, and the endpoint is routed round
     robin, so the gateway names no replica): chats of 120 distinct conversations go three to
     one within a wide margin (a conversation's cluster comes from its key's hash), keyless
-    requests (``GET /v1/models``) three to one within one request (a counter spreads them)."""
+    requests (``GET /v1/models``) three to one within two requests (a counter spreads them)."""
     with sims(tmp_path, "east") as east, sims(tmp_path, "west") as west:
         placements = {"east": (east.url, 3, "active"), "west": (west.url, 1, "active")}
         key = spread_endpoint(cast, gateway, "split", placements, **ROUND_ROBIN)
         chats = Counter(served_by(gateway, "split", key, f"talk {n}") for n in range(120))
         assert 0.6 <= chats["east"] / 120 <= 0.9, chats
         listed = Counter(models_served_by(gateway, "split", key) for _ in range(40))
-        assert 29 <= listed["east"] <= 31, listed
+        assert 28 <= listed["east"] <= 32, listed
         # The header is the gateway's word; the engines' own counts agree.
         assert metric_sum(west.engine_urls[0], REQUESTS) == chats["west"]
 

@@ -28,11 +28,11 @@ def no_probes() -> RouterHealth:
     return RouterHealth(dict)
 
 
-def test_keyless_requests_split_by_ready_replicas_exactly_and_keys_keep_their_cluster() -> None:
+def test_keyless_requests_split_by_ready_replicas_and_keys_keep_their_cluster() -> None:
     split = ClusterSplit(no_probes())
     spread = endpoint(EAST, WEST)
     firsts = Counter(split.order(spread, None)[0].cluster for _ in range(100))
-    assert abs(firsts["east"] - 75) <= 1, firsts
+    assert abs(firsts["east"] - 75) <= 2, firsts
     for key in ("tenant-a", "tenant-b", "tenant-c"):
         orders = {tuple(r.cluster for r in split.order(spread, key)) for _ in range(5)}
         assert len(orders) == 1  # the same key, the same order, every time

@@ -380,6 +380,15 @@ if PLINTH_CANARY_WATCH_INTERVAL_S < 1:
 PLINTH_INVENTORY_INTERVAL_S = env_int("PLINTH_INVENTORY_INTERVAL_S", 60)
 if PLINTH_INVENTORY_INTERVAL_S < 1:
     raise ImproperlyConfigured("PLINTH_INVENTORY_INTERVAL_S must be at least 1 (seconds)")
+# A fleet's clusters (deployments/fleet/health.py): how often each Kubernetes cluster's API
+# server is asked for its GPU nodes, how long it may fail before its replicas are re-planned
+# elsewhere (the grace period), and how long it must answer again before they move back
+# (hysteresis: a cluster that flaps does not drag replicas back and forth).
+PLINTH_CLUSTER_CHECK_INTERVAL_S = env_int("PLINTH_CLUSTER_CHECK_INTERVAL_S", 5)
+PLINTH_CLUSTER_LOST_AFTER_S = env_int("PLINTH_CLUSTER_LOST_AFTER_S", 15)
+PLINTH_CLUSTER_RETURN_AFTER_S = env_int("PLINTH_CLUSTER_RETURN_AFTER_S", 120)
+if PLINTH_CLUSTER_CHECK_INTERVAL_S < 1:
+    raise ImproperlyConfigured("PLINTH_CLUSTER_CHECK_INTERVAL_S must be at least 1 (seconds)")
 # How often beat moves the gateway's usage counters and keys' last-used times from Redis to the
 # database. Fixed: the README's promise (usage shows within about 80 s) rests on it.
 PLINTH_USAGE_FLUSH_S = 15
@@ -398,6 +407,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "deployments.observe_clusters",
         "schedule": float(PLINTH_INVENTORY_INTERVAL_S),
         "options": {"expires": float(PLINTH_INVENTORY_INTERVAL_S)},
+    },
+    "deployments.check_clusters": {
+        "task": "deployments.check_clusters",
+        "schedule": float(PLINTH_CLUSTER_CHECK_INTERVAL_S),
+        "options": {"expires": float(PLINTH_CLUSTER_CHECK_INTERVAL_S)},
     },
     "deployments.autoscale": {
         "task": "deployments.autoscale",

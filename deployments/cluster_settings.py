@@ -379,6 +379,22 @@ class ClusterSettings(_Strict):
         description="what an endpoint's settings may set over the cluster's: engine_image "
         "(runtime.image), router_image, env, extra_flags",
     )
+    # A fleet (``deployments.fleet``): how Plinth's gateway reaches an endpoint's router on this
+    # cluster, and what its GPUs cost relative to other clusters'.
+    router_address: Annotated[str, StringConstraints(max_length=250)] | None = Field(
+        default=None,
+        description="the URL the gateway reaches an endpoint's router on this cluster by (an "
+        "ingress or load balancer), with {endpoint} for the endpoint's slug, e.g. "
+        "https://{endpoint}.gpu-east.example.com; null: the address the driver observes "
+        "(in-cluster DNS, for a gateway inside this cluster)",
+    )
+    gpu_price_factor: float = Field(
+        default=1.0,
+        gt=0,
+        le=100,
+        description="this cluster's GPU-hour price relative to the catalogue's (0.5: half): the "
+        "cheapest-first placement fills the cluster with the lowest factor first",
+    )
 
     @field_validator("gpu_map")
     @classmethod
@@ -452,6 +468,24 @@ class ClusterSettings(_Strict):
         for key in value:
             _own_key(key)
         return value
+
+    @field_validator("router_address")
+    @classmethod
+    def _router_address(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value.replace("{endpoint}", "endpoint"))
+        if parts.scheme not in ("http", "https") or not parts.hostname or value != value.strip():
+            raise _fail("invalid_url", f"{value!r} is not an http(s) URL")
+        if parts.username or parts.password or parts.query or parts.fragment:
+            raise _fail("invalid_url", "no credentials, query or fragment in a router address")
+        if value.replace("{endpoint}", "").count("{") or "}" in value.replace("{endpoint}", ""):
+            raise _fail("invalid_url", "{endpoint} is the only placeholder")
+        return value.rstrip("/")
+
+    def router_address_of(self, slug: str) -> str | None:
+        """The gateway's address of endpoint ``slug``'s router here; None: the observed one."""
+        return self.router_address.replace("{endpoint}", slug) if self.router_address else None
 
     @field_validator("tenant_overrides")
     @classmethod

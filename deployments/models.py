@@ -20,6 +20,7 @@ from deployments.experiments.models import (
     QualityGate,
     QualityGateStatus,
 )
+from deployments.fleet.models import Placement, PlacementPolicy, PlacementState
 from deployments.quotas.models import Quota
 from deployments.starts.models import ReplicaStart
 from deployments.traffic.models import MetricSample, UsageFlushBatch, UsageRecord
@@ -37,6 +38,9 @@ __all__ = [
     "EventLevel",
     "IdempotencyRecord",
     "MetricSample",
+    "Placement",
+    "PlacementPolicy",
+    "PlacementState",
     "QualityGate",
     "QualityGateStatus",
     "Quota",

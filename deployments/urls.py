@@ -8,6 +8,7 @@ from django.urls import URLPattern, path
 from deployments.clusters import views as fleet
 from deployments.endpoints.views import endpoints, history, onboarding, optimize, playground, wizard
 from deployments.experiments.views import benchmarks, canary, experiments
+from deployments.fleet import views as fleet_views
 from deployments.quotas import views as quotas
 from deployments.traffic.views import keys, usage
 
@@ -70,7 +71,14 @@ urlpatterns: list[URLPattern] = [
         "endpoints/<slug:slug>/playground/chat/", playground.playground_chat, name="playground-chat"
     ),
     path("clusters/", fleet.cluster_list, name="cluster-list"),
+    path("fleet/", fleet_views.fleet_page, name="fleet"),
     path("clusters/<uuid:cluster_id>/delete/", fleet.cluster_delete, name="cluster-delete"),
+    path("clusters/<uuid:cluster_id>/drain/", fleet_views.cluster_drain, name="cluster-drain"),
+    path(
+        "clusters/<uuid:cluster_id>/undrain/",
+        fleet_views.cluster_undrain,
+        name="cluster-undrain",
+    ),
     path("clusters/<uuid:cluster_id>/settings/", fleet.cluster_settings, name="cluster-settings"),
     path("usage/", usage.usage, name="usage"),
     path("optimize/", optimize.optimize_page, name="optimize"),

@@ -17,7 +17,6 @@ import functools
 import gc
 import json
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
@@ -29,15 +28,20 @@ from controlplane import redis_clients
 from gateway import observability as obs
 from gateway.config import GatewayConfig
 from gateway.errors import GatewayError, endpoint_not_found, rate_limited, unauthorized
+from gateway.fleet import ClusterSplit, probe_targets
+from gateway.health import RouterHealth
 from gateway.holds import WAKE_TASK, Holds, not_ready
 from gateway.http1 import Response
 from gateway.inbound import (
     ClientGone,
     Prepared,
     Route,
+    content_length,
     find_route,
     prepare,
     read_body,
+    request_headers,
+    request_id_of,
     resolve_target,
 )
 from gateway.limits import RateLimiter
@@ -47,11 +51,13 @@ from gateway.refresher import LoadChanges, RouteRefresher
 from gateway.routes import Endpoint, InferenceKey, RouteTable
 from gateway.split import PIN_HEADER, SESSION_HEADER, Splitter, Steer, pin_of, session_of
 from gateway.upstream import (
+    NO_WORKER,
     NotDelivered,
     Relay,
     UpstreamBroke,
     new_pool,
     open_upstream,
+    reached_no_engine,
     relay_body,
     response_headers,
     upstream_failed,
@@ -86,6 +92,7 @@ class Pool:
     revision: int | None
     replicas: int  # ready, by the control plane's count
     placed: bool  # the gateway names the replica (``gateway.placement``)
+    cluster: str = ""  # the cluster it runs on, for an endpoint on several (``gateway.fleet``)
 
 
 @dataclass(slots=True)
@@ -138,6 +145,10 @@ class Gateway:
             queue_size=config.hold_queue,
         )
         self.pool = new_pool(config.upstream_connect_timeout, config.upstream_read_timeout)
+        self.health = RouterHealth(
+            lambda: probe_targets(self.refresher.table), probe_seconds=config.router_probe_seconds
+        )
+        self.clusters = ClusterSplit(self.health)
         try:
             await self.limiter.load()
         except aioredis.RedisError:
@@ -145,11 +156,13 @@ class Gateway:
                 "Redis is unavailable at start-up; rate limits fail open until it is back"
             )
         await self.refresher.start()
+        self.health.start()
         self.meter.start()
 
     async def shutdown(self) -> None:
         self.settle()
         await self.refresher.stop()
+        await self.health.stop()
         try:
             await self.meter.stop()
         except aioredis.RedisError:
@@ -160,8 +173,8 @@ class Gateway:
 
     # ---- one request ----------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = _headers(scope)
-        request_id = _request_id(headers)
+        headers = request_headers(scope)
+        request_id = request_id_of(headers)
         record = Exchange(request_id, scope["method"], scope["path"], time.perf_counter())
         try:
             await self._serve(scope, receive, send, headers, record)
@@ -222,7 +235,7 @@ class Gateway:
         key, endpoint = self._authorize(headers, slug, record)
         prepared = None
         if route.method == "POST":
-            body = await read_body(receive, _content_length(headers), self.config.max_body_bytes)
+            body = await read_body(receive, content_length(headers), self.config.max_body_bytes)
             prepared = prepare(route, body)
         steer = Steer(headers.get(SESSION_HEADER), pin_of(headers.get(PIN_HEADER)))
         await self._forward(route, prepared, key, endpoint, receive, send, record, steer)
@@ -293,8 +306,8 @@ class Gateway:
         try:
             await self._admit(key)
             endpoint = await self._serving(endpoint)
-            target = self._pick(endpoint, prepared, steer or Steer(), record)
-            await self._relay(route, prepared, endpoint, target, send, record, relay, watcher)
+            pools = self._pick(endpoint, prepared, steer or Steer(), record)
+            await self._relay(route, prepared, endpoint, pools, send, record, relay, watcher)
         except asyncio.CancelledError:
             if not relay.client_gone or handler is None:
                 raise
@@ -310,21 +323,23 @@ class Gateway:
 
     def _pick(
         self, endpoint: Endpoint, prepared: Prepared | None, steer: Steer, record: Exchange
-    ) -> Pool:
-        """The pool (router, revision) this request goes to: a canary's share goes to its own."""
+    ) -> list[Pool]:
+        """The pools (router, revision) this request tries, in order: a canary's share goes to
+        its own; the serving revision's, to its clusters in ``gateway.fleet``'s order."""
         canary = endpoint.canary
-        if canary is None:
-            return Pool(
-                endpoint.router_url, endpoint.revision, endpoint.ready_replicas, endpoint.placed
-            )
-        payload = prepared.payload if prepared is not None else None
-        key = session_of(steer.session, payload) if canary.sticky else b""
-        url, revision, to_canary = self.splitter.pick(endpoint, key, steer.pin)
-        if revision is not None:
-            record.split = (endpoint.id, revision)
-        if to_canary:
-            return Pool(url, revision, canary.ready_replicas, canary.placed)
-        return Pool(url, revision, endpoint.ready_replicas, endpoint.placed)
+        if canary is not None:
+            payload = prepared.payload if prepared is not None else None
+            session = session_of(steer.session, payload) if canary.sticky else b""
+            url, revision, to_canary = self.splitter.pick(endpoint, session, steer.pin)
+            if revision is not None:
+                record.split = (endpoint.id, revision)
+            if to_canary:
+                return [Pool(url, revision, canary.ready_replicas, canary.placed)]
+        key = routing_key(prepared.payload) if prepared is not None else None
+        return [
+            Pool(r.router_url, endpoint.revision, r.ready_replicas, endpoint.placed, r.cluster)
+            for r in self.clusters.order(endpoint, key)
+        ] or [Pool(endpoint.router_url, endpoint.revision, 0, False)]
 
     async def _serving(self, endpoint: Endpoint) -> Endpoint:
         if endpoint.serving:
@@ -338,21 +353,24 @@ class Gateway:
         route: Route,
         prepared: Prepared | None,
         endpoint: Endpoint,
-        target: Pool,
+        pools: list[Pool],
         send: Send,
         record: obs.AccessRecord,
         relay: Relay,
         watcher: asyncio.Task[None],
     ) -> None:
         before = time.perf_counter()
-        revision = target.revision
-        response = await self._open(route, prepared, endpoint, target, record.request_id)
+        response, pool = await self._open_anywhere(
+            route, prepared, endpoint, pools, record.request_id
+        )
         relay.response = response
         answered = time.perf_counter()
         relay.status = record.status = response.status
         head = response_headers(response, record.request_id.encode())
-        if revision is not None:
-            head.append((b"x-plinth-revision", str(revision).encode()))
+        if pool.revision is not None:
+            head.append((b"x-plinth-revision", str(pool.revision).encode()))
+        if pool.cluster:
+            head.append((b"x-plinth-cluster", pool.cluster.encode()))
         await send({"type": "http.response.start", "status": response.status, "headers": head})
         # The gateway's own share: everything before forwarding, plus relaying the head.
         obs.latency_histogram(endpoint.slug).observe(
@@ -371,6 +389,37 @@ class Gateway:
         watcher.cancel()  # the final send completes the response, which the watcher would see
         if not relay.completed:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _open_anywhere(
+        self,
+        route: Route,
+        prepared: Prepared | None,
+        endpoint: Endpoint,
+        pools: list[Pool],
+        request_id: str,
+    ) -> tuple[Response, Pool]:
+        """The first answer of ``pools`` (its clusters, in ``gateway.fleet``'s order): a request
+        that reached no engine in one (``gateway.upstream.reached_no_engine``) goes to the next,
+        and that router is down for new requests until ``gateway.health`` sees it back."""
+        watched = len(pools) > 1  # one router alone has nowhere else to send
+        for index, pool in enumerate(pools):
+            try:
+                response = await self._open(route, prepared, endpoint, pool, request_id)
+            except GatewayError as error:
+                if not watched:
+                    raise
+                if not reached_no_engine(error):
+                    self.health.answered(pool.router_url, pool.cluster, error.status)
+                    raise
+                self.health.unreachable(pool.router_url, pool.cluster)
+                if index == len(pools) - 1:
+                    raise
+                obs.CLUSTER_RETRIES.labels(endpoint.slug, pool.cluster or "-").inc()
+                continue
+            if watched:
+                self.health.answered(pool.router_url, pool.cluster, response.status)
+            return response, pool
+        raise not_ready(endpoint)  # no pool at all: nothing serves it now
 
     async def _open(
         self,
@@ -410,7 +459,7 @@ class Gateway:
                 except NotDelivered as miss:
                     obs.UPSTREAM_ERRORS.labels(endpoint.slug, miss.reason).inc()
                     tries -= 1
-                    if tries < 1:
+                    if tries < 1 or miss.reason == NO_WORKER:
                         raise upstream_failed(miss.status) from miss
                     slot = await self._moved(pool, placed_key, miss.slot)
         except GatewayError as error:
@@ -477,31 +526,6 @@ async def _watch_disconnect(
             if handler is not None:
                 handler.cancel()
             return
-
-
-def _headers(scope: Scope) -> dict[bytes, bytes]:
-    # ASGI servers give lower-cased names; the few the gateway reads appear once.
-    return dict(scope["headers"])
-
-
-def _request_id(headers: dict[bytes, bytes]) -> str:
-    """The caller's id if it is a sane token (it is echoed, logged, sent on), else a new one.
-
-    New ids need to be unique, not unguessable: ``getrandbits`` avoids uuid4's system call."""
-    given = headers.get(b"x-request-id", b"")[:128].decode("latin-1")
-    if given and given.isascii() and given.isprintable():
-        return given
-    return f"{random.getrandbits(128):032x}"
-
-
-def _content_length(headers: dict[bytes, bytes]) -> int | None:
-    raw = headers.get(b"content-length")
-    if raw is None:
-        return None
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise GatewayError(400, "Content-Length is not a number", code="invalid_request") from exc
 
 
 async def _send_error(send: Send, error: GatewayError, request_id: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controlplane.env import env_int, env_str
+from gateway.health import PROBE_SECONDS
 from gateway.placement import DOWN_SECONDS
 
 MIB = 1024 * 1024
@@ -44,6 +45,8 @@ class GatewayConfig:
     upstream_read_timeout: float = 600.0
     # How long a replica slot where a request reached no engine is left out of placement.
     slot_down_seconds: float = DOWN_SECONDS
+    # How often the routers of endpoints on several clusters are probed (``gateway.health``).
+    router_probe_seconds: float = PROBE_SECONDS
     metrics_port: int = 9090
     # The metrics listener names every organization's endpoints: loopback unless an operator
     # opens it on purpose (a Prometheus scraping pod IPs sets 0.0.0.0 in k8s/base/gateway.yaml).
@@ -62,6 +65,7 @@ class GatewayConfig:
             refresh_seconds=_env_float("GATEWAY_REFRESH_SECONDS", 30.0),
             upstream_read_timeout=_env_float("GATEWAY_UPSTREAM_TIMEOUT_SECONDS", 600.0),
             slot_down_seconds=_env_float("GATEWAY_SLOT_DOWN_SECONDS", DOWN_SECONDS),
+            router_probe_seconds=_env_float("GATEWAY_ROUTER_PROBE_SECONDS", PROBE_SECONDS),
             metrics_port=env_int("PLINTH_GATEWAY_METRICS_PORT", 9090),
             metrics_host=env_str("PLINTH_GATEWAY_METRICS_HOST", "127.0.0.1") or "127.0.0.1",
         )

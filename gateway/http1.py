@@ -1,18 +1,21 @@
 """A lean pooled HTTP/1.1 client for the one hop the gateway makes: to an endpoint's router.
 
 General clients (aiohttp, httpx) spend most of the gateway's CPU per request on features this
-hop never uses (cookies, redirects, TLS, proxies, multipart, decompression). This one speaks
+hop never uses (cookies, redirects, proxies, multipart, decompression). This one speaks
 just what a router answers: a request with a known body, a response with Content-Length or
 chunked encoding (parsed by ``httptools``, the parser uvicorn uses), keep-alive connections
-reused per host. Body chunks are handed on as they arrive; reading pauses when the consumer
-falls more than ``_HIGH_WATER`` bytes behind. Closing a response before its end closes its
-connection, which is how the router learns the client went away.
+reused per host. ``https`` is spoken too, for a router reached across clusters through an
+ingress or load balancer: certificates are verified against the system's trust store (an
+operator's own CA by ``SSL_CERT_FILE``). Body chunks are handed on as they arrive; reading
+pauses when the consumer falls more than ``_HIGH_WATER`` bytes behind. Closing a response
+before its end closes its connection, which is how the router learns the client went away.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections import deque
 from collections.abc import AsyncIterator
 from functools import lru_cache
@@ -31,20 +34,25 @@ class UpstreamError(Exception):
 
 
 @lru_cache(maxsize=1024)
-def split_url(url: str) -> tuple[str, int, bytes]:
-    """(host, port, path) of an http URL (routers are on plain HTTP inside the cluster)."""
+def split_url(url: str) -> tuple[str, int, bytes, bool]:
+    """(host, port, path, whether TLS) of an http or https URL (a router inside the gateway's
+    cluster is on plain HTTP; one in another cluster, behind its ingress, often on HTTPS)."""
     parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
+    if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
         raise UpstreamError("unreachable")
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
-    return parts.hostname, parts.port or 80, path.encode()
+    tls = parts.scheme == "https"
+    return parts.hostname, parts.port or _DEFAULT_PORTS[parts.scheme], path.encode(), tls
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, pool: Pool, host: str, port: int) -> None:
-        self.pool, self.host, self.port = pool, host, port
+    def __init__(self, pool: Pool, host: str, port: int, tls: bool = False) -> None:
+        self.pool, self.host, self.port, self.tls = pool, host, port, tls
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self._reset()
@@ -189,14 +197,15 @@ class Pool:
     def __init__(self, connect_timeout: float, read_timeout: float) -> None:
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
-        self._idle: dict[tuple[str, int], list[Connection]] = {}
+        self._idle: dict[tuple[str, int, bool], list[Connection]] = {}
+        self._tls: ssl.SSLContext | None = None  # made on first use: most pools never need it
 
     async def request(
         self, method: bytes, url: str, headers: list[tuple[bytes, bytes]], body: bytes | None
     ) -> Response:
-        host, port, path = split_url(url)
-        head = _request_head(method, path, host, headers, body)
-        connection = self._idle_connection(host, port)
+        host, port, path, tls = split_url(url)
+        head = _request_head(method, path, _host_header(host, port, tls), headers, body)
+        connection = self._idle_connection(host, port, tls)
         if connection is not None:
             try:
                 return await self._exchange(connection, head, body)
@@ -204,7 +213,7 @@ class Pool:
                 # The router closed the idle connection as we reused it: nothing reached it.
                 if connection.received_any:
                     raise
-        connection = await self._connect(host, port)
+        connection = await self._connect(host, port, tls)
         return await self._exchange(connection, head, body)
 
     async def _exchange(self, connection: Connection, head: bytes, body: bytes | None) -> Response:
@@ -220,32 +229,40 @@ class Pool:
             raise
         return Response(connection, self._read_timeout)
 
-    def _idle_connection(self, host: str, port: int) -> Connection | None:
-        idle = self._idle.get((host, port))
+    def _idle_connection(self, host: str, port: int, tls: bool) -> Connection | None:
+        idle = self._idle.get((host, port, tls))
         while idle:
             connection = idle.pop()
             if not connection.closed:
                 return connection
         return None
 
-    async def _connect(self, host: str, port: int) -> Connection:
+    async def _connect(self, host: str, port: int, tls: bool) -> Connection:
         loop = asyncio.get_running_loop()
+        context = self._tls_context() if tls else None
         try:
             _transport, connection = await asyncio.wait_for(
-                loop.create_connection(lambda: Connection(self, host, port), host, port),
+                loop.create_connection(
+                    lambda: Connection(self, host, port, tls), host, port, ssl=context
+                ),
                 self._connect_timeout,
             )
         except TimeoutError as exc:
             raise UpstreamError("timeout") from exc
-        except OSError as exc:
+        except OSError as exc:  # ssl.SSLError (a certificate refused) is one
             raise UpstreamError("unreachable") from exc
         return connection
+
+    def _tls_context(self) -> ssl.SSLContext:
+        if self._tls is None:
+            self._tls = ssl.create_default_context()
+        return self._tls
 
     def release(self, connection: Connection) -> None:
         if connection.closed or not connection.keep_alive:
             connection.close()
             return
-        idle = self._idle.setdefault((connection.host, connection.port), [])
+        idle = self._idle.setdefault((connection.host, connection.port, connection.tls), [])
         if len(idle) >= _MAX_IDLE_PER_HOST:
             connection.close()
             return
@@ -258,6 +275,12 @@ class Pool:
                 with contextlib.suppress(Exception):
                     connection.close()
         self._idle.clear()
+
+
+@lru_cache(maxsize=1024)
+def _host_header(host: str, port: int, tls: bool) -> str:
+    """``Host``: the port only when it is not the scheme's own (an ingress routes by the name)."""
+    return host if port == (443 if tls else 80) else f"{host}:{port}"
 
 
 def _request_head(

@@ -10,6 +10,7 @@ far as the gateway must understand them: JSON, an object, a ``model`` on OpenAI 
 
 from __future__ import annotations
 
+import random
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -143,3 +144,28 @@ def prepare(route: Route, body: bytes) -> Prepared:
     return Prepared(
         body=orjson.dumps(payload), stream=True, strip_usage_chunk=True, payload=payload
     )
+
+
+def request_headers(scope: MutableMapping[str, Any]) -> dict[bytes, bytes]:
+    # ASGI servers give lower-cased names; the few the gateway reads appear once.
+    return dict(scope["headers"])
+
+
+def request_id_of(headers: dict[bytes, bytes]) -> str:
+    """The caller's id if it is a sane token (it is echoed, logged, sent on), else a new one.
+
+    New ids need to be unique, not unguessable: ``getrandbits`` avoids uuid4's system call."""
+    given = headers.get(b"x-request-id", b"")[:128].decode("latin-1")
+    if given and given.isascii() and given.isprintable():
+        return given
+    return f"{random.getrandbits(128):032x}"
+
+
+def content_length(headers: dict[bytes, bytes]) -> int | None:
+    raw = headers.get(b"content-length")
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise GatewayError(400, "Content-Length is not a number", code="invalid_request") from exc

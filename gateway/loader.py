@@ -1,9 +1,9 @@
 """Builds a :class:`~gateway.routes.RouteTable` from the database (Django ORM, run in a thread).
 
 A bounded number of queries whatever the number of endpoints and keys: one for deployments
-(their stored status is the derived one), one for their running canaries, and one for inference
-keys; ``load_changes`` reads only the endpoints and keys a change notification named, in as many
-queries.
+(their stored status is the derived one), one for their clusters (``deployments.fleet``'s
+placements), one for their running canaries, and one for inference keys; ``load_changes`` reads
+only the endpoints and keys a change notification named, in as many queries.
 """
 
 from __future__ import annotations
@@ -20,7 +20,15 @@ from controlplane.crypto import engine_api_key
 from controlplane.models import ApiKey, ApiKeyKind
 from deployments.endpoints.models import ROUTE_FIELDS, Deployment, DesiredState
 from deployments.experiments.models import Canary, CanaryStatus
-from gateway.routes import CanaryRoute, Endpoint, InferenceKey, RouteChanges, RouteTable
+from deployments.fleet.models import Placement
+from gateway.routes import (
+    CanaryRoute,
+    ClusterRoute,
+    Endpoint,
+    InferenceKey,
+    RouteChanges,
+    RouteTable,
+)
 from runtime.launch import gateway_places
 from runtime.spec import PLINTH_ROUTING, RoutingPlacement, RoutingPolicy
 from runtime.startup import furthest
@@ -37,6 +45,7 @@ def load_endpoints(ids: Collection[str] | None = None) -> dict[str, Endpoint]:
     if ids is not None:
         rows = rows.filter(pk__in=list(ids))
     canaries = load_canaries(ids)
+    clusters = load_clusters(ids)
     endpoints: dict[str, Endpoint] = {}
     for row in rows:
         endpoints[row.slug] = Endpoint(
@@ -52,6 +61,7 @@ def load_endpoints(ids: Collection[str] | None = None) -> dict[str, Endpoint]:
             canary=canaries.get(str(row.id)),
             placed=_places(*(getattr(row, name, None) for name in _PLACEMENT)),
             start_phase=_start_phase(row.replica_facts),
+            clusters=clusters.get(str(row.id), ()),
         )
     return endpoints
 
@@ -62,6 +72,24 @@ def _start_phase(replica_facts: Any) -> str:
     return furthest(
         str(f.get("start_phase") or "") for f in facts if isinstance(f, dict) and not f.get("ready")
     )
+
+
+def load_clusters(ids: Collection[str] | None = None) -> dict[str, tuple[ClusterRoute, ...]]:
+    """Each endpoint's clusters by endpoint id, of every endpoint or of ``ids`` (one query).
+
+    A placement that names no router yet (nothing runs there, or reconcile has not seen it) can
+    take no request and is left out; an endpoint none of whose placements names one is left out
+    too: its route is the endpoint's own router (``Endpoint.routes``)."""
+    rows = Placement.objects.exclude(router_url="").order_by("deployment_id", "cluster__name")
+    if ids is not None:
+        rows = rows.filter(deployment_id__in=list(ids))
+    found: dict[str, list[ClusterRoute]] = {}
+    for deployment_id, name, url, ready, state in rows.values_list(
+        "deployment_id", "cluster__name", "router_url", "ready_replicas", "state"
+    ):
+        route = ClusterRoute(name, url.rstrip("/"), ready, state)
+        found.setdefault(str(deployment_id), []).append(route)
+    return {deployment_id: tuple(routes) for deployment_id, routes in found.items()}
 
 
 # Annotation name -> the setting it reads from a revision's spec.

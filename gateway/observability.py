@@ -37,6 +37,17 @@ UPSTREAM_ERRORS = Counter(
     "Requests the router could not answer.",
     ["endpoint", "reason"],
 )
+ROUTER_EJECTIONS = Counter(
+    "plinth_gateway_router_ejections",
+    "Times a cluster's router was taken out of an endpoint's routes (gateway.health), by why: "
+    "probe (its readiness failed), request (a request reached no engine there), answers (5xx).",
+    ["cluster", "reason"],
+)
+CLUSTER_RETRIES = Counter(
+    "plinth_gateway_cluster_retries",
+    "Requests sent again to another cluster because they reached no engine in the first.",
+    ["endpoint", "cluster"],
+)
 HELD = Gauge(
     "plinth_gateway_held_requests",
     "Requests waiting for a scaled-to-zero endpoint to wake.",

@@ -37,6 +37,26 @@ class CanaryRoute:
         return self.ready_replicas > 0 and bool(self.router_url)
 
 
+# A cluster's share of an endpoint (``deployments.fleet``'s Placement.state): an active one takes
+# requests; a draining one only while no active cluster has a ready replica; a lost one none.
+ACTIVE, DRAINING, LOST = "active", "draining", "lost"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRoute:
+    """One cluster's part of an endpoint: its router's address, as reachable from the gateway
+    (the cluster's ingress or load balancer), and the replicas ready behind it."""
+
+    cluster: str  # the cluster's name, for logs and metrics ("" for an endpoint on one cluster)
+    router_url: str
+    ready_replicas: int
+    state: str = ACTIVE
+
+    @property
+    def serving(self) -> bool:
+        return self.ready_replicas > 0 and bool(self.router_url) and self.state != LOST
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     id: str
@@ -55,11 +75,25 @@ class Endpoint:
     placed: bool = False
     # While it starts: the phase its replica nearest to ready waits on (``runtime.startup``).
     start_phase: str = ""
+    # Its serving revision's clusters (``gateway.fleet`` splits requests among them); empty: the
+    # one router of ``router_url``.
+    clusters: tuple[ClusterRoute, ...] = ()
+
+    @property
+    def routes(self) -> tuple[ClusterRoute, ...]:
+        """The clusters a request may go to: ``clusters``, or the endpoint's one router."""
+        return self.clusters or (ClusterRoute("", self.router_url, self.ready_replicas),)
 
     @property
     def serving(self) -> bool:
-        """A request can be forwarded now."""
-        return self.desired_state == "running" and self.ready_replicas > 0 and bool(self.router_url)
+        """A request can be forwarded now. ``ready_replicas`` is the endpoint's own count, every
+        cluster's together: zero there means nothing serves, whatever a cluster's placement last
+        recorded (a placement may keep stale figures a moment longer)."""
+        return (
+            self.desired_state == "running"
+            and self.ready_replicas > 0
+            and any(r.serving for r in self.routes)
+        )
 
     @property
     def wakeable(self) -> bool:

@@ -110,7 +110,9 @@ async def open_upstream(
         ) from exc
     if response.status in _UNDELIVERED:
         reason = _UNDELIVERED[response.status].get(await _router_code(response))
-        if reason is not None and (slot is not None or reason == "replica_unreachable"):
+        if reason == "placement_refused" and slot is None:
+            reason = NO_WORKER  # no slot named: the router has no worker to give it to
+        if reason is not None:
             raise NotDelivered(slot, reason, response.status)
     if response.status >= 500:
         response.close()  # its body is the router's or the engine's internals: not relayed
@@ -118,11 +120,27 @@ async def open_upstream(
     return response
 
 
+NO_WORKER = "no_available_workers"
+
+
+def reached_no_engine(error: GatewayError) -> bool:
+    """The router behind ``error`` never handed its request to an engine, or never answered
+    before its connection closed: nothing of the answer reached the client, so the request may
+    go to another cluster (``gateway.fleet``). An inference request changes nothing but an
+    engine's cache, so one the failed router may have started costs only its compute twice. A
+    timeout is not such a failure: the request may still be running, and is long already."""
+    cause = error.__cause__
+    if isinstance(cause, NotDelivered):
+        return True
+    return isinstance(cause, UpstreamError) and cause.reason in ("unreachable", "broken")
+
+
 class NotDelivered(Exception):
     """The router's answer says the request reached no engine, so nothing ran and it may be sent
     again: the router refused the slot the request named (no ready replica there,
     ``gateway.placement``), or could not connect to the replica it chose (dead, and still listed
-    until the router's health checks notice). ``slot`` is the one named (None: none was)."""
+    until the router's health checks notice), or had no worker at all for a request that named
+    none (``NO_WORKER``). ``slot`` is the one named (None: none was)."""
 
     def __init__(self, slot: int | None, reason: str, status: int) -> None:
         super().__init__(reason)

@@ -18,6 +18,7 @@ from deployments.api.throttle import CallerThrottle
 from deployments.clusters import api as clusters
 from deployments.endpoints.api import catalog, deployments, observe, revisions
 from deployments.experiments.api import benchmarks, canary, quality
+from deployments.fleet import api as fleet
 from deployments.quotas import api as quotas
 from deployments.starts import api as starts
 from deployments.traffic import api as traffic
@@ -86,6 +87,7 @@ def build_api() -> PlinthAPI:
         keys,
         secrets,
         clusters,
+        fleet,
         members,
         audit,
         quotas,

@@ -9,6 +9,11 @@ endpoint's row lock and commits through ``deployments.endpoints.changes.commit_c
 writer of what is asked does; a step up stops at the organization's quota, with the refusal on
 the timeline once per hold. A model correction changes nothing that is asked: it is a timeline
 line the next pass starts from.
+
+On an endpoint placed on several clusters a count is the endpoint's; its placement policy
+splits it (``deployments.fleet.placing.split``, as the next reconcile pass plans it), and the
+timeline line says how: scale to zero is zero everywhere, a wake-up starts where the policy
+and the clusters' minimums say.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from deployments.endpoints import changes, fields
 from deployments.endpoints.models import POOL_ROLES, Deployment, DesiredState
 from deployments.endpoints.queries import REVISION_FIELDS
 from deployments.endpoints.timeline import record_event
+from deployments.fleet import placing
 from deployments.quotas import services as quotas
 from runtime.spec import RuntimeSpec
 
@@ -69,12 +75,13 @@ def wake(deployment_id: uuid.UUID | str) -> bool:
     deployment.desired_replicas = replicas
     deployment.last_scaled_at = timezone.now()
     _wake_pools(deployment, spec)
+    clusters = placing.split(deployment, replicas)  # by the placement policy
     record_event(
         deployment,
         "info",
         "ScaleFromZero",
-        f"a request arrived; scaling to {deployment.desired_replicas}",
-        data={"replicas": deployment.desired_replicas},
+        f"a request arrived; scaling to {replicas}{placing.described(clusters)}",
+        data={"replicas": replicas, **({"clusters": clusters} if clusters else {})},
     )
     changes.commit_change(
         system_actor(deployment.organization), deployment, "deployment.wake", before
@@ -163,7 +170,11 @@ def autoscale_to(
     if before["desired_replicas"] == 0:
         _wake_pools(deployment, RuntimeSpec.model_validate(deployment.target_revision.spec))
     data = {"replicas": replicas, "from": before["desired_replicas"], "inputs": inputs}
-    record_event(deployment, "info", "Autoscaled", reason, data=data)
+    # The decision is the endpoint's; the placement policy splits it over its clusters.
+    clusters = placing.split(deployment, replicas)
+    if clusters:
+        data["clusters"] = clusters
+    record_event(deployment, "info", "Autoscaled", reason + placing.described(clusters), data=data)
     actor = system_actor(deployment.organization)
     changes.commit_change(actor, deployment, "deployment.autoscale", before)
     return True

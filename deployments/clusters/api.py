@@ -62,6 +62,15 @@ class ClusterOut(Schema):
     settings: ClusterSettings | None = Field(
         description="operator settings of a Kubernetes cluster; shown to admins only"
     )
+    available: bool = Field(
+        True,
+        description="false once its API server stopped answering (or every GPU node went "
+        "NotReady) for the grace period: its replicas are planned elsewhere",
+    )
+    unavailable_since: datetime | None = None
+    unavailable_reason: str = ""
+    last_seen_at: datetime | None = Field(None, description="its last good answer")
+    draining: bool = Field(False, description="drained by an admin: endpoints move off it")
 
 
 ClusterPage = page_schema(ClusterOut, "ClusterPage")
@@ -98,6 +107,11 @@ def cluster_out(cluster: Cluster, *, admin: bool) -> dict[str, Any]:
             {**inventory, "observed_at": cluster.inventory_observed_at} if inventory else None
         ),
         "settings": _shown_settings(cluster) if admin and kube else None,
+        **{
+            f: getattr(cluster, f)
+            for f in ("available", "unavailable_since", "unavailable_reason", "last_seen_at")
+        },
+        "draining": cluster.draining_since is not None,
     }
 
 

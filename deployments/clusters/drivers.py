@@ -105,10 +105,11 @@ def kube_options(cluster: Cluster) -> KubeOptions:
         ) from None
 
 
-def ref_for(deployment: Deployment) -> DeploymentRef:
+def ref_for(deployment: Deployment, cluster: Cluster | None = None) -> DeploymentRef:
+    """How ``deployment`` is named to a driver of ``cluster`` (its home cluster by default)."""
     return DeploymentRef(
         id=str(deployment.pk),
         slug=deployment.slug,
-        namespace=deployment.cluster.namespace,
+        namespace=(cluster or deployment.cluster).namespace,
         api_key=engine_api_key(str(deployment.pk)),
     )

@@ -36,6 +36,17 @@ class Cluster(models.Model):
     # [...], "gpus": {gpu: {"nodes", "gpus", "free"}}, "error": ""}; null until first observed.
     gpu_inventory = models.JSONField(null=True, blank=True)
     inventory_observed_at = models.DateTimeField(null=True, blank=True)
+    # --- availability (judged by the fleet's health check): failover and drain ---
+    # False once it failed for longer than the grace period; True again only after it has
+    # answered for the return hold (hysteresis). Replicas there are never deleted while False.
+    available = models.BooleanField(default=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)  # last answer with ready GPU nodes
+    failing_since = models.DateTimeField(null=True, blank=True)  # first failure of this streak
+    unavailable_since = models.DateTimeField(null=True, blank=True)
+    healthy_since = models.DateTimeField(null=True, blank=True)  # first answer after failures
+    unavailable_reason = models.CharField(max_length=300, blank=True)
+    # Set by an operator's drain: endpoints move off (make before break); cleared by undrain.
+    draining_since = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
 from controlplane import audit
 from controlplane.access import Actor, require_role
@@ -182,7 +183,12 @@ def delete_cluster(actor: Actor, cluster_id: uuid.UUID | str) -> None:
     cluster = get_cluster(actor, cluster_id)
     if cluster.organization_id is None:
         raise Conflict("the built-in local cluster cannot be deleted", code="built_in")
-    in_use = Deployment.objects.filter(cluster=cluster).count()
+    # Home to an endpoint, or one of the clusters it is placed on (``deployments.fleet``).
+    in_use = (
+        Deployment.objects.filter(Q(cluster=cluster) | Q(placements__cluster=cluster))
+        .distinct()
+        .count()
+    )
     if in_use:
         raise Conflict(f"{in_use} endpoint(s) still run on this cluster; delete them first")
     audit.record(actor, "cluster.delete", cluster, before={"name": cluster.name})

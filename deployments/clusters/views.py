@@ -39,7 +39,10 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Cluster {form['name']} added.")
             return redirect("cluster-list")
-    clusters = cluster_queries.clusters_for(actor).annotate(endpoints=Count("deployments"))
+    # Every endpoint placed on the cluster, its home's or not (``deployments.fleet``).
+    clusters = cluster_queries.clusters_for(actor).annotate(
+        endpoints=Count("placements__deployment", distinct=True)
+    )
     context = {
         "clusters": clusters,
         # Only admins add clusters, so only they need the kubeconfig secrets' names.

@@ -174,9 +174,12 @@ class ReplicaFacts:
     milestones: dict[str, float] = field(default_factory=dict)
     # The phase a starting replica waits on (``runtime.startup.waiting_on``); "" otherwise.
     start_phase: str = ""
+    cluster: str = ""  # which cluster it runs on, for an endpoint placed on several
 
     def as_dict(self) -> dict[str, object]:
+        named = {"cluster": self.cluster} if self.cluster else {}
         return {
+            **named,
             "name": self.name,
             "revision": self.revision,
             "role": self.role,

@@ -65,6 +65,8 @@ _ASKED = [
     "updated_at",
     "last_scaled_at",
     "pool_replicas",
+    "cluster",  # the home cluster, which a placement names first (``deployments.fleet``)
+    "placement_policy",
 ]
 
 

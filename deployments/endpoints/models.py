@@ -162,6 +162,9 @@ class Deployment(models.Model):
     # {"revision": 3, "prefill": 2, "decode": 1, "scaled_at": {"prefill": "<iso>"}}. Another
     # revision, or a pool not named, runs the size its settings give (see ``pool_sizes``).
     pool_replicas = models.JSONField(default=dict, blank=True)
+    # How desired replicas split over its clusters (``deployments.fleet.models.PlacementPolicy``;
+    # the clusters and their minimums are its ``placements``). A scale-like setting, not a revision.
+    placement_policy = models.CharField(max_length=16, default="cheapest")
     # Bumped by every service change, so reconcile can tell stale work from new.
     generation = models.PositiveIntegerField(default=1)
 

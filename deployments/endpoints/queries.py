@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from controlplane.access import Actor, NotFound
 from deployments.endpoints.models import Deployment, DeploymentEvent, Revision
+from deployments.fleet.models import Placement
 from deployments.status import role_counts
 from deployments.traffic.models import MetricSample
 
@@ -119,7 +120,11 @@ def _filtered(
             matches |= Q(target_revision__spec__model__source__icontains=search)
         rows = rows.filter(matches)
     if cluster:
-        rows = rows.filter(id_or_name(cluster, "cluster__"))
+        # Its home cluster, or any other it is placed on (``deployments.fleet``).
+        placed = Placement.objects.filter(id_or_name(cluster, "cluster__"))
+        rows = rows.filter(
+            id_or_name(cluster, "cluster__") | Q(pk__in=placed.values("deployment_id"))
+        )
     if status:
         rows = rows.filter(status=status)
     return rows
@@ -142,10 +147,15 @@ class EndpointRow:
 def _spec_summary(deployment: Deployment) -> tuple[str, str, int]:
     revision = deployment.target_revision
     spec = revision.spec if revision is not None else {}
-    hardware = spec.get("hardware", {})
-    parallel = spec.get("parallelism", {})
+    return (spec.get("model", {}).get("source", "?"), *replica_gpus(spec))
+
+
+def replica_gpus(spec: dict[str, Any]) -> tuple[str, int]:
+    """(GPU type, GPUs per replica) of a stored spec: its ``gpus_per_replica``, else TP x PP."""
+    hardware = spec.get("hardware") or {}
+    parallel = spec.get("parallelism") or {}
     gpus = hardware.get("gpus_per_replica") or parallel.get("tp", 1) * parallel.get("pp", 1)
-    return spec.get("model", {}).get("source", "?"), hardware.get("gpu", "?"), int(gpus)
+    return hardware.get("gpu", "?"), int(gpus)
 
 
 ENDPOINTS_PER_PAGE = 50

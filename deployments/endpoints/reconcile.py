@@ -27,14 +27,18 @@ from pydantic import ValidationError
 from controlplane import audit, notify
 from controlplane.access import system_actor
 from controlplane.services import reveal_secret
-from deployments.clusters.drivers import driver_for, ref_for
 from deployments.drivers.base import Driver, Observation, RevisionPlan
 from deployments.drivers.errors import PermanentDriverError
+from deployments.endpoints import moves
+from deployments.endpoints import sites as fleet_sites
 from deployments.endpoints.models import ROUTE_FIELDS, Deployment, DesiredState, Revision
 from deployments.endpoints.rollout import RolloutDecision, RolloutFacts, decide
+from deployments.endpoints.sites import Site, merged
 from deployments.endpoints.timeline import record_event
 from deployments.experiments.canary import pool as canary_pool
 from deployments.experiments.models import Canary
+from deployments.fleet import placing
+from deployments.fleet.models import Placement
 from deployments.starts.services import observe_starts
 from deployments.status import SCALED_TO_ZERO, STOPPED, derive_status, role_counts
 from runtime import launch
@@ -63,6 +67,14 @@ class Pass:
     unfinished: bool = False
     # A canary's pool changed what the gateway routes by (``canary_pool.sync``).
     rerouted: bool = False
+    # The endpoint's clusters (``fleet.placing``) and the ones this pass could work on.
+    placements: list[Placement] = field(default_factory=list)
+    sites: list[Site] = field(default_factory=list)
+
+    @property
+    def named(self) -> bool:
+        """Placed on several clusters: replicas and events say which."""
+        return len(self.placements) > 1
 
     def event(
         self, level: str, reason: str, message: str, revision: int | None = None, **data: Any
@@ -87,29 +99,39 @@ def reconcile(deployment_id: str) -> bool:
     if deployment is None:
         return False
     work = Pass(deployment=deployment, now=timezone.now())
+    work.placements = placing.placements_of(deployment)
     try:
-        driver = driver_for(deployment.cluster)
+        work.sites = fleet_sites.open_sites(deployment, work.placements)
     except PermanentDriverError as exc:  # e.g. the cluster's kubeconfig is unusable
         _fail(work, exc.message)
         _save(work)
         return True
     try:
         if deployment.desired_state == DesiredState.DELETED:
-            return _tear_down(work, driver)
+            return _tear_down(work)
         serving = not (
             deployment.desired_state == DesiredState.STOPPED or deployment.desired_replicas == 0
         )
-        if serving:
-            _run(work, driver)
+        if not work.sites:
+            pass  # every cluster it is on is unavailable: nothing to ask, nothing deleted
+        elif serving:
+            _run(work)
         else:
-            _stop(work, driver)
-        _sync_canary(work, driver, serving)
+            _stop(work)
+        home = _home(work)
+        if home is not None:  # a canary's pool runs on the endpoint's home cluster
+            _sync_canary(work, home.driver, serving)
     except PermanentDriverError as exc:
         _fail(work, exc.message)
     finally:
-        driver.close()
+        fleet_sites.close_sites(work.sites)
     _save(work)
     return True
+
+
+def _home(work: Pass) -> Site | None:
+    home = work.deployment.cluster_id
+    return next((s for s in work.sites if s.placement.cluster_id == home), None)
 
 
 def _sync_canary(work: Pass, driver: Driver, serving: bool) -> None:
@@ -124,18 +146,32 @@ def _sync_canary(work: Pass, driver: Driver, serving: bool) -> None:
 # --- desired: running ------------------------------------------------------------------------
 
 
-def _run(work: Pass, driver: Driver) -> None:
-    deployment = work.deployment
+def _run(work: Pass) -> None:
+    deployment, sites = work.deployment, work.sites
     target = deployment.target_revision
     assert target is not None, "services always set a target revision"
-    ref = ref_for(deployment)
-    before = driver.observe(ref)
+    for site in sites:
+        site.before = site.driver.observe(site.ref)
+    before = merged(sites, after=False, named=work.named)
     decision = decide(_rollout_facts(work, target, before))
     revision = target if decision.apply == target.number else deployment.current_revision
     assert revision is not None
     _start_or_abandon(work, decision, target, before)
-    driver.apply(ref, revision_plan(deployment, revision))
-    after = observe_starts(deployment, driver, ref, driver.observe(ref), work.now)
+    ready = {s.placement.pk: s.before.ready_count() for s in sites}
+    counts, plan, work.unfinished = placing.counts(
+        deployment, work.placements, deployment.desired_replicas, revision.spec, ready
+    )
+    for level, reason, message, data in moves.lines(work.placements, counts, plan):
+        work.event(level, reason, message, None, **data)
+    for index, site in enumerate(sites):
+        site.planned = counts[site.placement.pk]
+        placed = _revision_at(work, index, revision, target)
+        site.driver.apply(site.ref, revision_plan(deployment, placed, site.planned))
+    for site in sites:
+        seen = site.driver.observe(site.ref)
+        site.after = observe_starts(deployment, site.driver, site.ref, seen, work.now)
+        _retire(site)
+    after = merged(sites, after=True, named=work.named)
     # Promotion is judged on what runs after this pass's apply, so a ready target is current
     # in the same pass that saw it ready.
     settled = decide(_rollout_facts(work, target, after))
@@ -144,6 +180,32 @@ def _run(work: Pass, driver: Driver) -> None:
     if settled.first_deploy_failed and deployment.failed_at is None:
         _fail(work, _why_not_serving(after, target.number))
     _record_observation(work, after, revision, before)
+    work.facts["router_url"] = fleet_sites.serving_router(
+        work.deployment, work.placements, work.sites
+    )
+
+
+def _revision_at(work: Pass, index: int, revision: Revision, target: Revision) -> Revision:
+    """A rollout proceeds cluster by cluster: a cluster gets the target once every cluster
+    before it (home first) runs its replicas of the target ready, or when it runs some of the
+    target already (it is not rolled back and forth); the others keep the serving revision."""
+    current = work.deployment.current_revision
+    if revision != target or current is None:
+        return revision
+    site = work.sites[index]
+    if site.before.engines(target.number):
+        return target
+    for earlier in work.sites[:index]:
+        if earlier.before.ready_count(target.number) < (earlier.planned or 0):
+            return current
+    return target
+
+
+def _retire(site: Site) -> None:
+    """A cluster taken out of the endpoint's placement: once its replicas have moved off and
+    stopped, everything of the endpoint there is deleted (its row goes when saved)."""
+    if site.placement.retiring and site.planned == 0 and not site.after.engines():
+        site.retired = site.driver.delete(site.ref)
 
 
 def _rollout_facts(work: Pass, target: Revision, seen: Observation) -> RolloutFacts:
@@ -265,7 +327,11 @@ def stored_spec(revision: Revision) -> RuntimeSpec:
         raise _refused(revision) from exc
 
 
-def revision_plan(deployment: Deployment, revision: Revision) -> RevisionPlan:
+def revision_plan(
+    deployment: Deployment, revision: Revision, replicas: int | None = None
+) -> RevisionPlan:
+    """What ``revision`` runs on one cluster: ``replicas`` engine replicas (the cluster's share
+    of the endpoint's, ``fleet.placing``), by default all of the endpoint's."""
     spec = stored_spec(revision)
     try:
         plan = launch.plan(spec, deployment_labels={"deployment": deployment.slug})
@@ -275,7 +341,7 @@ def revision_plan(deployment: Deployment, revision: Revision) -> RevisionPlan:
         spec,
         plan,
         number=revision.number,
-        replicas=deployment.desired_replicas,
+        replicas=deployment.desired_replicas if replicas is None else replicas,
         spec_hash=revision.spec_hash,
         hf_token=_hf_token(deployment, spec),
         pools=deployment.pool_sizes(revision.number, revision.spec),
@@ -353,10 +419,13 @@ def _pools_lost(
     return lines
 
 
-def _stop(work: Pass, driver: Driver) -> None:
-    ref = ref_for(work.deployment)
-    done = driver.stop(ref)
-    seen = Observation() if done else driver.observe(ref)
+def _stop(work: Pass) -> None:
+    for site in work.sites:
+        site.planned = 0
+        site.done = site.driver.stop(site.ref)
+        site.after = Observation() if site.done else site.driver.observe(site.ref)
+    done = all(site.done for site in work.sites)
+    seen = merged(work.sites, after=True, named=work.named)
     work.unfinished = not done
     work.facts.update(
         ready_replicas=seen.ready_count(),
@@ -374,9 +443,14 @@ def _stop(work: Pass, driver: Driver) -> None:
         work.event("info", "Stopped", "every replica and the router are stopped")
 
 
-def _tear_down(work: Pass, driver: Driver) -> bool:
-    canaries_gone = canary_pool.tear_down(work.deployment, driver)
-    if not driver.delete(ref_for(work.deployment)) or not canaries_gone:
+def _tear_down(work: Pass) -> bool:
+    """Delete everything of the endpoint on every cluster. A cluster Plinth cannot see is left
+    as it is: the endpoint stays deleting until it answers again."""
+    home = _home(work)
+    canaries_gone = home is not None and canary_pool.tear_down(work.deployment, home.driver)
+    gone = [site.driver.delete(site.ref) for site in work.sites]
+    unseen = len(work.sites) < len(work.placements)
+    if not all(gone) or not canaries_gone or unseen:
         work.facts.update(replica_facts=[], router_url="")
         _save(work)
         return True
@@ -455,6 +529,7 @@ def _save(work: Pass) -> None:
         # The status is derived again from the row as it now is (the queryset's update does).
         rows.update(**observed, next_reconcile_at=work.now)
         deployment.refresh_from_db(fields=list(ROUTE_FIELDS))
+    work.rerouted |= fleet_sites.store_sites(work.deployment, work.placements, work.sites)
     for level, reason, message, revision, data in work.events:
         key = data.get("key")
         if key and deployment.events.filter(data__key=key).exists():

@@ -34,6 +34,7 @@ from deployments.endpoints.timeline import record_event
 from deployments.experiments.models import CanaryStatus
 from deployments.experiments.quality import gate as quality_gate
 from deployments.experiments.queries import has_running_canary, running_canaries
+from deployments.fleet.models import Placement
 from deployments.quotas import services as quotas
 from deployments.specs import SpecInvalid, checked_spec
 from runtime.spec import RuntimeSpec
@@ -101,6 +102,8 @@ def create_deployment(
             deployment.save()
     except IntegrityError as exc:
         raise Conflict(f"the slug {slug!r} was just taken; choose another", field="slug") from exc
+    # Every endpoint runs on its home cluster at least (``deployments.fleet``).
+    Placement.objects.create(deployment=deployment, cluster=cluster)
     revision = changes.new_revision(
         actor, deployment, stored, parsed.content_hash(), warnings, message
     )

@@ -292,6 +292,23 @@ class SimCluster:
             raise
         return self
 
+    def restart_router(self) -> ManagedProcess:
+        """A new router on the old one's port, once that one is stopped or killed: a cluster's
+        router coming back at the address its clients know."""
+        assert self.router is not None, "the cluster is not started"
+        port = self.router.port
+        self.router.stop()
+        self.router = start_router(
+            self.engine_urls,
+            policy=self.policy,
+            args=self.router_args,
+            port=port,
+            api_key=self.api_key,
+            log_dir=self.log_dir,
+            timeout=self.timeout,
+        )
+        return self.router
+
     def _start_engine(self, index: int) -> ManagedProcess:
         return start_engine(
             model=self.model,

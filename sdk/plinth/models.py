@@ -311,6 +311,11 @@ class ClusterOut(ApiModel):
     created_at: datetime
     gpu_inventory: InventoryOut | None
     settings: ClusterSettings | None
+    available: bool = True
+    unavailable_since: datetime | None = None
+    unavailable_reason: str = ''
+    last_seen_at: datetime | None = None
+    draining: bool = False
 
 
 class ClusterPage(ApiModel):
@@ -360,6 +365,8 @@ class ClusterSettings(ApiModel):
     engine_run_as_user: int | None = None
     read_only_root: bool = True
     tenant_overrides: list[Literal['engine_image', 'router_image', 'env', 'extra_flags']] = Field(default_factory=lambda: cast("list[Literal['engine_image', 'router_image', 'env', 'extra_flags']]", ['engine_image', 'router_image', 'env', 'extra_flags']))
+    router_address: str | None = None
+    gpu_price_factor: float = 1.0
 
 
 class CompareOut(ApiModel):
@@ -438,6 +445,8 @@ class DeploymentDetailOut(ApiModel):
     spec: dict[str, Any]
     pools: list[PoolOut] | None = None
     warnings: list[dict[str, Any]]
+    placement_policy: str = 'cheapest'
+    placements: list[PlacedOn] | None = None
 
 
 class DeploymentFilters(ApiModel):
@@ -507,6 +516,15 @@ class DisaggregationSettings(ApiModel):
     bootstrap_port: int = 8998
     ib_device: str | None = None
     decode_radix_cache: bool = False
+
+
+class DrainOut(ApiModel):
+    "DrainOut"
+
+    cluster: str
+    draining: bool
+    draining_since: datetime | None
+    endpoints: int
 
 
 class ErrorDetailOut(ApiModel):
@@ -1035,6 +1053,43 @@ class PhaseOut(ApiModel):
     seconds: float
 
 
+class PlacedOn(ApiModel):
+    "One cluster of an endpoint's placement."
+
+    cluster: str
+    cluster_id: str
+    home: bool
+    state: str
+    min_replicas: int
+    weight: int
+    desired_replicas: int
+    ready_replicas: int
+    total_replicas: int
+    retiring: bool
+
+
+class PlacementClusterIn(ApiModel):
+    "PlacementClusterIn"
+
+    cluster: str
+    min_replicas: int = 0
+    weight: int = 1
+
+
+class PlacementIn(ApiModel):
+    "PlacementIn"
+
+    policy: str
+    clusters: list[PlacementClusterIn]
+
+
+class PlacementOut(ApiModel):
+    "PlacementOut"
+
+    policy: str
+    clusters: list[PlacedOn]
+
+
 class PointOut(ApiModel):
     "PointOut"
 
@@ -1526,6 +1581,7 @@ DeploymentPage.model_rebuild()
 DiffOut.model_rebuild()
 DiffQuery.model_rebuild()
 DisaggregationSettings.model_rebuild()
+DrainOut.model_rebuild()
 ErrorDetailOut.model_rebuild()
 ErrorOut.model_rebuild()
 Estimate.model_rebuild()
@@ -1574,6 +1630,10 @@ OverrideIn.model_rebuild()
 PageQuery.model_rebuild()
 ParallelismSettings.model_rebuild()
 PhaseOut.model_rebuild()
+PlacedOn.model_rebuild()
+PlacementClusterIn.model_rebuild()
+PlacementIn.model_rebuild()
+PlacementOut.model_rebuild()
 PointOut.model_rebuild()
 PoolBounds.model_rebuild()
 PoolOut.model_rebuild()

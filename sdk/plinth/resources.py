@@ -7,6 +7,7 @@ Listing, waiting and following logs are the clients' own (``_pages``, ``_wait``,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, cast
 
 from plinth import models
@@ -133,6 +134,24 @@ class Endpoints(Resource):
                     f"{API}/deployments/{endpoint}/scale",
                     json={"replicas": replicas},
                     model=models.DeploymentOut,
+                )
+            ),
+        )
+
+    def place(
+        self, endpoint: str, *, policy: str, clusters: Sequence[dict[str, Any]]
+    ) -> models.PlacementOut:
+        """Place the endpoint on ``clusters`` (``{"cluster", "min_replicas", "weight"}``, its
+        home first) with ``policy`` (cheapest, spread, weighted): no new revision."""
+        body = {"policy": policy, "clusters": [dict(c) for c in clusters]}
+        return cast(
+            "models.PlacementOut",
+            self._c._call(
+                request(
+                    "PUT",
+                    f"{API}/deployments/{endpoint}/placement",
+                    json=body,
+                    model=models.PlacementOut,
                 )
             ),
         )
@@ -492,6 +511,17 @@ class Clusters(Resource):
         return cast(
             "models.ClusterOut",
             self._c._call(request("GET", f"{API}/clusters/{cluster_id}", model=models.ClusterOut)),
+        )
+
+    def drain(self, cluster: str, *, undo: bool = False) -> models.DrainOut:
+        """Drain ``cluster`` (id or name): endpoints move off it, new replicas ready first;
+        ``undo`` ends the drain."""
+        verb = "undrain" if undo else "drain"
+        return cast(
+            "models.DrainOut",
+            self._c._call(
+                request("POST", f"{API}/clusters/{cluster}/{verb}", model=models.DrainOut)
+            ),
         )
 
 

@@ -37,6 +37,7 @@ PAGES = [
     "/members/",
     "/secrets/",
     "/clusters/",
+    "/fleet/",
     "/audit/",
     "/endpoints/new/",
 ]

@@ -25,6 +25,7 @@ PLATFORM_PAGES = [
     "/usage/",
     "/members/",
     "/clusters/",
+    "/fleet/",
     "/secrets/",
     "/audit/",
 ]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +97,48 @@ def test_a_silent_router_times_out_and_a_closed_port_is_unreachable():
         return slow.value.reason, closed.value.reason
 
     assert run_async(scenario()) == ("timeout", "unreachable")
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for ``localhost`` (and its key), made by the openssl command."""
+    cert, key = directory / "router.pem", directory / "router.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+def test_an_https_router_is_reached_when_its_certificate_is_trusted_and_refused_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A router across clusters sits behind an HTTPS ingress: the pool speaks TLS to it, with
+    the name it asked for in ``Host``, and verifies its certificate: trusted through
+    ``SSL_CERT_FILE`` (an operator's own CA), it answers; not trusted, it is unreachable."""
+    cert, key = self_signed(tmp_path)
+    seen: list[bytes] = []
+
+    async def handler(reader, writer):
+        seen.append(await read_request(reader))
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    async def scenario(trusted: bool) -> tuple[int, bytes] | str:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(cert, key)
+        server = await asyncio.start_server(handler, "127.0.0.1", 0, ssl=context)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            return await collect(Pool(2, 5), f"https://localhost:{port}/v1/x")
+        except UpstreamError as exc:
+            return exc.reason
+        finally:
+            server.close()
+
+    assert run_async(scenario(trusted=False)) == "unreachable"
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    assert run_async(scenario(trusted=True)) == (200, b"ok")
+    assert seen[-1].split(b"\r\n")[1].lower().startswith(b"host: localhost:")

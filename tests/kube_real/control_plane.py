@@ -212,6 +212,8 @@ class ControlPlane:
     api_port: int = 0
     # Stages files kwok reads besides the release's (tests' own failures made on demand).
     kwok_stages: tuple[Path, ...] = ()
+    # The stopped API server's command line (``stop_api_server``), for ``start_api_server``.
+    _api_server_argv: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -555,16 +557,26 @@ class ControlPlane:
         """Stop kube-apiserver and start it again on the same port with the same flags, etcd
         and every other process left running (as an upgrade or a crash of the API server does
         to its clients); returns once it is ready again. Its log goes on in the same file."""
+        self.stop_api_server()
+        self.start_api_server()
+
+    def stop_api_server(self) -> None:
+        """Stop kube-apiserver alone (a cluster whose API server is lost); etcd, the
+        controllers and kwok's pods stay as they are."""
         process = self.processes["kube-apiserver"]
         argv = process.args
         assert isinstance(argv, list)  # as ``start`` spawned it
+        self._api_server_argv = argv
         process.terminate()
         try:
             process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        self._spawn("kube-apiserver", argv, log_mode="ab")
+
+    def start_api_server(self) -> None:
+        """Start the stopped kube-apiserver again as it was; returns once it is ready."""
+        self._spawn("kube-apiserver", self._api_server_argv, log_mode="ab")
         self.wait(self._ready, "the restarted API server is ready (/readyz)")
 
     def compact_etcd(self) -> int:

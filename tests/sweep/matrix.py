@@ -118,6 +118,18 @@ EXPECTED: dict[tuple[str, str], tuple[Variant, ...]] = {
     ("POST", EP + "/rollback"): (
         V(R.DEVELOPER, Scope.OBJECT, _endpoint, body=lambda w: {"to_revision": 1}),
     ),
+    ("GET", EP + "/placement"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
+    ("PUT", EP + "/placement"): (
+        V(
+            R.DEVELOPER,
+            Scope.OBJECT,
+            _endpoint,
+            body=lambda w: {
+                "policy": "spread",
+                "clusters": [{"cluster": str(w.endpoint.cluster_id), "min_replicas": 1}],
+            },
+        ),
+    ),
     # --- canaries: started on the serving endpoint, read and ended on the canaried one ---
     ("POST", EP + "/canary"): (
         V(
@@ -273,6 +285,12 @@ EXPECTED: dict[tuple[str, str], tuple[Variant, ...]] = {
     ),
     ("DELETE", "/api/v1/clusters/{cluster_id}"): (
         V(R.ADMIN, Scope.OBJECT, lambda w: {"cluster_id": str(w.cluster.pk)}),
+    ),
+    ("POST", "/api/v1/clusters/{cluster_id}/drain"): (
+        V(R.ADMIN, Scope.OBJECT, lambda w: {"cluster_id": str(w.cluster.pk)}, body=lambda w: {}),
+    ),
+    ("POST", "/api/v1/clusters/{cluster_id}/undrain"): (
+        V(R.ADMIN, Scope.OBJECT, lambda w: {"cluster_id": str(w.cluster.pk)}, body=lambda w: {}),
     ),
     # --- members and invitations ---
     ("GET", "/api/v1/members"): (V(R.VIEWER, Scope.COLLECTION),),

@@ -85,6 +85,8 @@ OBJECT_PAGES: dict[str, Page] = {
         lambda w: {"key": w.plaintext_keys["inference-key"], "prompt": "hi", "max_tokens": "4"}
     ),
     "cluster-delete": Page(EMPTY),
+    "cluster-drain": Page(EMPTY),
+    "cluster-undrain": Page(EMPTY),
     "cluster-settings": Page(lambda w: {"namespace": "globex", "settings": "labels: {a: b}"}),
     "key-revoke": Page(EMPTY),
     "key-limits": Page(lambda w: {"rpm": "60", "tpm": "6000"}),
@@ -116,6 +118,7 @@ PAGES: dict[str, Page] = {
         refused=frozenset({403, 404, 422}),
     ),
     "usage": Page(),
+    "fleet": Page(),  # bob's clusters and the shared ones, with only Globex's endpoints
     # The optimizer answers anyone signed in about the catalogue (or their own clusters); its
     # apply form names an Acme endpoint and must be refused; the wizard's Recommend names none.
     "optimize": Page(),

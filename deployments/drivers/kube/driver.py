@@ -238,6 +238,12 @@ class KubeDriver:
             pods, _ = self.client.list_versioned(kind_of("v1", "Pod"), None, fields=_UNFINISHED)
         return placement.gpu_inventory(nodes, pods, self.options.cluster)
 
+    def gpu_node_readiness(self) -> tuple[int, int]:
+        """(GPU nodes, Ready ones), asked of the API server itself, never of the cache: a
+        cache keeps answering from memory after the server it watched stopped answering."""
+        nodes = self.client.list_versioned(kind_of("v1", "Node"), None)[0]
+        return placement.gpu_node_readiness(nodes, self.options.cluster)
+
     # --- stop / delete ---
 
     def stop(self, ref: base.DeploymentRef) -> bool:

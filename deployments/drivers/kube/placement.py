@@ -161,6 +161,20 @@ def gpu_inventory(
     return {"nodes": rows, "gpus": summarise(rows)}
 
 
+def gpu_node_readiness(
+    nodes: Iterable[Mapping[str, Any]], cluster: ClusterSettings
+) -> tuple[int, int]:
+    """(GPU nodes, those whose kubelet reports Ready): nodes with the cluster's GPU resource."""
+    gpu_nodes = [n for n in nodes if _allocatable(n, cluster.gpu_resource)]
+    conditions = [((n.get("status") or {}).get("conditions") or []) for n in gpu_nodes]
+    ready = sum(
+        1
+        for found in conditions
+        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in found)
+    )
+    return len(gpu_nodes), ready
+
+
 def summarise(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
     """Per catalogue GPU: schedulable nodes, GPUs they hold and GPUs free on them."""
     totals: dict[str, dict[str, int]] = {}

@@ -19,6 +19,8 @@ from deployments.api.schemas import PageQuery, StrictIn, page_body, page_schema
 from deployments.endpoints import queries, services
 from deployments.endpoints.fields import MAX_REPLICAS
 from deployments.endpoints.models import SLUG_MAX_LENGTH, SLUG_PATTERN, Deployment
+from deployments.fleet import queries as fleet_queries
+from deployments.fleet.queries import PlacedOn
 from deployments.status import ALL_STATUSES
 from runtime.spec import RuntimeSpec
 
@@ -90,6 +92,14 @@ class DeploymentDetailOut(DeploymentOut):
         "for an endpoint that does not split them",
     )
     warnings: list[dict[str, Any]]
+    placement_policy: str = Field(
+        "cheapest", description="how replicas split over its clusters (PUT .../placement)"
+    )
+    placements: list[PlacedOn] = Field(
+        default_factory=list,
+        description="where its replicas run: per cluster (home first) the state (active, "
+        "draining, lost: the cluster cannot be seen), desired and ready replicas",
+    )
 
 
 DeploymentPage = page_schema(DeploymentOut, "DeploymentPage")
@@ -154,6 +164,8 @@ def deployment_out(deployment: Deployment, *, detail: bool = False) -> dict[str,
         body["spec"] = target.spec if target else {}
         body["pools"] = [dataclasses.asdict(pool) for pool in queries.pool_status(deployment)]
         body["warnings"] = target.warnings if target else []
+        body["placement_policy"] = deployment.placement_policy
+        body["placements"] = fleet_queries.placed_on(deployment)
     return body
 
 

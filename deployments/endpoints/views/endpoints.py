@@ -26,6 +26,7 @@ from deployments.endpoints import queries, services
 from deployments.endpoints.models import Deployment
 from deployments.experiments.context import canary_context
 from deployments.experiments.queries import running_canary
+from deployments.fleet import queries as fleet_queries
 from deployments.starts.queries import recent_starts, start_bars
 from deployments.status import ALL_STATUSES, rolling_out
 from runtime.startup import PHASE_LABELS
@@ -128,6 +129,7 @@ def _card_context(endpoint: Deployment) -> dict[str, object]:
         "settled": endpoint.settled,
         "target_note": _target_note(endpoint),
         "pools": queries.pool_status(endpoint),
+        "placements": fleet_queries.placed_on(endpoint),  # its replicas per cluster
         "events": queries.recent_events(endpoint, limit=5),
     }
 

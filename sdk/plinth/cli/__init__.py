@@ -1,5 +1,5 @@
 """The ``plinth`` command: endpoints, revisions, logs, keys, usage, secrets, canaries, quality
-gates, benchmarks, the optimizer and declarative apply.
+gates, placement across clusters and drains, benchmarks, the optimizer and declarative apply.
 
 Exit codes (also in ``plinth --help``): 0 done; 1 ``diff`` found differences; 2 wrong usage;
 3 not found; 4 conflict (e.g. a revision saved by someone else: plan again); 5 refused input
@@ -20,7 +20,7 @@ import sys
 import typer
 import yaml
 
-from plinth.cli import apply, endpoints, optimize
+from plinth.cli import apply, endpoints, fleet, optimize
 from plinth.cli.bench import bench_app
 from plinth.cli.canary import canary_app
 from plinth.cli.gate import gate_app
@@ -51,6 +51,9 @@ for command in (
     endpoints.logs,
     endpoints.usage,
     endpoints.clusters,
+    fleet.place,
+    fleet.drain,
+    fleet.undrain,
     endpoints.revisions,
     optimize.optimize,
     apply.diff,

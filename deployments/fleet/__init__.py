@@ -1,0 +1,1 @@
+"""A fleet: one endpoint's replicas placed across several clusters, failover and drain."""

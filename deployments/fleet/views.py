@@ -1,5 +1,6 @@
-"""Console actions of the fleet: an admin drains a cluster, or ends its drain, from the
-clusters page (the same writers as ``POST /api/v1/clusters/{id}/drain``)."""
+"""Console actions of the fleet: a developer places an endpoint on clusters (the endpoint
+page's placement form), and an admin drains a cluster, or ends its drain, from the clusters
+page (the same writers as the API's ``PUT .../placement`` and ``POST .../drain``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,45 @@ from django.views.decorators.http import require_POST
 from controlplane.guard import actor_of, console_view
 from controlplane.services import ServiceError
 from deployments.fleet import services
+
+
+@require_POST
+@console_view
+def endpoint_placement(request: HttpRequest, slug: str) -> HttpResponse:
+    """The form: ``policy``, a ``cluster`` box per cluster (its id), the ``home`` one, and
+    ``min-<id>`` and ``weight-<id>`` per cluster."""
+    form = request.POST
+    chosen = form.getlist("cluster")
+    home = form.get("home", "")
+    if home and home not in chosen:
+        chosen.insert(0, home)  # the home is always one of them
+    ordered = sorted(chosen, key=lambda c: c != home)  # the home first
+    try:
+        clusters = [
+            {
+                "cluster": cluster_id,
+                "min_replicas": _whole(form.get(f"min-{cluster_id}"), "min_replicas", 0),
+                "weight": _whole(form.get(f"weight-{cluster_id}"), "weight", 1),
+            }
+            for cluster_id in ordered
+        ]
+        services.set_placement(
+            actor_of(request), slug, policy=form.get("policy", ""), clusters=clusters
+        )
+    except ServiceError as exc:
+        messages.error(request, f"Placement not saved: {exc.field or 'placement'}: {exc.detail}")
+    else:
+        messages.success(request, "Placement saved: replicas move with new ones ready first.")
+    return redirect("endpoint-detail", slug=slug)
+
+
+def _whole(raw: str | None, field: str, default: int) -> int:
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ServiceError("enter a whole number", field=field) from None
 
 
 @require_POST

@@ -27,6 +27,7 @@ from deployments.endpoints.models import Deployment
 from deployments.experiments.context import canary_context
 from deployments.experiments.queries import running_canary
 from deployments.fleet import queries as fleet_queries
+from deployments.fleet.models import PlacementPolicy
 from deployments.status import ALL_STATUSES, rolling_out
 
 
@@ -77,6 +78,8 @@ def endpoint_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "served_model": _served_model(revision.spec if revision else {}),
         "tab": "overview",
         "accuracies": _accuracies(endpoint),
+        "cluster_choices": fleet_queries.placement_choices(actor_of(request), endpoint),
+        "placement_policies": PlacementPolicy.choices,
         **canary_context(endpoint),
     }
     return render(request, "deployments/endpoint_detail.html", context)

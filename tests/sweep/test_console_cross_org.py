@@ -60,6 +60,13 @@ OBJECT_PAGES: dict[str, Page] = {
     "endpoint-status": Page(EMPTY, missing=286),
     "endpoint-first-call": Page(EMPTY),
     "endpoint-scale": Page(lambda w: {"replicas": "2"}),
+    "endpoint-placement": Page(
+        lambda w: {
+            "policy": "spread",
+            "cluster": [str(w.endpoint.cluster_id)],
+            "home": str(w.endpoint.cluster_id),
+        }
+    ),
     "endpoint-stop": Page(EMPTY),
     "endpoint-start": Page(EMPTY),
     "endpoint-delete": Page(lambda w: {"confirm_slug": w.endpoint.slug}),
@@ -85,6 +92,8 @@ OBJECT_PAGES: dict[str, Page] = {
         lambda w: {"key": w.plaintext_keys["inference-key"], "prompt": "hi", "max_tokens": "4"}
     ),
     "cluster-delete": Page(EMPTY),
+    "cluster-drain": Page(EMPTY),
+    "cluster-undrain": Page(EMPTY),
     "cluster-settings": Page(lambda w: {"namespace": "globex", "settings": "labels: {a: b}"}),
     "key-revoke": Page(EMPTY),
     "key-limits": Page(lambda w: {"rpm": "60", "tpm": "6000"}),

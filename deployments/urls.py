@@ -20,6 +20,11 @@ urlpatterns: list[URLPattern] = [
     path("endpoints/<slug:slug>/status/", endpoints.status_card, name="endpoint-status"),
     path("endpoints/<slug:slug>/first-call/", onboarding.first_call, name="endpoint-first-call"),
     path("endpoints/<slug:slug>/scale/", endpoints.endpoint_scale, name="endpoint-scale"),
+    path(
+        "endpoints/<slug:slug>/placement/",
+        fleet_views.endpoint_placement,
+        name="endpoint-placement",
+    ),
     path("endpoints/<slug:slug>/stop/", endpoints.endpoint_stop, name="endpoint-stop"),
     path("endpoints/<slug:slug>/start/", endpoints.endpoint_start, name="endpoint-start"),
     path("endpoints/<slug:slug>/delete/", endpoints.endpoint_delete, name="endpoint-delete"),

@@ -32,6 +32,7 @@ from deployments.clusters.models import ClusterKind
 from deployments.drivers.base import MAX_LOG_LINES, LogLine, LogQuery, LogSource
 from deployments.drivers.errors import DriverError, TemporaryDriverError
 from deployments.endpoints.models import Deployment
+from deployments.fleet import placing
 
 logger = logging.getLogger(__name__)
 
@@ -206,7 +207,8 @@ def read_logs(
         raise ServiceError(f"level: one of {', '.join(LEVELS)}", field="level")
     if q and len(q) > MAX_SEARCH:
         raise ServiceError(f"q: at most {MAX_SEARCH} characters", field="q")
-    if previous and deployment.cluster.kind == ClusterKind.LOCAL:
+    cluster = placing.cluster_of_replica(deployment, replica)  # on several, the replica's
+    if previous and cluster.kind == ClusterKind.LOCAL:
         raise ServiceError(
             "previous: the local cluster keeps every run of a process in one log (each run "
             "begins with a '--- starting' line); read it without previous",
@@ -222,11 +224,11 @@ def read_logs(
         fallback=fallback,
     )
     try:
-        driver = driver_for(deployment.cluster)
+        driver = driver_for(cluster)
     except DriverError as exc:
         raise LogsUnavailable(exc.message, temporary=False) from None
     try:
-        found = driver.logs(ref_for(deployment), query)
+        found = driver.logs(ref_for(deployment, cluster), query)
     except DriverError as exc:
         logger.info("logs of %s unavailable: %s", deployment.slug, exc.message)
         temporary = isinstance(exc, TemporaryDriverError)

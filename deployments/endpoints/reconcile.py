@@ -130,8 +130,7 @@ def reconcile(deployment_id: str) -> bool:
 
 
 def _home(work: Pass) -> Site | None:
-    home = work.deployment.cluster_id
-    return next((s for s in work.sites if s.placement.cluster_id == home), None)
+    return next((s for s in work.sites if s.placement.cluster == work.deployment.cluster), None)
 
 
 def _sync_canary(work: Pass, driver: Driver, serving: bool) -> None:
@@ -186,9 +185,8 @@ def _run(work: Pass) -> None:
 
 
 def _revision_at(work: Pass, index: int, revision: Revision, target: Revision) -> Revision:
-    """A rollout proceeds cluster by cluster: a cluster gets the target once every cluster
-    before it (home first) runs its replicas of the target ready, or when it runs some of the
-    target already (it is not rolled back and forth); the others keep the serving revision."""
+    """Cluster by cluster: the target once every cluster before it (home first) runs its
+    target replicas ready, or where it runs some already; else the serving revision."""
     current = work.deployment.current_revision
     if revision != target or current is None:
         return revision
@@ -202,8 +200,7 @@ def _revision_at(work: Pass, index: int, revision: Revision, target: Revision) -
 
 
 def _retire(site: Site) -> None:
-    """A cluster taken out of the endpoint's placement: once its replicas have moved off and
-    stopped, everything of the endpoint there is deleted (its row goes when saved)."""
+    """Out of the placement, its replicas moved off: delete all there (the row goes too)."""
     if site.placement.retiring and site.planned == 0 and not site.after.engines():
         site.retired = site.driver.delete(site.ref)
 
@@ -596,6 +593,9 @@ def record_cluster_stopped(kind: str) -> int:
         # Their canaries' pools were stopped too: the gateway must not send them a share.
         Canary.objects.filter(deployment__cluster__kind=kind).exclude(router_url="").update(
             router_url="", ready_replicas=0, replica_facts=[]
+        )
+        Placement.objects.filter(cluster__kind=kind).update(  # what the gateway routes by
+            router_url="", ready_replicas=0, total_replicas=0, replica_facts=[]
         )
         for deployment_id in ids:
             notify.publish_on_commit("deployment", deployment_id)

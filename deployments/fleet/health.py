@@ -115,12 +115,20 @@ def failure_of(cluster: Cluster) -> str:
             return ""
         nodes, ready = driver.gpu_node_readiness()
     except DriverError as exc:
-        return f"the API server does not answer: {exc.message}"
+        return unanswered(exc)
     finally:
         driver.close()
     if nodes and not ready:
         return f"all {nodes} GPU nodes are NotReady"
     return ""
+
+
+def unanswered(exc: DriverError) -> str:
+    """Why a check that raised ``exc`` failed; "" for a 429: a server that rate-limits the
+    check is answering (busy, not lost), and moving replicas off it would add to its load."""
+    if exc.status == 429:
+        return ""
+    return f"the API server does not answer: {exc.message}"
 
 
 def _availability(cluster: Cluster) -> Availability:

@@ -40,6 +40,21 @@ def placements_of(deployment: Deployment) -> list[Placement]:
     return sorted(rows, key=lambda p: (p.cluster_id != deployment.cluster_id, p.cluster.name))
 
 
+def cluster_of_replica(deployment: Deployment, replica: str | None) -> Cluster:
+    """Where a replica's log is read: the cluster it runs on (an endpoint on several names it
+    in each replica's facts); for none named, the home cluster, or while Plinth cannot see that
+    one, the first of its clusters it can."""
+    clusters = [p.cluster for p in deployment.placements.select_related("cluster__kubeconfig")]
+    by_name = {c.name: c for c in clusters}
+    for fact in deployment.replica_facts or []:
+        if replica and fact.get("name") == replica and fact.get("cluster") in by_name:
+            return by_name[fact["cluster"]]
+    home = deployment.cluster
+    if home.available or replica:
+        return home
+    return next((c for c in clusters if c.available), home)
+
+
 def state_of(placement: Placement) -> str:
     cluster = placement.cluster
     if not cluster.available:

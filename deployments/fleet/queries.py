@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from controlplane.access import Actor
 from deployments.clusters.models import Cluster
+from deployments.clusters.queries import clusters_for
 from deployments.endpoints.models import Deployment
 from deployments.fleet.models import Placement, PlacementState
 
@@ -58,6 +60,35 @@ def placed_on(deployment: Deployment) -> list[PlacedOn]:
         )
         for p in ordered
     ]
+
+
+@dataclass(frozen=True)
+class ClusterChoice:
+    """A cluster the endpoint may be placed on, as the console's placement form shows it."""
+
+    id: str
+    name: str
+    placed: bool
+    home: bool
+    min_replicas: int
+    weight: int
+
+
+def placement_choices(actor: Actor, deployment: Deployment) -> list[ClusterChoice]:
+    """Every cluster the organization may use, those the endpoint is placed on first."""
+    placed = {p.cluster_id: p for p in deployment.placements.filter(retiring=False)}
+    choices = [
+        ClusterChoice(
+            id=str(c.pk),
+            name=c.name,
+            placed=c.pk in placed,
+            home=c.pk == deployment.cluster_id,
+            min_replicas=placed[c.pk].min_replicas if c.pk in placed else 0,
+            weight=placed[c.pk].weight if c.pk in placed else 1,
+        )
+        for c in clusters_for(actor)
+    ]
+    return sorted(choices, key=lambda c: (not c.home, not c.placed, c.name))
 
 
 def endpoints_on(cluster: Cluster) -> int:

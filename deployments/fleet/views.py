@@ -1,6 +1,7 @@
-"""Console pages of the fleet: the fleet page (every cluster's health, GPUs by type and the
-endpoints on it, live), and an admin's drain of a cluster, or the end of it, from the clusters
-page (the same writers as ``POST /api/v1/clusters/{id}/drain``).
+"""Console pages and actions of the fleet: the fleet page (every cluster's health, GPUs by type
+and the endpoints on it, live), a developer's placement of an endpoint on clusters (the endpoint
+page's placement form), and an admin's drain of a cluster, or the end of it, from the clusters
+page (the same writers as the API's ``PUT .../placement`` and ``POST .../drain``).
 
 htmx reloads the fleet page's cards every ``REFRESH_SECONDS`` for as long as the page is open: a
 cluster's health can change at any time, so the poll never stops by itself."""
@@ -29,6 +30,45 @@ def fleet_page(request: HtmxHttpRequest) -> HttpResponse:
     if request.htmx:
         return render(request, "deployments/fleet.html#cards", context)
     return render(request, "deployments/fleet.html", context)
+
+
+@require_POST
+@console_view
+def endpoint_placement(request: HttpRequest, slug: str) -> HttpResponse:
+    """The form: ``policy``, a ``cluster`` box per cluster (its id), the ``home`` one, and
+    ``min-<id>`` and ``weight-<id>`` per cluster."""
+    form = request.POST
+    chosen = form.getlist("cluster")
+    home = form.get("home", "")
+    if home and home not in chosen:
+        chosen.insert(0, home)  # the home is always one of them
+    ordered = sorted(chosen, key=lambda c: c != home)  # the home first
+    try:
+        clusters = [
+            {
+                "cluster": cluster_id,
+                "min_replicas": _whole(form.get(f"min-{cluster_id}"), "min_replicas", 0),
+                "weight": _whole(form.get(f"weight-{cluster_id}"), "weight", 1),
+            }
+            for cluster_id in ordered
+        ]
+        services.set_placement(
+            actor_of(request), slug, policy=form.get("policy", ""), clusters=clusters
+        )
+    except ServiceError as exc:
+        messages.error(request, f"Placement not saved: {exc.field or 'placement'}: {exc.detail}")
+    else:
+        messages.success(request, "Placement saved: replicas move with new ones ready first.")
+    return redirect("endpoint-detail", slug=slug)
+
+
+def _whole(raw: str | None, field: str, default: int) -> int:
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ServiceError("enter a whole number", field=field) from None
 
 
 @require_POST

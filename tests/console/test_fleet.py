@@ -63,3 +63,39 @@ def test_an_admin_drains_a_cluster_from_the_clusters_page(
     assert "draining" in page and f'action="/clusters/{east.pk}/undrain/"' in page
     assert alice.post(f"/clusters/{east.pk}/undrain/").status_code == 302
     assert Cluster.objects.get(pk=east.pk).draining_since is None
+
+
+def test_a_developer_places_an_endpoint_from_its_page(alice: Client, cast: Cast) -> None:
+    east = _east(cast)
+    actor = cast.actor(cast.dave, cast.acme)
+    endpoint = services.create_deployment(actor, slug="chat", name="Chat", spec=SPEC)
+    page = alice.get("/endpoints/chat/").content.decode()
+    form = page.split('id="placement"')[1].split("</form>")[0]
+    assert f'value="{east.pk}"' in form and 'name="policy"' in form
+    local = endpoint.cluster_id
+    posted = alice.post(
+        "/endpoints/chat/placement/",
+        {
+            "policy": "weighted",
+            "cluster": [str(local), str(east.pk)],
+            "home": str(east.pk),
+            f"min-{east.pk}": "1",
+            f"weight-{east.pk}": "3",
+            f"min-{local}": "0",
+            f"weight-{local}": "1",
+        },
+    )
+    assert posted.status_code == 302
+    endpoint.refresh_from_db()
+    assert endpoint.cluster_id == east.pk and endpoint.placement_policy == "weighted"
+    placed = Placement.objects.get(deployment=endpoint, cluster=east)
+    assert (placed.min_replicas, placed.weight) == (1, 3)
+    # A refusal names the field and changes nothing.
+    refused = alice.post(
+        "/endpoints/chat/placement/",
+        {"policy": "fastest", "cluster": [str(east.pk)], "home": str(east.pk)},
+        follow=True,
+    )
+    assert "Placement not saved: policy" in refused.content.decode()
+    endpoint.refresh_from_db()
+    assert endpoint.placement_policy == "weighted"

@@ -13,6 +13,7 @@ import pytest
 
 from deployments.endpoints import reconcile, services
 from deployments.endpoints.models import Deployment
+from deployments.fleet.models import Placement
 from deployments.status import ACTIVE, DEGRADED
 from tests.conftest import Cast
 from tests.fixtures.endpoints import chat, refresh, small_spec
@@ -228,6 +229,9 @@ def test_after_plinth_local_stop_the_status_follows_what_runs(cast: Cast, fast_l
     halted = refresh(deployment)
     assert halted.status != ACTIVE and not halted.settled
     assert halted.ready_replicas == 0 and halted.router_url == ""
+    # Its placement on the local cluster too: the gateway routes by placements.
+    [placement] = Placement.objects.filter(deployment=deployment)
+    assert placement.ready_replicas == 0 and placement.router_url == ""
     assert halted.next_reconcile_at <= timezone.now()  # the next run observes it at once
     deployment = converge(deployment, ACTIVE)  # and brings it back
     assert chat(deployment) == 200

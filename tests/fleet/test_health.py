@@ -6,8 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from deployments.cluster_settings import ClusterSettings
+from deployments.drivers.kube.client import KubeTemporaryError
 from deployments.drivers.kube.placement import gpu_node_readiness
-from deployments.fleet.health import Availability, judge
+from deployments.fleet.health import Availability, judge, unanswered
 
 T0 = datetime(2026, 12, 5, 6, 0, tzinfo=UTC)
 GRACE, HOLD = 15, 120
@@ -67,3 +68,10 @@ def test_a_cluster_whose_gpu_nodes_are_all_not_ready_has_none_ready() -> None:
     nodes = [node("cpu", 0, "True"), node("gpu-0", 8, "False"), node("gpu-1", 8, "Unknown")]
     assert gpu_node_readiness(nodes, settings) == (2, 0)
     assert gpu_node_readiness([*nodes, node("gpu-2", 8, "True")], settings) == (3, 1)
+
+
+def test_a_rate_limited_check_is_an_answer_and_a_refused_connection_is_not() -> None:
+    assert unanswered(KubeTemporaryError("Kubernetes API 429: rate limited", status=429)) == ""
+    failed = unanswered(KubeTemporaryError("Kubernetes API did not answer"))
+    assert failed == "the API server does not answer: Kubernetes API did not answer"
+    assert unanswered(KubeTemporaryError("Kubernetes API 503: the API server failed", status=503))

@@ -60,6 +60,13 @@ OBJECT_PAGES: dict[str, Page] = {
     "endpoint-status": Page(EMPTY, missing=286),
     "endpoint-first-call": Page(EMPTY),
     "endpoint-scale": Page(lambda w: {"replicas": "2"}),
+    "endpoint-placement": Page(
+        lambda w: {
+            "policy": "spread",
+            "cluster": [str(w.endpoint.cluster_id)],
+            "home": str(w.endpoint.cluster_id),
+        }
+    ),
     "endpoint-stop": Page(EMPTY),
     "endpoint-start": Page(EMPTY),
     "endpoint-delete": Page(lambda w: {"confirm_slug": w.endpoint.slug}),

@@ -27,6 +27,7 @@ from deployments.endpoints.models import Deployment
 from deployments.experiments.context import canary_context
 from deployments.experiments.queries import running_canary
 from deployments.fleet import queries as fleet_queries
+from deployments.fleet.models import PlacementPolicy
 from deployments.starts.queries import recent_starts, start_bars
 from deployments.status import ALL_STATUSES, rolling_out
 from runtime.startup import PHASE_LABELS
@@ -81,6 +82,8 @@ def endpoint_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "accuracies": _accuracies(endpoint),
         "start_bars": start_bars(recent_starts(endpoint)),
         "start_phases": list(PHASE_LABELS.items()),
+        "cluster_choices": fleet_queries.placement_choices(actor_of(request), endpoint),
+        "placement_policies": PlacementPolicy.choices,
         **canary_context(endpoint),
     }
     return render(request, "deployments/endpoint_detail.html", context)

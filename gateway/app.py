@@ -27,6 +27,7 @@ import redis.asyncio as aioredis
 
 from controlplane import redis_clients
 from gateway import observability as obs
+from gateway.admission import Admission
 from gateway.config import GatewayConfig
 from gateway.errors import GatewayError, endpoint_not_found, rate_limited, unauthorized
 from gateway.holds import WAKE_TASK, Holds, not_ready
@@ -138,6 +139,7 @@ class Gateway:
             queue_size=config.hold_queue,
         )
         self.pool = new_pool(config.upstream_connect_timeout, config.upstream_read_timeout)
+        self.admission = Admission(config.admission)
         try:
             await self.limiter.load()
         except aioredis.RedisError:
@@ -286,15 +288,17 @@ class Gateway:
         record: Exchange,
         steer: Steer | None = None,
     ) -> None:
-        """Admit, wait for a replica if need be, relay; a client hang-up cancels any of it."""
+        """Admit, wait for a replica if need be, wait for a fair turn when the endpoint is
+        overloaded (``gateway.admission``), relay; a client hang-up cancels any of it."""
         relay = Relay()
         handler = asyncio.current_task()
         watcher = asyncio.create_task(_watch_disconnect(receive, relay, handler))
         try:
             await self._admit(key)
             endpoint = await self._serving(endpoint)
-            target = self._pick(endpoint, prepared, steer or Steer(), record)
-            await self._relay(route, prepared, endpoint, target, send, record, relay, watcher)
+            async with self.admission.slot(endpoint, key, route.metered):
+                target = self._pick(endpoint, prepared, steer or Steer(), record)
+                await self._relay(route, prepared, endpoint, target, send, record, relay, watcher)
         except asyncio.CancelledError:
             if not relay.client_gone or handler is None:
                 raise

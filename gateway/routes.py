@@ -53,6 +53,8 @@ class Endpoint:
     canary: CanaryRoute | None = None  # a canary's pool taking a share (``gateway.split``)
     # The serving revision's requests name their replica (``gateway.placement``).
     placed: bool = False
+    # In-flight requests one replica is sized for (``gateway.admission``); 0: no bound.
+    per_replica: int = 0
 
     @property
     def serving(self) -> bool:
@@ -76,6 +78,9 @@ class InferenceKey:
     requests_per_minute: int | None
     tokens_per_minute: int | None
     expires_at: float | None  # epoch seconds
+    # Under overload (``gateway.admission``): its class, and its share within the class.
+    priority: str = "standard"
+    weight: int = 1
 
     def allows(self, endpoint: Endpoint) -> bool:
         return not self.allowed_endpoint_ids or endpoint.id in self.allowed_endpoint_ids

@@ -197,8 +197,7 @@ def test_lower_classes_are_shed_first_with_429_and_retry_after(cast, busy_engine
             before = _outstanding(tight, busy_engine, "crowded") + len(caller.finished)
             tasks[name] = asyncio.create_task(caller.send(name, key, tokens))
             await _until(
-                lambda: _outstanding(tight, busy_engine, "crowded") + len(caller.finished)
-                > before,
+                lambda: _outstanding(tight, busy_engine, "crowded") + len(caller.finished) > before,
                 f"{name} arrived",
             )
 

@@ -315,7 +315,7 @@ def _share(form: dict[str, str], management: bool) -> dict[str, Any]:
     if form["weight"]:
         if not _WHOLE_NUMBER.fullmatch(form["weight"]):
             raise ServiceError(
-                f"weight: enter a whole number from 1 to {MAX_KEY_WEIGHT}", field="weight"
+                f"weight must be a whole number from 1 to {MAX_KEY_WEIGHT}", field="weight"
             )
         share["weight"] = int(form["weight"])
     return share

@@ -19,10 +19,18 @@ busy key of its class; keys with weights 3 and 1 share admissions 3 to 1. A requ
 the limit counts requests in flight, and the tokens a request will generate are unknown when it
 is admitted.
 
-When more requests wait than the queue's bound (``queue_factor`` times the limit), the newest
-waiting request of the lowest waiting class is refused (it may be the one arriving); a request
-that has waited ``wait_seconds`` is refused too. Both answer 429 with Retry-After and an
-OpenAI-style error naming the reason, never a timeout.
+Waiting for even one admission would still put a flood's service time into a light key's TTFT,
+so a key holding less than its fair share of the limit (``limit * weight / the weights of the
+keys in flight or waiting``) goes in at once while the endpoint is within a small headroom over
+its limit (``headroom``, a share of it) and nobody of a higher class waits. The limit is the
+capacity at the endpoint's target, usually below what its engines can run at once, so the
+headroom runs beside the flood rather than queueing in the engine.
+
+When more requests wait than the queue's bound (``queue_factor`` times the limit), one of the
+lowest waiting class is refused: the newest request of the key furthest ahead of its share
+(largest finish tag), which may be the one arriving; a request that has waited ``wait_seconds``
+is refused too. Both answer 429 with Retry-After and an OpenAI-style error naming the reason,
+never a timeout.
 
 Why per process and not shared through Redis: admission is on every request's path, and a Redis
 round trip per request (and a notification to wake a waiter in another process) would cost more
@@ -60,6 +68,8 @@ class AdmissionSettings:
     enabled: bool = True
     queue_factor: float = 4.0  # waiting requests allowed per in-flight slot
     wait_seconds: float = 30.0  # the longest a request waits before 429
+    # Share of the limit that keys under their fair share may take beyond it (see try_enter).
+    headroom: float = 0.1
     per_replica: int = 0  # operator override of Endpoint.per_replica; 0: the endpoint's own
     gateway_replicas: int = 1  # gateway processes sharing each endpoint's limit
 
@@ -78,60 +88,117 @@ class Waiter:
 class _Class:
     """The waiting requests of one priority class on one endpoint."""
 
-    heap: list[tuple[float, int, Waiter]] = field(default_factory=list)  # by start tag
-    live: dict[int, Waiter] = field(default_factory=dict)  # by arrival (seq), newest last
+    fairest: list[tuple[float, int, Waiter]] = field(default_factory=list)  # by start tag
+    furthest: list[tuple[float, int, Waiter]] = field(default_factory=list)  # by -finish tag
+    live: dict[int, Waiter] = field(default_factory=dict)  # by arrival (seq)
     virtual: float = 0.0  # V: the start tag of the last request admitted
     last_finish: dict[str, float] = field(default_factory=dict)  # by key id
 
     def push(self, waiter: Waiter) -> None:
-        heapq.heappush(self.heap, (waiter.start, waiter.seq, waiter))
+        heapq.heappush(self.fairest, (waiter.start, waiter.seq, waiter))
+        heapq.heappush(self.furthest, (-waiter.finish, -waiter.seq, waiter))
         self.live[waiter.seq] = waiter
 
     def pop_fairest(self) -> Waiter:
-        while True:
-            _, seq, waiter = heapq.heappop(self.heap)
-            if self.live.pop(seq, None) is not None:
-                self.virtual = waiter.start
-                self._forget_if_idle()
-                return waiter
+        waiter = _first_live(self.fairest, self.live)
+        self.virtual = waiter.start
+        self._drop(waiter)
+        return waiter
+
+    def furthest_ahead(self) -> Waiter:
+        """The newest request of the key furthest ahead of its share: the one to shed."""
+        return _first_live(self.furthest, self.live)
 
     def remove(self, waiter: Waiter) -> None:
-        """Take a waiter out (shed, timed out, gone); its place in the heap is skipped later."""
-        if self.live.pop(waiter.seq, None) is None:
+        """Take out a waiter that leaves unserved (shed, timed out, gone)."""
+        if waiter.seq not in self.live:
             return
         if self.last_finish.get(waiter.key_id) == waiter.finish:
             # The key's newest request left unserved: its next one should not queue behind it.
             self.last_finish[waiter.key_id] = waiter.start
-        self._forget_if_idle()
+        self._drop(waiter)
 
-    def _forget_if_idle(self) -> None:
-        # With nobody waiting, history no longer matters (and the per-key tags stay bounded).
+    def _drop(self, waiter: Waiter) -> None:
+        """Out of the waiting set; its heap entries are skipped when they come up."""
+        del self.live[waiter.seq]
         if not self.live:
-            self.heap.clear()
+            # With nobody waiting, history no longer matters (and the per-key tags stay bounded).
+            self.fairest.clear()
+            self.furthest.clear()
             self.last_finish.clear()
             self.virtual = 0.0
 
 
+def _first_live(heap: list[tuple[float, int, Waiter]], live: dict[int, Waiter]) -> Waiter:
+    while heap[0][2].seq not in live:
+        heapq.heappop(heap)
+    return heap[0][2]
+
+
+@dataclass(slots=True)
+class _KeyLoad:
+    weight: int
+    held: int = 0  # slots in flight
+    queued: int = 0
+
+
 class EndpointGate:
-    """One endpoint's in-flight count and its waiting requests, by class."""
+    """One endpoint's requests in flight and waiting, by class and by key."""
 
     def __init__(self, slug: str) -> None:
         self.slug = slug
         self.limit = 0
+        self.headroom = 0
         self.in_flight = 0
         self.classes = [_Class() for _ in PRIORITIES]
         self.hold_seconds = _FIRST_HOLD_SECONDS  # smoothed time a slot is held
         self._seq = itertools.count()
+        self._keys: dict[str, _KeyLoad] = {}  # keys with requests in flight or waiting
+        self._active_weight = 0
 
     @property
     def waiting(self) -> int:
         return sum(len(c.live) for c in self.classes)
 
-    def try_enter(self) -> bool:
+    def try_enter(self, key: InferenceKey) -> bool:
+        """Take a slot now if one is free and nobody waits, or, within the headroom, if ``key``
+        holds less than its fair share of the limit and nobody of a higher class waits.
+
+        The headroom is why a key sending at its normal rate beside a flood is not delayed:
+        without it, each of its requests would wait for a flood request to finish, however
+        few it sends. It is small, and a key within its share cannot use more than its share."""
         if self.in_flight < self.limit and not self.waiting:
-            self.in_flight += 1
-            return True
-        return False
+            return self._take(key)
+        rank = _RANK.get(key.priority, _RANK["standard"])
+        higher_waits = any(c.live for c in self.classes[:rank])
+        within = self.in_flight < self.limit + self.headroom and not higher_waits
+        return within and self._under_share(key) and self._take(key)
+
+    def _under_share(self, key: InferenceKey) -> bool:
+        load = self._keys.get(key.id)
+        held = load.held if load is not None else 0
+        active = self._active_weight + (0 if load is not None else key.weight)
+        return held < self.limit * key.weight / max(1, active)
+
+    def _take(self, key: InferenceKey) -> bool:
+        self._load(key).held += 1
+        self.in_flight += 1
+        return True
+
+    def _load(self, key: InferenceKey) -> _KeyLoad:
+        load = self._keys.get(key.id)
+        if load is None:
+            load = self._keys[key.id] = _KeyLoad(max(1, key.weight))
+            self._active_weight += load.weight
+        return load
+
+    def _settle(self, key_id: str, held: int = 0, queued: int = 0) -> None:
+        load = self._keys[key_id]
+        load.held += held
+        load.queued += queued
+        if load.held <= 0 and load.queued <= 0:
+            del self._keys[key_id]
+            self._active_weight -= load.weight
 
     def enqueue(self, key: InferenceKey) -> Waiter:
         rank = _RANK.get(key.priority, _RANK["standard"])
@@ -142,19 +209,22 @@ class EndpointGate:
         future = asyncio.get_running_loop().create_future()
         waiter = Waiter(key.id, rank, start, finish, next(self._seq), future)
         queue.push(waiter)
+        self._load(key).queued += 1
         return waiter
 
-    def newest_of_lowest_class(self) -> Waiter:
-        for queue in reversed(self.classes):
-            if queue.live:
-                return queue.live[next(reversed(queue.live))]
-        raise LookupError("nobody waits")
+    def to_shed(self) -> Waiter:
+        """The lowest waiting class's newest request of its key furthest over its share."""
+        return next(c for c in reversed(self.classes) if c.live).furthest_ahead()
 
     def remove(self, waiter: Waiter) -> None:
-        self.classes[waiter.rank].remove(waiter)
+        """A waiting request leaves without a slot (shed, waited too long, client gone)."""
+        if waiter.seq in self.classes[waiter.rank].live:
+            self.classes[waiter.rank].remove(waiter)
+            self._settle(waiter.key_id, queued=-1)
 
-    def release(self, held_seconds: float) -> None:
+    def release(self, key_id: str, held_seconds: float) -> None:
         self.in_flight -= 1
+        self._settle(key_id, held=-1)
         self.hold_seconds += _HOLD_SMOOTHING * (held_seconds - self.hold_seconds)
         self.dispatch()
 
@@ -165,6 +235,7 @@ class EndpointGate:
             if queue is None:
                 return
             waiter = queue.pop_fairest()
+            self._settle(waiter.key_id, held=1, queued=-1)
             self.in_flight += 1
             waiter.admitted.set_result(None)
 
@@ -203,13 +274,13 @@ class Admission:
             yield
             return
         gate = self._gate(endpoint, limit)
-        if not gate.try_enter():
+        if not gate.try_enter(key):
             await self._wait(gate, key)
         started = time.monotonic()
         try:
             yield
         finally:
-            gate.release(time.monotonic() - started)
+            gate.release(key.id, time.monotonic() - started)
             self._publish(gate)
 
     def _gate(self, endpoint: Endpoint, limit: int) -> EndpointGate:
@@ -218,13 +289,14 @@ class Admission:
             gate = self._gates[endpoint.id] = EndpointGate(endpoint.slug)
         if gate.limit != limit:
             gate.limit = limit  # replicas came or went: more room admits waiting requests now
+            gate.headroom = math.ceil(limit * self.settings.headroom)
             gate.dispatch()
         return gate
 
     async def _wait(self, gate: EndpointGate, key: InferenceKey) -> None:
         waiter = gate.enqueue(key)
         if gate.waiting > self._bound(gate):
-            victim = gate.newest_of_lowest_class()
+            victim = gate.to_shed()
             gate.remove(victim)
             error = _shed(gate, PRIORITIES[victim.rank], "queue_full")
             if victim is waiter:
@@ -244,7 +316,7 @@ class Admission:
         except asyncio.CancelledError:
             # The client hung up: leave the queue, or give back a slot granted meanwhile.
             if _admitted(waiter):
-                gate.release(0.0)
+                gate.release(key.id, 0.0)
             else:
                 gate.remove(waiter)
                 if not waiter.admitted.done():

@@ -71,6 +71,7 @@ class GatewayConfig:
                 enabled=env_bool("GATEWAY_FAIR_ADMISSION", default=True),
                 queue_factor=_env_float("GATEWAY_ADMISSION_QUEUE_FACTOR", 4.0),
                 wait_seconds=_env_float("GATEWAY_ADMISSION_WAIT_SECONDS", 30.0),
+                headroom=_env_float("GATEWAY_ADMISSION_HEADROOM", 0.1),
                 per_replica=env_int("GATEWAY_ADMISSION_PER_REPLICA", 0),
                 gateway_replicas=max(1, env_int("GATEWAY_REPLICAS", 1)),
             ),

@@ -1,9 +1,10 @@
 """Fair sharing under overload (``gateway.admission``), through a real gateway, smg and engine.
 
 The endpoint is sized for 2 requests in flight (``batching.max_running_requests`` 2, one ready
-replica), and its one simulated engine runs at most 2 at once, queueing the rest first come,
-first served: without the gateway's fair admission, whoever sent first is served first. Every
-assertion counts requests (which finished before which, which were refused); none times them.
+replica), and its one simulated engine runs at most 3 at once (room for the gateway's headroom),
+queueing the rest first come, first served: without the gateway's fair admission, whoever sent
+first is served first. Every assertion counts requests (which finished before which, which were
+refused); none times them.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ HOLD, LONG, SHORT = 12_000, 1500, 10
 
 @pytest.fixture(scope="module")
 def busy_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
-    """One engine that runs 2 requests at once and queues the rest in arrival order."""
-    args = ["--max-running-requests", str(LIMIT)]
+    """One engine that runs 3 requests at once and queues the rest in arrival order."""
+    args = ["--max-running-requests", str(LIMIT + 1)]
     log_dir = tmp_path_factory.mktemp("busy-engine")
     with SimCluster(
         engines=1, policy="round_robin", engine_args=args, time_scale=10, log_dir=log_dir
@@ -55,9 +56,18 @@ def busy_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster
         yield c
 
 
-def _gateway(tmp_path: Path, queue_factor: str) -> Iterator[GatewayProcess]:
+@pytest.fixture(autouse=True)
+def idle_engine(busy_engine: SimCluster) -> SimCluster:
+    """Each test starts with the engine idle: another test's requests (cancelled ones run on
+    until the engine notices) would count as this test's in ``_outstanding``."""
+    wait_until(lambda: _in_engine(busy_engine) == 0, "the engine idle", 60)
+    return busy_engine
+
+
+def _gateway(tmp_path: Path, queue_factor: str, **env: str) -> Iterator[GatewayProcess]:
     proc = start_gateway(
         tmp_path,
+        **env,
         GATEWAY_ADMISSION_QUEUE_FACTOR=queue_factor,
         # Far beyond any wait here: a slow machine must not turn a wait into a refusal.
         GATEWAY_ADMISSION_WAIT_SECONDS="600",
@@ -68,14 +78,22 @@ def _gateway(tmp_path: Path, queue_factor: str) -> Iterator[GatewayProcess]:
 
 @pytest.fixture(scope="module")
 def roomy(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory):
-    """A gateway whose queue holds 50 requests per slot: nothing is shed."""
-    yield from _gateway(tmp_path_factory.mktemp("roomy"), "50")
+    """A gateway whose queue holds 50 requests per slot, so nothing is shed, and no headroom:
+    every request beyond the limit queues, so the order of admissions is the queue's alone."""
+    yield from _gateway(tmp_path_factory.mktemp("roomy"), "50", GATEWAY_ADMISSION_HEADROOM="0")
+
+
+@pytest.fixture(scope="module")
+def standard(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory):
+    """A gateway with the default queue and headroom (a tenth of the limit: 1 slot here)."""
+    yield from _gateway(tmp_path_factory.mktemp("standard"), "4")
 
 
 @pytest.fixture(scope="module")
 def tight(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory):
-    """A gateway whose queue holds 2 requests per slot: 4 for this endpoint."""
-    yield from _gateway(tmp_path_factory.mktemp("tight"), "2")
+    """A gateway whose queue holds 2 requests per slot, 4 for this endpoint, and no headroom:
+    every request beyond the limit queues, so which are shed depends on the queue alone."""
+    yield from _gateway(tmp_path_factory.mktemp("tight"), "2", GATEWAY_ADMISSION_HEADROOM="0")
 
 
 def _endpoint(cast, slug: str, engine: SimCluster) -> None:
@@ -92,11 +110,16 @@ def _key(cast, name: str, **share: Any) -> str:
 def _outstanding(gateway: GatewayProcess, engine: SimCluster, slug: str) -> int:
     """Requests waiting in the gateway's queue or in the engine (running or queued)."""
     waiting = metric_sum(gateway.metrics_url, "plinth_gateway_admission_waiting", endpoint=slug)
-    in_engine = sum(
-        metric_sum(url, "sglang:num_running_reqs") + metric_sum(url, "sglang:num_queue_reqs")
-        for url in engine.engine_urls
+    return int(waiting) + _in_engine(engine)
+
+
+def _in_engine(engine: SimCluster) -> int:
+    return int(
+        sum(
+            metric_sum(url, "sglang:num_running_reqs") + metric_sum(url, "sglang:num_queue_reqs")
+            for url in engine.engine_urls
+        )
     )
-    return int(waiting + in_engine)
 
 
 class Caller:
@@ -150,6 +173,34 @@ def test_a_flooding_key_cannot_starve_a_normal_key(cast, busy_engine, roomy):
     # First come, first served, all 28 queued flood requests would finish first.
     assert flood_done_meanwhile <= 2 * 5
     assert [r.status_code for r in flood_answers] == [200] * 30  # the queue held them all
+
+
+def test_a_key_under_its_share_is_admitted_beside_a_flood_without_waiting(
+    cast, busy_engine, standard
+):
+    _endpoint(cast, "headroom", busy_engine)
+    flood, normal = _key(cast, "flood"), _key(cast, "normal")
+    wait_routable(standard, "headroom", normal)
+    wait_routable(standard, "headroom", flood)
+
+    async def scenario() -> tuple[httpx.Response, int]:
+        caller = Caller(standard, "headroom")
+        floods = [asyncio.create_task(caller.send("flood", flood, HOLD)) for _ in range(4)]
+        await _until(lambda: _outstanding(standard, busy_engine, "headroom") == 4, "flood queued")
+        answer = await caller.send("normal", normal, SHORT)
+        flood_done = caller.done("flood")
+        for task in floods:  # hung up: the gateway and the engine let them go
+            task.cancel()
+        await asyncio.gather(*floods, return_exceptions=True)
+        await caller.client.aclose()
+        return answer, flood_done
+
+    answer, flood_done = run_async(scenario())
+
+    assert answer.status_code == 200
+    # Both slots are held by requests far longer than this one, which went in beside them
+    # (the limit's headroom, for a key under its fair share): none of them had to finish.
+    assert flood_done == 0
 
 
 def test_weights_share_admissions_in_proportion(cast, busy_engine, roomy):

@@ -212,12 +212,19 @@ def test_weights_share_admissions_in_proportion(cast, busy_engine, roomy):
 
     async def scenario() -> list[str]:
         caller = Caller(roomy, "weighted")
-        # Two long requests hold both slots while both keys' backlogs queue up behind them.
-        blockers = [asyncio.create_task(caller.send("blocker", blocker, LONG)) for _ in range(2)]
-        await _until(lambda: _outstanding(roomy, busy_engine, "weighted") == 2, "slots held")
+        # Long requests hold both slots (and the engine's third place) while both keys'
+        # backlogs queue up behind them.
+        blockers = [
+            asyncio.create_task(caller.send("blocker", blocker, HOLD)) for _ in range(LIMIT + 1)
+        ]
+        await _until(lambda: _outstanding(roomy, busy_engine, "weighted") == 3, "slots held")
         sent = [asyncio.create_task(caller.send("heavy", heavy, SHORT)) for _ in range(24)]
         sent += [asyncio.create_task(caller.send("light", light, SHORT)) for _ in range(24)]
-        await _until(lambda: _outstanding(roomy, busy_engine, "weighted") == 50, "all queued")
+        # (Answered ones count too: an engine with a free place would already answer some.)
+        await _until(
+            lambda: _outstanding(roomy, busy_engine, "weighted") + len(caller.finished) == 51,
+            "all sent",
+        )
         await asyncio.gather(*blockers, *sent)
         await caller.client.aclose()
         assert all(r.status_code == 200 for _, r in caller.finished)

@@ -5,8 +5,9 @@ once, queueing the rest first come, first served) behind the real smg router, an
 gateway (``python -m gateway``) on a throw-away database, three ways side by side:
 
 - ``fair``: the gateway with fair admission (``gateway.admission``, the default): the endpoint's
-  limit is replicas x ``batching.max_running_requests``, waiting requests are admitted fairly
-  across keys and the overflow is refused with 429;
+  limit is replicas x its ``autoscaling.concurrency_target`` (``--target``, below the engines'
+  ``--per-replica`` running requests, as a target usually is), waiting requests are admitted
+  fairly across keys and the overflow is refused with 429;
 - ``plain``: the same gateway with ``GATEWAY_FAIR_ADMISSION=off``: everything goes to the engines;
 - ``smg``: ``plain`` in front of a second smg router over the same engines with smg's own
   admission (``--max-concurrent-requests`` = the same limit, ``--queue-size``,
@@ -49,7 +50,8 @@ os.environ["CELERY_QUEUE"] = "bench-fairness-unconsumed"
 from runtime.sim.launcher import SimCluster, free_port, http_get, start_router  # noqa: E402
 
 MODEL = "sim/llama-test"
-PROMPT = "Summarise the quarterly report of the northern region in one line. " * 8
+# About 1,000 prompt tokens: a TTFT long enough to read against this machine's noise.
+PROMPT = "Summarise the quarterly report of the northern region in one line. " * 80
 
 
 @dataclass
@@ -105,6 +107,7 @@ def create_database(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
         "model": {"source": "meta-llama/Llama-3.1-8B-Instruct"},
         "hardware": {"gpu": "H100-SXM"},
         "batching": {"max_running_requests": args.per_replica},
+        "autoscaling": {"concurrency_target": args.target},
         "routing": {"policy": "round_robin"},
     }
     for slug in ("fair", "plain", "smg"):
@@ -244,7 +247,7 @@ async def capacity(
 
 
 async def measure(setups: list[Setup], keys: dict[str, str], args: argparse.Namespace) -> float:
-    limit = args.per_replica * args.replicas
+    limit = args.target * args.replicas
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
         rate = await capacity(session, setups[0].base_url, keys["normal"], limit, args)
@@ -275,7 +278,8 @@ async def measure(setups: list[Setup], keys: dict[str, str], args: argparse.Name
 
 def print_table(setups: list[Setup]) -> None:
     header = (
-        f"{'setup':<7}{'TTFT p50':>10}{'p90 alone':>11}{'p90 flood':>11}{'p90 +%':>8}"
+        f"{'setup':<7}{'p50 alone':>10}{'p50 flood':>10}{'p90 alone':>11}{'p90 flood':>11}"
+        f"{'p90 +%':>10}"
         f"{'normal lost':>13}{'flood ok':>10}{'flood 429':>11}{'flood err':>11}"
         f"{'flood timeout':>15}"
     )
@@ -285,13 +289,14 @@ def print_table(setups: list[Setup]) -> None:
         alone, flooded = s.unloaded.pct(0.9), s.normal.pct(0.9)
         change = (flooded / alone - 1) * 100 if alone else float("nan")
         print(
-            f"{s.name:<7}{s.normal.pct(0.5):10.1f}{alone:11.1f}{flooded:11.1f}{change:8.1f}"
+            f"{s.name:<7}{s.unloaded.pct(0.5):10.1f}{s.normal.pct(0.5):10.1f}"
+            f"{alone:11.1f}{flooded:11.1f}{change:10.1f}"
             f"{s.normal.lost:>7}/{s.normal.served + s.normal.lost:<5}{s.flood.served:>10}"
             f"{s.flood.refused:>11}{s.flood.errors:>11}{s.flood.timeouts:>15}"
         )
     print(
-        "TTFT in ms, of the normal key (p50 under the flood). normal lost: its requests not"
-        " answered 200, of all it sent under the flood."
+        "TTFT in ms, of the normal key alone and beside the flood. normal lost: its requests"
+        " not answered 200, of all it sent beside the flood."
     )
 
 
@@ -299,9 +304,10 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicas", type=int, default=2, help="simulated engines")
     parser.add_argument("--per-replica", type=int, default=8, help="max running requests each")
+    parser.add_argument("--target", type=int, default=6, help="concurrency target per replica")
     parser.add_argument("--seconds", type=float, default=20.0, help="sending time per phase")
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--normal-rps", type=float, default=1.0)
+    parser.add_argument("--normal-rps", type=float, default=2.0)
     parser.add_argument("--flood-factor", type=float, default=5.0)
     parser.add_argument("--time-scale", type=float, default=1.0)
     parser.add_argument("--client-timeout", type=float, default=60.0)
@@ -315,7 +321,7 @@ def main() -> None:
     log_dir = Path(tempfile.mkdtemp(prefix="plinth-bench-fairness-"))
     db_name, keys = create_database(args)
     fair = plain = None
-    limit = args.per_replica * args.replicas
+    limit = args.target * args.replicas
     engine_args = ["--max-running-requests", str(args.per_replica)]
     try:
         with SimCluster(
@@ -345,7 +351,8 @@ def main() -> None:
                 print(f"logs in {log_dir}; {os.cpu_count()} CPUs", flush=True)
                 rate = asyncio.run(measure(setups, keys, args))
                 print(
-                    f"\n{args.replicas} engines x {args.per_replica} running; normal key "
+                    f"\n{args.replicas} engines x {args.per_replica} running, limit {limit}; normal"
+                    " key "
                     f"{args.normal_rps}/s, flood {args.flood_factor}x capacity = "
                     f"{rate * args.flood_factor:.0f}/s, {args.seconds:g} s per phase\n"
                 )

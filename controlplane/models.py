@@ -115,6 +115,19 @@ class ApiKeyKind(models.TextChoices):
     INFERENCE = "inference", "Inference"
 
 
+class KeyPriority(models.TextChoices):
+    """An inference key's class when its endpoint is overloaded (``gateway.admission``): a
+    higher class is admitted before any lower one, and the lowest is shed first."""
+
+    CRITICAL = "critical", "Critical"
+    STANDARD = "standard", "Standard"
+    BATCH = "batch", "Batch"
+
+
+# An inference key's share of admissions against other keys of its class (weighted fair queuing).
+MAX_KEY_WEIGHT = 1000
+
+
 class ApiKey(models.Model):
     """A bearer key. Only its public prefix and a SHA-256 of the whole key are stored."""
 
@@ -132,6 +145,11 @@ class ApiKey(models.Model):
     allowed_deployment_ids = ArrayField(models.UUIDField(), default=list, blank=True)
     requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
     tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    # Under overload (inference keys only): the key's class, and its weight within the class.
+    priority = models.CharField(
+        max_length=16, choices=KeyPriority.choices, default=KeyPriority.STANDARD
+    )
+    weight = models.PositiveIntegerField(default=1)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )

@@ -31,7 +31,16 @@ from controlplane.access import (
     require_role,
     system_actor,
 )
-from controlplane.models import ApiKey, ApiKeyKind, Membership, Organization, Role, Secret
+from controlplane.models import (
+    MAX_KEY_WEIGHT,
+    ApiKey,
+    ApiKeyKind,
+    KeyPriority,
+    Membership,
+    Organization,
+    Role,
+    Secret,
+)
 
 
 class ServiceError(Exception):
@@ -250,6 +259,8 @@ def _key_snapshot(key: ApiKey) -> dict[str, Any]:
         "expires_at": key.expires_at.isoformat() if key.expires_at else None,
         "requests_per_minute": key.requests_per_minute,
         "tokens_per_minute": key.tokens_per_minute,
+        "priority": key.priority,
+        "weight": key.weight,
         "revoked": key.revoked_at is not None,
     }
 
@@ -265,6 +276,8 @@ def create_api_key(
     expires_at: datetime | None = None,
     requests_per_minute: int | None = None,
     tokens_per_minute: int | None = None,
+    priority: str = KeyPriority.STANDARD,
+    weight: int = 1,
     temporary: bool = False,
 ) -> CreatedKey:
     """The one way a key is made: an inference key's endpoints must be the organization's
@@ -303,6 +316,7 @@ def create_api_key(
             timezone.now() + TEMPORARY_KEY_LIFETIME,
         )
     _check_limits(requests_per_minute, tokens_per_minute)
+    _check_share(kind, priority, weight)
     material = keys.generate_key(kind)
     key = ApiKey.objects.create(
         organization=actor.organization,
@@ -314,6 +328,8 @@ def create_api_key(
         allowed_deployment_ids=list(allowed_deployment_ids or []),
         requests_per_minute=requests_per_minute,
         tokens_per_minute=tokens_per_minute,
+        priority=priority,
+        weight=weight,
         created_by=actor.user if actor.user is not None else None,
         expires_at=expires_at,
         is_temporary=temporary,
@@ -332,6 +348,21 @@ def _check_limits(requests_per_minute: int | None, tokens_per_minute: int | None
             raise ServiceError(f"{field} must be positive", field=field)
 
 
+def _check_share(kind: str, priority: str, weight: int) -> None:
+    """An inference key's class and weight under overload (``gateway.admission``)."""
+    if priority not in KeyPriority.values:
+        raise ServiceError(
+            f"priority must be one of {', '.join(KeyPriority.values)}", field="priority"
+        )
+    if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= MAX_KEY_WEIGHT:
+        raise ServiceError(
+            f"weight must be a whole number from 1 to {MAX_KEY_WEIGHT}", field="weight"
+        )
+    if kind != ApiKeyKind.INFERENCE and (priority != KeyPriority.STANDARD or weight != 1):
+        # Management keys never pass the gateway: a class on one would be a promise kept nowhere.
+        raise ServiceError("only inference keys have a priority and a weight", field="priority")
+
+
 class Unchanged(Enum):
     """A limit left out of a partial change (``None`` lifts a limit, so it cannot say this)."""
 
@@ -348,10 +379,12 @@ def set_api_key_limits(
     key_id: uuid.UUID | str,
     requests_per_minute: int | Unchanged | None = KEEP,
     tokens_per_minute: int | Unchanged | None = KEEP,
+    priority: str | Unchanged = KEEP,
+    weight: int | Unchanged = KEEP,
 ) -> ApiKey:
-    """Set (or, with None, lift) an active inference key's per-minute limits; one left out
-    (``KEEP``) stays as it is. The gateway reloads the key on the change notification, so the
-    new limits apply within seconds."""
+    """Set (or, with None, lift) an active inference key's per-minute limits, and set its
+    priority class and weight under overload; one left out (``KEEP``) stays as it is. The
+    gateway reloads the key on the change notification, so the change applies within seconds."""
     key = get_api_key(actor, key_id, for_update=True)
     require_role(actor, Role.ADMIN if key.kind == ApiKeyKind.MANAGEMENT else Role.DEVELOPER)
     if key.kind != ApiKeyKind.INFERENCE:
@@ -364,11 +397,17 @@ def set_api_key_limits(
         requests_per_minute = key.requests_per_minute
     if tokens_per_minute is KEEP:
         tokens_per_minute = key.tokens_per_minute
+    if priority is KEEP:
+        priority = key.priority
+    if weight is KEEP:
+        weight = key.weight
     _check_limits(requests_per_minute, tokens_per_minute)
+    _check_share(key.kind, priority, weight)
     before = _key_snapshot(key)
     key.requests_per_minute = requests_per_minute
     key.tokens_per_minute = tokens_per_minute
-    key.save(update_fields=["requests_per_minute", "tokens_per_minute"])
+    key.priority, key.weight = priority, weight
+    key.save(update_fields=["requests_per_minute", "tokens_per_minute", "priority", "weight"])
     audit.record(actor, "api_key.limits", key, before=before, after=_key_snapshot(key))
     notify.publish_on_commit("api_key", str(key.pk))
     return key

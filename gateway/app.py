@@ -26,6 +26,7 @@ import redis.asyncio as aioredis
 
 from controlplane import redis_clients
 from gateway import observability as obs
+from gateway.admission import Admission
 from gateway.config import GatewayConfig
 from gateway.errors import GatewayError, endpoint_not_found, rate_limited, unauthorized
 from gateway.fleet import ClusterSplit, probe_targets
@@ -149,6 +150,7 @@ class Gateway:
             lambda: probe_targets(self.refresher.table), probe_seconds=config.router_probe_seconds
         )
         self.clusters = ClusterSplit(self.health)
+        self.admission = Admission(config.admission)
         try:
             await self.limiter.load()
         except aioredis.RedisError:
@@ -299,15 +301,17 @@ class Gateway:
         record: Exchange,
         steer: Steer | None = None,
     ) -> None:
-        """Admit, wait for a replica if need be, relay; a client hang-up cancels any of it."""
+        """Admit, wait for a replica if need be, wait for a fair turn when the endpoint is
+        overloaded (``gateway.admission``), relay; a client hang-up cancels any of it."""
         relay = Relay()
         handler = asyncio.current_task()
         watcher = asyncio.create_task(_watch_disconnect(receive, relay, handler))
         try:
             await self._admit(key)
             endpoint = await self._serving(endpoint)
-            pools = self._pick(endpoint, prepared, steer or Steer(), record)
-            await self._relay(route, prepared, endpoint, pools, send, record, relay, watcher)
+            async with self.admission.slot(endpoint, key, route.metered):
+                pools = self._pick(endpoint, prepared, steer or Steer(), record)
+                await self._relay(route, prepared, endpoint, pools, send, record, relay, watcher)
         except asyncio.CancelledError:
             if not relay.client_gone or handler is None:
                 raise

@@ -6,9 +6,10 @@ a malformed value stops start-up with a message naming the variable (``controlpl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from controlplane.env import env_int, env_str
+from controlplane.env import env_bool, env_int, env_str
+from gateway.admission import AdmissionSettings
 from gateway.health import PROBE_SECONDS
 from gateway.placement import DOWN_SECONDS
 
@@ -51,6 +52,8 @@ class GatewayConfig:
     # The metrics listener names every organization's endpoints: loopback unless an operator
     # opens it on purpose (a Prometheus scraping pod IPs sets 0.0.0.0 in k8s/base/gateway.yaml).
     metrics_host: str = "127.0.0.1"
+    # Fair admission under overload (gateway.admission).
+    admission: AdmissionSettings = field(default_factory=AdmissionSettings)
 
     @classmethod
     def from_environment(cls) -> GatewayConfig:
@@ -68,4 +71,12 @@ class GatewayConfig:
             router_probe_seconds=_env_float("GATEWAY_ROUTER_PROBE_SECONDS", PROBE_SECONDS),
             metrics_port=env_int("PLINTH_GATEWAY_METRICS_PORT", 9090),
             metrics_host=env_str("PLINTH_GATEWAY_METRICS_HOST", "127.0.0.1") or "127.0.0.1",
+            admission=AdmissionSettings(
+                enabled=env_bool("GATEWAY_FAIR_ADMISSION", default=True),
+                queue_factor=_env_float("GATEWAY_ADMISSION_QUEUE_FACTOR", 4.0),
+                wait_seconds=_env_float("GATEWAY_ADMISSION_WAIT_SECONDS", 30.0),
+                headroom=_env_float("GATEWAY_ADMISSION_HEADROOM", 0.1),
+                per_replica=env_int("GATEWAY_ADMISSION_PER_REPLICA", 0),
+                gateway_replicas=max(1, env_int("GATEWAY_REPLICAS", 1)),
+            ),
         )

@@ -30,7 +30,7 @@ from gateway.routes import (
     RouteTable,
 )
 from runtime.launch import gateway_places
-from runtime.spec import PLINTH_ROUTING, RoutingPlacement, RoutingPolicy
+from runtime.spec import PLINTH_ROUTING, AutoscalingSettings, RoutingPlacement, RoutingPolicy
 from runtime.startup import furthest
 
 
@@ -41,6 +41,7 @@ def load_endpoints(ids: Collection[str] | None = None) -> dict[str, Endpoint]:
         Deployment.objects.exclude(desired_state=DesiredState.DELETED)
         .only("id", *ROUTE_FIELDS, "replica_facts")
         .annotate(serving_revision=F("current_revision__number"), **_placement("current_revision"))
+        .annotate(**_capacity("current_revision"))
     )
     if ids is not None:
         rows = rows.filter(pk__in=list(ids))
@@ -62,6 +63,7 @@ def load_endpoints(ids: Collection[str] | None = None) -> dict[str, Endpoint]:
             placed=_places(*(getattr(row, name, None) for name in _PLACEMENT)),
             start_phase=_start_phase(row.replica_facts),
             clusters=clusters.get(str(row.id), ()),
+            per_replica=_per_replica(*(getattr(row, name, None) for name in _CAPACITY)),
         )
     return endpoints
 
@@ -117,6 +119,27 @@ def _places(policy: object, placement: object, split: object) -> bool:
     )
 
 
+# Annotation name -> the setting of a revision's spec that sizes one replica's in-flight requests.
+_CAPACITY = {
+    "concurrency_target": "autoscaling__concurrency_target",
+    "max_running": "batching__max_running_requests",
+}
+
+
+def _capacity(revision: str) -> dict[str, Any]:
+    return {name: F(f"{revision}__spec__{path}") for name, path in _CAPACITY.items()}
+
+
+def _per_replica(concurrency_target: object, max_running: object) -> int:
+    """In-flight requests one replica is sized for (``gateway.admission``): the autoscaler's
+    concurrency target (its default when unset), at most the engine's max running requests."""
+    target = concurrency_target if isinstance(concurrency_target, int) else None
+    per_replica = target or AutoscalingSettings.model_fields["concurrency_target"].default
+    if isinstance(max_running, int) and max_running > 0:
+        per_replica = min(per_replica, max_running)
+    return int(per_replica)
+
+
 def load_canaries(ids: Collection[str] | None = None) -> dict[str, CanaryRoute]:
     """The running canaries by endpoint id, of every endpoint or of ``ids`` (one query)."""
     rows = Canary.objects.filter(status=CanaryStatus.RUNNING).annotate(**_placement("revision"))
@@ -155,8 +178,10 @@ def load_keys(ids: Collection[str] | None = None) -> dict[str, InferenceKey]:
         "requests_per_minute",
         "tokens_per_minute",
         "expires_at",
+        "priority",
+        "weight",
     ):
-        key_id, prefix, key_hash, org_id, allowed, rpm, tpm, expires_at = row
+        key_id, prefix, key_hash, org_id, allowed, rpm, tpm, expires_at, priority, weight = row
         keys[prefix] = InferenceKey(
             id=str(key_id),
             prefix=prefix,
@@ -166,6 +191,8 @@ def load_keys(ids: Collection[str] | None = None) -> dict[str, InferenceKey]:
             requests_per_minute=rpm,
             tokens_per_minute=tpm,
             expires_at=expires_at.timestamp() if expires_at is not None else None,
+            priority=priority,
+            weight=weight,
         )
     return keys
 

@@ -53,6 +53,22 @@ HELD = Gauge(
     "Requests waiting for a scaled-to-zero endpoint to wake.",
     ["endpoint"],
 )
+ADMISSION_WAITING = Gauge(
+    "plinth_gateway_admission_waiting",
+    "Requests waiting for an in-flight slot of an overloaded endpoint (gateway.admission).",
+    ["endpoint"],
+)
+ADMISSION_IN_FLIGHT = Gauge(
+    "plinth_gateway_admission_in_flight",
+    "Requests holding an in-flight slot of an endpoint with an admission limit.",
+    ["endpoint"],
+)
+ADMISSION_SHED = Counter(
+    "plinth_gateway_admission_shed",
+    "Requests refused with 429 by fair admission, by the refused request's priority and why "
+    "(queue_full: the newest of the lowest class; wait_exceeded: waited the longest allowed).",
+    ["endpoint", "priority", "reason"],
+)
 
 ROUTE_TABLE_AGE = Gauge(
     "plinth_gateway_route_table_age_seconds",
@@ -95,6 +111,17 @@ def token_counters(endpoint: str) -> tuple[Any, Any, Any]:
         TOKENS.labels(endpoint, "completion"),
         TOKENS.labels(endpoint, "cached"),
     )
+
+
+@lru_cache(maxsize=1024)
+def _admission_children(endpoint: str) -> tuple[Any, Any]:
+    return ADMISSION_WAITING.labels(endpoint), ADMISSION_IN_FLIGHT.labels(endpoint)
+
+
+def admission_gauges(endpoint: str, waiting: int, in_flight: int) -> None:
+    waiting_gauge, in_flight_gauge = _admission_children(endpoint)
+    waiting_gauge.set(waiting)
+    in_flight_gauge.set(in_flight)
 
 
 def start_metrics_server(host: str, port: int, registry: CollectorRegistry = REGISTRY) -> Any:

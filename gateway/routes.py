@@ -84,6 +84,9 @@ class Endpoint:
         """The clusters a request may go to: ``clusters``, or the endpoint's one router."""
         return self.clusters or (ClusterRoute("", self.router_url, self.ready_replicas),)
 
+    # In-flight requests one replica is sized for (``gateway.admission``); 0: no bound.
+    per_replica: int = 0
+
     @property
     def serving(self) -> bool:
         """A request can be forwarded now. ``ready_replicas`` is the endpoint's own count, every
@@ -112,6 +115,9 @@ class InferenceKey:
     requests_per_minute: int | None
     tokens_per_minute: int | None
     expires_at: float | None  # epoch seconds
+    # Under overload (``gateway.admission``): its class, and its share within the class.
+    priority: str = "standard"
+    weight: int = 1
 
     def allows(self, endpoint: Endpoint) -> bool:
         return not self.allowed_endpoint_ids or endpoint.id in self.allowed_endpoint_ids

@@ -1,24 +1,32 @@
 """API keys: list, create (the plaintext is in the creation response only), change an inference
-key's per-minute limits, revoke."""
+key's per-minute limits and its priority class and weight under overload, revoke."""
 
 from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Schema, Status
 from pydantic import Field, StrictInt, StrictStr
 
 from controlplane import services
-from controlplane.models import ApiKey
+from controlplane.models import MAX_KEY_WEIGHT, ApiKey
 from controlplane.services import ServiceError
 from deployments.api import idempotency
 from deployments.api.auth import actor_of
 from deployments.api.schemas import PageQuery, StrictIn, UtcDatetime, page_of, page_schema
 
 router = Router(tags=["api-keys"])
+
+
+Priority = Literal["critical", "standard", "batch"]
+PRIORITY_HELP = (
+    "inference keys, when the endpoint is overloaded: critical is admitted before standard, "
+    "standard before batch, and batch is refused (429) first"
+)
+WEIGHT_HELP = "inference keys: share of admissions against busy keys of the same priority"
 
 
 class ApiKeyOut(Schema):
@@ -30,6 +38,8 @@ class ApiKeyOut(Schema):
     allowed_deployment_ids: list[uuid.UUID]
     requests_per_minute: int | None
     tokens_per_minute: int | None
+    priority: str = Field(description="class under overload: critical, standard or batch")
+    weight: int = Field(description="share of admissions against keys of the same class")
     created_at: datetime
     expires_at: datetime | None
     revoked_at: datetime | None
@@ -49,6 +59,8 @@ class ApiKeyIn(StrictIn):
     expires_at: UtcDatetime | None = None
     requests_per_minute: StrictInt | None = Field(None, ge=1, le=1_000_000_000)
     tokens_per_minute: StrictInt | None = Field(None, ge=1, le=1_000_000_000)
+    priority: Priority = Field("standard", description=PRIORITY_HELP)
+    weight: StrictInt = Field(1, ge=1, le=MAX_KEY_WEIGHT, description=WEIGHT_HELP)
 
 
 class ApiKeyLimitsIn(StrictIn):
@@ -57,6 +69,10 @@ class ApiKeyLimitsIn(StrictIn):
     )
     tokens_per_minute: StrictInt | None = Field(
         None, ge=1, le=1_000_000_000, description="null lifts the limit; left out: unchanged"
+    )
+    priority: Priority | None = Field(None, description=PRIORITY_HELP + "; left out: unchanged")
+    weight: StrictInt | None = Field(
+        None, ge=1, le=MAX_KEY_WEIGHT, description=WEIGHT_HELP + "; left out: unchanged"
     )
 
 
@@ -87,14 +103,18 @@ def create_key(
 
 @router.patch("/api-keys/{key_id}", response=ApiKeyOut, summary="Change a key's limits")
 def update_key(request: HttpRequest, key_id: uuid.UUID, payload: ApiKeyLimitsIn) -> dict[str, Any]:
-    """Set or lift an active inference key's requests and tokens per minute (what the console's
-    "Change" does); a field left out stays as it is, ``null`` lifts that limit."""
+    """Set or lift an active inference key's requests and tokens per minute, and set its
+    priority and weight (what the console's "Change" does); a field left out stays as it is,
+    ``null`` lifts a per-minute limit."""
     given = payload.model_dump(exclude_unset=True)
     if not given:
         raise ServiceError(
-            "nothing to change: give requests_per_minute, tokens_per_minute or both",
+            "nothing to change: give requests_per_minute, tokens_per_minute, priority or weight",
             field="requests_per_minute",
         )
+    for name in ("priority", "weight"):
+        if name in given and given[name] is None:
+            raise ServiceError(f"{name} cannot be null; leave it out to keep it", field=name)
     return key_out(services.set_api_key_limits(actor_of(request), key_id=key_id, **given))
 
 

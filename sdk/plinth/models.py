@@ -71,6 +71,8 @@ class ApiKeyCreatedOut(ApiModel):
     allowed_deployment_ids: list[UUID]
     requests_per_minute: int | None
     tokens_per_minute: int | None
+    priority: str
+    weight: int
     created_at: datetime
     expires_at: datetime | None
     revoked_at: datetime | None
@@ -89,6 +91,8 @@ class ApiKeyIn(ApiModel):
     expires_at: datetime | None = None
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None
+    priority: Literal['critical', 'standard', 'batch'] = 'standard'
+    weight: int = 1
 
 
 class ApiKeyLimitsIn(ApiModel):
@@ -96,6 +100,8 @@ class ApiKeyLimitsIn(ApiModel):
 
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None
+    priority: Literal['critical', 'standard', 'batch'] | None = None
+    weight: int | None = None
 
 
 class ApiKeyOut(ApiModel):
@@ -109,6 +115,8 @@ class ApiKeyOut(ApiModel):
     allowed_deployment_ids: list[UUID]
     requests_per_minute: int | None
     tokens_per_minute: int | None
+    priority: str
+    weight: int
     created_at: datetime
     expires_at: datetime | None
     revoked_at: datetime | None

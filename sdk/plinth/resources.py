@@ -421,9 +421,17 @@ class Keys(Resource):
         *,
         requests_per_minute: int | None = UNCHANGED,
         tokens_per_minute: int | None = UNCHANGED,
+        priority: str = UNCHANGED,
+        weight: int = UNCHANGED,
     ) -> models.ApiKeyOut:
-        """Change an inference key's per-minute limits: ``None`` lifts one, one left out stays."""
-        given = {"requests_per_minute": requests_per_minute, "tokens_per_minute": tokens_per_minute}
+        """Change an inference key's per-minute limits (``None`` lifts one) and its priority
+        class (critical, standard, batch) and weight under overload; one left out stays."""
+        given = {
+            "requests_per_minute": requests_per_minute,
+            "tokens_per_minute": tokens_per_minute,
+            "priority": priority,
+            "weight": weight,
+        }
         body = {name: value for name, value in given.items() if value is not UNCHANGED}
         return cast(
             "models.ApiKeyOut",

@@ -101,3 +101,36 @@ def test_changing_limits_is_org_scoped_role_checked_and_names_the_field(api: Cli
     api.dave.delete(path)
     assert error_of(api.dave.patch(path, {"requests_per_minute": 5}))["code"] == "key_revoked"
     assert api.dave.patch("api-keys/not-a-uuid", {"requests_per_minute": 5}).status_code == 422
+
+
+def test_an_inference_keys_priority_and_weight_are_set_changed_and_audited(api: Clients) -> None:
+    plain = api.dave.post("api-keys", {"name": "app", "kind": "inference"}).json()
+    assert (plain["priority"], plain["weight"]) == ("standard", 1)  # the defaults
+    created = api.dave.post(
+        "api-keys", {"name": "nightly", "kind": "inference", "priority": "batch", "weight": 3}
+    )
+    assert created.status_code == 201, created.content
+    key_id = created.json()["id"]
+    assert (created.json()["priority"], created.json()["weight"]) == ("batch", 3)
+    changed = api.dave.patch(f"api-keys/{key_id}", {"priority": "critical"}).json()
+    assert (changed["priority"], changed["weight"]) == ("critical", 3)  # weight left out: kept
+    stored = ApiKey.objects.get(pk=key_id)
+    assert (stored.priority, stored.weight) == ("critical", 3)
+    event = AuditEvent.objects.get(action="api_key.limits", target_id=key_id)
+    assert (event.before["priority"], event.after["priority"]) == ("batch", "critical")
+
+
+def test_bad_priorities_and_weights_name_the_field(api: Clients) -> None:
+    new = {"name": "x", "kind": "inference"}
+    assert fields_of(api.dave.post("api-keys", {**new, "priority": "urgent"})) == ["priority"]
+    assert fields_of(api.dave.post("api-keys", {**new, "weight": 0})) == ["weight"]
+    assert fields_of(api.dave.post("api-keys", {**new, "weight": 1001})) == ["weight"]
+    assert fields_of(api.dave.post("api-keys", {**new, "weight": "2"})) == ["weight"]
+    management = {"name": "ci", "kind": "management", "priority": "critical"}
+    assert fields_of(api.alice.post("api-keys", management)) == ["priority"]
+    key_id = api.dave.post("api-keys", new).json()["id"]
+    path = f"api-keys/{key_id}"
+    assert fields_of(api.dave.patch(path, {"priority": "low"})) == ["priority"]
+    assert fields_of(api.dave.patch(path, {"priority": None})) == ["priority"]
+    assert fields_of(api.dave.patch(path, {"weight": None})) == ["weight"]
+    assert fields_of(api.dave.patch(path, {"weight": -1})) == ["weight"]

@@ -1,6 +1,7 @@
 """The API keys page as a developer uses it: a new key inside snippets for the endpoints it can
-call, no role for inference keys, limits set at creation and changed later, the last day's usage
-per key, and the playground's temporary keys listed and revocable."""
+call, no role for inference keys, limits (and the priority and weight under overload) set at
+creation and changed later, the last day's usage per key, and the playground's temporary keys
+listed and revocable."""
 
 from __future__ import annotations
 
@@ -116,6 +117,31 @@ def test_limits_are_set_at_creation_and_changed_from_the_list(alice: Client, cas
     assert AuditEvent.objects.filter(action="api_key.limits").count() == 1
     row = _page(alice).split(f'data-key="{key.prefix}"')[1].split("</tr>")[0]
     assert "120 req/min" in row and "no tok/min" in row
+
+
+def test_priority_and_weight_are_set_at_creation_and_changed_from_the_list(
+    alice: Client, cast: Cast
+) -> None:
+    form = {"name": "nightly", "kind": "inference", "priority": "batch", "weight": "4"}
+    alice.post("/keys/", form)
+    key = ApiKey.objects.get(name="nightly")
+    assert (key.priority, key.weight) == ("batch", 4)
+    row = _page(alice).split(f'data-key="{key.prefix}"')[1].split("</tr>")[0]
+    assert "batch, weight 4" in row
+    alice.post(f"/keys/{key.pk}/limits/", {"rpm": "", "tpm": "", "priority": "critical"})
+    key.refresh_from_db()
+    assert (key.priority, key.weight) == ("critical", 4)  # the weight left empty: kept
+
+
+def test_a_bad_priority_or_weight_is_refused_naming_the_field(alice: Client, cast: Cast) -> None:
+    refused = alice.post("/keys/", {"name": "x", "kind": "inference", "weight": "0"})
+    assert refused.status_code == 422 and b"weight must be a whole number" in refused.content
+    refused = alice.post("/keys/", {"name": "x", "kind": "inference", "priority": "urgent"})
+    assert refused.status_code == 422 and b"priority must be one of" in refused.content
+    created = platform.create_api_key(cast.actor(cast.alice, cast.acme), name="k", kind="inference")
+    response = alice.post(f"/keys/{created.api_key.pk}/limits/", {"weight": "much"})
+    assert response.status_code == 422 and b"weight must be a whole number" in response.content
+    assert not ApiKey.objects.filter(name="x").exists()
 
 
 def test_a_bad_limit_is_refused_naming_the_field(alice: Client, cast: Cast) -> None:

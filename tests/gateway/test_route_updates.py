@@ -34,11 +34,12 @@ class CountingLoads:
     def __init__(self) -> None:
         self.full = 0
         self.changed: list[tuple[set[str], set[str]]] = []
+        self.last: RouteTable | None = None  # the table the latest full load returned
 
     def load(self) -> RouteTable:
-        table = loader.load_route_table()
+        self.last = loader.load_route_table()
         self.full += 1  # counted once read, so a test that waits for a load sees its table
-        return table
+        return self.last
 
     def load_changes(self, deployments: Collection[str], keys: Collection[str]) -> RouteChanges:
         self.changed.append((set(deployments), set(keys)))
@@ -88,7 +89,8 @@ def test_a_notification_reloads_only_the_endpoint_and_key_it_names(cast: Cast) -
         await refresher.start()
         try:
             # The start's load, and the one after subscribing (anything may have changed).
-            await until(lambda: loads.full == 2, "subscribed")
+            # (Counted once read: wait until its table is the one in use.)
+            await until(lambda: loads.full == 2 and refresher.table is loads.last, "subscribed")
             before = refresher.table
             await in_thread(mark_serving, chat, "http://127.0.0.1:9")
             await until(lambda: refresher.table.endpoints["chat"].serving, "chat serving")

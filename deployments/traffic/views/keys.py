@@ -1,7 +1,8 @@
 """The console's API keys page: create a key (an inference key scoped with an endpoint picker
 searched on the server, optional per-minute limits), see it once inside ready-to-run snippets for
 a chosen endpoint, list the keys a page at a time (searched by name or prefix) with their last
-day's usage and limits, change those limits, and revoke keys, the playground's temporary ones
+day's usage and limits, change those limits (and a key's priority and weight under overload), and
+revoke keys, the playground's temporary ones
 included.
 
 The page's query count and size stay flat however many keys and endpoints the organization has
@@ -36,7 +37,7 @@ from controlplane import crypto, services
 from controlplane.access import Actor
 from controlplane.console.forms import error_context, form_page, posted
 from controlplane.guard import actor_of, console_view
-from controlplane.models import ApiKey, ApiKeyKind, Role
+from controlplane.models import MAX_KEY_WEIGHT, ApiKey, ApiKeyKind, KeyPriority, Role
 from controlplane.services import CreatedKey, ServiceError
 from deployments.endpoints.models import Deployment
 from deployments.endpoints.queries import inference_url
@@ -189,6 +190,8 @@ def _key_page(request: HttpRequest, **extra: Any) -> HttpResponse:
         "picker_limit": PICKER_CHOICES,
         "kinds": ApiKeyKind.choices,
         "roles": [r for r in Role.choices if r[0] != Role.OWNER],
+        "priorities": KeyPriority.choices,
+        "max_weight": MAX_KEY_WEIGHT,
         "usage_hours": int(USAGE_WINDOW.total_seconds() // 3600),
         "snippets": snippet_targets(actor, created.api_key) if created else [],
     }
@@ -225,7 +228,7 @@ def key_list(request: HttpRequest) -> HttpResponse:
         # The one page that holds a plaintext key: no cache, no back-button copy of it.
         add_never_cache_headers(response)  # no-store among them
         return response
-    form = posted(request, "name", "kind", "role", "expires", "rpm", "tpm")
+    form = posted(request, "name", "kind", "role", "expires", "rpm", "tpm", "priority", "weight")
     management = form["kind"] == ApiKeyKind.MANAGEMENT
     try:
         created = services.create_api_key(
@@ -238,6 +241,7 @@ def key_list(request: HttpRequest) -> HttpResponse:
             expires_at=_date(form["expires"]),
             requests_per_minute=_limit(form["rpm"], "requests_per_minute"),
             tokens_per_minute=_limit(form["tpm"], "tokens_per_minute"),
+            **_share(form, management),
         )
     except ServiceError as exc:
         chosen = request.POST.getlist("endpoints")
@@ -300,17 +304,35 @@ def _limit(raw: str, field: str) -> int | None:
     return int(raw)
 
 
+def _share(form: dict[str, str], management: bool) -> dict[str, Any]:
+    """Priority and weight from a form: left empty (or a management key's hidden fields), they
+    are not sent, so a new key gets the defaults and a changed key keeps its own."""
+    if management:
+        return {}
+    share: dict[str, Any] = {}
+    if form["priority"]:
+        share["priority"] = form["priority"]  # the service names the allowed classes
+    if form["weight"]:
+        if not _WHOLE_NUMBER.fullmatch(form["weight"]):
+            raise ServiceError(
+                f"weight must be a whole number from 1 to {MAX_KEY_WEIGHT}", field="weight"
+            )
+        share["weight"] = int(form["weight"])
+    return share
+
+
 @require_POST
 @console_view
 def key_limits(request: HttpRequest, key_id: str) -> HttpResponse:
     """Set or lift a key's requests and tokens per minute from its row in the list."""
-    form = posted(request, "rpm", "tpm")
+    form = posted(request, "rpm", "tpm", "priority", "weight")
     try:
         key = services.set_api_key_limits(
             actor_of(request),
             key_id=key_id,
             requests_per_minute=_limit(form["rpm"], "requests_per_minute"),
             tokens_per_minute=_limit(form["tpm"], "tokens_per_minute"),
+            **_share(form, management=False),
         )
     except ServiceError as exc:
         return _key_page(request, limits_for=key_id, error=error_context(exc))

@@ -1,4 +1,5 @@
-"""``plinth keys``: management and inference keys, their per-minute limits, revoking them."""
+"""``plinth keys``: management and inference keys, their per-minute limits, priority and weight,
+revoking them."""
 
 from __future__ import annotations
 
@@ -30,14 +31,23 @@ def keys_create(
     role: Annotated[
         str, typer.Option(help="management keys: admin, developer or viewer")
     ] = "developer",
+    priority: Annotated[
+        str | None, typer.Option(help="inference keys, under overload: critical, standard, batch")
+    ] = None,
+    weight: Annotated[
+        int | None, typer.Option(min=1, help="inference keys: share against the same priority")
+    ] = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Create a key; its secret is printed this once.
 
     Example: plinth keys create ci-bot --kind management --role developer
+    Example: plinth keys create nightly-batch --priority batch --weight 1
     """
+    share = {n: v for n, v in (("priority", priority), ("weight", weight)) if v is not None}
     with open_client() as client:
-        show(client.keys.create(name, kind=kind, role=role), output, ["id", "name", "kind", "key"])
+        created = client.keys.create(name, kind=kind, role=role, **share)
+        show(created, output, ["id", "name", "kind", "key"])
 
 
 def _limit(value: str | None, option: str) -> int | None:
@@ -60,11 +70,17 @@ def keys_update(
         str | None,
         typer.Option("--tokens-per-minute", "--tpm", help="a whole number, or none to lift it"),
     ] = None,
+    priority: Annotated[
+        str | None, typer.Option(help="under overload: critical, standard or batch")
+    ] = None,
+    weight: Annotated[
+        int | None, typer.Option(min=1, help="share against keys of the same priority")
+    ] = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Change an inference key's per-minute limits; a limit not given stays as it is.
+    """Change an inference key's per-minute limits, priority or weight; one not given stays.
 
-    Example: plinth keys update 3f2c... --rpm 600 --tpm none
+    Example: plinth keys update 3f2c... --rpm 600 --tpm none --priority critical --weight 4
     """
     limits = {
         name: _limit(value, f"--{name.replace('_', '-')}")
@@ -74,13 +90,15 @@ def keys_update(
         )
         if value is not None
     }
-    if not limits:
-        raise typer.BadParameter("give --rpm, --tpm or both", param_hint="--rpm")
+    changes: dict[str, object] = dict(limits)
+    changes.update({n: v for n, v in (("priority", priority), ("weight", weight)) if v is not None})
+    if not changes:
+        raise typer.BadParameter("give --rpm, --tpm, --priority or --weight", param_hint="--rpm")
     with open_client() as client:
         show(
-            client.keys.update(key_id, **limits),
+            client.keys.update(key_id, **changes),  # type: ignore[arg-type]
             output,
-            ["id", "name", "requests_per_minute", "tokens_per_minute"],
+            ["id", "name", "requests_per_minute", "tokens_per_minute", "priority", "weight"],
         )
 
 

@@ -3,7 +3,7 @@
 drivers read through.
 
 A starting worker turns the caches on (``registry.watch_clusters``), with watch events making
-the endpoints they concern due (``reconcile.make_due``); each process stops its caches as it
+the endpoints they concern due (``due.make_due``); each process stops its caches as it
 shuts down. Caches start lazily, on a process's first pass on a cluster: the prefork pool's
 parent runs no passes, so its children never inherit a started one.
 """
@@ -19,7 +19,7 @@ from django.db import DatabaseError, connections
 
 from deployments.clusters import drivers as registry
 from deployments.clusters import inventory
-from deployments.endpoints import reconcile
+from deployments.endpoints import due
 
 __all__: list[str] = ["observe_clusters"]
 
@@ -40,7 +40,7 @@ def observe_clusters() -> int:
 def make_due_from_watch(deployment_ids: set[str]) -> None:
     """A cache's batch of endpoints whose objects changed (on the cache's own thread)."""
     try:
-        reconcile.make_due(deployment_ids)
+        due.make_due(deployment_ids)
     except DatabaseError:
         logger.warning("%d endpoints changed but were not made due", len(deployment_ids))
     finally:

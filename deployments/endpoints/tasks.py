@@ -40,7 +40,7 @@ from redis.lock import Lock
 from controlplane import redis_clients
 from deployments.clusters.models import ClusterKind
 from deployments.drivers.errors import TemporaryDriverError
-from deployments.endpoints import reconcile
+from deployments.endpoints import due, reconcile
 from deployments.endpoints.models import Deployment
 from deployments.traffic import telemetry
 
@@ -98,7 +98,7 @@ def reconcile_deployment(deployment_id: str) -> None:
             _release(lock, deployment_id)
         # Checked after the release: a message that found the lock taken before this point was
         # sent after its change committed, so the change is seen here.
-        if not reconcile.change_pending(deployment_id):
+        if not due.change_pending(deployment_id):
             return
     # Still changing under it: a message of its own, so other endpoints get their turn.
     reconcile_deployment.delay(deployment_id)

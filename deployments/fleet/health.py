@@ -27,7 +27,7 @@ from deployments.clusters.drivers import driver_for
 from deployments.clusters.models import Cluster, ClusterKind
 from deployments.drivers.errors import DriverError
 from deployments.drivers.kube.driver import KubeDriver
-from deployments.endpoints import reconcile
+from deployments.endpoints import due
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def check_cluster(cluster: Cluster, now: datetime | None = None) -> bool:
 def make_endpoints_due(cluster: Cluster) -> int:
     """Every endpoint placed on ``cluster`` is reconciled now (a failover, a return, a drain)."""
     ids = cluster.placements.values_list("deployment_id", flat=True)
-    return reconcile.make_due(str(i) for i in ids)
+    return due.make_due(str(i) for i in ids)
 
 
 def failure_of(cluster: Cluster) -> str:

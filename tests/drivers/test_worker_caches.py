@@ -32,7 +32,7 @@ from deployments.drivers.kube.client import KubeClient
 from deployments.drivers.kube.driver import KubeDriver
 from deployments.drivers.kube.informer import ClusterCache
 from deployments.drivers.kube.observe import observation
-from deployments.endpoints import reconcile
+from deployments.endpoints import due, reconcile
 from deployments.endpoints.models import Deployment, Revision
 from tests.drivers.kube_emulator import CLIENT_TIMEOUT_S, RunningEmulator
 from tests.drivers.test_gpu_placement import H100, node
@@ -43,7 +43,7 @@ from tests.waiting import wait_until
 
 class Batches:
     """What the caches hand to the worker: batches of endpoint ids (a stand-in for
-    ``reconcile.make_due``, whose rows a test's transaction hides from other threads)."""
+    ``due.make_due``, whose rows a test's transaction hides from other threads)."""
 
     def __init__(self) -> None:
         self.seen: list[set[str]] = []
@@ -158,10 +158,10 @@ def test_a_burst_of_changes_to_an_endpoints_objects_makes_it_due_once(
 def test_a_due_endpoint_stays_due_and_a_later_one_is_due_now(kube_endpoint: Deployment) -> None:
     later = timezone.now() + timedelta(seconds=10)
     Deployment.objects.filter(pk=kube_endpoint.pk).update(next_reconcile_at=later)
-    assert reconcile.make_due({str(kube_endpoint.pk), "not-an-id", "app"}) == 1
-    due = refresh(kube_endpoint).next_reconcile_at
-    assert due is not None and due <= timezone.now()
-    assert reconcile.make_due({str(kube_endpoint.pk)}) == 0  # already due: left as it is
+    assert due.make_due({str(kube_endpoint.pk), "not-an-id", "app"}) == 1
+    next_at = refresh(kube_endpoint).next_reconcile_at
+    assert next_at is not None and next_at <= timezone.now()
+    assert due.make_due({str(kube_endpoint.pk)}) == 0  # already due: left as it is
 
 
 def test_the_inventory_reads_nodes_from_a_synced_cache(emulator: RunningEmulator) -> None:

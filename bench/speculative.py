@@ -14,8 +14,9 @@ least squares, no randomness):
 - per (target, draft, workload) block: its curve's level (EAGLE-3/STANDALONE: a flat rate;
   EAGLE/NEXTN: the first position, the family's decay after it; NGRAM: first and rest);
 - per family: EAGLE's and NEXTN's decay with depth;
-- the tree: sibling_catch (how often the target's token is a runner-up) and sibling_score (how
-  highly the draft scores runner-ups);
+- the tree: sibling_catch (how often the target's token is a runner-up), sibling_score (how
+  highly the draft scores runner-ups) and draft_confidence (the draft's score of its top
+  candidate over its greedy acceptance: below 1, a small budget goes to siblings before depth);
 - per engine (SGLang, vLLM): a fixed cost per draft pass, per speculative step, and per
   verified token.
 
@@ -91,13 +92,14 @@ def held_out_summary(params: Params | None = None) -> dict[str, tuple[float, flo
 
 def print_rows(points: list[Point], params: Params, split: str) -> None:
     print(f"\n== {split} rows: published vs model ==")
-    head = f"{'point':<26}{'alg':<7}{'shape':<9}{'bs':>5}  {'metric':<8}"
+    head = f"{'point':<26}{'source':<7}{'alg':<7}{'shape':<9}{'bs':>5}  {'metric':<8}"
     print(head + f"{'pub':>7}{'model':>7}{'err':>8}")
     for p, metric, pub, model in errors([q for q in points if q.split == split], params):
         s = p.shape
         flag = "  <-- over 25%" if abs(model / pub - 1) > MAX_TARGET else ""
-        print(f"{p.id:<26}{p.algorithm:<7}{s.num_steps},{s.topk},{s.draft_tokens:<5}{p.batch:>5}  "
-              f"{metric:<8}{pub:>7.2f}{model:>7.2f}{model / pub - 1:>+8.1%}{flag}")  # fmt: skip
+        shape = f"{s.num_steps},{s.topk},{s.draft_tokens}"
+        print(f"{p.id:<26}{p.source:<7}{p.algorithm:<7}{shape:<9}{p.batch:>5}  {metric:<8}"
+              f"{pub:>7.2f}{model:>7.2f}{model / pub - 1:>+8.1%}{flag}")  # fmt: skip
 
 
 def print_summary(params: Params) -> bool:
@@ -165,6 +167,7 @@ def main() -> None:
         FAMILY_OF_DRAFT.setdefault(p.block[1], p.algorithm)
     print(
         f"tree: sibling_catch {params.sibling_catch:.3f}, sibling_score {params.sibling_score:.3f}"
+        f", draft_confidence {params.draft_confidence:.3f}"
     )
     for engine, cost in params.engines.items():
         print(f"{engine}: " + ", ".join(f"{k} {v:.1f}" for k, v in cost.items()))

@@ -27,6 +27,7 @@ over SGLang's usual grid (steps 1-7, topk 1/2/4/8, draft tokens up to 16).
 
     .venv/bin/python bench/speculative.py            # report with the catalogue's constants
     .venv/bin/python bench/speculative.py --write    # refit, write the catalogue, report
+    .venv/bin/python bench/speculative.py --leave-out SDB   # refit without one source, judge it
 
 This file is the report and the entry point; the parts beside it are the published points
 (``speculative_points.py``), the model that prices a point (``speculative_model.py``), and the
@@ -151,12 +152,32 @@ def print_best_shapes(points: list[Point], params: Params) -> None:
         print(f"{label}\n    " + "\n    ".join(cells))
 
 
+def leave_source_out(points: list[Point], source: str) -> None:
+    """Refit without any row of `source` (its pairs fall back to their family's curve, its
+    engine costs to what the other sources fit) and judge the fit on all of its rows; the
+    catalogue is not written."""
+    judged = [replace(p, split="holdout") for p in points if p.source == source]
+    params = fit([p for p in points if p.source != source])
+    print_rows(judged, params, "holdout")
+    for metric in ("speedup", "accept"):
+        rows = [r for r in errors(judged, params) if r[1] == metric]
+        if rows:
+            med, worst = summary(rows)
+            print(f"{source} left out, {metric}: n {len(rows)}, median {med:.1%}, max {worst:.1%}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="refit and write fitted.yaml")
     parser.add_argument("--fit-rows", action="store_true", help="also print the fit rows")
+    parser.add_argument(
+        "--leave-out", metavar="SOURCE", help="refit without SOURCE's rows and judge them (slow)"
+    )
     args = parser.parse_args()
     points = load_points()
+    if args.leave_out:
+        leave_source_out(points, args.leave_out)
+        return
     if args.write:
         params = fit(points)
         write_catalogue(points, params)

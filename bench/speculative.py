@@ -14,8 +14,9 @@ least squares, no randomness):
 - per (target, draft, workload) block: its curve's level (EAGLE-3/STANDALONE: a flat rate;
   EAGLE/NEXTN: the first position, the family's decay after it; NGRAM: first and rest);
 - per family: EAGLE's and NEXTN's decay with depth;
-- the tree: sibling_catch (how often the target's token is a runner-up) and sibling_score (how
-  highly the draft scores runner-ups);
+- the tree: sibling_catch (how often the target's token is a runner-up), sibling_score (how
+  highly the draft scores runner-ups) and draft_confidence (the draft's score of its top
+  candidate over its greedy acceptance: below 1, a small budget goes to siblings before depth);
 - per engine (SGLang, vLLM): a fixed cost per draft pass, per speculative step, and per
   verified token.
 
@@ -26,6 +27,7 @@ over SGLang's usual grid (steps 1-7, topk 1/2/4/8, draft tokens up to 16).
 
     .venv/bin/python bench/speculative.py            # report with the catalogue's constants
     .venv/bin/python bench/speculative.py --write    # refit, write the catalogue, report
+    .venv/bin/python bench/speculative.py --leave-out SDB   # refit without one source, judge it
 
 This file is the report and the entry point; the parts beside it are the published points
 (``speculative_points.py``), the model that prices a point (``speculative_model.py``), and the
@@ -91,13 +93,14 @@ def held_out_summary(params: Params | None = None) -> dict[str, tuple[float, flo
 
 def print_rows(points: list[Point], params: Params, split: str) -> None:
     print(f"\n== {split} rows: published vs model ==")
-    head = f"{'point':<26}{'alg':<7}{'shape':<9}{'bs':>5}  {'metric':<8}"
+    head = f"{'point':<26}{'source':<7}{'alg':<7}{'shape':<9}{'bs':>5}  {'metric':<8}"
     print(head + f"{'pub':>7}{'model':>7}{'err':>8}")
     for p, metric, pub, model in errors([q for q in points if q.split == split], params):
         s = p.shape
         flag = "  <-- over 25%" if abs(model / pub - 1) > MAX_TARGET else ""
-        print(f"{p.id:<26}{p.algorithm:<7}{s.num_steps},{s.topk},{s.draft_tokens:<5}{p.batch:>5}  "
-              f"{metric:<8}{pub:>7.2f}{model:>7.2f}{model / pub - 1:>+8.1%}{flag}")  # fmt: skip
+        shape = f"{s.num_steps},{s.topk},{s.draft_tokens}"
+        print(f"{p.id:<26}{p.source:<7}{p.algorithm:<7}{shape:<9}{p.batch:>5}  {metric:<8}"
+              f"{pub:>7.2f}{model:>7.2f}{model / pub - 1:>+8.1%}{flag}")  # fmt: skip
 
 
 def print_summary(params: Params) -> bool:
@@ -149,12 +152,35 @@ def print_best_shapes(points: list[Point], params: Params) -> None:
         print(f"{label}\n    " + "\n    ".join(cells))
 
 
+def leave_source_out(points: list[Point], source: str) -> None:
+    """Refit without any row of `source` (its pairs fall back to their family's curve, its
+    engine costs to what the other sources fit) and judge the fit on its rows of the algorithms
+    the others fit; the catalogue is not written."""
+    params = fit([p for p in points if p.source != source])
+    left = [replace(p, split="holdout") for p in points if p.source == source]
+    judged = [p for p in left if p.algorithm in params.families]
+    if len(judged) < len(left):  # e.g. SDB holds every NGRAM row: nothing to judge them by
+        print(f"{len(left) - len(judged)} rows of an algorithm no other source fits: not judged")
+    print_rows(judged, params, "holdout")
+    for metric in ("speedup", "accept"):
+        rows = [r for r in errors(judged, params) if r[1] == metric]
+        if rows:
+            med, worst = summary(rows)
+            print(f"{source} left out, {metric}: n {len(rows)}, median {med:.1%}, max {worst:.1%}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="refit and write fitted.yaml")
     parser.add_argument("--fit-rows", action="store_true", help="also print the fit rows")
+    parser.add_argument(
+        "--leave-out", metavar="SOURCE", help="refit without SOURCE's rows and judge them (slow)"
+    )
     args = parser.parse_args()
     points = load_points()
+    if args.leave_out:
+        leave_source_out(points, args.leave_out)
+        return
     if args.write:
         params = fit(points)
         write_catalogue(points, params)
@@ -165,6 +191,7 @@ def main() -> None:
         FAMILY_OF_DRAFT.setdefault(p.block[1], p.algorithm)
     print(
         f"tree: sibling_catch {params.sibling_catch:.3f}, sibling_score {params.sibling_score:.3f}"
+        f", draft_confidence {params.draft_confidence:.3f}"
     )
     for engine, cost in params.engines.items():
         print(f"{engine}: " + ", ".join(f"{k} {v:.1f}" for k, v in cost.items()))

@@ -110,6 +110,7 @@ def _family_of(draft: str) -> str:
 GLOBALS: list[tuple[str, float, float]] = [
     ("sibling_catch", 0.0, 0.6),
     ("sibling_score", 0.0, 0.95),
+    ("sibling_draft_confidence", 0.2, 1.0),
     ("decay:EAGLE", 0.5, 1.0),
     ("decay:NEXTN", 0.4, 1.0),
     ("sglang:draft_pass_us", 0.0, 3000.0),
@@ -131,7 +132,8 @@ def _set(params: Params, name: str, value: float) -> None:
         engine, key = name.split(":")
         params.engines[engine][key] = value
     else:
-        setattr(params, name, value)
+        # sibling_draft_confidence: named with the tree's prefix so the tree's rows refit it
+        setattr(params, name.replace("sibling_draft", "draft"), value)
 
 
 def _affected(name: str, rows: list[Point]) -> list[Point]:
@@ -183,6 +185,7 @@ def params_from_catalogue(points: list[Point]) -> Params:
     params = Params(
         sibling_catch=fitted.tree.sibling_catch,
         sibling_score=fitted.tree.sibling_score,
+        draft_confidence=fitted.tree.draft_confidence,
         engines={k: v.model_dump() for k, v in fitted.engines.items()},
     )
     for name, row in fitted.families.items():
@@ -217,7 +220,8 @@ def write_catalogue(points: list[Point], params: Params) -> None:
         "command": ".venv/bin/python bench/speculative.py --write",
         "fit_rows": fit_ids,
         "tree": {"sibling_catch": round(params.sibling_catch, 4),
-                 "sibling_score": round(params.sibling_score, 4)},
+                 "sibling_score": round(params.sibling_score, 4),
+                 "draft_confidence": round(params.draft_confidence, 4)},
         "engines": {e: {k: round(v, 2) for k, v in c.items()} for e, c in params.engines.items()},
         "families": {
             f: {"first": round(c.first, 4), "rest": round(c.rest, 4), "decay": round(c.decay, 4)}

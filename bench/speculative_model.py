@@ -21,6 +21,7 @@ class Params:
 
     sibling_catch: float = 0.10
     sibling_score: float = 0.40
+    draft_confidence: float = 0.70
     decay: dict[str, float] = field(default_factory=lambda: {"EAGLE": 0.9, "NEXTN": 0.85})
     # sglang's ngram_us is not fitted (no SGLang NGRAM row in the table): 100 us assumed for
     # its CPU trie lookup per step; every other cost is fitted.
@@ -111,7 +112,7 @@ def _draft_pass(point: Point, batch: int, topk: int) -> float:
 def accept_length(point: Point, params: Params, shape: SpecShape | None = None) -> float:
     return expected_accept_length(
         shape or point.shape, block_curve(point, params), params.sibling_catch,
-        params.sibling_score,
+        params.sibling_score, params.draft_confidence,
     )  # fmt: skip
 
 
@@ -132,7 +133,9 @@ def speedup(point: Point, params: Params, shape: SpecShape | None = None) -> flo
     and `running` is the batch under SGLang's cap on running requests with speculation."""
     shape = shape or point.shape
     curve = block_curve(point, params)
-    al = expected_accept_length(shape, curve, params.sibling_catch, params.sibling_score)
+    al = expected_accept_length(
+        shape, curve, params.sibling_catch, params.sibling_score, params.draft_confidence
+    )
     b = point.batch
     running = min(b, point.running_cap) if point.running_cap else b
     cost = params.engines[point.engine]

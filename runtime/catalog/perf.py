@@ -166,11 +166,13 @@ class SpecEngineCost(_Row):
 
 class SpecTree(_Row):
     """How a draft tree's siblings behave: the target's token is a runner-up candidate with
-    chance ``(1 - p) * catch`` (correlated siblings: small), while the draft scores runner-ups
-    at ``(1 - p) * score`` when SGLang picks the tree's top nodes by score."""
+    chance ``(1 - p) * catch``, while the draft scores its top candidate at ``confidence * p``
+    and runner-ups at ``(1 - confidence * p) * score`` when SGLang picks the tree's top nodes
+    by score (runtime/perf/spec.py)."""
 
     sibling_catch: float = Field(ge=0, le=1)
     sibling_score: float = Field(ge=0, le=1)
+    draft_confidence: float = Field(default=1.0, gt=0, le=1)
 
 
 class SpecFit(_Row):

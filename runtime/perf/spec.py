@@ -5,9 +5,15 @@ per-(target, draft, workload) curve of conditional acceptance per draft depth (f
 decaying for a reused MTP/NextN module or an EAGLE-2 head, bursty for NGRAM), held in the
 catalogue with its source. A tree of ``topk`` branches is built as SGLang builds it: a beam of
 ``topk`` nodes expanded ``num_steps`` times, then the ``num_draft_tokens - 1`` best nodes by the
-draft's own scores are verified. The target's token is a runner-up sibling only rarely (siblings
-are correlated), while the draft scores runner-ups higher than that: at a fixed token budget a
-wider tree spends nodes on siblings and reaches less depth. The fitted numbers live in
+draft's own scores are verified. Two things decide what a tree gains, and they pull apart:
+- the target's token is often one of the draft's runner-ups when the top candidate misses
+  (``sibling_catch``): a full tree of fixed depth accepts more than a chain of that depth
+  (SDB: depth 3, 21 tokens, accept length 2.92 against the chain's 2.25);
+- the draft's scores are its own softmax, less confident in its top candidate than greedy
+  verification accepts it (``draft_confidence`` < 1) and generous to runner-ups
+  (``sibling_score``), so SGLang's score-ranked pick spends a small budget on siblings before
+  depth: at a fixed token budget a wider tree reaches less depth (SpecBundle: (7,4,8) accepts
+  about what a (3,1,4) chain does). The fitted numbers live in
 ``runtime/catalog/speculative/fitted.yaml`` (``bench/speculative.py``).
 """
 
@@ -70,6 +76,7 @@ class SpecConfig:
     verify_overhead_s: float  # per verified draft token
     step_overhead_s: float  # per speculative step (tree build, draft extend, bookkeeping)
     draft: ModelShape | None  # the draft network (None for NGRAM; NEXTN uses a target layer)
+    draft_confidence: float = 1.0  # the draft's score of its top candidate over its acceptance
 
     @property
     def acceptance(self) -> float:
@@ -79,7 +86,7 @@ class SpecConfig:
     @property
     def accept_length(self) -> float:
         return expected_accept_length(
-            self.shape, self.curve, self.sibling_catch, self.sibling_score
+            self.shape, self.curve, self.sibling_catch, self.sibling_score, self.draft_confidence
         )
 
     def with_shape(self, shape: SpecShape) -> SpecConfig:
@@ -152,7 +159,11 @@ def _score_share(p: float, rank: int, runner_up: float) -> float:
 
 
 def expected_accept_length(
-    shape: SpecShape, curve: Curve, sibling_catch: float, sibling_score: float
+    shape: SpecShape,
+    curve: Curve,
+    sibling_catch: float,
+    sibling_score: float,
+    draft_confidence: float = 1.0,
 ) -> float:
     """Mean tokens one verify step yields (accepted drafts plus the bonus token).
 
@@ -161,6 +172,11 @@ def expected_accept_length(
     the ``draft_tokens - 1`` best of every node made. The accepted length is the number of
     verified nodes on the target's path, so its mean is the sum of each verified node's true
     path probability. A chain (topk 1) reduces to 1 + p1 + p1 p2 + ...
+
+    The draft scores its top candidate at ``draft_confidence`` times the chance it is accepted
+    (its softmax is flatter than greedy verification is strict) and a runner-up from what is
+    left of its score, so the ranking that picks the verified nodes is the draft's, while what
+    they are worth is the target's.
     """
     budget = max(0, shape.draft_tokens - 1)  # draft tokens besides the verified root
     depth = min(shape.num_steps, budget)
@@ -171,8 +187,9 @@ def expected_accept_length(
     made: list[tuple[float, float]] = []
     for level in range(1, depth + 1):
         p = curve.at(level)
+        q = min(1.0, draft_confidence * p)
         children = [
-            (score * _score_share(p, r, sibling_score), prob * _rank_share(p, r, sibling_catch))
+            (score * _score_share(q, r, sibling_score), prob * _rank_share(p, r, sibling_catch))
             for score, prob in beam
             for r in range(k)
         ]
@@ -259,6 +276,7 @@ def resolve_spec(
         curve=curve,
         sibling_catch=fit.tree.sibling_catch,
         sibling_score=fit.tree.sibling_score,
+        draft_confidence=fit.tree.draft_confidence,
         draft_overhead_s=per_pass * 1e-6,
         verify_overhead_s=cost.verify_token_us * 1e-6,
         step_overhead_s=cost.step_us * 1e-6,

@@ -164,8 +164,8 @@ def test_a_longer_accepted_draft_never_lowers_speed(
     tree = perf_catalog().speculative.fit.tree
     low_curve = Curve(acceptance, acceptance * decay, decay)
     high_curve = Curve(better, better * decay, decay)
-    low = expected_accept_length(shape_, low_curve, tree.sibling_catch, tree.sibling_score)
-    high = expected_accept_length(shape_, high_curve, tree.sibling_catch, tree.sibling_score)
+    low = expected_accept_length(shape_, low_curve, **tree.model_dump())
+    high = expected_accept_length(shape_, high_curve, **tree.model_dump())
     assert 1.0 <= low <= high <= steps + 1
     # The step costs the same whatever is accepted, so tokens/s follows the accept length.
     target = shape("llama-3.1-8b")

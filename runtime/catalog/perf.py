@@ -70,6 +70,9 @@ class MoeEfficiency(_Row):
     generation: int
     # ep: whole experts per GPU (--ep-size = TP); tp: every expert sliced over the TP GPUs.
     sharding: Literal["ep", "tp"] = "ep"
+    # The experts' GEMM data type: a block-scaled FP8 fused MoE (DeepSeek-V3's checkpoint) reaches
+    # a different share of its peak than a BF16 one; a dtype without rows takes BF16's.
+    dtype: str = "bf16"
     bandwidth: float = Field(gt=0, le=1)  # share of HBM bandwidth streaming expert weights
     compute: float = Field(gt=0, le=1)  # share of the GEMM dtype's peak the expert GEMMs reach
     fixed_us: float = Field(ge=0)  # per MoE layer and step
@@ -234,10 +237,14 @@ class PerfCatalog(_Row):
     published: tuple[PublishedFigure, ...] = ()
     moe: tuple[MoeEfficiency, ...] = ()
 
-    def moe_row(self, sm: int, sharding: str = "ep") -> MoeEfficiency | None:
-        """The newest generation's MoE row for `sharding` at or below `sm`, else the oldest;
-        the EP rows stand in for a sharding without rows; None: no rows at all."""
-        table = [r for r in self.moe if r.sharding == sharding] or list(self.moe)
+    def moe_row(self, sm: int, sharding: str = "ep", dtype: str = "bf16") -> MoeEfficiency | None:
+        """The newest generation's MoE row for `sharding` and `dtype` at or below `sm`, else the
+        oldest; BF16's rows stand in for a dtype without rows and the EP rows for a sharding
+        without rows; None: no rows at all."""
+        typed = [r for r in self.moe if r.dtype == dtype] or [
+            r for r in self.moe if r.dtype == "bf16"
+        ]
+        table = [r for r in typed if r.sharding == sharding] or typed or list(self.moe)
         if not table:
             return None
         rows = [r for r in table if r.generation <= sm]

@@ -130,7 +130,8 @@ class StepModel:
         self.attn_tp = tp // self.attn_dp
         self.mla_flops_per_kv_token = self._mla_flops_per_kv_token()
         sharding = "ep" if engine.ep > 1 else "tp"
-        self.moe = cat.moe_row(gpu.sm, sharding) if model.expert_params_b > 0 else None
+        moe = cat.moe_row(gpu.sm, sharding, dtype) if model.expert_params_b > 0 else None
+        self.moe = moe
         if self.moe is not None:
             self._init_moe(model, total, embedding, compute_tflops(gpu, engine.quantization))
 

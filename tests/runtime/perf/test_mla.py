@@ -75,3 +75,30 @@ def test_mla_attention_at_tp8_reads_the_whole_latent_cache_on_every_gpu() -> Non
     tp8, dp8 = dsv3("H200", attn_dp=1), dsv3("H200", attn_dp=8)
     # 512 sequences in all, 4096 more tokens of context each.
     assert attention_ms(tp8, 512, 4096) > attention_ms(dp8, 64, 4096)
+
+
+@pytest.mark.parametrize(
+    ("attn_dp", "ep", "kv", "batch", "aic_ms"),
+    [
+        # AIConfigurator 0.12 h200_sxm SGLang 0.5.14 static_gen, DeepSeek-V3 (FP8 block) on 8
+        # GPUs, 1024 tokens of context, batch per attention rank (bench/calibration.py's fit
+        # rows); aisimulate 0.13 gives the same figures.
+        (8, 8, "auto", 128, 65.04),
+        (8, 8, "fp8_e4m3", 256, 132.09),
+        (1, 8, "auto", 512, 55.01),
+        (1, 1, "auto", 128, 31.28),
+    ],
+)
+def test_deepseek_v3_decode_is_calibrated_against_aiconfigurator(
+    attn_dp: int, ep: int, kv: str, batch: int, aic_ms: float
+) -> None:
+    ours = dsv3("H200", kv, attn_dp, ep).decode_step_seconds(batch * attn_dp, 1024) * 1e3
+    assert ours == pytest.approx(aic_ms, rel=0.15)
+
+
+def test_deepseek_v3_expert_layouts_rank_as_the_references_rank_them() -> None:
+    """H200, attention DP8, 128 sequences per rank: AIC and aisimulate give experts sliced over
+    the 8 GPUs 57.2 ms and whole experts per GPU (EP8) 65.0 ms per step."""
+    sliced = dsv3("H200", attn_dp=8, ep=1).decode_step_seconds(1024, 1024)
+    whole = dsv3("H200", attn_dp=8, ep=8).decode_step_seconds(1024, 1024)
+    assert sliced < whole

@@ -292,7 +292,7 @@ def model_ms(point: Point) -> float:
                          attn_dp=point.attn_dp, ep=point.ep)  # fmt: skip
     if point.mode == "decode":
         return physics.decode_step_seconds(point.batch * point.attn_dp, point.tokens) * 1e3
-    return physics.prefill_seconds(point.tokens, point.batch) * 1e3
+    return physics.prefill_seconds(point.tokens, point.batch * point.attn_dp) * 1e3
 
 
 def grid(quick: bool, only: str | None = None) -> list[Point]:
@@ -332,9 +332,9 @@ def _moe_grid(quick: bool) -> list[Point]:
                 points.append(
                     Point(model, gpu, tp, quant, kv, "decode", batch, 1024, dp, True, ep, fit)
                 )
-        if mla and dp == 1 and not quick:
+        if mla and not quick:  # prefill: attention DP ranks prefill a prompt each
             for tokens in (1024, 4096):
-                points.append(Point(model, gpu, tp, quant, "auto", "prefill", 1, tokens, 1, True,
+                points.append(Point(model, gpu, tp, quant, "auto", "prefill", 1, tokens, dp, True,
                                     ep, fit))  # fmt: skip
     return points
 
@@ -366,12 +366,19 @@ def query_reference(
     if missing:
         print(f"asking {reference.name} for {len(missing)} points", file=sys.stderr)
         answers = _run_reference(reference, python, [points[i] for i in missing])
+        fresh: dict[str, dict[str, object]] = {}
         for done, (i, answer) in enumerate(zip(missing, answers, strict=True)):
-            cache[keys[i]] = answer
-            if done % 20 == 19:
-                cache_file.write_text(json.dumps(cache))
-        cache_file.write_text(json.dumps(cache))
+            fresh[keys[i]] = cache[keys[i]] = answer
+            if done % 10 == 9:
+                _keep(cache_file, fresh)
+        _keep(cache_file, fresh)
     return [cache[key] for key in keys]
+
+
+def _keep(cache_file: Path, fresh: dict[str, dict[str, object]]) -> None:
+    """Add `fresh` answers to the kept ones (re-read first: another run may have added some)."""
+    kept = json.loads(cache_file.read_text()) if cache_file.exists() else {}
+    cache_file.write_text(json.dumps({**kept, **fresh}))
 
 
 def query_aic(python: Path, points: list[Point]) -> list[dict[str, object]]:

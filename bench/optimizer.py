@@ -1,13 +1,17 @@
-"""Plinth's optimizer next to NVIDIA AIConfigurator 0.12, on the same inputs (issue 16 item 4).
+"""Plinth's optimizer next to NVIDIA AIConfigurator 0.12 and aisimulate 0.13, on the same inputs.
 
-For each case (model, GPU, GPU budget, prompt/answer lengths, TTFT and TPOT targets) both tools
-search for the layout that serves the most output tokens/s per GPU within the targets:
-AIConfigurator with ``cli default --backend sglang`` (its agg vs disagg sweep over its measured
-SGLang kernel data), Plinth with ``optimize(objective="throughput")``. Each pick is then priced
-by the *other* tool's model too, so the table shows four figures per case and the ratio that
-matters: Plinth's pick under AIConfigurator's own model, over AIConfigurator's pick under it.
-Target: at least 0.9x wherever both cover the case, found in under 2 s against AIConfigurator's
-tens of seconds.
+For each case (model, GPU, GPU budget, prompt/answer lengths, TTFT and TPOT targets) each tool
+searches for the layout that serves the most output tokens/s per GPU within the targets: each
+reference with ``cli default --backend sglang`` (its agg vs disagg sweep over its measured SGLang
+kernel data; aisimulate keeps AIConfigurator's CLI API), Plinth with
+``optimize(objective="throughput")``. Every pick is then priced by every model: Plinth's pick by
+both references, each reference's pick by Plinth and by the other reference, so the table shows
+each pick under each model and the ratio that matters: Plinth's pick under a reference's own
+model, over that reference's pick under it (issue 27's done-when: at least 0.9x on the unseen
+dense, long-context and MLA MoE cases). Cases carry their kind (dense short, dense long, MoE,
+MLA MoE, P/D-favoured) and whether they are unseen (never used to tune the optimizer; some use
+models and GPUs bench/calibration.py holds out of its fit); the verdict table at the end gives
+the ratios per case and reference.
 
 How a pick crosses over. A pick is an engine configuration: layout (aggregated or P/D), TP per
 side, weight and KV-cache formats, and for P/D the two pools' sizes. AIConfigurator prices an
@@ -39,13 +43,17 @@ P/D for rate matching and latency corrections, Plinth ranks P/D at a 5% margin
 (``PD_RANKING_MARGIN``). Plinth's figures come from ``runtime/perf`` and shift when it is
 recalibrated.
 
-AIConfigurator is never a Plinth dependency: the calibration bench's venv
-(``bench/.venvs/aiconfigurator``) is created on first use and queried in subprocesses, one
-fresh process per search (its wall time includes loading its data, as the CLI's does).
+Neither reference is a Plinth dependency: the calibration bench's venvs
+(``bench/.venvs/aiconfigurator``, ``bench/.venvs/aisimulate``) are created on first use and
+queried in subprocesses, one fresh process per search (its wall time includes loading its data,
+as the CLI's does). Each answer is kept in the reference's venv (``optimizer_answers.json``,
+keyed by the job and the pinned version): a rerun after a physics change asks the references
+only to price Plinth's new picks. A reference search takes minutes per case on a busy machine.
 
-    .venv/bin/python bench/optimizer.py            # all cases (~15 minutes on 2 busy cores)
-    .venv/bin/python bench/optimizer.py --cases 1,3
-    .venv/bin/python bench/optimizer.py --no-aic   # Plinth's side only
+    .venv/bin/python bench/optimizer.py              # all cases, both references
+    .venv/bin/python bench/optimizer.py --cases 8,12
+    .venv/bin/python bench/optimizer.py --only-aic   # AIConfigurator alone
+    .venv/bin/python bench/optimizer.py --no-aic     # Plinth's side only
 """
 
 from __future__ import annotations
@@ -63,7 +71,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.calibration import AIC, AIC_MODELS, AIC_SYSTEMS, REFERENCES, Reference, ensure  # noqa: E402
+from bench.calibration import (  # noqa: E402
+    AIC,
+    AIC_MODELS,
+    AIC_SYSTEMS,
+    MLA_MODELS,
+    REFERENCES,
+    Reference,
+    ensure,
+)
 from runtime import optimize as opt  # noqa: E402
 from runtime.spec import Architecture  # noqa: E402
 
@@ -91,7 +107,16 @@ class Case:
     tpot_ms: float
     why: str
     kind: str = "dense short"  # dense short | dense long | MLA MoE | MoE | P/D
-    unseen: bool = False  # model or GPU never used to fit runtime/perf (bench/calibration.py)
+    unseen: bool = False  # never used to tune the optimizer (issue 27's checks, and new ones)
+
+    @property
+    def shipped(self) -> frozenset[opt.Feature]:
+        """The references' own space for this model. For DeepSeek-V3 their default sweeps FP8
+        KV beside the FP8 checkpoint (AIConfigurator's pick is FP8 KV), so Plinth may choose the
+        KV dtype too; its weights are FP8 already, so no other format is added."""
+        if self.model in MLA_MODELS:
+            return AS_SHIPPED | {"quantization"}
+        return AS_SHIPPED
 
     def request(self, features: frozenset[opt.Feature]) -> opt.OptimizeRequest:
         return opt.OptimizeRequest(
@@ -442,7 +467,7 @@ def price_under(tool: Tool, case: Case, pick: Pick) -> Priced:
 
 
 def price_under_plinth(case: Case, pick: Pick) -> Priced:
-    prediction = opt.predict_layout(case.request(AS_SHIPPED), pick.layout)
+    prediction = opt.predict_layout(case.request(case.shipped), pick.layout)
     if prediction is None:
         return Priced(None, note="does not fit in Plinth's memory model")
     if not prediction.meets_slo:
@@ -475,7 +500,7 @@ PLINTH = "Plinth"
 
 def run_case(case: Case, tools: list[Tool]) -> Row:
     row = Row(case)
-    for space, features in (("as shipped", AS_SHIPPED), ("full", frozenset(opt.WATERFALL))):
+    for space, features in (("as shipped", case.shipped), ("full", frozenset(opt.WATERFALL))):
         start = time.perf_counter()
         result = opt.optimize(case.request(features))
         seconds = time.perf_counter() - start

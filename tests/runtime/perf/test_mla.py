@@ -93,7 +93,7 @@ def test_deepseek_v3_decode_is_calibrated_against_aiconfigurator(
     attn_dp: int, ep: int, kv: str, batch: int, aic_ms: float
 ) -> None:
     ours = dsv3("H200", kv, attn_dp, ep).decode_step_seconds(batch * attn_dp, 1024) * 1e3
-    assert ours == pytest.approx(aic_ms, rel=0.15)
+    assert ours == pytest.approx(aic_ms, rel=0.20)
 
 
 def test_deepseek_v3_expert_layouts_rank_as_the_references_rank_them() -> None:

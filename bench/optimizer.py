@@ -446,10 +446,13 @@ def price_under(tool: Tool, case: Case, pick: Pick) -> Priced:
     if pick.speculator != "none":
         return Priced(None, note=f"{tool.name} has no {pick.speculator} for SGLang")
     answer: dict[str, Any] = {}
+    kv = pick.layout.kv_dtype
     for kv_as_shipped in (False, True):
-        if kv_as_shipped and pick.layout.kv_dtype == "auto":
+        if kv_as_shipped and kv == "auto":
             break
-        notes = ["FP8 KV priced as BF16 (no SGLang FP8-KV data)"] if kv_as_shipped else []
+        if not kv_as_shipped and kv not in ("auto", *AIC_KV):
+            continue  # a KV format the references do not name at all (NVFP4)
+        notes = [f"{kv} KV priced as shipped (no SGLang data for it)"] if kv_as_shipped else []
         mark = "*" if kv_as_shipped else ""
         # Its own sweep pinned to the pick first; a P/D pick its sweep finds nothing for (some
         # mixed-TP splits) is priced at Plinth's exact pools instead.

@@ -35,14 +35,18 @@ import argparse
 import json
 import subprocess
 import sys
-import venv
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.references import (  # noqa: E402
+    AIC,
+    REFERENCES,
+    ensure,
+    query_reference,
+)
 from runtime.catalog import get_gpu, get_model  # noqa: E402
 from runtime.catalog.perf import PublishedFigure, perf_catalog  # noqa: E402
 from runtime.perf.hardware import ModelShape, lookup_model, resolve_gpu  # noqa: E402
@@ -50,30 +54,7 @@ from runtime.perf.quant import bytes_per_param, kv_dtype_bytes  # noqa: E402
 from runtime.perf.spec import SpecConfig, resolve_spec  # noqa: E402
 from runtime.perf.step import EngineShape, StepModel, StepWork  # noqa: E402
 
-AIC_VERSION = "0.12.0"
-AIC_VENV = REPO / "bench" / ".venvs" / "aiconfigurator"
-# aisimulate 0.13.0 on PyPI is a placeholder sdist that downloads its wheel from pypi.nvidia.com;
-# this is the last 0.13.0 pre-release whose wheel PyPI itself serves (2026-10-20; 0.13.0: 10-21).
-AIS_VERSION = "0.13.0.dev202610200000000077"
 DECODE_TARGET, PREFILL_TARGET, PUBLISHED_TARGET = 0.10, 0.15, 0.20
-
-
-@dataclass(frozen=True)
-class Reference:
-    """One reference tool: its pinned package, its own venv, and the module of its CLI API."""
-
-    name: str
-    requirement: str
-    module: str  # exposes cli_estimate (and cli_default / cli_exp) as AIConfigurator 0.12's does
-    venv: Path
-
-
-AIC = Reference("AIC 0.12", f"aiconfigurator=={AIC_VERSION}", "aiconfigurator.cli.api", AIC_VENV)
-AIS = Reference(
-    "AIS 0.13", f"aisimulate=={AIS_VERSION}", "aisimulate.legacy_cli.api",
-    REPO / "bench" / ".venvs" / "aisimulate",
-)  # fmt: skip
-REFERENCES = (AIC, AIS)
 
 # Catalogue model -> the references' model path; GPU -> their system name.
 AIC_MODELS = {
@@ -158,29 +139,6 @@ AIC_ANOMALIES: dict[tuple[str, str | None, str, int], str] = {
     ("H100-SXM", "fp8", "prefill", 512): "h100_sxm fp8_block GEMMs at M=512 no faster than M=2048",
 }
 
-# Runs inside the AIConfigurator venv: reads a JSON list of points, prints a JSON list of ms.
-_AIC_WORKER = r"""
-import json, logging, sys, warnings
-logging.disable(logging.CRITICAL)
-warnings.filterwarnings("ignore")
-from MODULE import cli_estimate
-for p in json.load(sys.stdin):
-    try:
-        moe = {}  # dense points name no expert layout
-        if "moe_ep" in p:
-            moe = {"attention_dp_size": p["dp"], "moe_tp_size": p.get("moe_tp", 1),
-                   "moe_ep_size": p["moe_ep"]}
-        r = cli_estimate(p["model"], p["system"], mode=p["mode"], backend_name="sglang",
-                         isl=p["isl"], osl=2, batch_size=p["batch"], tp_size=p["tp"],
-                         gemm_quant_mode=p["gemm"], kvcache_quant_mode=p["kv"], stride=1, **moe)
-        out = {"ms": r.ttft if p["mode"] == "static_ctx" else r.tpot,
-               "version": r.backend_version}
-    except Exception as exc:  # a point outside its data: reported, not fatal
-        out = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
-    print(json.dumps(out), flush=True)  # one line per point: the caller keeps each as it comes
-"""
-
-
 # Runs inside the AIConfigurator venv: AIC's own measured SGLang GEMM latencies (its silicon
 # table, which its estimates are built from) at the rows M of the asked shapes (the nearest shape
 # the table holds), and per system and dtype how many of its shapes take longer at M = 512 than
@@ -220,23 +178,6 @@ GEMM_ROWS = (256, 512, 1024, 2048)
 # compute, takes about as long on both. Printed beside a marked point's GEMMs: where H100's entry
 # alone is out of line, it is the measurement, not the kernel.
 SAME_SILICON = {"h100_sxm": ("h200_sxm",)}
-
-
-def ensure(reference: Reference) -> Path:
-    """The reference venv's python, creating the venv and installing the pinned tool once."""
-    python = reference.venv / "bin" / "python"
-    if not python.exists():
-        print(f"creating {reference.venv} with {reference.requirement} (~850 MB, once)")
-        venv.create(reference.venv, with_pip=True)
-    probe = subprocess.run([python, "-c", f"import {reference.module}"], capture_output=True)
-    if probe.returncode != 0:
-        pip = [str(python), "-m", "pip", "install", "-q", reference.requirement]
-        subprocess.run(pip, check=True)
-    return python
-
-
-def ensure_aic() -> Path:
-    return ensure(AIC)
 
 
 @dataclass(frozen=True)
@@ -350,39 +291,8 @@ def kv_limit(point: Point) -> int:
     return max(0, int(per_rank / (point.tokens + 1)))
 
 
-def query_reference(
-    reference: Reference, python: Path, points: list[Point]
-) -> list[dict[str, object]]:
-    """The reference's answer for each point. Answers depend only on the pinned version and the
-    point, so they are kept in its venv as they come: a rerun after a catalogue edit, or after
-    an interrupted run, asks only for the points it has no answer for."""
-    cache_file = reference.venv / "answers.json"
-    cache: dict[str, dict[str, object]] = {}
-    if cache_file.exists():
-        cache = json.loads(cache_file.read_text())
-    pin = reference.requirement
-    keys = [json.dumps({**q, "ref": pin}, sort_keys=True) for q in _aic_requests(points)]
-    missing = sorted({key: i for i, key in enumerate(keys) if key not in cache}.values())
-    if missing:
-        print(f"asking {reference.name} for {len(missing)} points", file=sys.stderr)
-        answers = _run_reference(reference, python, [points[i] for i in missing])
-        fresh: dict[str, dict[str, object]] = {}
-        for done, (i, answer) in enumerate(zip(missing, answers, strict=True)):
-            fresh[keys[i]] = cache[keys[i]] = answer
-            if done % 10 == 9:
-                _keep(cache_file, fresh)
-        _keep(cache_file, fresh)
-    return [cache[key] for key in keys]
-
-
-def _keep(cache_file: Path, fresh: dict[str, dict[str, object]]) -> None:
-    """Add `fresh` answers to the kept ones (re-read first: another run may have added some)."""
-    kept = json.loads(cache_file.read_text()) if cache_file.exists() else {}
-    cache_file.write_text(json.dumps({**kept, **fresh}))
-
-
 def query_aic(python: Path, points: list[Point]) -> list[dict[str, object]]:
-    return query_reference(AIC, python, points)
+    return query_reference(AIC, python, _aic_requests(points))
 
 
 def _aic_requests(points: list[Point]) -> list[dict[str, object]]:
@@ -404,26 +314,6 @@ def _aic_requests(points: list[Point]) -> list[dict[str, object]]:
                 request["moe_tp"] = p.tp
         out.append(request)
     return out
-
-
-def _run_reference(
-    reference: Reference, python: Path, points: list[Point]
-) -> Iterator[dict[str, object]]:
-    """The reference's answers, one per point, as its worker prints them."""
-    worker = subprocess.Popen(
-        [python, "-c", _AIC_WORKER.replace("MODULE", reference.module)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert worker.stdin is not None and worker.stdout is not None
-    worker.stdin.write(json.dumps(_aic_requests(points)))
-    worker.stdin.close()
-    for line in worker.stdout:
-        if line.startswith("{"):
-            yield json.loads(line)
-    if worker.wait() != 0:
-        raise SystemExit(f"{reference.name} worker failed ({worker.returncode})")
 
 
 def _phase(p: Point) -> str:
@@ -684,7 +574,8 @@ def main() -> None:
     if not args.no_aic:
         points = grid(args.quick, args.only)
         pythons = {ref.name: ensure(ref) for ref in REFERENCES}
-        answers = {ref.name: query_reference(ref, pythons[ref.name], points) for ref in REFERENCES}
+        asked = _aic_requests(points)
+        answers = {ref.name: query_reference(ref, pythons[ref.name], asked) for ref in REFERENCES}
         ok = print_reference_table(points, answers)
         print_gemm_evidence(pythons[AIC.name], points)
         print_prefill_by_length(pythons[AIC.name], points)

@@ -2,16 +2,11 @@
 
 For each case (model, GPU, GPU budget, prompt/answer lengths, TTFT and TPOT targets) each tool
 searches for the layout that serves the most output tokens/s per GPU within the targets: each
-reference with ``cli default --backend sglang`` (its agg vs disagg sweep over its measured SGLang
-kernel data; aisimulate keeps AIConfigurator's CLI API), Plinth with
-``optimize(objective="throughput")``. Every pick is then priced by every model: Plinth's pick by
-both references, each reference's pick by Plinth and by the other reference, so the table shows
-each pick under each model and the ratio that matters: Plinth's pick under a reference's own
-model, over that reference's pick under it (issue 27's done-when: at least 0.9x on the unseen
-dense, long-context and MLA MoE cases). Cases carry their kind (dense short, dense long, MoE,
-MLA MoE, P/D-favoured) and whether they are unseen (never used to tune the optimizer; some use
-models and GPUs bench/calibration.py holds out of its fit); the verdict table at the end gives
-the ratios per case and reference.
+reference with ``cli default --backend sglang``, Plinth with ``optimize(objective="throughput")``.
+Every pick is priced by every model (Plinth's by both references, each reference's by Plinth and
+by the other), and the ratio that matters is Plinth's pick under a reference's own model over
+that reference's pick under it: at least 0.9x on the unseen dense, long-context and MLA MoE
+cases (issue 27). Cases carry their kind and whether they are unseen; a verdict table ends the run.
 
 How a pick crosses over. A pick is an engine configuration: layout (aggregated or P/D), TP per
 side, weight and KV-cache formats, and for P/D the two pools' sizes. AIConfigurator prices an
@@ -38,20 +33,14 @@ all. The Plinth-only cases at the end (EAGLE3, a custom architecture, FP4 KV cac
 what AIConfigurator covers; they print Plinth's figures alone.
 
 What still differs: AIConfigurator's TTFT is its estimate at a full batch, Plinth's a p90 with
-queueing in front of prefill, so the same TTFT is stricter for Plinth; AIConfigurator discounts
-P/D for rate matching and latency corrections, Plinth ranks P/D at a 5% margin
-(``PD_RANKING_MARGIN``). Plinth's figures come from ``runtime/perf`` and shift when it is
-recalibrated.
+queueing in front of prefill; its aggregated TPOT mixes prompt tokens into decode steps, where
+Plinth's prompts stall decode as SGLang's default scheduler does.
 
-Neither reference is a Plinth dependency: the calibration bench's venvs
-(``bench/.venvs/aiconfigurator``, ``bench/.venvs/aisimulate``) are created on first use and
-queried in subprocesses, one fresh process per search (its wall time includes loading its data,
-as the CLI's does). Each answer is kept in the reference's venv (``optimizer_answers.json``,
-keyed by the job and the pinned version): a rerun after a physics change asks the references
-only to price Plinth's new picks. A reference search takes minutes per case on a busy machine.
+The references run in their own venvs (``bench/references.py``), one fresh process per search
+(its wall time includes loading its data, as the CLI's does); answers are kept per job, so a
+rerun after a physics change asks them only to price Plinth's new picks.
 
-    .venv/bin/python bench/optimizer.py              # all cases, both references
-    .venv/bin/python bench/optimizer.py --cases 8,12
+    .venv/bin/python bench/optimizer.py [--cases 8,12]  # both references
     .venv/bin/python bench/optimizer.py --only-aic   # AIConfigurator alone
     .venv/bin/python bench/optimizer.py --no-aic     # Plinth's side only
 """
@@ -59,9 +48,7 @@ only to price Plinth's new picks. A reference search takes minutes per case on a
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -71,15 +58,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.calibration import (  # noqa: E402
-    AIC,
-    AIC_MODELS,
-    AIC_SYSTEMS,
-    MLA_MODELS,
-    REFERENCES,
-    Reference,
-    ensure,
-)
+from bench.calibration import AIC_MODELS, AIC_SYSTEMS, MLA_MODELS  # noqa: E402
+from bench.references import AIC, REFERENCES, Tool, ask, ensure  # noqa: E402
 from runtime import optimize as opt  # noqa: E402
 from runtime.spec import Architecture  # noqa: E402
 
@@ -165,95 +145,6 @@ CASES = [
          "P/D", unseen=True),
 ]
 # fmt: on
-
-# Runs inside the AIConfigurator venv: one job (JSON on stdin), one JSON answer on stdout.
-_AIC_WORKER = r"""
-import json, logging, sys, time, warnings
-started = time.perf_counter()
-logging.disable(logging.CRITICAL)
-warnings.filterwarnings("ignore")
-from MODULE import cli_default, cli_estimate, cli_exp
-job = json.load(sys.stdin)
-KEEP = ("tokens/s/gpu", "ttft", "tpot", "bs", "tp", "dp", "moe_tp", "moe_ep", "gemm", "kvcache",
-        "(p)tp", "(p)dp", "(p)workers", "(p)bs", "(p)gemm", "(p)kvcache", "(d)tp", "(d)dp",
-        "(d)workers", "(d)bs", "(d)gemm", "(d)kvcache", "num_total_gpus", "(p)moe_tp",
-        "(p)moe_ep", "(d)moe_tp", "(d)moe_ep")
-def rows(result):
-    out = {}
-    for name, frame in result.best_configs.items():
-        if frame is not None and len(frame):
-            row = frame.iloc[0].to_dict()
-            out[name] = {k: (v.item() if hasattr(v, "item") else v)
-                         for k, v in row.items() if k in KEEP}
-    return out
-answer = {"import_s": time.perf_counter() - started}
-t0 = time.perf_counter()
-try:
-    if job["op"] == "search":
-        r = cli_default(job["model"], job["gpus"], job["system"], backend="sglang",
-                        isl=job["isl"], osl=job["osl"], ttft=job["ttft"], tpot=job["tpot"],
-                        top_n=1)
-        answer.update(chosen=r.chosen_exp, picks=rows(r))
-    elif job["op"] == "disagg":
-        # These exact pools; the decode batch is the one free knob (TPOT grows with it).
-        best = None
-        for batch in (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512):
-            try:
-                r = cli_estimate(job["model"], job["system"], mode="disagg",
-                                 backend_name="sglang", isl=job["isl"], osl=job["osl"],
-                                 decode_batch_size=batch, prefill_batch_size=1, **job["pools"])
-            except Exception as exc:  # past the KV memory: the batch before was the last
-                answer["stopped"] = f"batch {batch}: {type(exc).__name__}"
-                break
-            if r.tpot > job["tpot"]:
-                break
-            if r.ttft <= job["ttft"] and (best is None or r.tokens_per_second_per_gpu > best):
-                best = r.tokens_per_second_per_gpu
-        answer["picks"] = {} if best is None else {"pin": {"tokens/s/gpu": best}}
-    else:
-        r = cli_exp(config={"pin": job["config"]}, top_n=1)
-        answer.update(picks=rows(r))
-except Exception as exc:
-    answer["error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
-answer["search_s"] = time.perf_counter() - t0
-print(json.dumps(answer))
-"""
-
-
-@dataclass(frozen=True)
-class Tool:
-    """A reference with its venv's python: answers are kept per job in its venv (they depend
-    only on the pinned version and the job), so a rerun after a physics change asks only for
-    Plinth's new picks; a kept answer's search seconds are those of the run that asked it."""
-
-    reference: Reference
-    python: Path
-
-    @property
-    def name(self) -> str:
-        return self.reference.name
-
-
-def ask(tool: Tool, job: dict[str, Any]) -> dict[str, Any]:
-    cache_file = tool.reference.venv / "optimizer_answers.json"
-    cache: dict[str, dict[str, Any]] = {}
-    if cache_file.exists():
-        cache = json.loads(cache_file.read_text())
-    key = json.dumps({**job, "ref": tool.reference.requirement}, sort_keys=True)
-    if key in cache:
-        return cache[key]
-    worker = _AIC_WORKER.replace("MODULE", tool.reference.module)
-    done = subprocess.run(
-        [tool.python, "-c", worker], input=json.dumps(job), capture_output=True, text=True
-    )
-    if done.returncode != 0 or not done.stdout.strip():
-        return {"error": (done.stderr.strip().splitlines() or ["no answer"])[-1][:160]}
-    answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    if "error" not in answer:
-        cache = json.loads(cache_file.read_text()) if cache_file.exists() else {}
-        cache[key] = answer
-        cache_file.write_text(json.dumps(cache))
-    return answer
 
 
 # ---- picks in both vocabularies ----------------------------------------------------------------

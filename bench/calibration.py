@@ -1,10 +1,21 @@
-"""Calibration side by side: runtime/perf step times next to AIConfigurator, and published figures.
+"""Calibration side by side: runtime/perf step times next to two references, and published figures.
 
 Part 1 compares the model's decode step and prefill times with NVIDIA AIConfigurator 0.12.0's
-SGLang estimates (built from its measured per-kernel silicon data) over a grid of model x GPU x
-TP x GEMM dtype x batch x context. AIConfigurator is a ~850 MB tool, never a Plinth dependency:
-the bench creates its own venv (``bench/.venvs/aiconfigurator``, git-ignored) on first use and
-queries it in a subprocess. Targets: every decode step within 10%, every prefill within 15%.
+SGLang estimates and with its successor aisimulate 0.13's (both built from measured per-kernel
+silicon data), side by side in one table, over a grid of model x GPU x TP x GEMM dtype x KV dtype
+x batch (up to the KV limit) x context: dense GQA models at TP 1-8, and MoE models with attention
+data parallelism and both expert layouts, MLA (DeepSeek-V3) included. Each configuration is
+either a `fit` row (the catalogue's constants were chosen on these) or `held-out` (another
+model or GPU, never looked at while fitting); the summary gives the error of each set apart.
+Targets: every decode step within 10%, every prefill within 15%, of each reference. Points where
+the two references disagree with each other by more than those margins are named in a list of
+their own (no physics can sit within both).
+
+Both tools are large (~850 MB each), never Plinth dependencies: the bench creates a venv per
+reference (``bench/.venvs/aiconfigurator``, ``bench/.venvs/aisimulate``, git-ignored) on first
+use and queries each in a subprocess. aisimulate 0.13.0 itself is a placeholder on PyPI that
+fetches its wheel from pypi.nvidia.com; the bench pins the last 0.13.0 pre-release wheel
+published on PyPI itself (``AIS_VERSION``, the day before 0.13.0's release).
 Points where AIC's own measured GEMMs are not monotone in the rows (``AIC_ANOMALIES``) are marked,
 and the bench prints those GEMMs from AIC's silicon table beside BF16's, in the same run.
 
@@ -15,6 +26,7 @@ model, so the algorithms can be seen to differ.
 
     .venv/bin/python bench/calibration.py            # full grid
     .venv/bin/python bench/calibration.py --quick    # a few points per model
+    .venv/bin/python bench/calibration.py --only deepseek-v3   # configurations of one model
 """
 
 from __future__ import annotations
@@ -23,13 +35,18 @@ import argparse
 import json
 import subprocess
 import sys
-import venv
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.references import (  # noqa: E402
+    AIC,
+    REFERENCES,
+    ensure,
+    query_reference,
+)
 from runtime.catalog import get_gpu, get_model  # noqa: E402
 from runtime.catalog.perf import PublishedFigure, perf_catalog  # noqa: E402
 from runtime.perf.hardware import ModelShape, lookup_model, resolve_gpu  # noqa: E402
@@ -37,56 +54,82 @@ from runtime.perf.quant import bytes_per_param, kv_dtype_bytes  # noqa: E402
 from runtime.perf.spec import SpecConfig, resolve_spec  # noqa: E402
 from runtime.perf.step import EngineShape, StepModel, StepWork  # noqa: E402
 
-AIC_VERSION = "0.12.0"
-AIC_VENV = REPO / "bench" / ".venvs" / "aiconfigurator"
 DECODE_TARGET, PREFILL_TARGET, PUBLISHED_TARGET = 0.10, 0.15, 0.20
 
-# Catalogue model -> AIConfigurator's model path; GPU -> its system name.
+# Catalogue model -> the references' model path; GPU -> their system name.
 AIC_MODELS = {
     "llama-3.1-8b": "meta-llama/Meta-Llama-3.1-8B",
     "llama-3.1-70b": "meta-llama/Meta-Llama-3.1-70B",
     "qwen3-8b": "Qwen/Qwen3-8B",
     "qwen3-32b": "Qwen/Qwen3-32B",
     "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
+    "deepseek-v3": "deepseek-ai/DeepSeek-V3",
 }
 AIC_SYSTEMS = {"H100-SXM": "h100_sxm", "H200": "h200_sxm", "B200": "b200_sxm"}
 AIC_GEMM = {None: None, "fp8": "fp8_block"}  # SGLang's FP8 checkpoints are block-scaled
 
-# (model, gpu, tp): the supported grid (AIConfigurator has SGLang data for these systems).
+
+@dataclass(frozen=True)
+class Config:
+    """One (model, GPU, TP) of the grid; `fit`: the catalogue was fitted on it, else held out."""
+
+    model: str
+    gpu: str
+    tp: int
+    fit: bool = True
+    batches: tuple[int, ...] = ()  # decode batches beyond BATCHES (up to the KV limit)
+
+
+# Dense GQA configurations. Held out: models and GPUs the constants were never fitted on.
 CONFIGS = [
-    ("llama-3.1-8b", "H100-SXM", 1),
-    ("llama-3.1-8b", "H100-SXM", 2),
-    ("llama-3.1-8b", "H200", 1),
-    ("qwen3-8b", "H100-SXM", 1),
-    ("qwen3-32b", "H200", 1),
-    ("qwen3-32b", "H200", 2),
-    ("llama-3.1-70b", "H100-SXM", 4),
-    ("llama-3.1-70b", "H200", 2),
-    ("llama-3.1-8b", "B200", 1),
-    ("qwen3-32b", "B200", 1),
-    ("llama-3.1-70b", "B200", 2),
+    Config("llama-3.1-8b", "H100-SXM", 1, batches=(256, 512)),
+    Config("llama-3.1-8b", "H100-SXM", 2),
+    Config("llama-3.1-8b", "H200", 1, batches=(256, 512)),
+    Config("llama-3.1-8b", "H200", 8, batches=(512,)),
+    Config("qwen3-32b", "H200", 1, batches=(256,)),
+    Config("qwen3-32b", "H200", 2),
+    Config("llama-3.1-70b", "H100-SXM", 4, batches=(256,)),
+    Config("llama-3.1-70b", "H200", 2),
+    Config("llama-3.1-8b", "B200", 1, batches=(256, 512)),
+    Config("qwen3-32b", "B200", 1),
+    Config("qwen3-8b", "H100-SXM", 1, fit=False, batches=(256, 512)),
+    Config("qwen3-8b", "H200", 4, fit=False, batches=(256,)),
+    Config("qwen3-32b", "H100-SXM", 4, fit=False, batches=(256,)),
+    Config("llama-3.1-70b", "B200", 2, fit=False, batches=(256,)),
+    Config("llama-3.1-70b", "H200", 8, fit=False, batches=(256, 512)),
 ]
-# MoE rows, BF16 decode at 1024 tokens of context: (model, gpu, TP GPUs, attention DP, batches per
-# attention rank, whole experts per GPU: EP = TP, else every expert sliced over the TP GPUs).
-# Their own target (MOE_TARGET): one fused-MoE row per generation fits AIC's measured grouped
-# GEMMs only so closely (runtime/catalog/perf.yaml `moe`).
+# MoE rows at 1024 tokens of context: (model, gpu, TP GPUs, attention DP, batches per attention
+# rank, whole experts per GPU: EP = TP, else every expert sliced over the TP GPUs, fit).
+# Their own target (MOE_TARGET) for Qwen3's GQA MoE: one fused-MoE row per generation fits AIC's
+# measured grouped GEMMs only so closely (runtime/catalog/perf.yaml `moe`). DeepSeek-V3 (MLA,
+# FP8 block-scaled checkpoint) runs BF16 and FP8 KV caches and is judged at the decode target.
 MOE_CONFIGS = [
-    ("qwen3-235b-a22b", "H200", 4, 1, (8, 32, 128), True),
-    ("qwen3-235b-a22b", "H200", 8, 1, (8, 32, 128, 512), True),
-    ("qwen3-235b-a22b", "H200", 8, 8, (8, 64, 128, 512, 1024), True),
-    ("qwen3-235b-a22b", "H200", 4, 4, (128,), True),
-    ("qwen3-235b-a22b", "H200", 8, 4, (128,), True),
+    ("qwen3-235b-a22b", "H200", 4, 1, (8, 32, 128), True, True),
+    ("qwen3-235b-a22b", "H200", 8, 1, (8, 32, 128, 512), True, True),
+    ("qwen3-235b-a22b", "H200", 8, 8, (8, 64, 128, 512, 1024), True, True),
+    ("qwen3-235b-a22b", "H200", 4, 4, (128,), True, True),
+    ("qwen3-235b-a22b", "H200", 8, 4, (128,), True, True),
     # Experts sliced over the TP GPUs (SGLang without --ep-size; AIC moe_tp = TP, moe_ep 1).
-    ("qwen3-235b-a22b", "H200", 4, 1, (8, 32, 128), False),
-    ("qwen3-235b-a22b", "H200", 8, 1, (8, 128, 512), False),
-    ("qwen3-235b-a22b", "H200", 8, 8, (8, 40, 128, 512), False),
-    ("qwen3-235b-a22b", "H200", 4, 4, (128,), False),
+    ("qwen3-235b-a22b", "H200", 4, 1, (8, 32, 128), False, True),
+    ("qwen3-235b-a22b", "H200", 8, 1, (8, 128, 512), False, True),
+    ("qwen3-235b-a22b", "H200", 8, 8, (8, 40, 128, 512), False, True),
+    ("qwen3-235b-a22b", "H200", 4, 4, (128,), False, True),
+    # MLA MoE: DeepSeek-V3 on one 8-GPU node, attention DP8 or TP8, both expert layouts.
+    ("deepseek-v3", "H200", 8, 8, (1, 8, 32, 128, 256), True, True),
+    ("deepseek-v3", "H200", 8, 1, (1, 8, 32, 128, 512), True, True),
+    ("deepseek-v3", "H200", 8, 1, (8, 32, 128), False, True),
+    ("deepseek-v3", "H200", 8, 8, (8, 64, 128), False, False),
+    ("deepseek-v3", "H200", 8, 4, (16, 64, 256), True, False),
+    ("deepseek-v3", "B200", 8, 8, (8, 64, 256), True, False),
+    ("deepseek-v3", "B200", 8, 1, (8, 64, 256), True, False),
 ]
+MLA_MODELS = ("deepseek-v3",)
 MOE_TARGET = 0.25
+MLA_KV = ("auto", "fp8_e4m3")  # an MLA model's latent cache: BF16, and FP8 (SGLang's common choice)
 # (GEMM quantization, KV-cache dtype): BF16; FP8 weights with BF16 KV (SGLang's default); both FP8.
 DTYPES = ((None, "auto"), ("fp8", "auto"), ("fp8", "fp8_e4m3"))
 AIC_KV = {"auto": "bfloat16", "fp8_e4m3": "fp8"}
-BATCHES = (1, 8, 32, 128)
+BATCHES = (1, 32, 128)
 CONTEXTS = (1024, 4096)
 PREFILLS = (512, 2048, 8192)
 # Points where AIConfigurator's own measured data is not monotone in the tokens, so no physics
@@ -95,29 +138,6 @@ PREFILLS = (512, 2048, 8192)
 AIC_ANOMALIES: dict[tuple[str, str | None, str, int], str] = {
     ("H100-SXM", "fp8", "prefill", 512): "h100_sxm fp8_block GEMMs at M=512 no faster than M=2048",
 }
-
-# Runs inside the AIConfigurator venv: reads a JSON list of points, prints a JSON list of ms.
-_AIC_WORKER = r"""
-import json, logging, sys
-logging.disable(logging.CRITICAL)
-from aiconfigurator.cli.api import cli_estimate
-out = []
-for p in json.load(sys.stdin):
-    try:
-        moe = {}  # dense points name no expert layout
-        if "moe_ep" in p:
-            moe = {"attention_dp_size": p["dp"], "moe_tp_size": p.get("moe_tp", 1),
-                   "moe_ep_size": p["moe_ep"]}
-        r = cli_estimate(p["model"], p["system"], mode=p["mode"], backend_name="sglang",
-                         isl=p["isl"], osl=2, batch_size=p["batch"], tp_size=p["tp"],
-                         gemm_quant_mode=p["gemm"], kvcache_quant_mode=p["kv"], stride=1, **moe)
-        out.append({"ms": r.ttft if p["mode"] == "static_ctx" else r.tpot,
-                    "version": r.backend_version})
-    except Exception as exc:  # a point outside its data: reported, not fatal
-        out.append({"error": f"{type(exc).__name__}: {str(exc)[:120]}"})
-print(json.dumps(out))
-"""
-
 
 # Runs inside the AIConfigurator venv: AIC's own measured SGLang GEMM latencies (its silicon
 # table, which its estimates are built from) at the rows M of the asked shapes (the nearest shape
@@ -160,19 +180,6 @@ GEMM_ROWS = (256, 512, 1024, 2048)
 SAME_SILICON = {"h100_sxm": ("h200_sxm",)}
 
 
-def ensure_aic() -> Path:
-    """The venv's python, creating the venv and installing the pinned AIConfigurator once."""
-    python = AIC_VENV / "bin" / "python"
-    if not python.exists():
-        print(f"creating {AIC_VENV} with aiconfigurator=={AIC_VERSION} (~850 MB, once)")
-        venv.create(AIC_VENV, with_pip=True)
-    probe = subprocess.run([python, "-c", "import aiconfigurator"], capture_output=True)
-    if probe.returncode != 0:
-        pip = [str(python), "-m", "pip", "install", "-q", f"aiconfigurator=={AIC_VERSION}"]
-        subprocess.run(pip, check=True)
-    return python
-
-
 @dataclass(frozen=True)
 class Point:
     model: str
@@ -186,6 +193,7 @@ class Point:
     attn_dp: int = 1  # MoE rows: attention-DP ranks in the TP group; `batch` is per rank
     moe: bool = False
     ep: int = 1  # MoE rows: expert parallelism (TP, or 1: experts sliced over the TP GPUs)
+    fit: bool = True  # the catalogue's constants were fitted on this configuration
 
 
 def step_model(
@@ -225,42 +233,66 @@ def model_ms(point: Point) -> float:
                          attn_dp=point.attn_dp, ep=point.ep)  # fmt: skip
     if point.mode == "decode":
         return physics.decode_step_seconds(point.batch * point.attn_dp, point.tokens) * 1e3
-    return physics.prefill_seconds(point.tokens, point.batch) * 1e3
+    return physics.prefill_seconds(point.tokens, point.batch * point.attn_dp) * 1e3
 
 
-def grid(quick: bool) -> list[Point]:
+def grid(quick: bool, only: str | None = None) -> list[Point]:
+    points = [p for p in _dense_grid(quick) + _moe_grid(quick) if p.batch <= kv_limit(p)]
+    return [p for p in points if only is None or p.model == only]
+
+
+def _dense_grid(quick: bool) -> list[Point]:
     points: list[Point] = []
-    for model, gpu, tp in CONFIGS:
-        for quant, kv in DTYPES:
-            for batch in (1, 32) if quick else BATCHES:
-                for context in (1024,) if quick else CONTEXTS:
-                    points.append(Point(model, gpu, tp, quant, kv, "decode", batch, context))
+    for c in CONFIGS:
+        for quant, kv in DTYPES if c.fit else DTYPES[:2]:
+            batches = (1, 32) if quick else (*BATCHES, *c.batches)
+            for batch in batches:
+                # Long contexts with the model's own formats (the KV read grows with both).
+                contexts = CONTEXTS if quant is None and not quick else CONTEXTS[:1]
+                for context in contexts:
+                    points.append(
+                        Point(c.model, c.gpu, c.tp, quant, kv, "decode", batch, context, fit=c.fit)
+                    )
             if kv != "auto":
                 continue  # AIConfigurator has no SGLang context-attention data for an FP8 cache
-            for tokens in (2048,) if quick else PREFILLS:
-                points.append(Point(model, gpu, tp, quant, kv, "prefill", 1, tokens))
-    for model, gpu, tp, dp, batches, whole in MOE_CONFIGS:
-        ep = tp if whole else 1
-        for batch in batches[:2] if quick else batches:
-            points.append(Point(model, gpu, tp, None, "auto", "decode", batch, 1024, dp, True, ep))
+            for tokens in (2048,) if quick else PREFILLS[0 if c.fit else 1 :]:
+                points.append(
+                    Point(c.model, c.gpu, c.tp, quant, kv, "prefill", 1, tokens, fit=c.fit)
+                )
     return points
 
 
+def _moe_grid(quick: bool) -> list[Point]:
+    points: list[Point] = []
+    for model, gpu, tp, dp, batches, whole, fit in MOE_CONFIGS:
+        ep = tp if whole else 1
+        mla = model in MLA_MODELS
+        quant = "fp8" if mla else None  # DeepSeek-V3 ships block-scaled FP8
+        for kv in MLA_KV if mla else ("auto",):
+            for batch in batches[:2] if quick else batches:
+                points.append(
+                    Point(model, gpu, tp, quant, kv, "decode", batch, 1024, dp, True, ep, fit)
+                )
+        if mla and not quick:  # prefill: attention DP ranks prefill a prompt each
+            for tokens in (1024, 4096):
+                points.append(Point(model, gpu, tp, quant, "auto", "prefill", 1, tokens, dp, True,
+                                    ep, fit))  # fmt: skip
+    return points
+
+
+def kv_limit(point: Point) -> int:
+    """The most sequences of `point.tokens` an attention rank's KV pool holds: 90% of the GPU's
+    memory less its weights (SGLang's default static share is near that), over the KV bytes."""
+    physics = step_model(point.model, point.gpu, point.tp, point.quant, point.kv,
+                         attn_dp=point.attn_dp, ep=point.ep)  # fmt: skip
+    weights = (physics.engine.weight_bytes or 0.0) / point.tp
+    free = physics.gpu.memory_gib * 2**30 * 0.9 - weights
+    per_rank = free / physics.kv_bytes_per_token  # each GPU holds its share of a token's KV
+    return max(0, int(per_rank / (point.tokens + 1)))
+
+
 def query_aic(python: Path, points: list[Point]) -> list[dict[str, object]]:
-    """AIConfigurator's answer for each point. Answers depend only on the pinned version and the
-    point, so they are kept in the venv: a rerun after a catalogue edit asks only for new points."""
-    cache_file = AIC_VENV / "answers.json"
-    cache: dict[str, dict[str, object]] = {}
-    if cache_file.exists():
-        cache = json.loads(cache_file.read_text())
-    keys = [json.dumps({**q, "aic": AIC_VERSION}, sort_keys=True) for q in _aic_requests(points)]
-    missing = [i for i, key in enumerate(keys) if key not in cache]
-    if missing:
-        fresh = _run_aic(python, [points[i] for i in missing])
-        for i, answer in zip(missing, fresh, strict=True):
-            cache[keys[i]] = answer
-        cache_file.write_text(json.dumps(cache))
-    return [cache[key] for key in keys]
+    return query_reference(AIC, python, _aic_requests(points))
 
 
 def _aic_requests(points: list[Point]) -> list[dict[str, object]]:
@@ -272,7 +304,7 @@ def _aic_requests(points: list[Point]) -> list[dict[str, object]]:
             "mode": "static_gen" if p.mode == "decode" else "static_ctx",
             "isl": p.tokens,
             "batch": p.batch,
-            "tp": p.tp // p.attn_dp,  # AIConfigurator's tp is the attention rank's
+            "tp": p.tp // p.attn_dp,  # the references' tp is the attention rank's
             "gemm": AIC_GEMM[p.quant],
             "kv": AIC_KV[p.kv],
         }
@@ -284,66 +316,101 @@ def _aic_requests(points: list[Point]) -> list[dict[str, object]]:
     return out
 
 
-def _run_aic(python: Path, points: list[Point]) -> list[dict[str, object]]:
-    request = _aic_requests(points)
-    done = subprocess.run(
-        [python, "-c", _AIC_WORKER],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        check=True,
+def _phase(p: Point) -> str:
+    """The summary's phase: dense decode/prefill, Qwen-style MoE decode, MLA MoE decode."""
+    if p.mode == "prefill":
+        return "prefill"
+    if p.model in MLA_MODELS:
+        return "mla"
+    return "moe" if p.moe else "decode"
+
+
+def _target(phase: str) -> float:
+    return {"decode": DECODE_TARGET, "mla": DECODE_TARGET, "moe": MOE_TARGET}.get(
+        phase, PREFILL_TARGET
     )
-    result: list[dict[str, object]] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
 
 
-def print_aic_table(points: list[Point], answers: list[dict[str, object]]) -> bool:
-    print("\n== runtime/perf vs AIConfigurator 0.12.0 (SGLang silicon data) ==")
-    header = f"{'model':<14}{'gpu':<9}{'tp':>3} {'w/kv':<10}{'phase':<8}{'batch':>6}"
-    print(header + f"{'tokens':>7}{'AIC ms':>10}{'model ms':>10}{'diff':>8}")
-    diffs: dict[tuple[str, str], list[float]] = {}
-    anomalies: dict[tuple[str, str], list[float]] = {}
-    versions = set()
-    for p, answer in zip(points, answers, strict=True):
-        ours = model_ms(p)
-        dtype = f"{p.quant or 'bf16'}/{'fp8' if p.kv != 'auto' else 'bf16'}"
-        tp = f"{p.tp}/{p.attn_dp}" if p.attn_dp > 1 else str(p.tp)
-        model = f"qwen3-235b {'EP' if p.ep > 1 else 'TP'}" if p.moe else p.model
-        row = f"{model:<14}{p.gpu:<9}{tp:>3} {dtype:<10}{p.mode:<8}{p.batch:>6}"
-        if "error" in answer:
-            print(row + f"{p.tokens:>7}  n/a ({answer['error']})")
-            continue
-        theirs = float(answer["ms"])  # type: ignore[arg-type]
-        versions.add(str(answer.get("version")))
-        diff = ours / theirs - 1
-        diffs.setdefault((p.gpu, "moe" if p.moe else p.mode), []).append(diff)
+def _label(p: Point) -> str:
+    dtype = f"{p.quant or 'bf16'}/{'fp8' if p.kv != 'auto' else 'bf16'}"
+    tp = f"{p.tp}/{p.attn_dp}" if p.attn_dp > 1 else str(p.tp)
+    model = p.model
+    if p.moe:
+        short = "dsv3" if p.model in MLA_MODELS else "qwen3-235b"
+        model = f"{short} {'EP' if p.ep > 1 else 'TP'}"
+    return f"{model:<14}{p.gpu:<9}{tp:>4} {dtype:<10}{p.mode:<8}{p.batch:>6}{p.tokens:>7}"
+
+
+def print_reference_table(points: list[Point], answers: dict[str, list[dict[str, object]]]) -> bool:
+    """Both references side by side at every point, the model's difference from each, and a
+    mark where the references disagree with each other by more than the phase's target."""
+    names = list(answers)
+    print(f"\n== runtime/perf vs {' and '.join(names)} (SGLang silicon data) ==")
+    head = f"{'model':<14}{'gpu':<9}{'tp':>4} {'w/kv':<10}{'phase':<8}{'batch':>6}{'tokens':>7}"
+    head += f"{'set':>5}" + "".join(f"{n + ' ms':>11}" for n in names)
+    print(head + f"{'model ms':>10}" + "".join(f"{'vs ' + n.split()[0]:>8}" for n in names))
+    diffs: dict[tuple[str, str, str, str], list[float]] = {}
+    anomalies: dict[tuple[str, str, str, str], list[float]] = {}
+    disagreements: list[str] = []
+    versions: dict[str, set[str]] = {n: set() for n in names}
+    for i, p in enumerate(points):
+        ours, phase, held = model_ms(p), _phase(p), "fit" if p.fit else "held"
+        theirs: dict[str, float] = {}
+        for name in names:
+            answer = answers[name][i]
+            if "error" not in answer:
+                theirs[name] = float(str(answer["ms"]))
+                versions[name].add(str(answer.get("version")))
+        cells = "".join(f"{theirs[n]:>11.2f}" if n in theirs else f"{'n/a':>11}" for n in names)
+        rel = "".join(
+            f"{ours / theirs[n] - 1:>+8.1%}" if n in theirs else f"{'':>8}" for n in names
+        )
         why = AIC_ANOMALIES.get((p.gpu, p.quant, p.mode, p.tokens))
-        if why:
-            anomalies.setdefault((p.gpu, p.mode), []).append(diff)
-        mark = f"  * {why}" if why else ""
-        print(row + f"{p.tokens:>7}{theirs:>10.2f}{ours:>10.2f}{diff:>+8.1%}{mark}")
-    print(f"AIC SGLang data version(s): {', '.join(sorted(versions))}")
-    return print_summary(diffs, anomalies)
+        marks = [f"* {why}"] if why else []
+        if len(theirs) == 2:
+            first, second = theirs.values()
+            gap = first / second - 1
+            if abs(gap) > _target(phase):
+                marks.append(f"references differ {gap:+.0%}")
+                disagreements.append(f"{_label(p)}  {names[0]}/{names[1]} {gap:+.1%}")
+        for name, value in theirs.items():
+            key = (name, held, p.gpu, phase)
+            diffs.setdefault(key, []).append(ours / value - 1)
+            if why:
+                anomalies.setdefault(key, []).append(ours / value - 1)
+        errors = [str(answers[n][i]["error"])[:60] for n in names if n not in theirs]
+        tail = "  " + "; ".join(marks + errors) if marks or errors else ""
+        print(f"{_label(p)}{held:>5}{cells}{ours:>10.2f}{rel}{tail}")
+    for name, found in versions.items():
+        print(f"{name} SGLang data version(s): {', '.join(sorted(found))}")
+    ok = print_summary(diffs, anomalies)
+    print(f"\n== points where the references disagree beyond the target ({len(disagreements)}) ==")
+    for line in disagreements:
+        print(line)
+    return ok
 
 
 def print_summary(
-    diffs: dict[tuple[str, str], list[float]], anomalies: dict[tuple[str, str], list[float]]
+    diffs: dict[tuple[str, str, str, str], list[float]],
+    anomalies: dict[tuple[str, str, str, str], list[float]],
 ) -> bool:
-    """Per GPU and phase: points within target, median and worst absolute difference; the last
-    column counts the misses among the marked AIConfigurator anomalies."""
-    print(f"\n{'gpu':<10}{'phase':<9}{'within':>9}{'median':>9}{'worst':>9}  target  anomalies")
+    """Per reference, fit/held-out set, GPU and phase: points within target, median and worst
+    absolute difference; the last column counts the misses among the marked AIC anomalies."""
+    print(f"\n{'reference':<10}{'set':<6}{'gpu':<10}{'phase':<9}{'within':>9}{'median':>9}"
+          f"{'worst':>9}  target  anomalies")  # fmt: skip
     ok = True
-    for (gpu, mode), values in sorted(diffs.items()):
-        target = {"decode": DECODE_TARGET, "moe": MOE_TARGET}.get(mode, PREFILL_TARGET)
+    for (name, held, gpu, phase), values in sorted(diffs.items()):
+        target = _target(phase)
         errors = sorted(abs(d) for d in values)
         within = sum(e <= target for e in errors)
         median = errors[len(errors) // 2]
-        ok = ok and within == len(errors)
-        marked = sum(abs(d) > target for d in anomalies.get((gpu, mode), []))
-        line = f"{gpu:<10}{mode:<9}{f'{within}/{len(errors)}':>9}{median:>9.1%}{errors[-1]:>9.1%}"
-        print(line + f"  {target:>6.0%}  {f'{marked} missed' if marked else ''}")
-    print(f"targets (decode {DECODE_TARGET:.0%}, prefill {PREFILL_TARGET:.0%}, MoE decode "
-          f"{MOE_TARGET:.0%}; 'moe' rows: TP/attention DP, batch per rank): "
+        marked = sum(abs(d) > target for d in anomalies.get((name, held, gpu, phase), []))
+        ok = ok and within + marked == len(errors)
+        cells = f"{f'{within}/{len(errors)}':>9}{median:>9.1%}{errors[-1]:>9.1%}"
+        print(f"{name:<10}{held:<6}{gpu:<10}{phase:<9}{cells}  {target:>6.0%}  "
+              f"{f'{marked} missed' if marked else ''}")  # fmt: skip
+    print(f"targets (decode and MLA decode {DECODE_TARGET:.0%}, prefill {PREFILL_TARGET:.0%}, "
+          f"Qwen MoE decode {MOE_TARGET:.0%}; MoE rows: TP/attention DP, batch per rank): "
           f"{'met' if ok else 'NOT met'}")  # fmt: skip
     return ok
 
@@ -496,18 +563,22 @@ def print_algorithms() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few points per configuration")
-    parser.add_argument("--no-aic", action="store_true", help="skip AIConfigurator (part 2 only)")
+    parser.add_argument("--no-aic", action="store_true", help="skip the references (part 2 only)")
+    parser.add_argument("--only", help="the configurations of one catalogue model")
     args = parser.parse_args()
-    for name in {m for m, _, _ in CONFIGS}:
+    for name in {c.model for c in CONFIGS}:
         assert get_model(name) is not None, name
     for gpu in AIC_SYSTEMS:
         get_gpu(gpu)
     ok = True
     if not args.no_aic:
-        points, python = grid(args.quick), ensure_aic()
-        ok = print_aic_table(points, query_aic(python, points))
-        print_gemm_evidence(python, points)
-        print_prefill_by_length(python, points)
+        points = grid(args.quick, args.only)
+        pythons = {ref.name: ensure(ref) for ref in REFERENCES}
+        asked = _aic_requests(points)
+        answers = {ref.name: query_reference(ref, pythons[ref.name], asked) for ref in REFERENCES}
+        ok = print_reference_table(points, answers)
+        print_gemm_evidence(pythons[AIC.name], points)
+        print_prefill_by_length(pythons[AIC.name], points)
     ok = print_published_table() and ok
     print_algorithms()
     sys.exit(0 if ok else 1)

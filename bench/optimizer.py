@@ -1,13 +1,12 @@
-"""Plinth's optimizer next to NVIDIA AIConfigurator 0.12, on the same inputs (issue 16 item 4).
+"""Plinth's optimizer next to NVIDIA AIConfigurator 0.12 and aisimulate 0.13, on the same inputs.
 
-For each case (model, GPU, GPU budget, prompt/answer lengths, TTFT and TPOT targets) both tools
-search for the layout that serves the most output tokens/s per GPU within the targets:
-AIConfigurator with ``cli default --backend sglang`` (its agg vs disagg sweep over its measured
-SGLang kernel data), Plinth with ``optimize(objective="throughput")``. Each pick is then priced
-by the *other* tool's model too, so the table shows four figures per case and the ratio that
-matters: Plinth's pick under AIConfigurator's own model, over AIConfigurator's pick under it.
-Target: at least 0.9x wherever both cover the case, found in under 2 s against AIConfigurator's
-tens of seconds.
+For each case (model, GPU, GPU budget, prompt/answer lengths, TTFT and TPOT targets) each tool
+searches for the layout that serves the most output tokens/s per GPU within the targets: each
+reference with ``cli default --backend sglang``, Plinth with ``optimize(objective="throughput")``.
+Every pick is priced by every model (Plinth's by both references, each reference's by Plinth and
+by the other), and the ratio that matters is Plinth's pick under a reference's own model over
+that reference's pick under it: at least 0.9x on the unseen dense, long-context and MLA MoE
+cases (issue 27). Cases carry their kind and whether they are unseen; a verdict table ends the run.
 
 How a pick crosses over. A pick is an engine configuration: layout (aggregated or P/D), TP per
 side, weight and KV-cache formats, and for P/D the two pools' sizes. AIConfigurator prices an
@@ -34,41 +33,38 @@ all. The Plinth-only cases at the end (EAGLE3, a custom architecture, FP4 KV cac
 what AIConfigurator covers; they print Plinth's figures alone.
 
 What still differs: AIConfigurator's TTFT is its estimate at a full batch, Plinth's a p90 with
-queueing in front of prefill, so the same TTFT is stricter for Plinth; AIConfigurator discounts
-P/D for rate matching and latency corrections, Plinth ranks P/D at a 5% margin
-(``PD_RANKING_MARGIN``). Plinth's figures come from ``runtime/perf`` and shift when it is
-recalibrated.
+queueing in front of prefill; its aggregated TPOT mixes prompt tokens into decode steps, where
+Plinth's prompts stall decode as SGLang's default scheduler does.
 
-AIConfigurator is never a Plinth dependency: the calibration bench's venv
-(``bench/.venvs/aiconfigurator``) is created on first use and queried in subprocesses, one
-fresh process per search (its wall time includes loading its data, as the CLI's does).
+The references run in their own venvs (``bench/references.py``), one fresh process per search
+(its wall time includes loading its data, as the CLI's does); answers are kept per job, so a
+rerun after a physics change asks them only to price Plinth's new picks.
 
-    .venv/bin/python bench/optimizer.py            # all cases (~15 minutes on 2 busy cores)
-    .venv/bin/python bench/optimizer.py --cases 1,3
-    .venv/bin/python bench/optimizer.py --no-aic   # Plinth's side only
+    .venv/bin/python bench/optimizer.py [--cases 8,12]  # both references
+    .venv/bin/python bench/optimizer.py --only-aic   # AIConfigurator alone
+    .venv/bin/python bench/optimizer.py --no-aic     # Plinth's side only
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.calibration import AIC_MODELS, AIC_SYSTEMS, ensure_aic  # noqa: E402
+from bench.calibration import AIC_MODELS, AIC_SYSTEMS, MLA_MODELS  # noqa: E402
+from bench.references import AIC, REFERENCES, Tool, ask, ensure  # noqa: E402
 from runtime import optimize as opt  # noqa: E402
 from runtime.spec import Architecture  # noqa: E402
 
 RATIO_TARGET, PLINTH_SECONDS_TARGET = 0.9, 2.0
-MODELS = {**AIC_MODELS, "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B"}
+MODELS = AIC_MODELS
 MOE = ("qwen3-235b-a22b", "deepseek-v3")
 MOE_REPOS = {*MOE, "Qwen/Qwen3-235B-A22B", "deepseek-ai/DeepSeek-V3"}
 # AIConfigurator's search space: the checkpoint's own formats, aggregated or P/D.
@@ -90,6 +86,17 @@ class Case:
     ttft_ms: float
     tpot_ms: float
     why: str
+    kind: str = "dense short"  # dense short | dense long | MLA MoE | MoE | P/D
+    unseen: bool = False  # never used to tune the optimizer (issue 27's checks, and new ones)
+
+    @property
+    def shipped(self) -> frozenset[opt.Feature]:
+        """The references' own space for this model. For DeepSeek-V3 their default sweeps FP8
+        KV beside the FP8 checkpoint (AIConfigurator's pick is FP8 KV), so Plinth may choose the
+        KV dtype too; its weights are FP8 already, so no other format is added."""
+        if self.model in MLA_MODELS:
+            return AS_SHIPPED | {"quantization"}
+        return AS_SHIPPED
 
     def request(self, features: frozenset[opt.Feature]) -> opt.OptimizeRequest:
         return opt.OptimizeRequest(
@@ -111,78 +118,33 @@ class Case:
         )
 
 
+# fmt: off
 CASES = [
     Case("llama-3.1-8b", "H100-SXM", 8, 1024, 256, 1000, 50, "chat, loose TPOT"),
-    Case("llama-3.1-8b", "H200", 8, 8000, 200, 1000, 15, "long prompts, tight TPOT"),
+    Case("llama-3.1-8b", "H200", 8, 8000, 200, 1000, 15, "long prompts, tight TPOT", "dense long"),
     Case("llama-3.1-70b", "H200", 8, 1024, 512, 2000, 50, "chat on a big dense model"),
-    Case("llama-3.1-70b", "H100-SXM", 8, 4000, 500, 1500, 25, "RAG-sized prompts, tight TPOT"),
+    Case("llama-3.1-70b", "H100-SXM", 8, 4000, 500, 1500, 25, "RAG-sized prompts, tight TPOT",
+         "dense long"),
     Case("qwen3-32b", "H100-SXM", 8, 2048, 512, 1000, 40, "mid-size dense"),
-    Case("qwen3-32b", "H200", 8, 6000, 300, 1200, 20, "long prompts, tight TPOT: P/D"),
-    Case("qwen3-235b-a22b", "H200", 16, 1024, 256, 2000, 50, "MoE, two nodes"),
+    Case("qwen3-32b", "H200", 8, 6000, 300, 1200, 20, "long prompts, tight TPOT: P/D", "P/D"),
+    Case("qwen3-235b-a22b", "H200", 16, 1024, 256, 2000, 50, "MoE, two nodes", "MoE"),
+    # Unseen: cases the optimizer was never tuned on (issue 27's independent checks, and more of
+    # each kind); qwen3-8b, Llama-3.1-70B on B200 and DeepSeek-V3 on B200 are also held out of
+    # bench/calibration.py's fit.
+    Case("llama-3.1-8b", "H200", 8, 1024, 512, 1000, 30, "chat on H200", unseen=True),
+    Case("llama-3.1-8b", "B200", 8, 8000, 500, 1500, 20, "long prompts on B200", "dense long",
+         unseen=True),
+    Case("qwen3-8b", "B200", 8, 2048, 256, 1000, 25, "unseen model on B200", unseen=True),
+    Case("llama-3.1-70b", "B200", 8, 16000, 500, 3000, 40, "16k prompts, 70B on B200",
+         "dense long", unseen=True),
+    Case("deepseek-v3", "H200", 8, 1024, 256, 2000, 50, "MLA MoE chat on one node", "MLA MoE",
+         unseen=True),
+    Case("deepseek-v3", "H200", 16, 4000, 500, 3000, 40, "MLA MoE, RAG prompts, two nodes",
+         "MLA MoE", unseen=True),
+    Case("qwen3-8b", "H200", 8, 12000, 150, 600, 10, "P/D-favoured: long prompts, tight both",
+         "P/D", unseen=True),
 ]
-
-# Runs inside the AIConfigurator venv: one job (JSON on stdin), one JSON answer on stdout.
-_AIC_WORKER = r"""
-import json, logging, sys, time, warnings
-started = time.perf_counter()
-logging.disable(logging.CRITICAL)
-warnings.filterwarnings("ignore")
-from aiconfigurator.cli.api import cli_default, cli_estimate, cli_exp
-job = json.load(sys.stdin)
-KEEP = ("tokens/s/gpu", "ttft", "tpot", "bs", "tp", "dp", "moe_tp", "moe_ep", "gemm", "kvcache",
-        "(p)tp", "(p)dp", "(p)workers", "(p)bs", "(p)gemm", "(p)kvcache", "(d)tp", "(d)dp",
-        "(d)workers", "(d)bs", "(d)gemm", "(d)kvcache", "num_total_gpus", "(p)moe_tp",
-        "(p)moe_ep", "(d)moe_tp", "(d)moe_ep")
-def rows(result):
-    out = {}
-    for name, frame in result.best_configs.items():
-        if frame is not None and len(frame):
-            row = frame.iloc[0].to_dict()
-            out[name] = {k: (v.item() if hasattr(v, "item") else v)
-                         for k, v in row.items() if k in KEEP}
-    return out
-answer = {"import_s": time.perf_counter() - started}
-t0 = time.perf_counter()
-try:
-    if job["op"] == "search":
-        r = cli_default(job["model"], job["gpus"], job["system"], backend="sglang",
-                        isl=job["isl"], osl=job["osl"], ttft=job["ttft"], tpot=job["tpot"],
-                        top_n=1)
-        answer.update(chosen=r.chosen_exp, picks=rows(r))
-    elif job["op"] == "disagg":
-        # These exact pools; the decode batch is the one free knob (TPOT grows with it).
-        best = None
-        for batch in (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512):
-            try:
-                r = cli_estimate(job["model"], job["system"], mode="disagg",
-                                 backend_name="sglang", isl=job["isl"], osl=job["osl"],
-                                 decode_batch_size=batch, prefill_batch_size=1, **job["pools"])
-            except Exception as exc:  # past the KV memory: the batch before was the last
-                answer["stopped"] = f"batch {batch}: {type(exc).__name__}"
-                break
-            if r.tpot > job["tpot"]:
-                break
-            if r.ttft <= job["ttft"] and (best is None or r.tokens_per_second_per_gpu > best):
-                best = r.tokens_per_second_per_gpu
-        answer["picks"] = {} if best is None else {"pin": {"tokens/s/gpu": best}}
-    else:
-        r = cli_exp(config={"pin": job["config"]}, top_n=1)
-        answer.update(picks=rows(r))
-except Exception as exc:
-    answer["error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
-answer["search_s"] = time.perf_counter() - t0
-print(json.dumps(answer))
-"""
-
-
-def aic(python: Path, job: dict[str, Any]) -> dict[str, Any]:
-    done = subprocess.run(
-        [python, "-c", _AIC_WORKER], input=json.dumps(job), capture_output=True, text=True
-    )
-    if done.returncode != 0 or not done.stdout.strip():
-        return {"error": (done.stderr.strip().splitlines() or ["no answer"])[-1][:160]}
-    answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return answer
+# fmt: on
 
 
 # ---- picks in both vocabularies ----------------------------------------------------------------
@@ -371,14 +333,17 @@ def disagg_job(case: Case, pick: Pick, kv_as_shipped: bool) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def price_under_aic(python: Path, case: Case, pick: Pick) -> Priced:
+def price_under(tool: Tool, case: Case, pick: Pick) -> Priced:
     if pick.speculator != "none":
-        return Priced(None, note=f"AIConfigurator has no {pick.speculator} for SGLang")
+        return Priced(None, note=f"{tool.name} has no {pick.speculator} for SGLang")
     answer: dict[str, Any] = {}
+    kv = pick.layout.kv_dtype
     for kv_as_shipped in (False, True):
-        if kv_as_shipped and pick.layout.kv_dtype == "auto":
+        if kv_as_shipped and kv == "auto":
             break
-        notes = ["FP8 KV priced as BF16 (no SGLang FP8-KV data)"] if kv_as_shipped else []
+        if not kv_as_shipped and kv not in ("auto", *AIC_KV):
+            continue  # a KV format the references do not name at all (NVFP4)
+        notes = [f"{kv} KV priced as shipped (no SGLang data for it)"] if kv_as_shipped else []
         mark = "*" if kv_as_shipped else ""
         # Its own sweep pinned to the pick first; a P/D pick its sweep finds nothing for (some
         # mixed-TP splits) is priced at Plinth's exact pools instead.
@@ -386,7 +351,7 @@ def price_under_aic(python: Path, case: Case, pick: Pick) -> Priced:
         if pick.layout.prefill_tp is not None:
             jobs.append(disagg_job(case, pick, kv_as_shipped))
         for number, job in enumerate(jobs):
-            answer = aic(python, job)
+            answer = ask(tool, job)
             rows = answer.get("picks") or {}
             if "pin" in rows:
                 if number:
@@ -396,7 +361,7 @@ def price_under_aic(python: Path, case: Case, pick: Pick) -> Priced:
 
 
 def price_under_plinth(case: Case, pick: Pick) -> Priced:
-    prediction = opt.predict_layout(case.request(AS_SHIPPED), pick.layout)
+    prediction = opt.predict_layout(case.request(case.shipped), pick.layout)
     if prediction is None:
         return Priced(None, note="does not fit in Plinth's memory model")
     if not prediction.meets_slo:
@@ -406,84 +371,109 @@ def price_under_plinth(case: Case, pick: Pick) -> Priced:
 
 # ---- the run -----------------------------------------------------------------------------------
 @dataclass
+class RefPick:
+    """One reference's own pick and what each model makes of it."""
+
+    pick: Pick | None = None
+    mode: str = ""
+    seconds: float = 0.0
+    priced: dict[str, Priced] = field(default_factory=dict)  # model name -> its figure
+    note: str = ""
+
+
+@dataclass
 class Row:
     case: Case
-    aic_pick: Pick | None = None
-    aic_mode: str = ""
-    aic_seconds: float = 0.0
-    aic_self: Priced = Priced(None)
-    aic_in_plinth: Priced = Priced(None)
-    plinth: dict[str, tuple[Pick, float, Priced, Priced]] | None = None  # space -> figures
+    refs: dict[str, RefPick] = field(default_factory=dict)
+    # search space -> (pick, seconds, figure by model name: Plinth's and each reference's)
+    plinth: dict[str, tuple[Pick, float, dict[str, Priced]]] = field(default_factory=dict)
 
 
-def run_case(case: Case, python: Path | None) -> Row:
-    row = Row(case, plinth={})
-    for space, features in (("as shipped", AS_SHIPPED), ("full", frozenset(opt.WATERFALL))):
+PLINTH = "Plinth"
+
+
+def run_case(case: Case, tools: list[Tool]) -> Row:
+    row = Row(case)
+    for space, features in (("as shipped", case.shipped), ("full", frozenset(opt.WATERFALL))):
         start = time.perf_counter()
         result = opt.optimize(case.request(features))
         seconds = time.perf_counter() - start
         if result.best is None:
             continue
         pick = plinth_pick(result.best)
-        own = Priced(result.best.prediction.tokens_per_s_per_gpu)
-        theirs = price_under_aic(python, case, pick) if python else Priced(None)
-        assert row.plinth is not None
-        row.plinth[space] = (pick, seconds, own, theirs)
-    if python is None:
-        return row
-    answer = aic(python, {
+        priced = {PLINTH: Priced(result.best.prediction.tokens_per_s_per_gpu)}
+        for tool in tools:
+            priced[tool.name] = price_under(tool, case, pick)
+        row.plinth[space] = (pick, seconds, priced)
+    for tool in tools:
+        row.refs[tool.name] = reference_pick(tool, case, tools)
+    return row
+
+
+def reference_pick(tool: Tool, case: Case, tools: list[Tool]) -> RefPick:
+    """The reference's own search, its pick priced by itself, by Plinth and by the others."""
+    answer = ask(tool, {
         "op": "search", "model": MODELS[case.model], "system": AIC_SYSTEMS[case.gpu],
         "gpus": case.gpus, "isl": case.isl, "osl": case.osl, "ttft": case.ttft_ms,
         "tpot": case.tpot_ms,
     })  # fmt: skip
-    row.aic_seconds = float(answer.get("import_s", 0)) + float(answer.get("search_s", 0))
+    seconds = float(answer.get("import_s", 0)) + float(answer.get("search_s", 0))
     picks = answer.get("picks") or {}
     mode = answer.get("chosen")
-    if mode in picks:
-        row.aic_mode = str(mode)
-        row.aic_pick = aic_pick(case, row.aic_mode, picks[mode])
-        row.aic_self = Priced(float(picks[mode]["tokens/s/gpu"]))
-        row.aic_in_plinth = price_under_plinth(case, row.aic_pick)
-    else:
-        row.aic_self = Priced(None, note=str(answer.get("error", "no pick"))[:80])
-    return row
+    if mode not in picks:
+        return RefPick(seconds=seconds, note=str(answer.get("error", "no pick"))[:80])
+    pick = aic_pick(case, str(mode), picks[mode])
+    priced = {tool.name: Priced(float(picks[mode]["tokens/s/gpu"]))}
+    priced[PLINTH] = price_under_plinth(case, pick)
+    for other in tools:
+        if other.name != tool.name:
+            priced[other.name] = price_under(other, case, pick)
+    return RefPick(pick, str(mode), seconds, priced)
 
 
-def print_row(index: int, row: Row) -> bool | None:
-    """Prints one case; True/False whether Plinth's like-for-like pick met the ratio target."""
-    print(f"\n[{index}] {row.case.label}  ({row.case.why})")
-    print(f"    {'tool / search space':<26}{'pick':<44}{'Plinth t/s/GPU':>15}{'AIC t/s/GPU':>13}"
-          f"{'search s':>10}")  # fmt: skip
-    if row.aic_pick is not None:
-        figures = f"{row.aic_in_plinth.show():>15}{row.aic_self.show():>13}"
-        print(f"    {'AIConfigurator':<26}{row.aic_pick.describe():<44}{figures}"
-              f"{row.aic_seconds:>10.1f}")  # fmt: skip
-        if row.aic_in_plinth.note:
-            print(f"    {'':<26}  Plinth: {row.aic_in_plinth.note}")
-    elif row.aic_self.note:
-        print(f"    {'AIConfigurator':<26}{'(' + row.aic_self.note + ')':<44}")
-    met = None
-    for space, (pick, seconds, own, theirs) in (row.plinth or {}).items():
-        name = f"Plinth ({space})"
-        print(f"    {name:<26}{pick.describe():<44}{own.show():>15}{theirs.show():>13}"
-              f"{seconds:>10.2f}")  # fmt: skip
-        for note in (theirs.note,):
-            if note:
-                print(f"    {'':<26}  AIC: {note}")
+def print_row(index: int, row: Row, names: list[str]) -> dict[str, float]:
+    """Prints one case; returns, per reference, Plinth's like-for-like pick over the
+    reference's own pick, both priced by that reference's model."""
+    case = row.case
+    seen = "unseen" if case.unseen else "calibrated"
+    print(f"\n[{index}] {case.label}  ({case.kind}, {seen}: {case.why})")
+    columns = [PLINTH, *names]
+    header = "".join(f"{name + ' t/s/GPU':>16}" for name in columns)
+    print(f"    {'tool / search space':<22}{'pick':<50}{header}{'search s':>10}")
+    for name in names:
+        ref = row.refs.get(name)
+        if ref is None or ref.pick is None:
+            print(f"    {name:<22}({ref.note if ref else 'not asked'})")
+            continue
+        cells = "".join(f"{ref.priced.get(c, Priced(None)).show():>16}" for c in columns)
+        print(f"    {name:<22}{ref.pick.describe():<50}{cells}{ref.seconds:>10.1f}")
+        for model, priced in ref.priced.items():
+            if priced.note:
+                print(f"    {'':<22}  {model}: {priced.note}")
+    for space, (pick, seconds, priced) in row.plinth.items():
+        cells = "".join(f"{priced.get(c, Priced(None)).show():>16}" for c in columns)
+        print(f"    {'Plinth (' + space + ')':<22}{pick.describe():<50}{cells}{seconds:>10.2f}")
+        for model, figure in priced.items():
+            if figure.note:
+                print(f"    {'':<22}  {model}: {figure.note}")
     if not row.plinth:
         print("    Plinth: nothing meets the SLOs")
-    shipped = (row.plinth or {}).get("as shipped")
-    if shipped and shipped[3].tok_s_gpu and row.aic_self.tok_s_gpu:
-        ratio = shipped[3].tok_s_gpu / row.aic_self.tok_s_gpu
-        met = ratio >= RATIO_TARGET and shipped[1] < PLINTH_SECONDS_TARGET
-        speed = row.aic_seconds / max(shipped[1], 1e-3)
-        print(f"    ratio Plinth/AIC under AIC's model: {ratio:.2f} (target {RATIO_TARGET}: "
-              f"{'met' if met else 'NOT met'}); search {speed:.0f}x faster")  # fmt: skip
-    full = (row.plinth or {}).get("full")
-    if full and full[3].tok_s_gpu and row.aic_self.tok_s_gpu:
-        gain = full[3].tok_s_gpu / row.aic_self.tok_s_gpu
-        print(f"    full-search pick under AIC's model: {gain:.2f}x AIC's pick")
-    return met
+    ratios: dict[str, float] = {}
+    shipped = row.plinth.get("as shipped")
+    for name in names:
+        ref = row.refs.get(name)
+        own = ref.priced.get(name) if ref else None
+        mine = shipped[2].get(name) if shipped else None
+        if own and own.tok_s_gpu and mine and mine.tok_s_gpu is not None:
+            ratios[name] = mine.tok_s_gpu / own.tok_s_gpu
+            met = ratios[name] >= RATIO_TARGET
+            print(f"    ratio Plinth/{name} under {name}'s model: {ratios[name]:.2f} "
+                  f"(target {RATIO_TARGET}: {'met' if met else 'NOT met'})")  # fmt: skip
+    if shipped:
+        met = shipped[1] < PLINTH_SECONDS_TARGET
+        print(f"    Plinth search {shipped[1]:.2f} s (target {PLINTH_SECONDS_TARGET:.0f} s: "
+              f"{'met' if met else 'NOT met'})")  # fmt: skip
+    return ratios
 
 
 # ---- what only Plinth covers -------------------------------------------------------------------
@@ -570,22 +560,40 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", help="comma-separated case numbers (1-based); default all")
     parser.add_argument("--no-aic", action="store_true", help="Plinth's side only")
+    parser.add_argument("--only-aic", action="store_true", help="AIConfigurator alone")
     args = parser.parse_args()
     chosen = [int(n) for n in args.cases.split(",")] if args.cases else range(1, len(CASES) + 1)
-    python = None if args.no_aic else ensure_aic()
-    print("== Plinth optimizer vs AIConfigurator 0.12 (cli default --backend sglang) ==")
-    print("tokens/s/GPU of each pick under each tool's model, each at the most it carries within")
-    print("the SLOs; '*' = priced without a part AIConfigurator has no data for; search s = wall")
-    print("time of one search (AIConfigurator: a fresh process, as its CLI runs)")
-    results = []
+    references = [] if args.no_aic else [AIC] if args.only_aic else list(REFERENCES)
+    tools = [Tool(ref, ensure(ref)) for ref in references]
+    names = [tool.name for tool in tools]
+    print(f"== Plinth optimizer vs {', '.join(names) or 'no reference'} (cli default, sglang) ==")
+    print("tokens/s/GPU of each pick under each model, each at the most it carries within the")
+    print("SLOs; '*' = priced without a part the reference has no data for; search s = wall time")
+    print("of one search (a reference: a fresh process, as its CLI runs)")
+    results: list[tuple[Case, dict[str, float]]] = []
     for index in chosen:
-        row = run_case(CASES[index - 1], python)
-        results.append(print_row(index, row))
+        row = run_case(CASES[index - 1], tools)
+        results.append((row.case, print_row(index, row, names)))
     print_plinth_only()
-    if python is not None:
-        compared = [met for met in results if met is not None]
-        print(f"\nratio target met in {sum(compared)} of {len(compared)} compared cases")
-        sys.exit(0 if all(compared) else 1)
+    if tools:
+        sys.exit(0 if print_verdict(results, names) else 1)
+
+
+def print_verdict(results: list[tuple[Case, dict[str, float]]], names: list[str]) -> bool:
+    """Per kind and reference: the ratios, and whether the unseen dense, long-context and MLA
+    MoE cases reach the target (issue 27's done-when)."""
+    print("\n== Plinth's pick / the reference's own pick, each by the reference's model ==")
+    print(f"{'case':<64}{'kind':<13}{'set':<11}" + "".join(f"{n:>10}" for n in names))
+    ok = True
+    for case, ratios in results:
+        seen = "unseen" if case.unseen else "calibrated"
+        cells = "".join(f"{ratios[n]:>10.2f}" if n in ratios else f"{'-':>10}" for n in names)
+        print(f"{case.label[:63]:<64}{case.kind:<13}{seen:<11}{cells}")
+        if case.unseen and case.kind in ("dense short", "dense long", "MLA MoE"):
+            ok = ok and all(ratios.get(n, 0.0) >= RATIO_TARGET for n in names)
+    print(f"unseen dense, long-context and MLA MoE cases at >= {RATIO_TARGET}x under every "
+          f"reference: {'met' if ok else 'NOT met'}")  # fmt: skip
+    return ok
 
 
 if __name__ == "__main__":

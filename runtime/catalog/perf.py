@@ -43,6 +43,11 @@ class AttentionEfficiency(_Row):
     # writes them and runs a dequantizing kernel, whatever the context.
     fixed_us: float = Field(default=0.0, ge=0)
     generation: int | None = None  # rows for a GPU generation override the generic ones
+    # MLA's absorbed decode attention (DeepSeek-V2/V3 class): every head attends over one shared
+    # latent vector per token, so the kernel does (2 x (latent + rope) + 2 x latent) FLOPs per
+    # head and cached token; with many heads per GPU it is bound by compute, not by the KV read.
+    mla: bool = False
+    compute: float | None = Field(default=None, gt=0, le=1)  # MLA rows: share of BF16 peak
     source: str
 
 
@@ -65,6 +70,9 @@ class MoeEfficiency(_Row):
     generation: int
     # ep: whole experts per GPU (--ep-size = TP); tp: every expert sliced over the TP GPUs.
     sharding: Literal["ep", "tp"] = "ep"
+    # The experts' GEMM data type: a block-scaled FP8 fused MoE (DeepSeek-V3's checkpoint) reaches
+    # a different share of its peak than a BF16 one; a dtype without rows takes BF16's.
+    dtype: str = "bf16"
     bandwidth: float = Field(gt=0, le=1)  # share of HBM bandwidth streaming expert weights
     compute: float = Field(gt=0, le=1)  # share of the GEMM dtype's peak the expert GEMMs reach
     fixed_us: float = Field(ge=0)  # per MoE layer and step
@@ -231,10 +239,14 @@ class PerfCatalog(_Row):
     published: tuple[PublishedFigure, ...] = ()
     moe: tuple[MoeEfficiency, ...] = ()
 
-    def moe_row(self, sm: int, sharding: str = "ep") -> MoeEfficiency | None:
-        """The newest generation's MoE row for `sharding` at or below `sm`, else the oldest;
-        the EP rows stand in for a sharding without rows; None: no rows at all."""
-        table = [r for r in self.moe if r.sharding == sharding] or list(self.moe)
+    def moe_row(self, sm: int, sharding: str = "ep", dtype: str = "bf16") -> MoeEfficiency | None:
+        """The newest generation's MoE row for `sharding` and `dtype` at or below `sm`, else the
+        oldest; BF16's rows stand in for a dtype without rows and the EP rows for a sharding
+        without rows; None: no rows at all."""
+        typed = [r for r in self.moe if r.dtype == dtype] or [
+            r for r in self.moe if r.dtype == "bf16"
+        ]
+        table = [r for r in typed if r.sharding == sharding] or typed or list(self.moe)
         if not table:
             return None
         rows = [r for r in table if r.generation <= sm]
@@ -256,12 +268,20 @@ class PerfCatalog(_Row):
             ]
         return max(rows, key=lambda k: k.generation)
 
-    def attention_row(self, kv_bytes: float, sm: int = 90) -> AttentionEfficiency:
+    def attention_row(
+        self, kv_bytes: float, sm: int = 90, mla: bool = False
+    ) -> AttentionEfficiency:
         """Decode attention over a KV cache of this width: the newest generation's rows at or
-        below `sm`, else the generic rows; the nearest width among them."""
-        generations = [r.generation for r in self.attention if r.generation is not None]
+        below `sm`, else the generic rows; the nearest width among them. An MLA model takes the
+        MLA kernels' rows where the catalogue has them for its generation, else the GQA ones."""
+        table = [r for r in self.attention if r.mla == mla] or [
+            r for r in self.attention if not r.mla
+        ]
+        generations = [r.generation for r in table if r.generation is not None]
         newest = max((g for g in generations if g <= sm), default=None)
-        rows = [r for r in self.attention if r.generation == newest] or list(self.attention)
+        rows = [r for r in table if r.generation == newest]
+        if not rows:
+            rows = [r for r in self.attention if not r.mla and r.generation is None]
         return min(rows, key=lambda row: abs(row.kv_bytes - kv_bytes))
 
     def attention_bandwidth(self, kv_bytes: float, sm: int = 90) -> float:

@@ -84,8 +84,12 @@ class StepModel:
         kernel = cat.kernel(gpu.sm, dtype, gpu.id)
         self.gemm_bandwidth = gpu.hbm_bandwidth_gbs * 1e9 * kernel.bandwidth
         self.gemm_flops = compute_tflops(gpu, engine.quantization) * 1e12 * kernel.compute
-        attention = cat.attention_row(engine.kv_bytes_per_value, gpu.sm)
+        mla = bool(model.kv_lora_rank)
+        attention = cat.attention_row(engine.kv_bytes_per_value, gpu.sm, mla=mla)
         self.attn_bandwidth = gpu.hbm_bandwidth_gbs * 1e9 * attention.bandwidth
+        # MLA's absorbed decode attention is bound by its FLOPs where many heads share a GPU.
+        share = attention.compute if mla and attention.compute else 0.0
+        self.mla_flops = gpu.bf16_tflops * 1e12 * share
         self.attn_flops = gpu.bf16_tflops * 1e12 * cat.attention_compute_share(gpu.sm)
         # Per layer: the fixed kernels (norms, rotary, launches), the fixed part of each of its
         # GEMMs, which an FP8/FP4 path pays more of (activation quantization, scale handling), and
@@ -124,8 +128,10 @@ class StepModel:
         self.kv_bytes_per_token = kv / (1 if model.kv_lora_rank else min(tp, model.num_kv_heads))
         self.attn_dp = engine.attn_dp if engine.attn_dp > 1 and tp % engine.attn_dp == 0 else 1
         self.attn_tp = tp // self.attn_dp
+        self.mla_flops_per_kv_token = self._mla_flops_per_kv_token()
         sharding = "ep" if engine.ep > 1 else "tp"
-        self.moe = cat.moe_row(gpu.sm, sharding) if model.expert_params_b > 0 else None
+        moe = cat.moe_row(gpu.sm, sharding, dtype) if model.expert_params_b > 0 else None
+        self.moe = moe
         if self.moe is not None:
             self._init_moe(model, total, embedding, compute_tflops(gpu, engine.quantization))
 
@@ -169,7 +175,7 @@ class StepModel:
             ),
         )
         attention = (
-            self.kv_bytes_per_token * work.decode_context / self.attn_bandwidth
+            self.kv_read_seconds(work.decode_context)
             + self.attn_flops_per_pair * work.prefill_pairs / self.attn_flops
         )
         fixed = self.model.num_layers * self.layer_overhead + self.step_overhead
@@ -203,7 +209,7 @@ class StepModel:
             self.expert_flops_per_token * tokens * ramp / self.expert_flops,
         )
         attention = (
-            self.kv_bytes_per_token * work.decode_context / dp / self.attn_bandwidth
+            self.kv_read_seconds(work.decode_context / dp)
             + self.attn_flops_per_pair * work.prefill_pairs / dp / self.attn_flops
         )
         layers = self.model.num_layers
@@ -241,6 +247,24 @@ class StepModel:
         return self.step_seconds(work)
 
     # ---- parts -------------------------------------------------------------------------------
+    def _mla_flops_per_kv_token(self) -> float:
+        """FLOPs per cached token of one rank's absorbed MLA decode, over all layers: each of the
+        rank's heads scores the token's latent-plus-rope vector and sums its latent (0: GQA)."""
+        latent = self.model.kv_lora_rank
+        if not latent:
+            return 0.0
+        heads = self.model.num_attention_heads / self.attn_tp
+        per_head = 2 * (latent + (self.model.qk_rope_head_dim or 0)) + 2 * latent
+        return self.model.num_layers * heads * per_head
+
+    def kv_read_seconds(self, context: float) -> float:
+        """Decode attention over `context` cached tokens of one attention rank: the KV read at
+        the kernel's bandwidth share, or for MLA the absorbed kernel's FLOPs where slower."""
+        read = self.kv_bytes_per_token * context / self.attn_bandwidth
+        if self.mla_flops:
+            return max(read, self.mla_flops_per_kv_token * context / self.mla_flops)
+        return read
+
     def _weights_read(self, tokens: float) -> float:
         # MoE: a small batch touches only a few experts; a large one touches all of them.
         touched = min(1.0, tokens / 256)

@@ -26,12 +26,14 @@ class Source:
 
 
 def sources(*roots: str) -> Iterator[Source]:
-    """Every module under the given folders (or files), migrations left out (generated)."""
+    """Every module under the given folders (or files), migrations left out (generated), and
+    hidden folders too (the benches' reference venvs under ``bench/.venvs`` are not ours)."""
     for root in roots or PACKAGES:
         base = ROOT / root
         paths = [base] if base.is_file() else sorted(base.rglob("*.py"))
         for path in paths:
-            if "migrations" in path.parts:
+            inner = path.relative_to(base).parts if path != base else ()
+            if "migrations" in path.parts or any(part.startswith(".") for part in inner):
                 continue
             yield Source(path, ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
 

@@ -34,7 +34,9 @@ LONG = OptimizeRequest(
 
 
 def test_a_candidate_with_a_warning_of_its_own_is_listed_but_never_the_pick() -> None:
-    result = optimize(LONG)
+    # 8 req/s: since Hopper's FP8-KV decode read was refitted on large batches (issue 27), at
+    # LONG's 5 req/s the cheapest clean layout costs the same as the warned ones.
+    result = optimize(replace(LONG, traffic=replace(LONG.traffic, rate_rps=8)))
     best = result.best
     assert best is not None
     assert best.warnings == () and [i for i in validate(best.spec) if not i.is_error] == []

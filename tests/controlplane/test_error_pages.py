@@ -117,9 +117,10 @@ def _slashed_routes(
     found: list[str] = []
     for entry in patterns if patterns is not None else get_resolver().url_patterns:
         route = str(entry.pattern)
+        if route.startswith(("api/", "admin/")):  # the API has no slashes to add; the admin's own
+            continue  # (its sign-in included) answer by the admin's rules
         if isinstance(entry, URLResolver):
-            if not route.startswith(("api/", "admin/")):  # the API has no slashes to add
-                found += _slashed_routes(entry.url_patterns, prefix + route)
+            found += _slashed_routes(entry.url_patterns, prefix + route)
         elif route.endswith("/"):
             for converter, value in samples.items():
                 while f"<{converter}:" in route:

@@ -22,14 +22,19 @@ def start_bars(starts: list[ReplicaStart]) -> list[dict[str, Any]]:
     longest = max((sum(s.phases.values()) for s in starts), default=0.0) or 1.0
     bars = []
     for start in starts:
-        segments = [
-            {
-                "phase": phase,
-                "label": PHASE_LABELS[phase],
-                "seconds": seconds,
-                "width": round(100.0 * seconds / longest, 2),
-            }
-            for phase, seconds in start.ordered_phases()
-        ]
+        segments, at = [], 0.0
+        for phase, seconds in start.ordered_phases():
+            width = 100.0 * seconds / longest
+            # An SVG rectangle's x and width (the CSP allows no style attribute).
+            segments.append(
+                {
+                    "phase": phase,
+                    "label": PHASE_LABELS[phase],
+                    "seconds": seconds,
+                    "x": round(at, 2),
+                    "width": round(width, 2),
+                }
+            )
+            at += width
         bars.append({"start": start, "segments": segments, "seconds": sum(start.phases.values())})
     return bars

@@ -266,7 +266,7 @@ def test_unmodelled_flags_are_ignored_with_one_warning_line() -> None:
             "--model-path",
             "m",
             "--trust-remote-code",
-            "--cuda-graph-max-bs-decode",
+            "--torch-compile-max-bs",
             "8",
             "--port",
             "1",
@@ -275,7 +275,7 @@ def test_unmodelled_flags_are_ignored_with_one_warning_line() -> None:
         warn=lines.append,
     )
     assert args.port == 1
-    assert len(lines) == 1 and "--trust-remote-code --cuda-graph-max-bs-decode" in lines[0]
+    assert len(lines) == 1 and "--trust-remote-code --torch-compile-max-bs" in lines[0]
 
 
 def test_sim_options_come_from_the_environment_unless_given() -> None:

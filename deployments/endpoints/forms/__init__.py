@@ -27,7 +27,6 @@ from deployments.endpoints.forms.fields import (
     ARCH_PREFIX,
     CUSTOM_ARCH_TOGGLE,
     DEFAULT_SPEC,
-    OPTIONAL_GROUPS,
     SECTIONS,
     TP_WIDTHS,
     model_choices,
@@ -39,7 +38,7 @@ from deployments.endpoints.forms.parse import (
     parse_spec,
     uses_custom_architecture,
 )
-from deployments.endpoints.forms.schema import FormField, Section, spec_annotation
+from deployments.endpoints.forms.schema import OPTIONAL_GROUPS, FormField, Section, spec_annotation
 
 __all__ = [
     "ALL_FIELDS",

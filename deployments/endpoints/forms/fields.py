@@ -473,10 +473,6 @@ SECTIONS: tuple[Section, ...] = (
         ),
     ),
 )
-# Optional groups the form shows only some fields of: left with no value set, the group is
-# dropped (an empty ``autoscaling.slo`` would be an SLO policy without a target; empty HiCache
-# tiers are no tiers).
-OPTIONAL_GROUPS = ("autoscaling.slo", "kv_cache.tiers.host", "kv_cache.tiers.storage")
 
 ALL_FIELDS: tuple[FormField, ...] = tuple(f for s in SECTIONS for f in s.fields)
 ARCH_PREFIX = "model.architecture."

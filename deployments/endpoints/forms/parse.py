@@ -17,9 +17,13 @@ from deployments.endpoints.forms.fields import (
     ALL_FIELDS,
     ARCH_PREFIX,
     CUSTOM_ARCH_TOGGLE,
-    OPTIONAL_GROUPS,
 )
-from deployments.endpoints.forms.schema import FormField, base_type, spec_annotation
+from deployments.endpoints.forms.schema import (
+    OPTIONAL_GROUPS,
+    FormField,
+    base_type,
+    spec_annotation,
+)
 from runtime.issues import Issue, error
 
 

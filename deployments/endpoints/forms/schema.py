@@ -21,6 +21,12 @@ ENGINE_DOCS = "https://docs.sglang.io/advanced_features/server_arguments.html"
 ROUTER_DOCS = "https://docs.sglang.io/advanced_features/sgl_model_gateway.html"
 
 
+# Optional groups the form shows only some fields of: left with no value set, the group is
+# dropped (an empty ``autoscaling.slo`` would be an SLO policy without a target; empty HiCache
+# tiers are no tiers).
+OPTIONAL_GROUPS = ("autoscaling.slo", "kv_cache.tiers.host", "kv_cache.tiers.storage")
+
+
 @dataclass(frozen=True)
 class FormField:
     """One input of the settings form, named by its RuntimeSpec path.
@@ -61,7 +67,10 @@ class FormField:
 
     @property
     def optional(self) -> bool:
-        return is_optional(spec_annotation(self.path))
+        """It may be left unset: its setting is optional, or so is the group it belongs to (a
+        HiCache storage tier needs a backend, yet a form without a storage tier is the default)."""
+        in_optional_group = any(self.path.startswith(f"{g}.") for g in OPTIONAL_GROUPS)
+        return in_optional_group or is_optional(spec_annotation(self.path))
 
     @property
     def docs_url(self) -> str:

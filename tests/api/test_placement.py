@@ -40,6 +40,11 @@ def test_an_endpoint_is_placed_on_two_clusters_without_a_new_revision(
     assert detail["placement_policy"] == "spread"
     assert detail["cluster"]["name"] == "gpu-east"
     assert {p["cluster"] for p in detail["placements"]} == {"gpu-east", "gpu-west", "local"}
+    # The placement route reads back what was set, to any member (a viewer included).
+    read = api.carol.get(f"deployments/{endpoint.slug}/placement")
+    assert read.status_code == 200, read.content
+    assert read.json()["policy"] == "spread"
+    assert [c["cluster"] for c in read.json()["clusters"]][:2] == ["gpu-east", "gpu-west"]
     assert Placement.objects.get(deployment=endpoint, cluster__name="local").retiring
     audit = AuditEvent.objects.filter(action="deployment.place").get()
     assert audit.after["placement"]["clusters"][0]["cluster"] == "gpu-east"

@@ -138,25 +138,36 @@ def price_layouts(
                 if engine.shape.speculator == "none":
                     prefill_caps[i] = prefill_capacity(engine, slo)
         # P/D pairs: same GPU and formats on both sides (KV layouts must match), any TPs; one
-        # attention-DP size and expert sharding (the spec's parallelism holds one for both).
+        # attention-DP size, expert sharding and KV tiers (the spec holds one for both pools:
+        # a prefill pool priced with a host tier its spec would not deploy is no candidate).
         for i, p_cap in prefill_caps.items():
             if p_cap <= 0:
                 continue
             ps = engines[i].shape
             for j, d_cap in decode_caps.items():
                 ds = engines[j].shape
-                same = (ps.gpu.id, ps.quantization, ps.kv_dtype, ps.attn_dp, ps.ep > 1) == (
-                    ds.gpu.id,
-                    ds.quantization,
-                    ds.kv_dtype,
-                    ds.attn_dp,
-                    ds.ep > 1,
-                )
+                same = pd_compatible(ps, ds)
                 if d_cap > 0 and same:
                     layout = pd_layout(
                         request, rate, (engines[i], engines[j]), (p_cap, d_cap), cache_aware
                     )
                     yield replace(layout, routing_matters=matters)
+
+
+def pd_compatible(prefill: Shape, decode: Shape) -> bool:
+    """Whether two shapes can be one spec's prefill and decode pools."""
+
+    def held(shape: Shape) -> tuple[object, ...]:
+        return (
+            shape.gpu.id,
+            shape.quantization,
+            shape.kv_dtype,
+            shape.attn_dp,
+            shape.ep > 1,
+            shape.hicache_ratio,
+        )
+
+    return held(prefill) == held(decode)
 
 
 def sizing_budget(request: OptimizeRequest, gpu: GpuType) -> int:

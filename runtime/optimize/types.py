@@ -172,7 +172,13 @@ class Candidate:
         if s.quantization.kv_cache_dtype != "auto":
             parts.append(f"KV {s.quantization.kv_cache_dtype}")
         if s.speculator.enabled:
-            parts.append(s.speculator.algorithm)
+            sp = s.speculator
+            shape = (sp.num_steps, sp.eagle_topk, sp.num_draft_tokens)
+            # Candidates differ by tree shape too: (steps, top-k, draft tokens) when set.
+            shown = "/".join(str(n) for n in shape) if any(shape) else ""
+            parts.append(f"{sp.algorithm} {shown}".strip())
+        if s.kv_cache.hicache:
+            parts.append("HiCache")
         d = s.disaggregation
         if d.enabled:
             parts.append(

@@ -84,3 +84,23 @@ def test_the_autoscalers_replica_capacity_counts_the_host_tier() -> None:
     )
     assert without is not None and with_host is not None
     assert with_host.capacity_rps(5.0, 0.5) > without.capacity_rps(5.0, 0.5)
+
+
+def test_no_two_candidates_are_one_spec_and_pd_pools_share_their_kv_tiers() -> None:
+    """A P/D spec holds one set of KV tiers for both pools: a prefill pool priced with a host
+    tier beside a decode pool without one was the same spec twice, at two capacities."""
+    from runtime.optimize import Slo
+
+    traffic = Traffic(input_tokens=2000, output_tokens=200, rate_rps=6.0, turns=2)
+    result = optimize(
+        OptimizeRequest(
+            model="meta-llama/Llama-3.1-8B-Instruct",
+            gpus=("H100-SXM", "L40S"),
+            traffic=traffic,
+            slo=Slo(ttft_p90_s=1.0, itl_p90_s=0.04),
+        )
+    )
+    specs = [c.spec.model_dump_json() for c in result.ranked]
+    assert len(specs) == len(set(specs)), "a spec ranked twice"
+    for candidate in result.ranked:
+        assert ("hicache" in candidate.features) == candidate.spec.kv_cache.hicache

@@ -273,7 +273,39 @@ def worker_kubeconfig_for(cluster: ControlPlane, admin: Admin, namespace: str, t
         admin.call(
             "POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/{plural}", document
         )
+    # The authorizer sees a new RoleBinding through its own informer, a moment later (longer on
+    # a loaded machine): the worker's first call could be refused 403 until then.
+    wait_until(
+        lambda: worker_may(admin, namespace, "get", "apps", "deployments"),
+        "the worker's rights in the namespace are in force",
+        SETTLE_S,
+        interval=0.2,
+    )
     return cluster.kubeconfig(f"worker-{namespace}", token=token).read_text()
+
+
+def worker_may(admin: Admin, namespace: str, verb: str, group: str, resource: str) -> bool:
+    """What the API server's own authorizer answers for the worker's ServiceAccount."""
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": f"system:serviceaccount:{PLATFORM_NAMESPACE}:{WORKER_ACCOUNT}",
+            "groups": [
+                "system:serviceaccounts",
+                f"system:serviceaccounts:{PLATFORM_NAMESPACE}",
+                "system:authenticated",
+            ],
+            "resourceAttributes": {
+                "namespace": namespace,
+                "verb": verb,
+                "group": group,
+                "resource": resource,
+            },
+        },
+    }
+    answer = admin.call("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
+    return bool(answer.get("status", {}).get("allowed"))
 
 
 @pytest.fixture

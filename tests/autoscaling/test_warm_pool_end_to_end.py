@@ -68,7 +68,9 @@ def test_scaled_to_zero_with_a_warm_pool_the_engine_is_released_and_a_wake_resum
     cast: Cast, fast_local: Path
 ) -> None:
     actor = cast.actor(cast.dave, cast.acme)
-    deployment = services.create_deployment(actor, slug="warm", name="Warm", spec=spec(1), replicas=1)
+    deployment = services.create_deployment(
+        actor, slug="warm", name="Warm", spec=spec(1), replicas=1
+    )
     deployment = converge(deployment, ACTIVE)
     pid = engines(fast_local, deployment)["r1-engine-0"]
     wait_until(lambda: ReplicaStart.objects.filter(deployment=deployment).count() == 1, "start")
@@ -93,7 +95,9 @@ def test_scaled_to_zero_without_a_warm_pool_the_engine_stops_and_a_wake_starts_a
     cast: Cast, fast_local: Path
 ) -> None:
     actor = cast.actor(cast.dave, cast.acme)
-    deployment = services.create_deployment(actor, slug="cold", name="Cold", spec=spec(0), replicas=1)
+    deployment = services.create_deployment(
+        actor, slug="cold", name="Cold", spec=spec(0), replicas=1
+    )
     deployment = converge(deployment, ACTIVE)
     pid = engines(fast_local, deployment)["r1-engine-0"]
 

@@ -123,7 +123,8 @@ class RevisionPlan:
     # Keep the weights on every node of ``gpu`` (``autoscaling.prestage_weights``).
     prestage_weights: bool = False
     # Replicas beyond ``replicas`` kept loaded with their GPU memory released rather than
-    # stopped (``autoscaling.warm_replicas``), resumed first when the count grows again.
+    # stopped (``autoscaling.warm_replicas``), resumed first when the count grows again. The
+    # local driver does it; the kube driver stops them as before (see README's cold starts).
     warm_replicas: int = 0
 
     @classmethod

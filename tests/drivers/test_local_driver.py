@@ -17,8 +17,9 @@ import pytest
 
 from deployments.drivers import base
 from deployments.drivers.local.driver import LocalDriver, LocalOptions
+from deployments.drivers.local.logfile import line_time
 from deployments.drivers.local.processes import ProcessRecord, ProcessTable, stop_all
-from runtime import launch
+from runtime import launch, startup
 from runtime.client import RouterClient
 from runtime.spec import RuntimeSpec
 from tests.endpoints.processes import processes_of
@@ -381,3 +382,16 @@ def test_stop_all_also_stops_a_process_left_without_a_record(tmp_path: Path) -> 
         orphan.wait(10)
         for pid in processes_of(root):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_simulated_engine_models_its_start_phase_by_phase_by_default(
+    driver: LocalDriver,
+) -> None:
+    """Issue 29: the local cluster's simulated engines load and capture CUDA graphs in their
+    modelled (simulated) time unless told not to, so the endpoint page's start bars are real."""
+    assert "PLINTH_SIM_COLD_START" not in os.environ  # nothing here asks for it
+    settle(driver, revision(1), lambda o: o.ready_count() == 1)
+    log = (driver.options.run_dir / REF.id / "r1-engine-0.log").read_text().splitlines()
+    phases = startup.engine_phases((line, line_time(line)) for line in log)
+    assert phases.seconds[startup.WEIGHTS_LOADED] > 0
+    assert phases.seconds[startup.CUDA_GRAPHS_CAPTURED] > 0

@@ -174,7 +174,8 @@ class LocalDriver:
             # host, and the router passes each request the port of the prefill it chose.
             bootstrap = free_port()
             argv = with_flag(argv, "--disaggregation-bootstrap-port", bootstrap)
-        env = {**_inherited_env(), **self.options.env, **role.env, **_identity(table, name)}
+        env = {**_SIM_DEFAULTS, **_inherited_env(), **self.options.env, **role.env}
+        env.update(_identity(table, name))
         env.update({"PYTHONPATH": str(REPO_ROOT), **_key_env(api_key)})
         if revision.hf_token:
             # A gated model's token: in the environment only, never in argv, which the log's
@@ -406,6 +407,12 @@ class LocalDriver:
 # SECRET_KEY, PLINTH_ENCRYPTION_KEY and the database URL, and an engine runs model code.
 _INHERITED_NAMES = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "HF_HOME"})
 _INHERITED_PREFIXES = ("PLINTH_SIM_", "HF_HUB_", "CUDA_", "NVIDIA_", "NCCL_")
+
+
+# The simulated engine starts phase by phase (download, load, CUDA graphs, warm-up) in its
+# modelled time, as a real one would, so the endpoint page's start bars show real phases; a
+# setting of the worker's environment (tests' fast engines) or the spec's runtime.env wins.
+_SIM_DEFAULTS = {"PLINTH_SIM_COLD_START": "1"}
 
 
 def _inherited_env() -> dict[str, str]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from django.test import Client
 
 from controlplane.crypto import engine_api_key
 from deployments.autoscaling import services as autoscaler
@@ -81,6 +82,10 @@ def test_scaled_to_zero_with_a_warm_pool_the_engine_is_released_and_a_wake_resum
     assert [r["phase"] for r in deployment.replica_facts] == ["released"]
     assert deployment.ready_replicas == 0 and deployment.total_replicas == 0
     assert deployment.events.filter(reason="Released").count() == 1
+    console = Client()
+    console.force_login(cast.dave)
+    page = console.get(f"/endpoints/{deployment.slug}/")  # the replica shown as warm
+    assert page.status_code == 200 and b"<td>released <span" in page.content
 
     assert autoscaler.wake(deployment.pk)  # what the gateway's hold asks for
     deployment = converge(deployment, ACTIVE)

@@ -36,7 +36,7 @@ def revision(replicas: int, warm: int) -> base.RevisionPlan:
             "hardware": {"gpu": "H100-SXM"},
             "autoscaling": {
                 "min_replicas": 0,
-                "max_replicas": 1,
+                "max_replicas": 2,
                 "scale_to_zero": True,
                 "warm_replicas": warm,
             },
@@ -117,6 +117,23 @@ def test_scale_to_zero_with_a_warm_pool_releases_then_resumes_the_same_engine(
     started = sum(phases.seconds.values())
     resumed = [float(m["s"]) for line in lines if (m := RESUMED.search(line))]
     assert len(resumed) == 1 and 0 < resumed[0] < started / 4
+
+
+def test_scaling_down_within_the_warm_pool_releases_the_replica_it_no_longer_routes(
+    driver: LocalDriver,
+) -> None:
+    settle(driver, revision(2, warm=1), lambda o: o.ready_count() == 2 and o.router_ready)
+    before = engine_pids(driver)
+    down = settle(
+        driver,
+        revision(1, warm=1),
+        lambda o: sorted(r.phase for r in o.replicas) == ["ready", "released"],
+    )
+    assert engine_pids(driver) == before  # both processes kept
+    [released] = [r for r in down.replicas if r.phase == "released"]
+    assert released.name == "r1-engine-1" and not released.ready
+    assert [r.name for r in down.engines()] == ["r1-engine-0"]
+    wait_until(lambda: chat(down.router_url).status_code == 200, "the other one serves")
 
 
 def test_scale_to_zero_without_a_warm_pool_stops_the_engine(driver: LocalDriver) -> None:

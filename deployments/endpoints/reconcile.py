@@ -455,8 +455,12 @@ def _warm_plan(deployment: Deployment) -> RevisionPlan | None:
     target = deployment.target_revision
     if deployment.desired_state != DesiredState.RUNNING or target is None:
         return None
-    plan = revision_plan(deployment, target, 0)
-    return plan if plan.warm_replicas else None
+    if not (target.spec.get("autoscaling") or {}).get("warm_replicas"):
+        return None  # no plan built, no secret revealed, for an endpoint without one
+    try:
+        return revision_plan(deployment, target, 0)
+    except PermanentDriverError:
+        return None  # settings now refused: stopping must still work
 
 
 def _tear_down(work: Pass) -> bool:

@@ -59,7 +59,11 @@ RUNNING_SPEC = {
     "autoscaling": {"min_replicas": 1, "max_replicas": 2},
 }
 # Simulated engines fast enough that the running endpoints come up in seconds.
-FAST_ENGINES = {"PLINTH_SIM_TIME_SCALE": "200", "PLINTH_SIM_DRAIN_TIMEOUT": "2"}
+FAST_ENGINES = {
+    "PLINTH_SIM_TIME_SCALE": "200",
+    "PLINTH_SIM_DRAIN_TIMEOUT": "2",
+    "PLINTH_SIM_COLD_START": "0",  # the control plane's own figures, not the engines' start
+}
 RECONCILE, AUTOSCALE = "deployments.reconcile_deployment", "deployments.autoscale"
 
 

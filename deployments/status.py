@@ -99,7 +99,8 @@ class Facts:
 def replica_counts(replicas: Iterable[Mapping[str, Any]], applied: int | None) -> dict[str, Any]:
     """The per-replica fields of :class:`Facts` from an observation's replicas (their
     ``as_dict`` form: role, revision, phase, ready), ``applied`` being the revision placed."""
-    engines = [r for r in replicas if r.get("role") != "router"]
+    # A warm pool's released replica serves nothing and is on no way to: not counted.
+    engines = [r for r in replicas if r.get("role") != "router" and r.get("phase") != "released"]
     if not engines:
         return {}
     starting = sum(1 for r in engines if not r.get("ready") and r.get("phase") in _COMING_UP)

@@ -104,6 +104,25 @@ class EngineClient(_HttpClient):
     def metrics(self) -> MetricsSnapshot:
         return self._metrics()
 
+    def release_memory(self) -> bool:
+        """SGLang's ``/release_memory_occupation`` (with ``--enable-memory-saver``): weights and
+        KV cache leave the GPU, the process stays. False when the engine refused (not idle)."""
+        return self._post_ok("/release_memory_occupation")
+
+    def resume_memory(self) -> bool:
+        """SGLang's ``/resume_memory_occupation``: the weights back on the GPU, serving again.
+        False when the engine refused (it was not released)."""
+        return self._post_ok("/resume_memory_occupation")
+
+    def _post_ok(self, path: str) -> bool:
+        try:
+            response = self._http.post(path, json={})
+        except httpx.HTTPError as exc:
+            raise RuntimeUnavailable(f"{self.base_url}{path}: {type(exc).__name__}") from exc
+        if response.status_code in (401, 403, 404):
+            raise RuntimeUnavailable(f"{self.base_url}{path}: HTTP {response.status_code}")
+        return response.status_code == 200
+
     def generate(self, body: dict[str, Any]) -> dict[str, Any]:
         """Native ``/generate`` (one request, not streamed); the smg router serves it too."""
         try:

@@ -376,6 +376,10 @@ def engine_args(spec: RuntimeSpec, group: EngineGroup, labels: dict[str, str] | 
     args = _model_args(spec) + _serving_args(labels) + _parallel_args(group)
     args += _batching_args(spec) + _quantization_args(spec) + _speculator_args(spec)
     args += _disaggregation_args(spec, group.role) + _hicache_args(spec)
+    if spec.autoscaling.warm_replicas:
+        # A warm replica's weights and KV cache leave the GPU on /release_memory_occupation
+        # and come back on /resume_memory_occupation; SGLang serves both only with this flag.
+        args.append("--enable-memory-saver")
     return args + _extra_args(spec, {a for a in args if a.startswith("--")})
 
 

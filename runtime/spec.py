@@ -476,6 +476,11 @@ class AutoscalingSettings(_Group):
     scale_to_zero: bool = False
     scale_to_zero_after_seconds: PositiveInt = 900
     prestage_weights: bool = Field(default=False, description="weights kept on the GPU's nodes")
+    warm_replicas: int = Field(
+        default=0,
+        ge=0,
+        description="replicas kept loaded with their GPU memory released when scaled down",
+    )
     slo: SloTargets | None = Field(
         default=None, description="TTFT/ITL p90 targets; replaces concurrency_target when set"
     )

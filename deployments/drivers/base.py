@@ -32,7 +32,10 @@ RUNNING = "running"
 READY = "ready"
 FAILED = "failed"
 TERMINATING = "terminating"
-PHASES = (PENDING, STARTING, LOADING, RUNNING, READY, FAILED, TERMINATING)
+# A warm pool's replica (``autoscaling.warm_replicas``): its process loaded, its GPU memory
+# released; it serves nothing until resumed, and is no part of the endpoint's replica count.
+RELEASED = "released"
+PHASES = (PENDING, STARTING, LOADING, RUNNING, READY, FAILED, TERMINATING, RELEASED)
 
 # The variable engines read the model hub token from (huggingface_hub's own name for it).
 HF_TOKEN_ENV = "HF_TOKEN"
@@ -119,6 +122,10 @@ class RevisionPlan:
     pools: dict[str, int] = field(default_factory=dict)
     # Keep the weights on every node of ``gpu`` (``autoscaling.prestage_weights``).
     prestage_weights: bool = False
+    # Replicas beyond ``replicas`` kept loaded with their GPU memory released rather than
+    # stopped (``autoscaling.warm_replicas``), resumed first when the count grows again. The
+    # local driver does it; the kube driver stops them as before (see README's cold starts).
+    warm_replicas: int = 0
 
     @classmethod
     def for_spec(
@@ -145,6 +152,7 @@ class RevisionPlan:
             router_image=spec.runtime.router_image,
             pools=dict(pools or {}),
             prestage_weights=spec.autoscaling.prestage_weights,
+            warm_replicas=spec.autoscaling.warm_replicas,
         )
 
     def replicas_of(self, role: RolePlan) -> int:
@@ -228,10 +236,13 @@ class Observation:
         return next((f for f in self.failures if f.revision == revision), None)
 
     def engines(self, revision: int | None = None) -> list[ReplicaFacts]:
+        """The engine replicas that serve or are on their way to (a released one is neither)."""
         return [
             r
             for r in self.replicas
-            if r.role != "router" and (revision is None or r.revision == revision)
+            if r.role != "router"
+            and r.phase != RELEASED
+            and (revision is None or r.revision == revision)
         ]
 
     def ready_count(self, revision: int | None = None) -> int:

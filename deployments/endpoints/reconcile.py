@@ -416,12 +416,20 @@ def _pools_lost(
 
 
 def _stop(work: Pass) -> None:
+    warm = _warm_plan(work.deployment)
     for site in work.sites:
         site.planned = 0
+        if warm is not None:  # engines released, not stopped: done once none holds a GPU
+            site.driver.apply(site.ref, warm)
+            site.after = site.driver.observe(site.ref)
+            site.done = not site.after.engines()
+            continue
         site.done = site.driver.stop(site.ref)
         site.after = Observation() if site.done else site.driver.observe(site.ref)
     done = all(site.done for site in work.sites)
     seen = merged(work.sites, after=True, named=work.named)
+    for event in seen.events if warm is not None else ():
+        work.event(event.level, event.reason, event.message, None, key=event.key)
     work.unfinished = not done
     work.facts.update(
         ready_replicas=seen.ready_count(),
@@ -435,8 +443,24 @@ def _stop(work: Pass) -> None:
         # Nothing serves now (a router may still be on its way out): the next start is a fresh
         # deploy with its own startup window, coming up from zero rather than degraded.
         work.facts["current_revision"] = None
-    if done and work.deployment.total_replicas:
+    if done and work.deployment.total_replicas and warm is None:
         work.event("info", "Stopped", "every replica and the router are stopped")
+    if warm is not None:
+        work.facts["router_url"] = ""  # the router stays, with no worker: the gateway holds
+
+
+def _warm_plan(deployment: Deployment) -> RevisionPlan | None:
+    """At zero with a warm pool (``autoscaling.warm_replicas``): the target revision at no
+    replica, whose engines the driver keeps loaded with their GPU memory released."""
+    target = deployment.target_revision
+    if deployment.desired_state != DesiredState.RUNNING or target is None:
+        return None
+    if not (target.spec.get("autoscaling") or {}).get("warm_replicas"):
+        return None  # no plan built, no secret revealed, for an endpoint without one
+    try:
+        return revision_plan(deployment, target, 0)
+    except PermanentDriverError:
+        return None  # settings now refused: stopping must still work
 
 
 def _tear_down(work: Pass) -> bool:

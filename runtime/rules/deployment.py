@@ -134,6 +134,7 @@ def autoscaling(ctx: RuleContext) -> Iterator[Issue]:
             "set autoscaling.min_replicas to 0",
         )
     yield from _pool_bounds(ctx)
+    yield from _warm_pool(ctx)
     running = ctx.spec.batching.max_running_requests
     if running is not None and scale.slo is None and scale.concurrency_target > running:
         yield warning(
@@ -142,6 +143,26 @@ def autoscaling(ctx: RuleContext) -> Iterator[Issue]:
             f"the concurrency target {scale.concurrency_target} is above max_running_requests "
             f"{running}; replicas would queue requests before the autoscaler reacts",
             f"use a concurrency_target of at most {running}",
+        )
+
+
+def _warm_pool(ctx: RuleContext) -> Iterator[Issue]:
+    """autoscaling.warm_replicas: released replicas are the endpoint's own, kept for its next
+    scale-up, so never more than it may ever run; a split endpoint's pools are not kept warm."""
+    scale = ctx.spec.autoscaling
+    if scale.warm_replicas > scale.max_replicas:
+        yield error(
+            "autoscaling.warm_replicas",
+            "autoscaling_warm_above_max",
+            f"warm_replicas {scale.warm_replicas} is above max_replicas {scale.max_replicas}",
+            f"set warm_replicas to at most {scale.max_replicas}",
+        )
+    if scale.warm_replicas and ctx.spec.disaggregation.enabled:
+        yield error(
+            "autoscaling.warm_replicas",
+            "autoscaling_warm_disaggregated",
+            "a warm pool keeps plain engine replicas; prefill and decode pools are not kept warm",
+            "set autoscaling.warm_replicas to 0",
         )
 
 

@@ -198,6 +198,7 @@ class AutoscalingSettings(ApiModel):
     scale_to_zero: bool = False
     scale_to_zero_after_seconds: int = 900
     prestage_weights: bool = False
+    warm_replicas: int = 0
     slo: SloTargets | None = None
     prefill: PoolBounds | None = None
     decode: PoolBounds | None = None
@@ -1342,7 +1343,7 @@ class RuntimeSpec(ApiModel):
     speculator: SpeculatorSettings = Field(default_factory=lambda: SpeculatorSettings.model_validate({'algorithm': 'none', 'draft_model': None, 'draft_model_revision': None, 'num_steps': None, 'eagle_topk': None, 'num_draft_tokens': None, 'ngram': {'capacity': None, 'match_type': None, 'max_bfs_breadth': None, 'max_trie_depth': None, 'min_bfs_breadth': None}}))
     disaggregation: DisaggregationSettings = Field(default_factory=lambda: DisaggregationSettings.model_validate({'enabled': False, 'prefill': {'replicas': 1, 'tp': None}, 'decode': {'replicas': 1, 'tp': None}, 'transfer_backend': 'mooncake', 'bootstrap_port': 8998, 'ib_device': None, 'decode_radix_cache': False}))
     routing: RoutingSettings = Field(default_factory=lambda: RoutingSettings.model_validate({'policy': 'cache_aware', 'placement': None, 'cache_threshold': None, 'balance_abs_threshold': None, 'balance_rel_threshold': None, 'overload_protection': False, 'warmup_seconds': None}))
-    autoscaling: AutoscalingSettings = Field(default_factory=lambda: AutoscalingSettings.model_validate({'min_replicas': 1, 'max_replicas': 1, 'concurrency_target': 32, 'target_utilization': 0.7, 'window_seconds': 60, 'scale_down_delay_seconds': 300, 'scale_to_zero': False, 'scale_to_zero_after_seconds': 900, 'prestage_weights': False, 'slo': None, 'prefill': None, 'decode': None}))
+    autoscaling: AutoscalingSettings = Field(default_factory=lambda: AutoscalingSettings.model_validate({'min_replicas': 1, 'max_replicas': 1, 'concurrency_target': 32, 'target_utilization': 0.7, 'window_seconds': 60, 'scale_down_delay_seconds': 300, 'scale_to_zero': False, 'scale_to_zero_after_seconds': 900, 'prestage_weights': False, 'warm_replicas': 0, 'slo': None, 'prefill': None, 'decode': None}))
     runtime: RuntimeSettings = Field(default_factory=lambda: RuntimeSettings.model_validate({'sglang_version': '0.5.23', 'image': None, 'router_image': None, 'extra_flags': {}, 'env': {}}))
     kv_cache: KvCacheSettings = Field(default_factory=lambda: KvCacheSettings.model_validate({'tiers': {'host': None, 'storage': None}}))
 

@@ -307,3 +307,19 @@ def test_hicache_tiers_are_stored_and_bad_ones_refused_naming_the_field(api: Cli
     created = api.dave.post("deployments", {"slug": "tiers", "spec": good})
     assert created.status_code == 201, created.content
     assert created.json()["spec"]["kv_cache"]["tiers"]["host"]["ratio"] == 2.5
+
+
+def test_a_warm_pool_is_stored_and_a_bad_one_refused_naming_the_field(api: Clients) -> None:
+    """Issue 29: `autoscaling.warm_replicas` through the API; more warm replicas than the
+    endpoint may run, or a negative count, is a 422 naming the field, nothing saved."""
+    scale = {"min_replicas": 0, "max_replicas": 2, "scale_to_zero": True}
+    for warm in (3, -1):
+        bad = spec_with(autoscaling={**scale, "warm_replicas": warm})
+        response = api.dave.post("deployments", {"slug": "warm", "spec": bad})
+        assert response.status_code == 422, response.content
+        assert fields_of(response) == ["spec.autoscaling.warm_replicas"]
+    assert not Deployment.objects.exists()
+    good = spec_with(autoscaling={**scale, "warm_replicas": 1})
+    created = api.dave.post("deployments", {"slug": "warm", "spec": good})
+    assert created.status_code == 201, created.content
+    assert created.json()["spec"]["autoscaling"]["warm_replicas"] == 1

@@ -197,6 +197,7 @@ def _environment(db_name: str, tmp: Path) -> dict[str, str]:
         # need no gateway process (the gateway has its own tests).
         PLINTH_PLAYGROUND_UPSTREAM="router",
         PLINTH_SIM_TIME_SCALE="50",
+        PLINTH_SIM_COLD_START="0",  # engines ready at once, not in their modelled time
         # Quick passes so an endpoint comes up in seconds (beat runs inside the worker).
         PLINTH_SWEEP_INTERVAL_S="1",
         PLINTH_RECONCILE_INTERVAL_S="1",

@@ -103,6 +103,23 @@ def test_routing_knobs_posted_in_the_wizard_are_stored(alice: Client, cast: Cast
     assert routing["balance_rel_threshold"] is None  # empty: Plinth's default at launch
 
 
+def test_a_warm_pool_posted_in_the_wizard_is_stored_and_too_many_refused(
+    alice: Client, cast: Cast
+) -> None:
+    """Issue 29: autoscaling.warm_replicas on the settings form; above max_replicas it is a
+    422 with the message beside the field, nothing saved."""
+    page = alice.get("/endpoints/new/").content.decode()
+    assert 'name="autoscaling.warm_replicas"' in page
+    refused = alice.post("/endpoints/new/", {**_form(autoscaling__warm_replicas="4"), "slug": "w"})
+    assert refused.status_code == 422
+    assert b"warm_replicas 4 is above max_replicas 3" in refused.content
+    assert not Deployment.objects.exists()
+    stored = alice.post("/endpoints/new/", {**_form(autoscaling__warm_replicas="1"), "slug": "w"})
+    assert stored.status_code == 302
+    revision = Deployment.objects.get(slug="w").target_revision
+    assert revision is not None and revision.spec["autoscaling"]["warm_replicas"] == 1
+
+
 def test_invalid_settings_are_refused_field_by_field(alice: Client, cast: Cast) -> None:
     response = alice.post("/endpoints/new/", {**_form(parallelism__tp="3"), "slug": "chat"})
     assert response.status_code == 422

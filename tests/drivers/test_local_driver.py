@@ -17,8 +17,9 @@ import pytest
 
 from deployments.drivers import base
 from deployments.drivers.local.driver import LocalDriver, LocalOptions
+from deployments.drivers.local.logfile import line_time
 from deployments.drivers.local.processes import ProcessRecord, ProcessTable, stop_all
-from runtime import launch
+from runtime import launch, startup
 from runtime.client import RouterClient
 from runtime.spec import RuntimeSpec
 from tests.endpoints.processes import processes_of
@@ -26,6 +27,9 @@ from tests.waiting import wait_until
 
 REF = base.DeploymentRef(id="5f0c8e0a-0000-4000-8000-000000000001", slug="local-chat")
 SIM_ENV = {"PLINTH_SIM_TIME_SCALE": "200", "PLINTH_SIM_DRAIN_TIMEOUT": "2"}
+# Most tests here want engines ready at once; a modelled start also stamps the engine's lines on
+# its simulated clock, ahead of the wall clock at this time scale.
+FAST_ENV = {**SIM_ENV, "PLINTH_SIM_COLD_START": "0"}
 
 
 def revision(number: int, replicas: int = 1, **env: str) -> base.RevisionPlan:
@@ -41,7 +45,7 @@ def revision(number: int, replicas: int = 1, **env: str) -> base.RevisionPlan:
 
 @pytest.fixture
 def driver(tmp_path: Path) -> Iterator[LocalDriver]:
-    local = LocalDriver(LocalOptions(run_dir=tmp_path, env=SIM_ENV, stop_grace_s=3))
+    local = LocalDriver(LocalOptions(run_dir=tmp_path, env=FAST_ENV, stop_grace_s=3))
     yield local
     wait_until(lambda: local.delete(REF), "deleted in teardown", timeout=30)
 
@@ -235,7 +239,7 @@ def test_an_endpoint_with_a_key_refuses_callers_without_it_and_lists_it_nowhere(
 ) -> None:
     key = "pek_" + "3c" * 32
     keyed = dataclasses.replace(REF, api_key=key)
-    local = LocalDriver(LocalOptions(run_dir=tmp_path, env=SIM_ENV, stop_grace_s=3))
+    local = LocalDriver(LocalOptions(run_dir=tmp_path, env=FAST_ENV, stop_grace_s=3))
     started = datetime.now(UTC).replace(microsecond=0)  # stamps are whole seconds
 
     def step() -> base.Observation:
@@ -381,3 +385,18 @@ def test_stop_all_also_stops_a_process_left_without_a_record(tmp_path: Path) -> 
         orphan.wait(10)
         for pid in processes_of(root):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_simulated_engine_models_its_start_phase_by_phase_by_default(tmp_path: Path) -> None:
+    """Issue 29: the local cluster's simulated engines load and capture CUDA graphs in their
+    modelled (simulated) time unless told not to, so the endpoint page's start bars are real."""
+    assert "PLINTH_SIM_COLD_START" not in os.environ  # nothing here asks for it
+    driver = LocalDriver(LocalOptions(run_dir=tmp_path, env=SIM_ENV, stop_grace_s=3))
+    try:
+        settle(driver, revision(1), lambda o: o.ready_count() == 1)
+        log = (tmp_path / REF.id / "r1-engine-0.log").read_text().splitlines()
+    finally:
+        wait_until(lambda: driver.delete(REF), "deleted", timeout=30)
+    phases = startup.engine_phases((line, line_time(line)) for line in log)
+    assert phases.seconds[startup.WEIGHTS_LOADED] > 0
+    assert phases.seconds[startup.CUDA_GRAPHS_CAPTURED] > 0

@@ -38,6 +38,7 @@ CASES = [
     Case("Mistral-7B on A100-40GB", {"model": {"source": "mistralai/Mistral-7B-Instruct-v0.3"}, "hardware": {"gpu": "A100-40GB"}}, None),
     Case("inline architecture", {"model": {"source": "acme/private-13b", "architecture": {"num_layers": 40, "hidden_size": 5120, "num_attention_heads": 40, "num_kv_heads": 40, "head_dim": 128, "vocab_size": 32000, "params_b": 13.0, "max_context": 4096}}, "parallelism": {"tp": 2}}, None),
     Case("scale to zero", {"autoscaling": {"min_replicas": 0, "max_replicas": 3, "scale_to_zero": True}}, None),
+    Case("scale to zero with a warm pool", {"autoscaling": {"min_replicas": 0, "max_replicas": 3, "scale_to_zero": True, "warm_replicas": 1}}, None),
     Case("allowlisted extra flags", {"runtime": {"extra_flags": {"--tool-call-parser": "llama3", "--enable-torch-compile": True, "--watchdog-timeout": 600}}}, None),
     # --- GPU count and node shape ---
     Case("gpus != tp x pp", {"hardware": {"gpu": "H100-SXM", "gpus_per_replica": 8}, "parallelism": {"tp": 4}}, ("error", "gpu_count_mismatch", "hardware.gpus_per_replica")),
@@ -92,6 +93,8 @@ CASES = [
     Case("min above max", {"autoscaling": {"min_replicas": 3, "max_replicas": 2}}, ("error", "autoscaling_min_above_max", "autoscaling.min_replicas")),
     Case("min 0 without scale to zero", {"autoscaling": {"min_replicas": 0}}, ("error", "autoscaling_zero_without_scale_to_zero", "autoscaling.min_replicas")),
     Case("scale to zero with min 1", {"autoscaling": {"scale_to_zero": True}}, ("error", "autoscaling_scale_to_zero_min", "autoscaling.scale_to_zero")),
+    Case("warm pool above max", {"autoscaling": {"max_replicas": 2, "warm_replicas": 3}}, ("error", "autoscaling_warm_above_max", "autoscaling.warm_replicas")),
+    Case("warm pool on a split endpoint", {"disaggregation": {"enabled": True}, "autoscaling": {"warm_replicas": 1}}, ("error", "autoscaling_warm_disaggregated", "autoscaling.warm_replicas")),
     Case("thresholds on round robin", {"routing": {"policy": "round_robin", "cache_threshold": 0.5}}, ("warning", "routing_thresholds_unused", "routing.policy")),
     Case("overload protection on round robin", {"routing": {"policy": "round_robin", "overload_protection": True}}, ("warning", "routing_thresholds_unused", "routing.policy")),
     Case("warm-up on power of two", {"routing": {"policy": "power_of_two", "warmup_seconds": 30}}, ("warning", "routing_thresholds_unused", "routing.policy")),

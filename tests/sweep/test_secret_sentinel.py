@@ -34,7 +34,11 @@ from tests.sweep.test_console_cross_org import HTMX, MISSING, PARAMETERS, ROUTES
 from tests.sweep.world import World, build_world, kubeconfig, leaked
 
 READERS = ("owner-session", "admin-key", "developer-key", "viewer-key")
-SIM_ENV = {"PLINTH_SIM_TIME_SCALE": "200", "PLINTH_SIM_DRAIN_TIMEOUT": "2"}
+SIM_ENV = {
+    "PLINTH_SIM_TIME_SCALE": "200",
+    "PLINTH_SIM_DRAIN_TIMEOUT": "2",
+    "PLINTH_SIM_COLD_START": "0",
+}
 
 
 class Answers:

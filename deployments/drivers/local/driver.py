@@ -35,6 +35,7 @@ from typing import Any
 
 from deployments.drivers import base
 from deployments.drivers.errors import PermanentDriverError, TemporaryDriverError
+from deployments.drivers.local import warm
 from deployments.drivers.local.benchmark import run_points
 from deployments.drivers.local.logfile import read_log
 from deployments.drivers.local.processes import ProcessRecord, ProcessTable, free_port
@@ -101,13 +102,17 @@ class LocalDriver:
         self._finish_stops(table, records)
         live = [r for r in records if r.stopping_since is None]
         key = ref.api_key
-        desired = self._ensure_engines(table, revision, live, key)
+        desired, kept_warm = self._ensure_engines(table, revision, live, key)
         router = self._ensure_router(table, revision, live, key)
         engines = {r.name: r for r in [*live, *desired] if r.role != ROUTER}
-        ready = {name for name, r in engines.items() if _ready(r)}
+        warm_names = {r.name for r in kept_warm}
+        ready = {name for name, r in engines.items() if _ready(r)} - warm_names
         routed = self._sync_router(router, [engines[n] for n in sorted(ready)], key)
+        # Out of the router first, so no request reaches a replica whose memory is leaving.
+        for record in kept_warm:
+            warm.release(table, record, key)
         # Old engines retire only once new ones are routed, and leave the router before SIGTERM.
-        retiring = self._retiring(revision, list(engines.values()), desired, routed)
+        retiring = self._retiring(revision, list(engines.values()), desired, routed, warm_names)
         if retiring:
             names = {r.name for r in retiring}
             self._sync_router(router, [engines[n] for n in sorted(ready - names)], key)
@@ -129,19 +134,28 @@ class LocalDriver:
         revision: base.RevisionPlan,
         live: list[ProcessRecord],
         api_key: str,
-    ) -> list[ProcessRecord]:
+    ) -> tuple[list[ProcessRecord], list[ProcessRecord]]:
+        """(the replicas the revision runs, started where missing and resumed where released;
+        the running ones beyond its count that its warm pool keeps rather than stops)."""
         by_name = {r.name: r for r in live}
         desired: list[ProcessRecord] = []
+        kept_warm: list[ProcessRecord] = []
         for role, replicas in self._engine_roles(revision):
-            for index in range(replicas):
+            pool = revision.warm_replicas if role.role == "engine" else 0
+            for index in range(replicas + pool):
                 name = f"r{revision.number}-{role.role}-{index}"
                 record = by_name.get(name)
+                if index >= replicas:
+                    # Only a replica that already runs is kept warm: none is started for it.
+                    if record is not None and record.alive():
+                        kept_warm.append(record)
+                    continue
                 if record is not None and record.alive():
-                    desired.append(record)
+                    desired.append(warm.resume(table, record, api_key))
                     continue
                 restarts = record.restarts + 1 if record is not None else 0
                 desired.append(self._start_engine(table, name, revision, role, restarts, api_key))
-        return desired
+        return desired, kept_warm
 
     def _start_engine(
         self,
@@ -160,7 +174,8 @@ class LocalDriver:
             # host, and the router passes each request the port of the prefill it chose.
             bootstrap = free_port()
             argv = with_flag(argv, "--disaggregation-bootstrap-port", bootstrap)
-        env = {**_inherited_env(), **self.options.env, **role.env, **_identity(table, name)}
+        env = {**_SIM_DEFAULTS, **_inherited_env(), **self.options.env, **role.env}
+        env.update(_identity(table, name))
         env.update({"PYTHONPATH": str(REPO_ROOT), **_key_env(api_key)})
         if revision.hf_token:
             # A gated model's token: in the environment only, never in argv, which the log's
@@ -210,10 +225,12 @@ class LocalDriver:
         engines: list[ProcessRecord],
         desired: list[ProcessRecord],
         routed: set[str],
+        kept_warm: set[str],
     ) -> list[ProcessRecord]:
         """What the revision does not want: other revisions' engines beyond those still covering
-        for new ones not yet routed, extra replicas of this one, roles it no longer has."""
-        wanted = {r.name for r in desired}
+        for new ones not yet routed, extra replicas of this one beyond its warm pool, roles it
+        no longer has."""
+        wanted = {r.name for r in desired} | kept_warm
         plan_roles = self._engine_roles(revision)
         retiring = [r for r in engines if r.role not in {role.role for role, _ in plan_roles}]
         for role, replicas in plan_roles:
@@ -330,6 +347,7 @@ class LocalDriver:
                 continue
             fact = _engine_facts(record, routed)
             facts.append(fact)
+            events.extend(warm.events(record))
             if fact.reason == "Exited":
                 key = f"local:{record.name}:{record.pid}:exit"
                 events.append(base.ObservedEvent("EngineExited", fact.message, "warning", key))
@@ -389,6 +407,12 @@ class LocalDriver:
 # SECRET_KEY, PLINTH_ENCRYPTION_KEY and the database URL, and an engine runs model code.
 _INHERITED_NAMES = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "HF_HOME"})
 _INHERITED_PREFIXES = ("PLINTH_SIM_", "HF_HUB_", "CUDA_", "NVIDIA_", "NCCL_")
+
+
+# The simulated engine starts phase by phase (download, load, CUDA graphs, warm-up) in its
+# modelled time, as a real one would, so the endpoint page's start bars show real phases; a
+# setting of the worker's environment (tests' fast engines) or the spec's runtime.env wins.
+_SIM_DEFAULTS = {"PLINTH_SIM_COLD_START": "1"}
 
 
 def _inherited_env() -> dict[str, str]:
@@ -461,6 +485,9 @@ def _engine_facts(record: ProcessRecord, routed: set[str] | None) -> base.Replic
         return facts(phase=base.FAILED, ready=False, reason="Exited", message=message)
     if record.stopping_since is not None:
         return facts(phase=base.TERMINATING, ready=False)
+    if record.released_at is not None:
+        message = "GPU memory released; resumes on the next scale-up"
+        return facts(phase=base.RELEASED, ready=False, reason="WarmPool", message=message)
     with EngineClient(record.url, timeout=1.0) as client:
         state = client.ready_state()
     if state == "ready" and routed is not None and record.url not in routed:

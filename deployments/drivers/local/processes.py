@@ -86,6 +86,10 @@ class ProcessRecord:
     stopping_since: float | None = None
     exit_code: int | None = None
     argv: list[str] = field(default_factory=list)
+    # A warm pool's replica: when its GPU memory was released (None: it holds it), and when it
+    # was last resumed from that; both stay for the timeline's lines.
+    released_at: float | None = None
+    resumed_at: float | None = None
 
     @property
     def url(self) -> str:

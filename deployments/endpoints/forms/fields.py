@@ -463,6 +463,11 @@ SECTIONS: tuple[Section, ...] = (
                 "how long idle before the last replica stops",
             ),
             FormField(
+                "autoscaling.warm_replicas",
+                "Warm replicas",
+                "kept loaded, GPU memory released, when scaled down: resumed, not restarted",
+            ),
+            FormField(
                 "autoscaling.slo.ttft_p90_ms",
                 "SLO: TTFT p90 (ms)",
                 "set a target to scale on latency instead of the concurrency target",

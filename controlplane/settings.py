@@ -347,6 +347,10 @@ PLINTH_KUBE_ALLOW_INSECURE_TLS = env_bool("PLINTH_KUBE_ALLOW_INSECURE_TLS", defa
 PLINTH_KUBE_ALLOW_PROXY = env_bool("PLINTH_KUBE_ALLOW_PROXY", default=False)
 PLINTH_STARTUP_WINDOW_S = env_int("PLINTH_STARTUP_WINDOW_S", 0)  # 0: from the startup probe
 PLINTH_RECONCILE_INTERVAL_S = env_int("PLINTH_RECONCILE_INTERVAL_S", 2)  # while not settled
+# The operator's price list for the cost report (``deployments.costs.report``): JSON, GPU
+# catalogue id -> USD per GPU-hour, e.g. {"H100-SXM": 2.1}; a GPU it leaves out is priced at the
+# catalogue's figure. Each cluster's ``gpu_price_factor`` multiplies it.
+PLINTH_GPU_PRICES = env_str("PLINTH_GPU_PRICES", "{}")
 PLINTH_SETTLED_RECONCILE_S = env_int("PLINTH_SETTLED_RECONCILE_S", 10)
 PLINTH_RECONCILE_LOCK_S = env_int("PLINTH_RECONCILE_LOCK_S", 60)
 # A reconcile task still running after this many seconds is interrupted (its lock released, the

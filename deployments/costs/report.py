@@ -11,7 +11,6 @@ month's GPU-hours and cost, whichever way they are cut.
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from collections import defaultdict
@@ -83,9 +82,13 @@ def month_range(month: str) -> tuple[datetime, datetime]:
 
 def gpu_prices() -> dict[str, float]:
     """The operator's list, GPU id -> USD per GPU-hour (``PLINTH_GPU_PRICES``)."""
-    raw = settings.PLINTH_GPU_PRICES
-    listed = json.loads(raw) if isinstance(raw, str) else dict(raw)
-    return {get_gpu(name).id: float(price) for name, price in listed.items()}
+    prices: dict[str, float] = {}
+    for name, price in settings.PLINTH_GPU_PRICES.items():
+        try:
+            prices[get_gpu(name).id] = float(price)
+        except KeyError:
+            continue  # a GPU the catalogue does not know: no replica can run on it
+    return prices
 
 
 def price_of(gpu: str, listed: dict[str, float]) -> float:

@@ -15,6 +15,7 @@ import pytest
 from django.test import Client
 
 from controlplane import services as platform
+from deployments.clusters.models import ClusterKind
 from deployments.costs import spans
 from deployments.costs.models import ReplicaSpan
 from deployments.endpoints import reconcile, services
@@ -106,9 +107,14 @@ def test_a_month_boundary_splits_a_span(api: Clients, endpoint: Deployment) -> N
 def test_the_operator_price_list_and_the_cluster_factor_price_it(
     api: Clients, endpoint: Deployment, settings: object
 ) -> None:
-    settings.PLINTH_GPU_PRICES = '{"H100-SXM": 3.0}'  # type: ignore[attr-defined]
+    settings.PLINTH_GPU_PRICES = {"H100-SXM": 3.0}  # type: ignore[attr-defined]
     _run(endpoint, ["chat-0"], T0, T0 + timedelta(hours=2))
     assert api.carol.get("costs?month=2026-11").json()["cost"] == pytest.approx(6.0)
+    cluster = endpoint.cluster
+    cluster.kind = ClusterKind.KUBERNETES
+    cluster.operator_settings = {"gpu_price_factor": 0.5}
+    cluster.save()
+    assert api.carol.get("costs?month=2026-11").json()["cost"] == pytest.approx(3.0)
 
 
 @pytest.mark.django_db

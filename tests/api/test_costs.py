@@ -211,3 +211,18 @@ def test_the_costs_page_shows_a_bar_per_row(
     assert client.get("/costs/?month=2026-99").status_code == 400
     client.force_login(cast.bob)
     assert "chat r1" not in client.get("/costs/?month=2026-11").content.decode()
+
+
+@pytest.mark.django_db
+def test_a_deleted_endpoints_cost_stays_and_ends_where_it_was_last_seen(
+    api: Clients, endpoint: Deployment, cast: Cast
+) -> None:
+    """Its row is gone (finalized before any pass closed its span): the month still shows what
+    it ran, up to the last pass that saw its replica, not up to now."""
+    spans.record_spans(endpoint, [_replica("chat-0")], T0)
+    spans.record_spans(endpoint, [_replica("chat-0")], T0 + timedelta(hours=1))
+    services.delete_deployment(cast.actor(cast.dave, cast.acme), endpoint.pk)
+    assert reconcile.finalize_deletion(endpoint.pk)
+
+    [row] = api.carol.get("costs?month=2026-11").json()["rows"]
+    assert (row["label"], row["gpu_hours"]) == ("chat r1", pytest.approx(1.0))

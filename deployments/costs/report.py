@@ -190,7 +190,7 @@ def _tokens(
 def cost_report(organization: Organization, by: str, month: str) -> Report:
     """``organization``'s cost in ``month`` (YYYY-MM) by endpoint and revision, or by key."""
     if by not in BY:
-        raise ServiceError("by must be endpoint or key", field="by")
+        raise ServiceError("by must be endpoint or key (adapters are not served yet)", field="by")
     start, end = month_range(month)
     report = Report(month=month, by=by, start=start, end=end)
     cells, slugs = _gpu_time(organization, start, end)

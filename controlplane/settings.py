@@ -8,6 +8,7 @@ development the same variables fall back to local defaults so ``make run`` needs
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -347,6 +348,28 @@ PLINTH_KUBE_ALLOW_INSECURE_TLS = env_bool("PLINTH_KUBE_ALLOW_INSECURE_TLS", defa
 PLINTH_KUBE_ALLOW_PROXY = env_bool("PLINTH_KUBE_ALLOW_PROXY", default=False)
 PLINTH_STARTUP_WINDOW_S = env_int("PLINTH_STARTUP_WINDOW_S", 0)  # 0: from the startup probe
 PLINTH_RECONCILE_INTERVAL_S = env_int("PLINTH_RECONCILE_INTERVAL_S", 2)  # while not settled
+# The operator's price list for the cost report (``deployments.costs.report``): JSON, GPU
+# catalogue id -> USD per GPU-hour, e.g. {"H100-SXM": 2.1}; a GPU it leaves out is priced at the
+# catalogue's figure. Each cluster's ``gpu_price_factor`` multiplies it.
+
+
+def _gpu_prices(raw: str) -> dict[str, float]:
+    wrong = ImproperlyConfigured(
+        "PLINTH_GPU_PRICES must be a JSON object of GPU id -> USD per GPU-hour (a number, 0 or "
+        'more), e.g. {"H100-SXM": 2.1}'
+    )
+    try:
+        prices = json.loads(raw)
+    except ValueError as exc:
+        raise wrong from exc
+    if not isinstance(prices, dict) or not all(
+        isinstance(p, int | float) and not isinstance(p, bool) and p >= 0 for p in prices.values()
+    ):
+        raise wrong
+    return {str(gpu): float(price) for gpu, price in prices.items()}
+
+
+PLINTH_GPU_PRICES = _gpu_prices(env_str("PLINTH_GPU_PRICES", "{}"))
 PLINTH_SETTLED_RECONCILE_S = env_int("PLINTH_SETTLED_RECONCILE_S", 10)
 PLINTH_RECONCILE_LOCK_S = env_int("PLINTH_RECONCILE_LOCK_S", 60)
 # A reconcile task still running after this many seconds is interrupted (its lock released, the

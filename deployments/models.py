@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from deployments.api.models import IdempotencyRecord
 from deployments.clusters.models import Cluster, ClusterKind
+from deployments.costs.models import ReplicaSpan
 from deployments.endpoints.models import (
     Deployment,
     DeploymentEvent,
@@ -44,6 +45,7 @@ __all__ = [
     "QualityGate",
     "QualityGateStatus",
     "Quota",
+    "ReplicaSpan",
     "ReplicaStart",
     "Revision",
     "UsageFlushBatch",

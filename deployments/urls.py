@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.urls import URLPattern, path
 
 from deployments.clusters import views as fleet
+from deployments.costs import views as costs
 from deployments.endpoints.views import endpoints, history, onboarding, optimize, playground, wizard
 from deployments.experiments.views import benchmarks, canary, experiments
 from deployments.fleet import views as fleet_views
@@ -86,6 +87,7 @@ urlpatterns: list[URLPattern] = [
     ),
     path("clusters/<uuid:cluster_id>/settings/", fleet.cluster_settings, name="cluster-settings"),
     path("usage/", usage.usage, name="usage"),
+    path("costs/", costs.costs, name="costs"),
     path("optimize/", optimize.optimize_page, name="optimize"),
     path("optimize/apply/", optimize.optimize_apply, name="optimize-apply"),
     # The wizard's "Recommend settings" (under optimize/, so no endpoint slug is reserved for it).

@@ -16,6 +16,7 @@ from deployments.api.auth import KeyOrSession
 from deployments.api.schemas import ErrorOut
 from deployments.api.throttle import CallerThrottle
 from deployments.clusters import api as clusters
+from deployments.costs import api as costs
 from deployments.endpoints.api import catalog, deployments, observe, revisions
 from deployments.experiments.api import benchmarks, canary, quality
 from deployments.fleet import api as fleet
@@ -92,6 +93,7 @@ def build_api() -> PlinthAPI:
         audit,
         quotas,
         starts,
+        costs,
     ):
         api.add_router("", module.router)
     errors.install(api)

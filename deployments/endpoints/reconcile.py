@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from controlplane import audit, notify
 from controlplane.access import system_actor
 from controlplane.services import reveal_secret
+from deployments.costs.spans import record_spans
 from deployments.drivers.base import Driver, Observation, RevisionPlan
 from deployments.drivers.errors import PermanentDriverError
 from deployments.endpoints import moves
@@ -550,6 +551,7 @@ def _save(work: Pass) -> None:
         rows.update(**observed, next_reconcile_at=work.now)
         deployment.refresh_from_db(fields=list(ROUTE_FIELDS))
     work.rerouted |= fleet_sites.store_sites(work.deployment, work.placements, work.sites)
+    record_spans(deployment, work.facts.get("replica_facts"), work.now)
     for level, reason, message, revision, data in work.events:
         key = data.get("key")
         if key and deployment.events.filter(data__key=key).exists():

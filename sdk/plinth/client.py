@@ -38,6 +38,7 @@ from plinth.resources import (
     Benchmarks,
     Canaries,
     Clusters,
+    Costs,
     Endpoints,
     Gates,
     Keys,
@@ -129,6 +130,7 @@ class _Base:
         self.gates = Gates(self)
         self.keys = Keys(self)
         self.usage = Usage(self)
+        self.costs = Costs(self)
         self.logs = Logs(self)
         self.secrets = Secrets(self)
         self.clusters = Clusters(self)
@@ -246,6 +248,7 @@ class AsyncPlinth(_Base):
     optimize: Any
     keys: Any
     usage: Any
+    costs: Any
     logs: Any
     secrets: Any
     clusters: Any

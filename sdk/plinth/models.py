@@ -409,6 +409,40 @@ class CorrectionOut(ApiModel):
     factors: dict[str, float]
 
 
+class CostQuery(ApiModel):
+    "CostQuery"
+
+    by: str = 'endpoint'
+    month: str | None = None
+    format: str | None = None
+
+
+class CostRowOut(ApiModel):
+    "CostRowOut"
+
+    label: str
+    endpoint: str
+    revision: int | None
+    api_key_id: UUID | None
+    api_key_prefix: str
+    tokens: int
+    gpu_hours: float
+    cost: float
+
+
+class CostsOut(ApiModel):
+    "CostsOut"
+
+    month: str
+    by: str
+    start: datetime
+    end: datetime
+    currency: str = 'USD'
+    gpu_hours: float
+    cost: float
+    rows: list[CostRowOut]
+
+
 class DeltaOut(ApiModel):
     "DeltaOut"
 
@@ -1581,6 +1615,9 @@ CompareOut.model_rebuild()
 CompareQuery.model_rebuild()
 ComparedPointOut.model_rebuild()
 CorrectionOut.model_rebuild()
+CostQuery.model_rebuild()
+CostRowOut.model_rebuild()
+CostsOut.model_rebuild()
 DeltaOut.model_rebuild()
 DeploymentCreateIn.model_rebuild()
 DeploymentDetailOut.model_rebuild()

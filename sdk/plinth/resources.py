@@ -461,6 +461,20 @@ class Usage(Resource):
         )
 
 
+class Costs(Resource):
+    def get(self, *, by: str = "endpoint", month: str | None = None) -> models.CostsOut:
+        """GPU-hours and cost of a month (YYYY-MM; default this month) by endpoint and
+        revision, or by key (the rest idle/unattributed)."""
+        return cast(
+            "models.CostsOut",
+            self._c._call(
+                request(
+                    "GET", f"{API}/costs", params={"by": by, "month": month}, model=models.CostsOut
+                )
+            ),
+        )
+
+
 class Logs(Resource):
     def read(
         self,

@@ -205,6 +205,7 @@ PAGES = [
     ("delete", "/endpoints/{slug}/delete/"),
     ("keys", "/keys/"),
     ("usage", "/usage/"),
+    ("costs", "/costs/"),
     ("optimize", "/optimize/"),
     (
         "optimize-results",

@@ -23,6 +23,7 @@ PLATFORM_PAGES = [
     "/endpoints/new/",
     "/keys/",
     "/usage/",
+    "/costs/",
     "/members/",
     "/clusters/",
     "/fleet/",

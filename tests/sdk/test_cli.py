@@ -123,6 +123,8 @@ def test_login_apply_diff_prune_logs_and_rollback_with_the_installed_command(
     plinth.env["EDITOR"] = str(editor)
     assert "target_revision: 4" in plinth("edit", "cli-chat", "-o", "yaml")
     assert "DEPLOYMENT_SLUG" in plinth("usage")
+    assert "GPU_HOURS" in plinth("costs", "--by", "key")
+    assert "month" in plinth("costs", "--month", "2026-13", code=5)
 
     # Errors: the API's field and fix on stderr with their exit codes.
     assert "not found" in plinth("get", "no-such-endpoint", code=3)

@@ -188,6 +188,7 @@ EXPECTED: dict[tuple[str, str], tuple[Variant, ...]] = {
     ("GET", EP + "/model-accuracy"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
     ("GET", EP + "/usage"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
     ("GET", "/api/v1/usage"): (V(R.VIEWER, Scope.COLLECTION),),
+    ("GET", "/api/v1/costs"): (V(R.VIEWER, Scope.COLLECTION),),
     # A log can hold what users sent (prompts in errors, --log-requests): developers and up.
     ("GET", EP + "/logs"): (
         V(R.DEVELOPER, Scope.OBJECT, _endpoint),

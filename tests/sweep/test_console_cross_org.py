@@ -125,6 +125,7 @@ PAGES: dict[str, Page] = {
         refused=frozenset({403, 404, 422}),
     ),
     "usage": Page(),
+    "costs": Page(),
     "fleet": Page(),  # bob's clusters and the shared ones, with only Globex's endpoints
     # The optimizer answers anyone signed in about the catalogue (or their own clusters); its
     # apply form names an Acme endpoint and must be refused; the wizard's Recommend names none.

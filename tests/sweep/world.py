@@ -38,6 +38,7 @@ from controlplane.models import (
 )
 from deployments.clusters import services as cluster_services
 from deployments.clusters.models import Cluster
+from deployments.costs.models import ReplicaSpan
 from deployments.endpoints import services
 from deployments.endpoints.models import Deployment, DeploymentEvent, Revision
 from deployments.experiments.benchmark import services as benchmarks
@@ -347,7 +348,8 @@ def _management_key(cast: Cast, role: str, name: str) -> str:
 
 
 def _observations(cast: Cast, endpoint: Deployment, key: ApiKey) -> None:
-    """What the probe and the gateway would have recorded: one metric sample, one usage row."""
+    """What the probe, the gateway and reconcile would have recorded: one metric sample, one
+    usage row, one replica span (the cost report's)."""
     now = timezone.now().replace(second=0, microsecond=0)
     MetricSample.objects.create(deployment=endpoint, ts=now - timedelta(minutes=5), interval_s=15)
     UsageRecord.objects.create(
@@ -359,6 +361,18 @@ def _observations(cast: Cast, endpoint: Deployment, key: ApiKey) -> None:
         requests=3,
         prompt_tokens=30,
         completion_tokens=12,
+    )
+    ReplicaSpan.objects.create(
+        organization=cast.acme,
+        deployment_id=endpoint.pk,
+        deployment_slug=endpoint.slug,
+        revision=1,
+        replica=REPLICA,
+        cluster_name=endpoint.cluster.name,
+        gpu="H100-SXM",
+        gpus=1,
+        started_at=now - timedelta(hours=1),
+        last_seen_at=now,
     )
 
 

@@ -50,6 +50,7 @@ for command in (
     endpoints.delete,
     endpoints.logs,
     endpoints.usage,
+    endpoints.costs,
     endpoints.clusters,
     fleet.place,
     fleet.drain,

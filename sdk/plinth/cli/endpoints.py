@@ -264,6 +264,21 @@ def usage(
         show(answer.rows if output is Output.table else answer, output, columns)
 
 
+def costs(
+    by: Annotated[str, typer.Option(help="endpoint (and revision) or key")] = "endpoint",
+    month: Annotated[str | None, typer.Option(help="YYYY-MM (default: this month)")] = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """GPU-hours and cost (USD) of a month by endpoint and revision, or by key.
+
+    Example: plinth costs --by key --month 2026-11
+    """
+    with open_client() as client:
+        answer = client.costs.get(by=by, month=month)
+        columns = ["label", "gpu_hours", "cost", "tokens"]
+        show(answer.rows if output is Output.table else answer, output, columns)
+
+
 def clusters(output: OutputOpt = Output.table) -> None:
     """List clusters.
 

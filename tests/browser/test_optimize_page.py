@@ -11,6 +11,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from deployments.endpoints.models import Deployment
+from runtime.optimize.types import WATERFALL
 from tests.browser.conftest import LiveConsole
 from tests.browser.test_console_journey import sign_in
 from tests.browser.test_console_trust import axe_violations, desktop  # noqa: F401 (fixture)
@@ -44,7 +45,8 @@ def test_ask_read_and_deploy_the_pick(
     # The Pareto chart is drawn by uPlot as points on numeric axes, the waterfall as bars.
     chart = page.locator('figure[data-chart-id="chart-pareto-front"]')
     expect(chart.locator(".u-over")).to_have_count(1)
-    expect(page.locator(".waterfall li")).to_have_count(5)
+    # A bar for the baseline and one per optimization the waterfall adds.
+    expect(page.locator(".waterfall li")).to_have_count(1 + len(WATERFALL))
     expect(page.locator("#ranked tbody tr").first).to_be_visible()
     assert axe_violations(page) == []
     # Deploy this: the wizard opens with the pick's settings; name it and create it.

@@ -117,7 +117,8 @@ def test_on_a_phone_the_fit_stays_beside_the_field_being_edited(
     panel, box = page.locator("#estimate").bounding_box(), field.bounding_box()
     assert panel is not None and box is not None
     assert panel["y"] + panel["height"] <= 844 + 1 and panel["y"] >= 0, panel
-    assert 0 <= panel["y"] - (box["y"] + box["height"]) < 600, (panel, box)
+    # (Within a pixel: the sticky panel's edge and the field's are laid out in fractions.)
+    assert -1 <= panel["y"] - (box["y"] + box["height"]) < 600, (panel, box)
     expect(page.locator("#fit-verdict")).to_be_in_viewport()
     page.screenshot(path=_shot("wizard-phone-fit"))  # the viewport, as the person sees it
     assert axe_violations(page) == []

@@ -68,6 +68,12 @@ def default_chunked_prefill(memory_gib: float) -> int:
     return 16384
 
 
+def rank_chunk(chunk: int, attn_dp: int) -> int:
+    """One attention-DP rank's prefill chunk: SGLang divides ``--chunked-prefill-size`` by
+    ``attn_dp_size`` (server_args), so each rank prefills at most this many tokens a step."""
+    return chunk // attn_dp if attn_dp > 1 and chunk > 0 else chunk
+
+
 def default_cuda_graph_bs(memory_gib: float, tp: int) -> int:
     """SGLang's choice of `--cuda-graph-max-bs-decode` by GPU memory and TP width."""
     table = ((20, 8, 8), (35, 48, 160), (60, 32, 160), (90, 256, 512), (160, 256, 512))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from runtime.memory import default_chunked_prefill
+from runtime.memory import default_chunked_prefill, rank_chunk
 from runtime.optimize.shapes import Shape
 from runtime.optimize.types import Slo, Traffic
 from runtime.perf.step import StepWork
@@ -77,12 +77,16 @@ class EngineLoad:
         # Loads from host run beside the compute, layer by layer (runtime.perf.kv_tiers).
         latency = max(latency, self._load_back_s(prompt * from_host))
         # A chunk that rides along with decode steps lengthens those gaps: the whole prompt, or
-        # SGLang's default chunk of it (sized from GPU memory) when the prompt is longer.
-        chunk = default_chunked_prefill(self.shape.gpu.memory_gib)
+        # SGLang's default chunk of it (sized from GPU memory, divided among the attention-DP
+        # ranks, each prefilling its own chunk in the same step) when the prompt is longer.
+        chunk = rank_chunk(default_chunked_prefill(self.shape.gpu.memory_gib), dp)
         chunk_s = latency
         if new > chunk:
             chunk_s = step.step_seconds(
-                StepWork(prefill_tokens=chunk, prefill_pairs=chunk * (prompt - new + chunk / 2))
+                StepWork(
+                    prefill_tokens=chunk * dp,
+                    prefill_pairs=dp * chunk * (prompt - new + chunk / 2),
+                )
             )
         return latency, latency / dp, chunk_s
 

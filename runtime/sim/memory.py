@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runtime.catalog.quantization import kv_format, weight_format
-from runtime.memory import default_chunked_prefill
+from runtime.memory import default_chunked_prefill, rank_chunk
 from runtime.perf.hardware import GpuShape, ModelShape
 from runtime.perf.quant import bytes_per_param, kv_dtype_bytes
 from runtime.sim.args import EngineArgs, StartupError
@@ -93,8 +93,7 @@ def plan_memory(args: EngineArgs, gpu: GpuShape, model: ModelShape) -> MemoryPla
     chunked = args.chunked_prefill_size
     if chunked is None:
         chunked = default_chunked_prefill(gpu.memory_gib)
-    if args.attn_dp_size > 1 and chunked > 0:
-        chunked //= args.attn_dp_size
+    chunked = rank_chunk(chunked, args.attn_dp_size)
     shards = args.tp_size * args.pp_size
     fraction = args.mem_fraction_static or default_mem_fraction(gpu.memory_gib, shards, chunked)
     weight_bytes = model_weight_bytes(args, model) / shards

@@ -18,6 +18,10 @@ from runtime.optimize import (
     predict_layout,
     predict_load,
 )
+from runtime.optimize.predict import layout_context, layout_knobs
+from runtime.optimize.queueing import EngineLoad
+from runtime.optimize.shapes import build_shape
+from runtime.perf.step import StepWork
 from runtime.validate import has_errors, validate
 
 MOE = OptimizeRequest(
@@ -114,3 +118,26 @@ def test_cli_objective_and_mean_tpot(capsys: pytest.CaptureFixture[str]) -> None
     assert "--objective" in capsys.readouterr().err
     assert main([*argv, "--tpot-mean-ms", "0"]) == 2
     assert "--tpot-mean-ms" in capsys.readouterr().err
+
+
+def test_attention_dp_ranks_prefill_in_chunks_of_their_share() -> None:
+    """SGLang divides --chunked-prefill-size by attn_dp_size (each rank prefills its own chunk
+    in the same step; runtime/sim/memory.py sizes the simulator's chunk the same way): on H200
+    (8192 tokens) attention-DP8 ranks take 1024-token chunks, so a 4000-token prompt's chunk,
+    the one a decode gap waits for, is a step of eight 1024-token chunks, not the whole prompt."""
+    request = OptimizeRequest(
+        model="deepseek-v3",
+        gpus=("H200",),
+        traffic=Traffic(4000, 500, rate_rps=1.0),
+        slo=Slo(2.0, float("inf"), tpot_mean_s=0.04),
+        limits=Limits(max_gpus=8),
+    )
+    layout = Layout("H200", 8, attn_dp=8)
+    context, gpu = layout_context(request, layout)
+    shape = build_shape(request, context, layout_knobs(layout, gpu, context.arch, 8, 8))
+    assert shape is not None
+    engine = EngineLoad(shape, request.traffic, 0.0)
+    chunk = 8192 // 8
+    step = StepWork(prefill_tokens=8 * chunk, prefill_pairs=8 * chunk * chunk / 2)
+    assert engine.chunk_s == pytest.approx(shape.step.step_seconds(step))
+    assert engine.chunk_s < engine.prefill_latency

@@ -32,20 +32,7 @@ attention data and no EAGLE, so those parts are priced without them (marked ``*`
 all. The Plinth-only cases at the end (EAGLE3, a custom architecture, FP4 KV cache) are outside
 what AIConfigurator covers; they print Plinth's figures alone.
 
-What still differs: AIConfigurator's TTFT is its estimate at a full batch, Plinth's a p90 with
-queueing in front of prefill; its aggregated TPOT mixes prompt tokens into decode steps, where
-Plinth's prompts stall decode as SGLang's default scheduler does.
-
-DeepSeek-V3 on 8 H200 (ISL 1024, OSL 256): both references' searches pick attention DP8 with
-EP8 at 40 sequences a rank (724 and 715 tokens/s/GPU) with FP8 attention (``fmha fp8_block``),
-whose MLA prefill data neither ships: their own ``cli estimate`` of that layout fails with
-"context MLA data missing" for it, and with the default attention it gives a mixed step of
-1284 ms and TPOT 81 ms at that batch and, over batches 8-32 and prompt budgets 256-2048 a step,
-at most 306 tokens/s/GPU within the SLOs (batch 16), below what they give Plinth's pick (324).
-Their 724 implies a mixed step of ~506 ms and a decode step of ~37 ms (``run_agg``'s own
-formulas); their static steps of that layout are 293 ms for a 1024-token prefill a rank and
-46 ms for 40 sequences a rank (Plinth: 339 and 42). So that ratio is bounded by the references
-pricing a path they have no data for, not by a layout Plinth cannot find.
+Where the figures still differ, and why DeepSeek-V3's ratio is what it is: ``bench/optimizer.md``.
 
 The references run in their own venvs (``bench/references.py``), one fresh process per search
 (its wall time includes loading its data, as the CLI's does); answers are kept per job, so a

@@ -34,7 +34,7 @@ from runtime.catalog.gpus import get_gpu
 
 BY = ("endpoint", "key")
 IDLE = "idle/unattributed"
-MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+MONTH = re.compile(r"(\d{4})-(0[1-9]|1[0-2])")
 HOUR = timedelta(hours=1)
 
 
@@ -71,7 +71,7 @@ class Report:
 
 def month_range(month: str) -> tuple[datetime, datetime]:
     """``[start, end)`` of ``YYYY-MM`` in UTC; a ServiceError naming ``month`` otherwise."""
-    found = MONTH.match(month or "")
+    found = MONTH.fullmatch(month or "")
     if found is None:
         raise ServiceError("month must be YYYY-MM, e.g. 2026-11", field="month")
     year, number = int(found[1]), int(found[2])

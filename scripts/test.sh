@@ -119,11 +119,10 @@ fi
 # Redis database: the unit-heavy directories (CPU-bound) and the end-to-end ones, which mostly
 # wait on the engines, workers, gateways and browsers they start. On 2 cores that halves the wall
 # time. Every test directory not named in UNIT runs in the second, so none can be left out.
-# The first side also runs tests/kube_real afterwards (below), so tests/gateway and tests/charts
-# run in the second to even the two out. Change notifications are per Redis database
+# The first side also runs tests/kube_real afterwards (below), so tests/gateway, tests/charts and
+# tests/sweep run in the second to even the two out. Change notifications are per Redis database
 # (controlplane.redis_clients.changes_channel), so the two sides' gateways never hear each other.
-UNIT=(tests/controlplane tests/runtime tests/drivers tests/sweep tests/test_conventions.py
-      tests/test_layout.py)
+UNIT=(tests/controlplane tests/runtime tests/drivers tests/test_conventions.py tests/test_layout.py)
 KUBE=(tests/kube_real)
 E2E=()
 for entry in tests/*/ tests/test_*.py; do

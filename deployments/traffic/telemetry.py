@@ -17,7 +17,6 @@ failed write of a pass's figures is logged and never fails the pass.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -32,6 +31,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Met
 
 from controlplane import metrics, redis_clients
 from controlplane.celery import app as celery_app
+from controlplane.redis_histogram import RedisHistogram
 from deployments.drivers.errors import TemporaryDriverError
 from deployments.endpoints.models import Deployment
 from deployments.starts.telemetry import start_phase_histogram
@@ -50,8 +50,13 @@ ERROR = "error"  # anything else: a bug, the database gone
 OUTCOMES = (OK, TEMPORARY_ERROR, TIME_LIMIT, ERROR)
 # A settled pass takes tens of ms; an apply on a slow API server, seconds; the time limit ends
 # the longest.
-RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-RECONCILE_KEY = "plinth:metrics:reconcile"
+RECONCILE = RedisHistogram(
+    key="plinth:metrics:reconcile",
+    name="plinth_reconcile_duration_seconds",
+    documentation="Time of one reconcile pass of one endpoint, by outcome (all workers).",
+    label="outcome",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+)
 
 
 def _redis() -> redis.Redis:
@@ -83,22 +88,10 @@ def _outcome(exc: BaseException) -> str:
     return ERROR
 
 
-def _le(bound: float) -> str:
-    """A bucket's bound as Prometheus writes it: ``0.25``, ``1.0``, ``+Inf``."""
-    return "+Inf" if math.isinf(bound) else repr(float(bound))
-
-
 def record_reconcile(outcome: str, seconds: float) -> None:
     """Add one pass to the shared histogram: its time and its bucket (counted per bucket; the
     cumulative counts Prometheus expects, and the total, are summed when read)."""
-    bucket = next((b for b in RECONCILE_BUCKETS if seconds <= b), math.inf)
-    pipe = _redis().pipeline(transaction=False)
-    pipe.hincrbyfloat(RECONCILE_KEY, f"{outcome}|sum", seconds)
-    pipe.hincrby(RECONCILE_KEY, f"{outcome}|le|{_le(bucket)}", 1)
-    try:
-        pipe.execute()
-    except redis.RedisError as exc:
-        log.warning("reconcile metrics not recorded: %s", exc)
+    RECONCILE.add(_redis(), {outcome: seconds})
 
 
 # --- read at scrape time ---------------------------------------------------------------------
@@ -186,23 +179,7 @@ def queue_names() -> list[str]:
 
 def reconcile_histogram() -> HistogramMetricFamily:
     """The passes the workers recorded (``record_reconcile``), as one histogram by outcome."""
-    stored = {
-        redis_clients.as_text(key): float(value)
-        for key, value in _redis().hgetall(RECONCILE_KEY).items()
-    }
-    family = HistogramMetricFamily(
-        "plinth_reconcile_duration_seconds",
-        "Time of one reconcile pass of one endpoint, by outcome (all workers).",
-        labels=["outcome"],
-    )
-    for outcome in OUTCOMES:
-        cumulative = 0.0
-        buckets: list[tuple[str, float]] = []
-        for bound in (*RECONCILE_BUCKETS, math.inf):
-            cumulative += stored.get(f"{outcome}|le|{_le(bound)}", 0.0)
-            buckets.append((_le(bound), cumulative))
-        family.add_metric([outcome], buckets, stored.get(f"{outcome}|sum", 0.0))
-    return family
+    return RECONCILE.family(_redis(), OUTCOMES)
 
 
 def register() -> None:

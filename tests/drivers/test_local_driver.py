@@ -51,14 +51,17 @@ def driver(tmp_path: Path) -> Iterator[LocalDriver]:
 
 
 def settle(
-    driver: LocalDriver, rev: base.RevisionPlan, check: Callable[[base.Observation], bool]
+    driver: LocalDriver,
+    rev: base.RevisionPlan,
+    check: Callable[[base.Observation], bool],
+    ref: base.DeploymentRef = REF,
 ) -> base.Observation:
     """Apply and observe until ``check`` holds, as reconcile would on each pass."""
     seen: list[base.Observation] = []
 
     def step() -> bool:
-        driver.apply(REF, rev)
-        seen.append(driver.observe(REF))
+        driver.apply(ref, rev)
+        seen.append(driver.observe(ref))
         return check(seen[-1])
 
     wait_until(step, "settled")

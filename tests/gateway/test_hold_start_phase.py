@@ -4,10 +4,10 @@ runs out names it in its 429's message and in ``X-Plinth-Start-Phase``."""
 
 from __future__ import annotations
 
-import pytest
-
 from datetime import UTC, datetime
 from pathlib import Path
+
+import pytest
 
 from deployments.drivers import base
 from deployments.drivers.local.driver import LocalDriver, LocalOptions

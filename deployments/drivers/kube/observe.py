@@ -65,6 +65,8 @@ def replica_facts(
     probe = (probe_failures or {}).get(meta.get("name", ""))
     if probe and phase in {base.LOADING, base.RUNNING} and not reason:
         reason, message = "ProbeFailed", probe
+    if role == "engine":
+        phase, reason, message = _warm_pool_phase(pod, phase, reason, message)
     ready = phase == base.READY
     return base.ReplicaFacts(
         phase=phase,
@@ -74,6 +76,27 @@ def replica_facts(
         milestones=start_milestones(pod) if role != "router" else {},
         **common,
     )
+
+
+_WARM_UNTOUCHED = frozenset({base.PENDING, base.FAILED, base.TERMINATING})
+
+
+def _warm_pool_phase(
+    pod: Mapping[str, Any], phase: str, reason: str, message: str
+) -> tuple[str, str, str]:
+    """A warm pool's pod (``kube.warm``) as its annotation and its agent say: released while
+    the pool keeps it (serving nothing, whatever its engine's probe still says), resuming once
+    asked back until its agent reports it ready again."""
+    warm = ((pod.get("metadata") or {}).get("annotations") or {}).get(L.WARM)
+    if warm is None or phase in _WARM_UNTOUCHED:
+        return phase, reason, message
+    if warm == "true":
+        return base.RELEASED, "WarmPool", "GPU memory released; resumes on the next scale-up"
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    agent: Mapping[str, Any] = next((c for c in statuses if c.get("name") == "warm-agent"), {})
+    if phase == base.READY and agent.get("ready", True):
+        return phase, reason, message
+    return base.RESUMING, "WarmPool", "resuming from the warm pool (no cold start)"
 
 
 def _epoch(stamp: object) -> float | None:

@@ -6,9 +6,10 @@ As on the local driver, only replicas that already ran are kept warm (a scale-do
 the Deployment runs ``wanted + kept`` pods, ``kept = min(warm_replicas, pods now - wanted)``.
 
 Which pods serve: those already serving first, then ready ones, then the oldest (the same pods
-pass after pass). The others get ``plinth.dev/warm: "true"`` (their agent takes them out of
-service and releases their GPU memory: ``render.warm``); a warm pod asked back gets ``"false"``,
-which its agent resumes. Each pod also gets ``controller.kubernetes.io/pod-deletion-cost``, which
+pass after pass); of the others the pool keeps those already warm first. The others get
+``plinth.dev/warm: "true"`` (their agent takes them out of service and releases their GPU
+memory: ``render.warm``); a warm pod asked back gets ``"false"``, which its agent resumes. Each
+pod also gets ``controller.kubernetes.io/pod-deletion-cost``, which
 the ReplicaSet controller reads when the count drops: pods that serve cost the most to remove,
 the pool's warm pods less, a pod still on its first start (no annotation, 0) less than a loaded
 warm one, and the pods beyond the pool least, so they are the ones removed. The controller
@@ -55,10 +56,16 @@ def _ready(pod: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def _rank(pod: Mapping[str, Any]) -> tuple[bool, bool, str, str]:
+def _serve_rank(pod: Mapping[str, Any]) -> tuple[bool, bool, str, str]:
     """Which pods serve first: serving ones, ready ones, the oldest."""
     meta = pod.get("metadata") or {}
     return is_warm(pod), not _ready(pod), meta.get("creationTimestamp") or "", meta.get("name", "")
+
+
+def _keep_rank(pod: Mapping[str, Any]) -> tuple[bool, bool, str, str]:
+    """Which of the others the pool keeps first: warm ones (released already), then as above."""
+    _, unready, created, name = _serve_rank(pod)
+    return not is_warm(pod), unready, created, name
 
 
 def live_pods(pods: Iterable[Mapping[str, Any]], revision: int) -> list[Mapping[str, Any]]:
@@ -80,7 +87,9 @@ def plan_pool(pods: list[Mapping[str, Any]], wanted: int, warm_replicas: int) ->
     that differ from the pods' own are in the plan."""
     kept = min(warm_replicas, max(0, len(pods) - wanted))
     changes: dict[str, dict[str, str]] = {}
-    for index, pod in enumerate(sorted(pods, key=_rank)):
+    ordered = sorted(pods, key=_serve_rank)
+    ordered = ordered[:wanted] + sorted(ordered[wanted:], key=_keep_rank)
+    for index, pod in enumerate(ordered):
         current = _annotations(pod)
         if index < wanted:
             # Asked back from the pool: "false" tells its agent to resume it.

@@ -1,0 +1,65 @@
+"""Which pods a Kubernetes warm pool keeps serving, warm or leaving (``kube.warm.plan_pool``),
+over pods as the API returns them; the real controllers' part: tests/kube_real."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deployments.drivers.kube import labels as L
+from deployments.drivers.kube.warm import live_pods, plan_pool
+
+
+def _pod(name: str, created: str, *, warm: str | None = None, ready: bool = True) -> dict[str, Any]:
+    annotations = {L.WARM: warm} if warm is not None else {}
+    return {
+        "metadata": {
+            "name": name,
+            "creationTimestamp": created,
+            "labels": {L.ROLE: "engine", L.REVISION: "1"},
+            "annotations": annotations,
+        },
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def test_a_scale_down_keeps_the_oldest_serving_the_next_warm_and_marks_the_rest_to_go() -> None:
+    pods = [_pod("c", "2026-01-01T00:00:03Z"), _pod("a", "2026-01-01T00:00:01Z")]
+    pods.append(_pod("b", "2026-01-01T00:00:02Z"))
+    plan = plan_pool(pods, wanted=1, warm_replicas=1)
+    assert plan.kept == 1
+    assert plan.annotations == {
+        "a": {L.DELETION_COST: "200"},
+        "b": {L.WARM: "true", L.DELETION_COST: "100"},
+        "c": {L.WARM: "true", L.DELETION_COST: "-100"},
+    }
+
+
+def test_at_zero_the_warm_pod_stays_and_a_wake_asks_it_back() -> None:
+    serving = _pod("a", "2026-01-01T00:00:01Z")
+    serving["metadata"]["annotations"][L.DELETION_COST] = "200"
+    warm = _pod("b", "2026-01-01T00:00:02Z", warm="true", ready=False)
+    warm["metadata"]["annotations"][L.DELETION_COST] = "100"
+    to_zero = plan_pool([serving, warm], wanted=0, warm_replicas=1)
+    assert to_zero.kept == 1
+    assert to_zero.annotations == {"a": {L.WARM: "true", L.DELETION_COST: "-100"}}
+    woken = plan_pool([warm], wanted=1, warm_replicas=1)
+    assert woken.kept == 0
+    assert woken.annotations == {"b": {L.WARM: "false", L.DELETION_COST: "200"}}
+
+
+def test_no_pod_is_started_for_the_pool_and_settled_pods_need_no_write() -> None:
+    pods = [_pod("a", "2026-01-01T00:00:01Z")]
+    pods[0]["metadata"]["annotations"][L.DELETION_COST] = "200"
+    plan = plan_pool(pods, wanted=1, warm_replicas=2)
+    assert plan.kept == 0 and plan.annotations == {}
+
+
+def test_only_this_revisions_live_engine_pods_count() -> None:
+    leaving = _pod("x", "2026-01-01T00:00:01Z")
+    leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+    other = _pod("y", "2026-01-01T00:00:01Z")
+    other["metadata"]["labels"][L.REVISION] = "2"
+    router = _pod("z", "2026-01-01T00:00:01Z")
+    router["metadata"]["labels"][L.ROLE] = "router"
+    mine = _pod("a", "2026-01-01T00:00:01Z")
+    assert live_pods([leaving, other, router, mine], revision=1) == [mine]

@@ -43,6 +43,8 @@ from pathlib import Path
 
 WARM = "true"
 POLL_S = 1.0
+# The kubelet's probe of this agent's /ready (``render.warm``): how soon a resumed pod reads ready.
+READY_PROBE_PERIOD_S = 2
 # A resume copies every GPU's weights back over the host link: seconds on a real engine.
 RESUME_TIMEOUT_S = 300.0
 

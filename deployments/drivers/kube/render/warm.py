@@ -73,7 +73,7 @@ def agent_container(
         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
         "readinessProbe": {
             "httpGet": {"path": "/ready", "port": AGENT_PORT},
-            "periodSeconds": 2,
+            "periodSeconds": warm_agent.READY_PROBE_PERIOD_S,
             "timeoutSeconds": 5,
             "failureThreshold": 1,
         },

@@ -22,8 +22,10 @@ readiness is every container's). The engine container's liveness probe asks this
 ``/live`` rather than the engine's ``/health``: SGLang answers ``/health`` with a one-token
 generation, which a released engine cannot run, and the kubelet would restart a warm engine for
 it; ``/live`` is the engine's ``/health`` while it serves, and while released only whether its
-HTTP server answers at all. That it released the engine is kept in a file beside
-(an emptyDir that outlives a restart of this container), so a restarted agent still resumes.
+HTTP server answers at all. SGLang's ``/ready`` checks only that the server is up and not
+paused (reference/SGLANG.md), so it may answer 200 while released: that the agent released the
+engine is its own record, a file beside (an emptyDir that outlives a restart of this
+container), so a restarted agent still resumes.
 
 It is copied alone into the pod (a ConfigMap) and run by the engine image's own Python, so it
 imports nothing but the standard library.

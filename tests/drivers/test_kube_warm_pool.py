@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from deployments.drivers import base
 from deployments.drivers.kube import labels as L
+from deployments.drivers.kube import observe
 from deployments.drivers.kube.warm import live_pods, plan_pool
 
 
@@ -63,3 +65,31 @@ def test_only_this_revisions_live_engine_pods_count() -> None:
     router["metadata"]["labels"][L.ROLE] = "router"
     mine = _pod("a", "2026-01-01T00:00:01Z")
     assert live_pods([leaving, other, router, mine], revision=1) == [mine]
+
+
+def _running(name: str, *, warm: str | None, agent_ready: bool = True) -> dict[str, Any]:
+    pod = _pod(name, "2026-01-01T00:00:01Z", warm=warm, ready=agent_ready)
+    pod["status"].update(
+        phase="Running",
+        containerStatuses=[
+            {"name": "engine", "ready": True, "started": True, "state": {"running": {}}},
+            {"name": "warm-agent", "ready": agent_ready, "started": True, "state": {"running": {}}},
+        ],
+    )
+    return pod
+
+
+def test_a_warm_pod_reads_released_whatever_its_engine_says_and_resuming_until_its_agent_is_ready(
+) -> None:  # fmt: skip
+    """SGLang's own /ready may still answer 200 while released (it checks up and not paused):
+    the annotation decides, and a pod asked back serves once its agent says so."""
+    released = observe.replica_facts(_running("a", warm="true"))
+    assert (released.phase, released.ready, released.reason) == (base.RELEASED, False, "WarmPool")
+    resuming = observe.replica_facts(_running("b", warm="false", agent_ready=False))
+    assert (resuming.phase, resuming.ready) == (base.RESUMING, False)
+    back = observe.replica_facts(_running("c", warm="false"))
+    assert (back.phase, back.ready) == (base.READY, True)
+    plain = observe.replica_facts(_running("d", warm=None))
+    assert (plain.phase, plain.ready) == (base.READY, True)
+    seen = base.Observation(replicas=(released, resuming, back))
+    assert [r.name for r in seen.engines()] == ["c"]

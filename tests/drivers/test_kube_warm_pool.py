@@ -79,8 +79,7 @@ def _running(name: str, *, warm: str | None, agent_ready: bool = True) -> dict[s
     return pod
 
 
-def test_a_warm_pod_reads_released_whatever_its_engine_says_and_resuming_until_its_agent_is_ready(
-) -> None:  # fmt: skip
+def test_warm_pods_read_released_then_resuming_until_their_agent_is_ready() -> None:
     """SGLang's own /ready may still answer 200 while released (it checks up and not paused):
     the annotation decides, and a pod asked back serves once its agent says so."""
     released = observe.replica_facts(_running("a", warm="true"))

@@ -37,6 +37,7 @@ TERMINATING = "terminating"
 RELEASED = "released"
 # A warm pool's replica asked back into service, its GPU memory coming back (the Kubernetes
 # driver's pods resume on their own, after the pass that asked; the local driver's within it).
+# On its way to serving, like a loading one: one of the endpoint's replicas again.
 RESUMING = "resuming"
 PHASES = (PENDING, STARTING, LOADING, RUNNING, READY, FAILED, TERMINATING, RELEASED, RESUMING)
 
@@ -244,7 +245,7 @@ class Observation:
             r
             for r in self.replicas
             if r.role != "router"
-            and r.phase not in (RELEASED, RESUMING)
+            and r.phase != RELEASED
             and (revision is None or r.revision == revision)
         ]
 

@@ -91,4 +91,4 @@ def test_warm_pods_read_released_then_resuming_until_their_agent_is_ready() -> N
     plain = observe.replica_facts(_running("d", warm=None))
     assert (plain.phase, plain.ready) == (base.READY, True)
     seen = base.Observation(replicas=(released, resuming, back))
-    assert [r.name for r in seen.engines()] == ["c"]
+    assert [r.name for r in seen.engines()] == ["b", "c"]  # resuming: on its way to serve

@@ -27,12 +27,12 @@ def _pod(name: str, created: str, *, warm: str | None = None, ready: bool = True
 def test_a_scale_down_keeps_the_oldest_serving_the_next_warm_and_marks_the_rest_to_go() -> None:
     pods = [_pod("c", "2026-01-01T00:00:03Z"), _pod("a", "2026-01-01T00:00:01Z")]
     pods.append(_pod("b", "2026-01-01T00:00:02Z"))
-    plan = plan_pool(pods, wanted=1, warm_replicas=1)
+    plan = plan_pool(pods, wanted=1, warm_replicas=1, now=100.0)
     assert plan.kept == 1
     assert plan.annotations == {
         "a": {L.DELETION_COST: "200"},
-        "b": {L.WARM: "true", L.DELETION_COST: "100"},
-        "c": {L.WARM: "true", L.DELETION_COST: "-100"},
+        "b": {L.WARM: "true", L.DELETION_COST: "100", L.WARM_AT: "100.000"},
+        "c": {L.WARM: "true", L.DELETION_COST: "-100"},  # on its way out: no timeline line
     }
 
 
@@ -41,12 +41,21 @@ def test_at_zero_the_warm_pod_stays_and_a_wake_asks_it_back() -> None:
     serving["metadata"]["annotations"][L.DELETION_COST] = "200"
     warm = _pod("b", "2026-01-01T00:00:02Z", warm="true", ready=False)
     warm["metadata"]["annotations"][L.DELETION_COST] = "100"
-    to_zero = plan_pool([serving, warm], wanted=0, warm_replicas=1)
+    to_zero = plan_pool([serving, warm], wanted=0, warm_replicas=1, now=100.0)
     assert to_zero.kept == 1
     assert to_zero.annotations == {"a": {L.WARM: "true", L.DELETION_COST: "-100"}}
-    woken = plan_pool([warm], wanted=1, warm_replicas=1)
+    woken = plan_pool([warm], wanted=1, warm_replicas=1, now=200.0)
     assert woken.kept == 0
-    assert woken.annotations == {"b": {L.WARM: "false", L.DELETION_COST: "200"}}
+    assert woken.annotations == {
+        "b": {L.WARM: "false", L.DELETION_COST: "200", L.WARM_AT: "200.000"}
+    }
+    # Its timeline: the release and the resume, one line each, keyed by when.
+    warm["metadata"]["annotations"][L.WARM_AT] = "100.000"
+    [released] = observe.warm_pool_events([warm])
+    warm["metadata"]["annotations"].update(woken.annotations["b"])
+    [resumed] = observe.warm_pool_events([warm])
+    assert (released.reason, resumed.reason) == ("Released", "Resumed")
+    assert released.key != resumed.key
 
 
 def test_no_pod_is_started_for_the_pool_and_settled_pods_need_no_write() -> None:

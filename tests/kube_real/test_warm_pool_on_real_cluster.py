@@ -88,6 +88,7 @@ def test_a_scale_down_keeps_a_loaded_pod_warm_and_a_wake_takes_it_back(
     assert phases[serving] == (base.READY, True)
     assert phases[warm] == (base.RELEASED, False)
     assert seen.ready_count() == 1 and len(seen.engines()) == 1
+    assert "Released" in [e.reason for e in seen.events if warm in e.message]
 
     # To zero: the serving pod goes, the warm one stays (the pool's count is one).
     driver.apply(ref, _plan(0))

@@ -27,6 +27,7 @@ import hashlib
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -137,9 +138,8 @@ class KubeDriver:
             return revision
         pod_kind = kind_of("v1", "Pod")
         pods = self._list(pod_kind, ref.namespace, L.owner_selector(ref.id))
-        plan = warm.plan_pool(
-            warm.live_pods(pods, revision.number), revision.replicas, revision.warm_replicas
-        )
+        live = warm.live_pods(pods, revision.number)
+        plan = warm.plan_pool(live, revision.replicas, revision.warm_replicas, time.time())
         for name, marks in plan.annotations.items():
             try:
                 self.client.annotate(pod_kind, ref.namespace, name, marks)

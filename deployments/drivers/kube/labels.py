@@ -32,6 +32,8 @@ GPU = "plinth.dev/gpu"
 # it released, "false" once asked back (absent: never warm). The worker writes it, the pod's
 # agent reads it. And the ReplicaSet controller's own key, which pods it removes first.
 WARM = "plinth.dev/warm"
+# When the worker last turned a pool's pod warm or back (epoch seconds): its timeline line's key.
+WARM_AT = "plinth.dev/warm-at"
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 # The role of an endpoint's weights download Job (``render.weights_job``).
 WEIGHTS = "weights"

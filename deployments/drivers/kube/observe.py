@@ -288,6 +288,25 @@ def timeline_events(
     return lines
 
 
+def warm_pool_events(pods: Iterable[Mapping[str, Any]]) -> list[base.ObservedEvent]:
+    """The timeline's lines of a warm pool's pods (``kube.warm``): each time the worker turned
+    one warm or asked it back, once (keyed by when)."""
+    lines = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        annotations, name = meta.get("annotations") or {}, meta.get("name", "")
+        at = annotations.get(L.WARM_AT)
+        if at is None:
+            continue
+        if annotations.get(L.WARM) == "true":
+            message = f"{name} left service for the warm pool; its GPU memory is released"
+            lines.append(base.ObservedEvent("Released", message, "info", f"kube:{name}:r:{at}"))
+        else:
+            message = f"{name} resumed from the warm pool (no cold start)"
+            lines.append(base.ObservedEvent("Resumed", message, "info", f"kube:{name}:s:{at}"))
+    return lines
+
+
 def job_failed(job: Mapping[str, Any]) -> dict[str, Any] | None:
     """The Job's ``Failed`` condition once it has given up (backoff limit, deadline), else None."""
     conditions = (job.get("status") or {}).get("conditions") or []
@@ -457,7 +476,11 @@ def observation(
         replicas=engines,
         router_url=router_url if routers else "",
         router_ready=any(r.ready for r in routers),
-        events=(*timeline_events(events, roles), *stall_events(workloads)),
+        events=(
+            *timeline_events(events, roles),
+            *stall_events(workloads),
+            *warm_pool_events(p for p in pods if _role(p) == "engine"),
+        ),
         failures=(*download_failures(jobs, job_pods), *stalled_rollouts(workloads, engines)),
     )
 

@@ -82,9 +82,12 @@ def live_pods(pods: Iterable[Mapping[str, Any]], revision: int) -> list[Mapping[
     return found
 
 
-def plan_pool(pods: list[Mapping[str, Any]], wanted: int, warm_replicas: int) -> PoolPlan:
+def plan_pool(
+    pods: list[Mapping[str, Any]], wanted: int, warm_replicas: int, now: float = 0.0
+) -> PoolPlan:
     """The pool for ``pods`` (``live_pods``) when ``wanted`` should serve; only the annotations
-    that differ from the pods' own are in the plan."""
+    that differ from the pods' own are in the plan. A pod the pool keeps or asks back carries
+    when (``now``), for its timeline line; one on its way out does not."""
     kept = min(warm_replicas, max(0, len(pods) - wanted))
     changes: dict[str, dict[str, str]] = {}
     ordered = sorted(pods, key=_serve_rank)
@@ -101,6 +104,8 @@ def plan_pool(pods: list[Mapping[str, Any]], wanted: int, warm_replicas: int) ->
         else:
             want = {L.WARM: "true", L.DELETION_COST: SURPLUS_COST}
         differing = {k: v for k, v in want.items() if current.get(k) != v}
+        if L.WARM in differing and want[L.DELETION_COST] != SURPLUS_COST:
+            differing[L.WARM_AT] = f"{now:.3f}"
         if differing:
             changes[(pod.get("metadata") or {}).get("name", "")] = differing
     return PoolPlan(kept, changes)

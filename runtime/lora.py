@@ -3,8 +3,9 @@ by name (`"<served_name>:<adapter>"` in an OpenAI request's `model`, `lora_path`
 
 Parsed one field at a time, as every spec group; what relates the fields to each other, to the
 base model and to SGLang 0.5.23's checks is `runtime.rules.lora`'s, the flags are rendered by
-`lora_args`, and `lora_live_change` tells whether a change of spec is adapters only (applied to a
-running engine with SGLang's `/load_lora_adapter` and `/unload_lora_adapter`, no restart).
+`lora_args`; whether whether a change of spec is adapters only (applied to a
+running engine with SGLang's `/load_lora_adapter` and `/unload_lora_adapter`, no restart) is
+`runtime.lora_live`'s.
 
 SGLang's two limits, as 0.5.23 has them (`srt/lora`, `arg_groups/lora_hook.py`):
 - `max_loras_per_batch`: GPU memory pool slots, i.e. distinct adapters one batch may hold. A
@@ -19,7 +20,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator
@@ -29,7 +29,6 @@ from runtime.spec_base import ModelSource, RepoRevision, SpecGroup
 
 if TYPE_CHECKING:
     from runtime.catalog import ModelArch
-    from runtime.spec import RuntimeSpec
 
 PositiveInt = Annotated[int, Field(ge=1)]
 
@@ -156,10 +155,9 @@ def lora_paths_arg(adapter: LoraAdapter) -> str:
     return f"{adapter.name}={adapter_path(adapter)}"
 
 
-def lora_args(spec: RuntimeSpec) -> list[str]:
-    """SGLang's LoRA flags for `spec.lora`, every setting spelled out (SGLang's defaults where
-    unset), so the argv says what runs."""
-    lora = spec.lora
+def lora_args(lora: LoraSettings) -> list[str]:
+    """SGLang's LoRA flags for a spec's `lora`, every setting spelled out (SGLang's defaults
+    where unset), so the argv says what runs."""
     if not lora.active:
         return []
     args = ["--enable-lora"]
@@ -175,63 +173,6 @@ def lora_args(spec: RuntimeSpec) -> list[str]:
     args += ["--lora-backend", lora.resolved_backend]
     args += ["--lora-eviction-policy", lora.resolved_eviction_policy]
     return args
-
-
-@dataclass(frozen=True)
-class LoraLiveChange:
-    """What to do on a running engine to go from one spec to the next: unload these adapter
-    names, then load these adapters (`POST /unload_lora_adapter {"lora_name"}`, then
-    `POST /load_lora_adapter {"lora_name", "lora_path", "pinned"}`)."""
-
-    load: tuple[LoraAdapter, ...]
-    unload: tuple[str, ...]
-
-    @property
-    def empty(self) -> bool:
-        return not self.load and not self.unload
-
-
-def lora_live_change(old: RuntimeSpec, new: RuntimeSpec) -> LoraLiveChange | None:
-    """The adapter loads and unloads that take a running engine of `old` to `new`, or None when
-    the change needs a restart (a rollout).
-
-    Live only when everything but `lora.adapters` is equal and LoRA was already on (the engine
-    sized its pool at start-up from max_lora_rank and target_modules: those, and every other
-    lora setting, are start-up flags). An adapter whose source, revision or pinning changed is
-    unloaded and loaded again under its name. The new adapters must also fit what the running
-    pool was sized for: a rank above the pool's, or (target modules left to SGLang) any new
-    adapter at all when the engine took its modules from the first adapters, needs a restart.
-    Validate `new` first; this does not repeat the rules.
-    """
-    if not old.lora.active or not new.lora.active:
-        return None
-    if _without_adapters(old) != _without_adapters(new):
-        return None
-    before = {adapter.name: adapter for adapter in old.lora.adapters}
-    after = {adapter.name: adapter for adapter in new.lora.adapters}
-    unload = tuple(name for name, adapter in before.items() if after.get(name) != adapter)
-    load = tuple(adapter for name, adapter in after.items() if before.get(name) != adapter)
-    if load and not _pool_takes(old, load):
-        return None
-    return LoraLiveChange(load=load, unload=unload)
-
-
-def _without_adapters(spec: RuntimeSpec) -> str:
-    data = spec.model_dump(mode="json")
-    lora = data["lora"]
-    lora["adapters"] = []
-    # An unset max_lora_rank follows the adapters; what the engine runs with is the resolved one.
-    lora["max_lora_rank"] = spec.lora.resolved_max_lora_rank
-    lora["enabled"] = True
-    return json.dumps(data, sort_keys=True)
-
-
-def _pool_takes(spec: RuntimeSpec, adapters: Sequence[LoraAdapter]) -> bool:
-    if spec.lora.target_modules is None:
-        # SGLang sized the pool for the union of the first adapters' modules, which Plinth does
-        # not know: a new adapter may target others, and would be refused.
-        return False
-    return all(adapter.rank <= spec.lora.resolved_max_lora_rank for adapter in adapters)
 
 
 # The modules SGLang can adapt, per family of base architecture (its model code's names).
@@ -301,3 +242,23 @@ def adapter_params(arch: ModelArch, modules: Sequence[str], rank: int) -> int:
         inputs, outputs = module_dims(arch, module)
         total += rank * (inputs + outputs) * _layers_of(module, arch)
     return total
+
+
+# LoRA weights are kept in the model's dtype (BF16/FP16) whatever the base's quantization.
+LORA_BYTES_PER_PARAM = 2.0
+
+
+def adapter_bytes(arch: ModelArch, lora: LoraSettings, rank: int) -> float:
+    """Bytes of one adapter of `rank` over the pool's target modules (all GPUs together)."""
+    modules = resolved_target_modules(lora, arch)
+    return adapter_params(arch, modules, rank) * LORA_BYTES_PER_PARAM
+
+
+def adapter_pool_bytes(lora: LoraSettings, arch: ModelArch, shards: int) -> float:
+    """GPU memory of SGLang's adapter pool on each of `shards` GPUs (TP x PP split it as they
+    split the layers): max_loras_per_batch slots, each sized for max_lora_rank over the target
+    modules. 0 with LoRA off. Adapters beyond the slots wait in host memory, not counted here."""
+    if not lora.active:
+        return 0.0
+    slot = adapter_bytes(arch, lora, lora.resolved_max_lora_rank)
+    return lora.resolved_max_loras_per_batch * slot / shards

@@ -20,15 +20,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal, Protocol
 
 from pydantic import AfterValidator, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from runtime.spec_base import ModelSource, RepoRevision, SpecGroup
-
-if TYPE_CHECKING:
-    from runtime.catalog import ModelArch
 
 PositiveInt = Annotated[int, Field(ge=1)]
 
@@ -175,6 +172,32 @@ def lora_args(lora: LoraSettings) -> list[str]:
     return args
 
 
+class ArchDims(Protocol):
+    """The model widths an adapter's size depends on: the catalogue's ModelArch and the physics'
+    ModelShape both have them."""
+
+    @property
+    def num_layers(self) -> int: ...
+    @property
+    def hidden_size(self) -> int: ...
+    @property
+    def num_attention_heads(self) -> int: ...
+    @property
+    def num_kv_heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def intermediate_size(self) -> int | None: ...
+    @property
+    def num_experts(self) -> int | None: ...
+    @property
+    def kv_lora_rank(self) -> int | None: ...
+    @property
+    def qk_rope_head_dim(self) -> int | None: ...
+
+
 # The modules SGLang can adapt, per family of base architecture (its model code's names).
 _ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj")
 _MLA_ATTENTION = ("q_a_proj", "kv_a_proj_with_mqa", "q_b_proj", "kv_b_proj", "o_proj")
@@ -182,25 +205,37 @@ _MLP = ("gate_proj", "up_proj", "down_proj", "gate_up_proj")
 _EMBEDDINGS = ("embed_tokens", "lm_head")
 # Fused names SGLang also accepts: each stands for its parts, so they are not counted twice.
 _FUSED = ("qkv_proj", "gate_up_proj")
+# The GEMMs SGLang runs a module's LoRA in: q/k/v ride the fused QKV projection and gate/up the
+# fused gate-up one, so each group is one shrink and one expand kernel per layer.
+_KERNEL_GROUP = {
+    **dict.fromkeys(("q_proj", "k_proj", "v_proj", "qkv_proj"), "qkv"),
+    **dict.fromkeys(("gate_proj", "up_proj", "gate_up_proj"), "gate_up"),
+}
+# LoRA weights are kept in the model's dtype (BF16/FP16) whatever the base's quantization.
+LORA_BYTES_PER_PARAM = 2.0
 
 
-def base_modules(arch: ModelArch) -> tuple[str, ...]:
+def base_modules(arch: ArchDims) -> tuple[str, ...]:
     """The target modules `arch` has (MLA models: DeepSeek's compressed-attention projections)."""
     attention = _MLA_ATTENTION if arch.kv_lora_rank is not None else _ATTENTION
     return attention + _MLP + _EMBEDDINGS
 
 
-def resolved_target_modules(lora: LoraSettings, arch: ModelArch) -> tuple[str, ...]:
-    """The modules the pool holds weights for: the setting (`all` expanded to the attention and
-    MLP projections), or, left to SGLang, every projection (the adapters' own lists are not
-    known before they load, so the memory fit assumes the most)."""
-    modules = lora.target_modules or ["all"]
+def expand_modules(modules: Sequence[str] | None, arch: ArchDims) -> tuple[str, ...]:
+    """The modules a pool holds weights for: `modules` with `all` expanded to the attention and
+    MLP projections; None (left to SGLang, which takes the adapters' own lists, unknown before
+    they load) counts as `all`, so the memory fit assumes the most."""
+    modules = list(modules or ["all"])
     if "all" in modules:
         return tuple(m for m in base_modules(arch) if m not in _EMBEDDINGS + _FUSED)
     return tuple(modules)
 
 
-def module_dims(arch: ModelArch, module: str) -> tuple[int, int]:
+def resolved_target_modules(lora: LoraSettings, arch: ArchDims) -> tuple[str, ...]:
+    return expand_modules(lora.target_modules, arch)
+
+
+def module_dims(arch: ArchDims, module: str) -> tuple[int, int]:
     """(input, output) width of one adapted projection of one layer; an adapter of rank r adds
     r x (input + output) weights there (A: r x input, B: output x r). MoE MLP modules count
     every routed expert (SGLang holds a LoRA pair per expert). MLA widths are approximations:
@@ -230,11 +265,11 @@ def module_dims(arch: ModelArch, module: str) -> tuple[int, int]:
     return dims.get(module, (hidden, hidden))
 
 
-def _layers_of(module: str, arch: ModelArch) -> int:
+def _layers_of(module: str, arch: ArchDims) -> int:
     return 1 if module in _EMBEDDINGS else arch.num_layers
 
 
-def adapter_params(arch: ModelArch, modules: Sequence[str], rank: int) -> int:
+def adapter_params(arch: ArchDims, modules: Sequence[str], rank: int) -> int:
     """Weights of one adapter of `rank` over `modules` of `arch` (all layers, all GPUs): the one
     home of the adapter-size fact, read by the memory fit, the optimizer and the simulator."""
     total = 0
@@ -244,17 +279,20 @@ def adapter_params(arch: ModelArch, modules: Sequence[str], rank: int) -> int:
     return total
 
 
-# LoRA weights are kept in the model's dtype (BF16/FP16) whatever the base's quantization.
-LORA_BYTES_PER_PARAM = 2.0
+def adapter_kernels(arch: ArchDims, modules: Sequence[str]) -> int:
+    """LoRA kernels one forward pass runs for an adapter over `modules`: a shrink and an expand
+    per fused projection per layer (embeddings once)."""
+    groups = {_KERNEL_GROUP.get(module, module) for module in modules}
+    return sum(2 * _layers_of(group, arch) for group in groups)
 
 
-def adapter_bytes(arch: ModelArch, lora: LoraSettings, rank: int) -> float:
+def adapter_bytes(arch: ArchDims, lora: LoraSettings, rank: int) -> float:
     """Bytes of one adapter of `rank` over the pool's target modules (all GPUs together)."""
     modules = resolved_target_modules(lora, arch)
     return adapter_params(arch, modules, rank) * LORA_BYTES_PER_PARAM
 
 
-def adapter_pool_bytes(lora: LoraSettings, arch: ModelArch, shards: int) -> float:
+def adapter_pool_bytes(lora: LoraSettings, arch: ArchDims, shards: int) -> float:
     """GPU memory of SGLang's adapter pool on each of `shards` GPUs (TP x PP split it as they
     split the layers): max_loras_per_batch slots, each sized for max_lora_rank over the target
     modules. 0 with LoRA off. Adapters beyond the slots wait in host memory, not counted here."""

@@ -15,6 +15,8 @@ from runtime.launch import plan
 from runtime.lora import LoraBackend, LoraEvictionPolicy, LoraTargetModule
 from runtime.lora_live import lora_live_change
 from runtime.memory import memory_fit
+from runtime.optimize.predict import predict_layout
+from runtime.optimize.types import Layout, OptimizeRequest, Traffic
 from runtime.spec import RuntimeSpec
 from runtime.topology import engine_groups
 from runtime.validate import check
@@ -192,3 +194,24 @@ def test_an_adapters_only_change_is_live_and_anything_else_restarts(spec_data: S
         lora_live_change(inferred, _spec(spec_data, adapters=[SQL, OCR, {**SQL, "name": "x"}]))
         is None
     )
+
+
+def test_the_optimizer_prices_the_adapters_in_use(spec_data: SpecData) -> None:
+    adapters = [{"name": f"a{i}", "source": f"org/a{i}", "rank": 16} for i in range(8)]
+    served = RuntimeSpec.model_validate(
+        spec_data(**lora(adapters=adapters, target_modules=["all"]))
+    )
+    model, layout = "meta-llama/Llama-3.1-8B-Instruct", Layout("H100-SXM", 1)
+
+    def capacity(in_use: int | None, with_lora: bool = True) -> float:
+        traffic = Traffic(rate_rps=1, adapters_in_use=in_use)
+        request = OptimizeRequest(model, traffic, lora=served.lora if with_lora else None)
+        predicted = predict_layout(request, layout)
+        assert predicted is not None
+        return predicted.capacity_rps
+
+    base = capacity(None, with_lora=False)
+    # All traffic to the base model: the pool still takes KV memory, no kernel runs.
+    assert capacity(0) <= base
+    # One adapter for every request, then the 8 listed (the default): each batch holds more.
+    assert base > capacity(1) > capacity(None)

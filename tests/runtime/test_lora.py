@@ -127,6 +127,10 @@ def test_lora_with_no_adapters_yet_needs_the_pool_size(spec_data: SpecData) -> N
             ("invalid_model_source", "lora.adapters.0.source"),
         ),
         ({"adapters": [SQL], "backend": "ascend"}, ("invalid_choice", "lora.backend")),
+        (
+            {"adapters": [SQL], "max_loras_per_batch": 64, "max_lora_rank": 1024},
+            ("lora_pool_too_large", "lora.max_loras_per_batch"),
+        ),
     ],
 )
 def test_bad_lora_settings_are_refused_naming_the_field(

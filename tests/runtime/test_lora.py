@@ -180,6 +180,10 @@ def test_an_adapters_only_change_is_live_and_anything_else_restarts(spec_data: S
     change = lora_live_change(old, _spec(spec_data, adapters=[OCR], **modules))
     assert change is not None
     assert [a.name for a in change.load] == ["ocr"] and change.unload == ("sql",)
+    assert change.calls() == [
+        ("/unload_lora_adapter", {"lora_name": "sql"}),
+        ("/load_lora_adapter", {"lora_name": "ocr", "lora_path": "org/ocr-lora", "pinned": False}),
+    ]
     # A changed source is an unload and a load under the same name.
     moved = _spec(spec_data, adapters=[{**SQL, "source": "org/sql-v2"}], **modules)
     change = lora_live_change(old, moved)

@@ -596,6 +596,7 @@ class Estimate(ApiModel):
     total_gib: float | None
     capacity_gib: float
     mem_fraction_static: float | None
+    adapters_gib: float | None = None
     max_concurrent_tokens: int | None
     concurrent_requests: int | None = None
     max_running_requests: int | None = None
@@ -753,6 +754,7 @@ class GroupEstimate(ApiModel):
     weights_gib: float | None = None
     kv_cache_gib: float | None = None
     reserve_gib: float | None = None
+    adapters_gib: float | None = None
     total_gib: float | None = None
     capacity_gib: float
     mem_fraction_static: float | None = None

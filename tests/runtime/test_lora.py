@@ -19,7 +19,7 @@ from runtime.optimize.predict import predict_layout
 from runtime.optimize.types import Layout, OptimizeRequest, Traffic
 from runtime.spec import RuntimeSpec
 from runtime.topology import engine_groups
-from runtime.validate import check
+from runtime.validate import check, estimate
 from tests.runtime.conftest import SpecData
 
 SQL = {"name": "sql", "source": "org/sql-lora", "rank": 16}
@@ -168,6 +168,7 @@ def test_the_adapter_pool_comes_out_of_the_kv_cache(spec_data: SpecData) -> None
     assert after.kv_cache == pytest.approx(before.kv_cache - after.adapters)
     assert after.total == pytest.approx(before.total)
     assert after.max_kv_tokens < before.max_kv_tokens
+    assert estimate(served).adapters_gib == round(after.adapters / 1024**3, 2)
 
 
 def _spec(spec_data: SpecData, **settings: Any) -> RuntimeSpec:

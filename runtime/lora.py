@@ -2,10 +2,10 @@
 by name (`"<served_name>:<adapter>"` in an OpenAI request's `model`, `lora_path` in a native one).
 
 Parsed one field at a time, as every spec group; what relates the fields to each other, to the
-base model and to SGLang 0.5.23's checks is `runtime.rules.lora`'s, the flags are rendered by
-`lora_args`; whether whether a change of spec is adapters only (applied to a
-running engine with SGLang's `/load_lora_adapter` and `/unload_lora_adapter`, no restart) is
-`runtime.lora_live`'s.
+base model and to SGLang 0.5.23's checks is `runtime.rules.lora`'s, and `lora_args` renders the
+flags. Whether a change of spec is adapters only (applied to a running engine with SGLang's
+`/load_lora_adapter` and `/unload_lora_adapter`, no restart) is `runtime.lora_live`'s. The size
+of an adapter (rank x target modules x layers) has its one home here: `adapter_params`.
 
 SGLang's two limits, as 0.5.23 has them (`srt/lora`, `arg_groups/lora_hook.py`):
 - `max_loras_per_batch`: GPU memory pool slots, i.e. distinct adapters one batch may hold. A

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from pydantic import BaseModel, ValidationError
+
 from runtime.catalog.quantization import tool_format
 from runtime.quality import QualityReport, TopLogprobs, score_prompt
 from runtime.quantize.events import (
@@ -47,7 +48,9 @@ class Run:
         vocab = original.config.vocab_size
         cal, ev = job.calibration, job.eval
         self.calibration_texts = self.m.read_texts(cal.path, cal.samples, offset=0)
-        self.calibration = self.m.encode(self.calibration_texts, self.tokenizer, vocab, cal.max_seq_len)
+        self.calibration = self.m.encode(
+            self.calibration_texts, self.tokenizer, vocab, cal.max_seq_len
+        )
         self.eval_texts = self.m.read_texts(ev.path, ev.samples, offset=1)
         self.prompts = self.m.encode(self.eval_texts, self.tokenizer, vocab, cal.max_seq_len)
         self.baseline = self.m.top_logprobs(original, self.prompts)

@@ -11,7 +11,7 @@ writes the checkpoint SGLang loads.
 from __future__ import annotations
 
 import json
-import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from runtime.quantize.recipe import Recipe
 
 TOP_K = 256  # candidates kept per position: the whole vocabulary of a small model (exact KL)
 BUILTIN = Path(__file__).with_name("generic.jsonl")
+BLOCK = re.compile(r"(?:^|\.)layers\.\d+$")  # a decoder block: model.layers.3
 
 
 def read_texts(path: str | None, samples: int, offset: int) -> list[str]:
@@ -48,8 +49,13 @@ def load_tokenizer(source: str) -> PreTrainedTokenizerBase | None:
     return AutoTokenizer.from_pretrained(source)
 
 
+def device() -> str:
+    """Where the job runs: the GPU a Kubernetes Job is given, else the CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def load_model(source: str) -> torch.nn.Module:
-    model = AutoModelForCausalLM.from_pretrained(source, dtype="auto")
+    model = AutoModelForCausalLM.from_pretrained(source, dtype="auto").to(device())
     model.eval()
     return model
 
@@ -68,7 +74,7 @@ def top_logprobs(model: torch.nn.Module, prompts: Sequence[list[int]]) -> list[l
     """Per prompt, per position: the next-token top-k as {token id: logprob}."""
     out = []
     for ids in prompts:
-        logits = model(torch.tensor([ids])).logits[0].float()
+        logits = model(torch.tensor([ids], device=device())).logits[0].float()
         logprobs = torch.log_softmax(logits, dim=-1)
         values, indices = logprobs.topk(min(TOP_K, logprobs.shape[-1]), dim=-1)
         out.append(
@@ -90,12 +96,8 @@ def linear_names(model: torch.nn.Module) -> dict[str, int]:
 
 
 def block_names(model: torch.nn.Module) -> list[str]:
-    """The decoder blocks' module names (model.layers.0, ...)."""
-    return [
-        name
-        for name, _ in model.named_modules()
-        if name.count(".") == 2 and name.rsplit(".", 1)[-1].isdigit() and ".layers." in name
-    ]
+    """The decoder blocks' module names (model.layers.0, ...), in order."""
+    return [name for name, _ in model.named_modules() if BLOCK.search(name)]
 
 
 def assignment(model: torch.nn.Module, recipe: Recipe, fmt: str) -> dict[str, str | None]:
@@ -159,7 +161,3 @@ def checkpoint_bytes(folder: Path) -> int:
 
 def param_count(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-def device_note() -> str:
-    return "cuda" if torch.cuda.is_available() else f"cpu ({os.cpu_count()} cores)"

@@ -14,6 +14,7 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
@@ -126,6 +127,7 @@ def quantize(
         calibrated = calibrated or form.calibrated
     if not groups:
         return
+    check_group_sizes(model, groups)
     # GPTQ (error-compensating rounding over the calibration set) for 4-bit integer weights,
     # where round-to-nearest loses most; 8-bit and FP weights round to nearest.
     gptq = any(
@@ -146,6 +148,24 @@ def quantize(
         num_calibration_samples=len(calibration),
         max_seq_length=max(len(c) for c in calibration),
     )
+
+
+def check_group_sizes(model: torch.nn.Module, groups: dict[str, Any]) -> None:
+    """Refuse, naming the modules, a grouped scheme (W4A16's 128, NVFP4's 16) over a Linear whose
+    input width the group does not divide (the library would fail deep inside instead)."""
+    modules = dict(model.named_modules())
+    misfits = []
+    for scheme in groups.values():
+        group = scheme.weights.group_size if scheme.weights else None
+        for name in scheme.targets if group else ():
+            width = modules[name].in_features
+            if width % group:
+                misfits.append(f"{name} ({width} inputs, groups of {group})")
+    if misfits:
+        raise ValueError(
+            "these modules cannot take the format's weight groups; keep them in BF16: "
+            + ", ".join(misfits[:8])
+        )
 
 
 def export(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase | None, folder: Path) -> None:

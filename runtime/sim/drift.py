@@ -64,11 +64,15 @@ def block_sign_and_size(index: int) -> tuple[int, float]:
 def per_block_drift(noise_by_block: dict[int, float], num_blocks: int) -> Drift:
     """The drift of quantizing blocks at the given noises (each a whole-model figure: what every
     block at that format together would move the logits), the other blocks kept BF16."""
-    shared_share = layer_drift().shared_share
+    shared_share, spread = layer_drift().shared_share, layer_drift().size_spread
+    # Sizes are uniform in [1 - s, 1 + s], so their mean square is 1 + s^2 / 3: dividing by it
+    # keeps every block quantized at one format as far from the original, on average, as that
+    # format's scalar (its private part's root sum of squares is the scalar's figure).
+    norm = math.sqrt(max(1, num_blocks) * (1.0 + spread * spread / 3.0))
     shared, private_sq = 0.0, 0.0
     for index, noise in noise_by_block.items():
         sign, size = block_sign_and_size(index)
-        magnitude = noise * size / math.sqrt(max(1, num_blocks))
+        magnitude = noise * size / norm
         shared += sign * magnitude
         private_sq += magnitude * magnitude
     return Drift(

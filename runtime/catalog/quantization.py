@@ -57,10 +57,34 @@ class QuantFormat(BaseModel):
     offered: bool
 
 
+class ToolFormat(BaseModel):
+    """A format Plinth's quantization jobs make (see quantization.yaml's tool_formats)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    label: str
+    scheme: str
+    serve_as: str
+    priced_as: str
+    calibrated: bool
+
+
+class LayerDrift(BaseModel):
+    """The simulator's per-layer drift model (see quantization.yaml's layer_drift)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    shared_share: float = Field(ge=0, le=1)
+    size_spread: float = Field(ge=0, lt=1)
+
+
 class _Catalogue(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     compute_paths: dict[Compute, ComputePath]
+    tool_formats: tuple[ToolFormat, ...]
+    layer_drift: LayerDrift
     weights: tuple[QuantFormat, ...]
     kv_cache: tuple[QuantFormat, ...]
 
@@ -78,6 +102,21 @@ def _by_name(kind: Literal["weights", "kv_cache"]) -> dict[str, QuantFormat]:
 def weight_format(method: str | None) -> QuantFormat | None:
     """The weight method named `method` (SGLang's spelling); None for none or an unknown name."""
     return None if method is None else _by_name("weights").get(method)
+
+
+def tool_format(name: str) -> ToolFormat | None:
+    """The quantization jobs' target format `name`; None for an unknown name."""
+    return next((row for row in _load().tool_formats if row.name == name), None)
+
+
+def layer_drift() -> LayerDrift:
+    """How the simulator splits a quantized checkpoint's drift over its layers."""
+    return _load().layer_drift
+
+
+def tool_formats() -> tuple[str, ...]:
+    """The formats a quantization job can make, in the catalogue's order."""
+    return tuple(row.name for row in _load().tool_formats)
 
 
 def kv_format(dtype: str) -> QuantFormat | None:

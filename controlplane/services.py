@@ -32,6 +32,7 @@ from controlplane.access import (
     system_actor,
 )
 from controlplane.models import (
+    MAX_ADAPTER_NAME,
     MAX_KEY_WEIGHT,
     ApiKey,
     ApiKeyKind,
@@ -256,6 +257,7 @@ def _key_snapshot(key: ApiKey) -> dict[str, Any]:
         "role": key.role,
         "prefix": key.prefix,
         "allowed_deployment_ids": [str(i) for i in key.allowed_deployment_ids],
+        "allowed_adapters": list(key.allowed_adapters),
         "expires_at": key.expires_at.isoformat() if key.expires_at else None,
         "requests_per_minute": key.requests_per_minute,
         "tokens_per_minute": key.tokens_per_minute,
@@ -273,6 +275,7 @@ def create_api_key(
     kind: str,
     role: str = Role.DEVELOPER,
     allowed_deployment_ids: list[uuid.UUID] | None = None,
+    allowed_adapters: list[str] | None = None,
     expires_at: datetime | None = None,
     requests_per_minute: int | None = None,
     tokens_per_minute: int | None = None,
@@ -300,6 +303,10 @@ def create_api_key(
             raise ServiceError(
                 "only inference keys can be limited to endpoints", field="allowed_deployment_ids"
             )
+        if allowed_adapters:
+            raise ServiceError(
+                "only inference keys can be limited to adapters", field="allowed_adapters"
+            )
     else:
         require_role(actor, Role.DEVELOPER)
         role = Role.DEVELOPER
@@ -317,6 +324,7 @@ def create_api_key(
         )
     _check_limits(requests_per_minute, tokens_per_minute)
     _check_share(kind, priority, weight)
+    adapters = _clean_adapters(allowed_adapters or [])
     material = keys.generate_key(kind)
     key = ApiKey.objects.create(
         organization=actor.organization,
@@ -326,6 +334,7 @@ def create_api_key(
         prefix=material.prefix,
         key_hash=material.key_hash,
         allowed_deployment_ids=list(allowed_deployment_ids or []),
+        allowed_adapters=adapters,
         requests_per_minute=requests_per_minute,
         tokens_per_minute=tokens_per_minute,
         priority=priority,
@@ -337,6 +346,22 @@ def create_api_key(
     audit.record(actor, "api_key.create", key, after=_key_snapshot(key))
     notify.publish_on_commit("api_key", str(key.pk))
     return CreatedKey(api_key=key, plaintext=material.plaintext)
+
+
+def _clean_adapters(names: list[str]) -> list[str]:
+    """An adapter allow-list: names as an endpoint's spec gives them (they need not be served
+    yet: a key may be made before its adapter is added), unique, in the given order."""
+    cleaned: list[str] = []
+    for name in names:
+        name = name.strip() if isinstance(name, str) else ""
+        if not name or len(name) > MAX_ADAPTER_NAME or ":" in name or not name.isprintable():
+            raise ServiceError(
+                f"adapter names are 1 to {MAX_ADAPTER_NAME} printable characters without ':'",
+                field="allowed_adapters",
+            )
+        if name not in cleaned:
+            cleaned.append(name)
+    return cleaned
 
 
 def _check_limits(requests_per_minute: int | None, tokens_per_minute: int | None) -> None:

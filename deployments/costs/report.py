@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import F, Q, Sum
+from django.db.models import Q, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
@@ -197,7 +197,8 @@ def _tokens(
 def _payer(row: dict[str, Any], by: str) -> tuple[Payer, Row]:
     if by == "key":
         key = row["api_key_id"]
-        return key, Row(label=row["api_key__name"], api_key_id=key, api_key_prefix=row["api_key__prefix"])
+        prefix = row["api_key__prefix"]
+        return key, Row(label=row["api_key__name"], api_key_id=key, api_key_prefix=prefix)
     slug, adapter = row["deployment_slug"], row["adapter"]
     label = f"{slug}:{adapter}" if adapter else f"{slug} {BASE}"
     return (row["deployment_id"], adapter), Row(label=label, endpoint=slug, adapter=adapter)

@@ -188,10 +188,8 @@ def _usage_rows(counts: Counts, minute: datetime, result: FlushResult) -> list[U
             result.skipped.append(str(key))  # the key was deleted; its usage goes with it
             continue
         requests, prompt, cached, completion = (values.get(counter, 0) for counter in COUNTERS)
-        rows.append(
-            (organization_id, key, endpoint, slug, adapter, minute)
-            + (requests, prompt, cached, completion)
-        )
+        counted = (requests, prompt, cached, completion)
+        rows.append((organization_id, key, endpoint, slug, adapter, minute, *counted))
     return rows
 
 

@@ -41,6 +41,7 @@ from deployments.drivers.kube.observe import job_failed, observation
 from deployments.drivers.kube.render import KubeOptions, render_revision
 from deployments.drivers.kube.render.router import router_url
 from runtime.launch import ROUTER_PORT
+from runtime.lora import LoraLiveChange
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,18 @@ class KubeDriver:
         benchmark.run_benchmark(self.client, self.options, run, on_point)
 
     # --- apply ---
+
+    def apply_adapters(
+        self,
+        ref: base.DeploymentRef,
+        serving: int,
+        number: int,
+        change: LoraLiveChange,
+    ) -> bool:
+        """Not live here: the worker reaches no pod directly, and smg 1.13 forwards no LoRA
+        management to its workers (its admin routes are workers, tokenizers, WASM, MCP), so an
+        adapters-only change is rolled out; the new pods load the adapters from their flags."""
+        return False
 
     def apply(self, ref: base.DeploymentRef, revision: base.RevisionPlan) -> None:
         manifests = render_revision(ref, revision, self.options)

@@ -45,6 +45,42 @@ class AccuracyQuery(ApiModel):
     revision: int | None = None
 
 
+class AdapterIn(ApiModel):
+    "AdapterIn"
+
+    name: str
+    source: str
+    revision: str | None = None
+    rank: int
+    pinned: bool = False
+    message: str = ''
+
+
+class AdapterOut(ApiModel):
+    "AdapterOut"
+
+    name: str
+    source: str
+    revision: str | None
+    rank: int
+    pinned: bool
+    serving: bool
+    requests_hour: int
+    tokens_hour: int
+    requests_day: int
+    tokens_day: int
+
+
+class AdaptersOut(ApiModel):
+    "AdaptersOut"
+
+    target_revision: int | None
+    serving_revision: int | None
+    served_name: str
+    adapters: list[AdapterOut]
+    base: TrafficOut
+
+
 class AiperfFromIndex(ApiModel):
     "AIPerf installed with pip from ``index_url`` by every benchmark Job (about 1.2 GB)."
 
@@ -69,6 +105,7 @@ class ApiKeyCreatedOut(ApiModel):
     role: str
     prefix: str
     allowed_deployment_ids: list[UUID]
+    allowed_adapters: list[str]
     requests_per_minute: int | None
     tokens_per_minute: int | None
     priority: str
@@ -88,6 +125,7 @@ class ApiKeyIn(ApiModel):
     kind: str
     role: str = 'developer'
     allowed_deployment_ids: list[UUID] = Field(default_factory=lambda: [])
+    allowed_adapters: list[str] = Field(default_factory=lambda: [])
     expires_at: datetime | None = None
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None
@@ -113,6 +151,7 @@ class ApiKeyOut(ApiModel):
     role: str
     prefix: str
     allowed_deployment_ids: list[UUID]
+    allowed_adapters: list[str]
     requests_per_minute: int | None
     tokens_per_minute: int | None
     priority: str
@@ -423,6 +462,7 @@ class CostRowOut(ApiModel):
     label: str
     endpoint: str
     revision: int | None
+    adapter: str
     api_key_id: UUID | None
     api_key_prefix: str
     tokens: int
@@ -899,6 +939,29 @@ class LogsQuery(ApiModel):
     after: str | None = None
     q: str | None = None
     level: Literal['DEBUG', 'INFO', 'WARNING', 'ERROR'] | None = None
+
+
+class LoraAdapter(ApiModel):
+    "One adapter: its name, where its weights come from and its rank (`r` of its"
+
+    name: str
+    source: str
+    revision: str | None = None
+    rank: int
+    pinned: bool = False
+
+
+class LoraSettings(ApiModel):
+    "LoRA serving. On when `adapters` lists any, or when `enabled` is true (adapters then come"
+
+    enabled: bool = False
+    adapters: list[LoraAdapter] | None = None
+    max_loras_per_batch: int | None = None
+    max_loaded_loras: int | None = None
+    max_lora_rank: int | None = None
+    target_modules: list[Literal['q_proj', 'k_proj', 'v_proj', 'o_proj', 'q_a_proj', 'kv_a_proj_with_mqa', 'q_b_proj', 'kv_b_proj', 'wq_b', 'wk', 'weights_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj', 'embed_tokens', 'lm_head', 'qkvr', 'wo_ud', 'all']] | None = None
+    backend: Literal['csgmv', 'triton', 'triton_v2', 'torch_native'] | None = None
+    eviction_policy: Literal['lru', 'fifo'] | None = None
 
 
 class MeasuredOut(ApiModel):
@@ -1380,6 +1443,7 @@ class RuntimeSpec(ApiModel):
     autoscaling: AutoscalingSettings = Field(default_factory=lambda: AutoscalingSettings.model_validate({'min_replicas': 1, 'max_replicas': 1, 'concurrency_target': 32, 'target_utilization': 0.7, 'window_seconds': 60, 'scale_down_delay_seconds': 300, 'scale_to_zero': False, 'scale_to_zero_after_seconds': 900, 'prestage_weights': False, 'warm_replicas': 0, 'slo': None, 'prefill': None, 'decode': None}))
     runtime: RuntimeSettings = Field(default_factory=lambda: RuntimeSettings.model_validate({'sglang_version': '0.5.23', 'image': None, 'router_image': None, 'extra_flags': {}, 'env': {}}))
     kv_cache: KvCacheSettings = Field(default_factory=lambda: KvCacheSettings.model_validate({'tiers': {'host': None, 'storage': None}}))
+    lora: LoraSettings = Field(default_factory=lambda: LoraSettings.model_validate({'enabled': False, 'adapters': [], 'max_loras_per_batch': None, 'max_loaded_loras': None, 'max_lora_rank': None, 'target_modules': None, 'backend': None, 'eviction_policy': None}))
 
 
 class ScaleIn(ApiModel):
@@ -1586,6 +1650,9 @@ class WaterfallOut(ApiModel):
 AbortIn.model_rebuild()
 AccuracyOut.model_rebuild()
 AccuracyQuery.model_rebuild()
+AdapterIn.model_rebuild()
+AdapterOut.model_rebuild()
+AdaptersOut.model_rebuild()
 AiperfFromIndex.model_rebuild()
 AiperfImage.model_rebuild()
 ApiKeyCreatedOut.model_rebuild()
@@ -1659,6 +1726,8 @@ LogLineOut.model_rebuild()
 LogSourceOut.model_rebuild()
 LogsOut.model_rebuild()
 LogsQuery.model_rebuild()
+LoraAdapter.model_rebuild()
+LoraSettings.model_rebuild()
 MeasuredOut.model_rebuild()
 MemberIn.model_rebuild()
 MemberOut.model_rebuild()

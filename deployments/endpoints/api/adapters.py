@@ -17,8 +17,6 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr
 from deployments.api.auth import actor_of
 from deployments.api.schemas import StrictIn
 from deployments.endpoints import adapters, queries
-from deployments.endpoints.models import Deployment
-from deployments.traffic.queries import AdapterTraffic, adapter_traffic
 
 router = Router(tags=["adapters"])
 
@@ -60,52 +58,11 @@ class AdaptersOut(Schema):
     base: TrafficOut = Field(description="the base model's own traffic")
 
 
-def adapters_body(deployment: Deployment) -> dict[str, Any]:
-    """The target revision's adapters, each with whether it serves and its traffic."""
-    target, current = deployment.target_revision, deployment.current_revision
-    spec = target.spec if target is not None else {}
-    serving = {
-        a["name"] for a in ((current.spec if current else {}).get("lora") or {}).get("adapters", [])
-    }
-    traffic = adapter_traffic(deployment.pk)
-    listed = []
-    for adapter in (spec.get("lora") or {}).get("adapters", []):
-        name = adapter["name"]
-        listed.append(
-            {
-                "name": name,
-                "source": adapter["source"],
-                "revision": adapter.get("revision"),
-                "rank": adapter["rank"],
-                "pinned": bool(adapter.get("pinned")),
-                "serving": name in serving,
-                **_traffic(traffic.get(name, AdapterTraffic(name))),
-            }
-        )
-    model = spec.get("model") or {}
-    return {
-        "target_revision": target.number if target else None,
-        "serving_revision": current.number if current else None,
-        "served_name": model.get("served_name") or model.get("source", ""),
-        "adapters": listed,
-        "base": _traffic(traffic.get("", AdapterTraffic(""))),
-    }
-
-
-def _traffic(figures: AdapterTraffic) -> dict[str, int]:
-    return {
-        "requests_hour": figures.requests_hour,
-        "tokens_hour": figures.tokens_hour,
-        "requests_day": figures.requests_day,
-        "tokens_day": figures.tokens_day,
-    }
-
-
 @router.get("/deployments/{deployment_id}/adapters", response=AdaptersOut, summary="List adapters")
 def list_adapters(request: HttpRequest, deployment_id: str) -> dict[str, Any]:
     """The adapters of the endpoint's settings, with requests and tokens of the last hour and
     day (usage reaches this within about a minute)."""
-    return adapters_body(queries.get_deployment(actor_of(request), deployment_id))
+    return queries.adapters_of(queries.get_deployment(actor_of(request), deployment_id))
 
 
 @router.post(
@@ -121,7 +78,7 @@ def add_adapter(
     actor = actor_of(request)
     adapter = payload.model_dump(exclude={"message"}, exclude_none=True)
     adapters.add_adapter(actor, deployment_id, adapter, payload.message)
-    return Status(201, adapters_body(queries.get_deployment(actor, deployment_id)))
+    return Status(201, queries.adapters_of(queries.get_deployment(actor, deployment_id)))
 
 
 @router.delete(
@@ -133,4 +90,4 @@ def remove_adapter(request: HttpRequest, deployment_id: str, name: str) -> dict[
     """A new revision without the adapter (LoRA stays on, so it is applied live)."""
     actor = actor_of(request)
     adapters.remove_adapter(actor, deployment_id, name)
-    return adapters_body(queries.get_deployment(actor, deployment_id))
+    return queries.adapters_of(queries.get_deployment(actor, deployment_id))

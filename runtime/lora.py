@@ -3,8 +3,9 @@ by name (`"<served_name>:<adapter>"` in an OpenAI request's `model`, `lora_path`
 
 Parsed one field at a time, as every spec group; what relates the fields to each other, to the
 base model and to SGLang 0.5.23's checks is `runtime.rules.lora`'s, the flags are rendered by
-`lora_args`, and `lora_live_change` tells whether a change of spec is adapters only (applied to a
-running engine with SGLang's `/load_lora_adapter` and `/unload_lora_adapter`, no restart).
+`lora_args`; whether whether a change of spec is adapters only (applied to a
+running engine with SGLang's `/load_lora_adapter` and `/unload_lora_adapter`, no restart) is
+`runtime.lora_live`'s.
 
 SGLang's two limits, as 0.5.23 has them (`srt/lora`, `arg_groups/lora_hook.py`):
 - `max_loras_per_batch`: GPU memory pool slots, i.e. distinct adapters one batch may hold. A
@@ -19,17 +20,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal, Protocol
 
 from pydantic import AfterValidator, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from runtime.spec_base import ModelSource, RepoRevision, SpecGroup
-
-if TYPE_CHECKING:
-    from runtime.catalog import ModelArch
-    from runtime.spec import RuntimeSpec
 
 PositiveInt = Annotated[int, Field(ge=1)]
 
@@ -156,10 +152,9 @@ def lora_paths_arg(adapter: LoraAdapter) -> str:
     return f"{adapter.name}={adapter_path(adapter)}"
 
 
-def lora_args(spec: RuntimeSpec) -> list[str]:
-    """SGLang's LoRA flags for `spec.lora`, every setting spelled out (SGLang's defaults where
-    unset), so the argv says what runs."""
-    lora = spec.lora
+def lora_args(lora: LoraSettings) -> list[str]:
+    """SGLang's LoRA flags for a spec's `lora`, every setting spelled out (SGLang's defaults
+    where unset), so the argv says what runs."""
     if not lora.active:
         return []
     args = ["--enable-lora"]
@@ -177,61 +172,30 @@ def lora_args(spec: RuntimeSpec) -> list[str]:
     return args
 
 
-@dataclass(frozen=True)
-class LoraLiveChange:
-    """What to do on a running engine to go from one spec to the next: unload these adapter
-    names, then load these adapters (`POST /unload_lora_adapter {"lora_name"}`, then
-    `POST /load_lora_adapter {"lora_name", "lora_path", "pinned"}`)."""
-
-    load: tuple[LoraAdapter, ...]
-    unload: tuple[str, ...]
+class ArchDims(Protocol):
+    """The model widths an adapter's size depends on: the catalogue's ModelArch and the physics'
+    ModelShape both have them."""
 
     @property
-    def empty(self) -> bool:
-        return not self.load and not self.unload
-
-
-def lora_live_change(old: RuntimeSpec, new: RuntimeSpec) -> LoraLiveChange | None:
-    """The adapter loads and unloads that take a running engine of `old` to `new`, or None when
-    the change needs a restart (a rollout).
-
-    Live only when everything but `lora.adapters` is equal and LoRA was already on (the engine
-    sized its pool at start-up from max_lora_rank and target_modules: those, and every other
-    lora setting, are start-up flags). An adapter whose source, revision or pinning changed is
-    unloaded and loaded again under its name. The new adapters must also fit what the running
-    pool was sized for: a rank above the pool's, or (target modules left to SGLang) any new
-    adapter at all when the engine took its modules from the first adapters, needs a restart.
-    Validate `new` first; this does not repeat the rules.
-    """
-    if not old.lora.active or not new.lora.active:
-        return None
-    if _without_adapters(old) != _without_adapters(new):
-        return None
-    before = {adapter.name: adapter for adapter in old.lora.adapters}
-    after = {adapter.name: adapter for adapter in new.lora.adapters}
-    unload = tuple(name for name, adapter in before.items() if after.get(name) != adapter)
-    load = tuple(adapter for name, adapter in after.items() if before.get(name) != adapter)
-    if load and not _pool_takes(old, load):
-        return None
-    return LoraLiveChange(load=load, unload=unload)
-
-
-def _without_adapters(spec: RuntimeSpec) -> str:
-    data = spec.model_dump(mode="json")
-    lora = data["lora"]
-    lora["adapters"] = []
-    # An unset max_lora_rank follows the adapters; what the engine runs with is the resolved one.
-    lora["max_lora_rank"] = spec.lora.resolved_max_lora_rank
-    lora["enabled"] = True
-    return json.dumps(data, sort_keys=True)
-
-
-def _pool_takes(spec: RuntimeSpec, adapters: Sequence[LoraAdapter]) -> bool:
-    if spec.lora.target_modules is None:
-        # SGLang sized the pool for the union of the first adapters' modules, which Plinth does
-        # not know: a new adapter may target others, and would be refused.
-        return False
-    return all(adapter.rank <= spec.lora.resolved_max_lora_rank for adapter in adapters)
+    def num_layers(self) -> int: ...
+    @property
+    def hidden_size(self) -> int: ...
+    @property
+    def num_attention_heads(self) -> int: ...
+    @property
+    def num_kv_heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def intermediate_size(self) -> int | None: ...
+    @property
+    def num_experts(self) -> int | None: ...
+    @property
+    def kv_lora_rank(self) -> int | None: ...
+    @property
+    def qk_rope_head_dim(self) -> int | None: ...
 
 
 # The modules SGLang can adapt, per family of base architecture (its model code's names).
@@ -241,25 +205,37 @@ _MLP = ("gate_proj", "up_proj", "down_proj", "gate_up_proj")
 _EMBEDDINGS = ("embed_tokens", "lm_head")
 # Fused names SGLang also accepts: each stands for its parts, so they are not counted twice.
 _FUSED = ("qkv_proj", "gate_up_proj")
+# The GEMMs SGLang runs a module's LoRA in: q/k/v ride the fused QKV projection and gate/up the
+# fused gate-up one, so each group is one shrink and one expand kernel per layer.
+_KERNEL_GROUP = {
+    **dict.fromkeys(("q_proj", "k_proj", "v_proj", "qkv_proj"), "qkv"),
+    **dict.fromkeys(("gate_proj", "up_proj", "gate_up_proj"), "gate_up"),
+}
+# LoRA weights are kept in the model's dtype (BF16/FP16) whatever the base's quantization.
+LORA_BYTES_PER_PARAM = 2.0
 
 
-def base_modules(arch: ModelArch) -> tuple[str, ...]:
+def base_modules(arch: ArchDims) -> tuple[str, ...]:
     """The target modules `arch` has (MLA models: DeepSeek's compressed-attention projections)."""
     attention = _MLA_ATTENTION if arch.kv_lora_rank is not None else _ATTENTION
     return attention + _MLP + _EMBEDDINGS
 
 
-def resolved_target_modules(lora: LoraSettings, arch: ModelArch) -> tuple[str, ...]:
-    """The modules the pool holds weights for: the setting (`all` expanded to the attention and
-    MLP projections), or, left to SGLang, every projection (the adapters' own lists are not
-    known before they load, so the memory fit assumes the most)."""
-    modules = lora.target_modules or ["all"]
+def expand_modules(modules: Sequence[str] | None, arch: ArchDims) -> tuple[str, ...]:
+    """The modules a pool holds weights for: `modules` with `all` expanded to the attention and
+    MLP projections; None (left to SGLang, which takes the adapters' own lists, unknown before
+    they load) counts as `all`, so the memory fit assumes the most."""
+    modules = list(modules or ["all"])
     if "all" in modules:
         return tuple(m for m in base_modules(arch) if m not in _EMBEDDINGS + _FUSED)
     return tuple(modules)
 
 
-def module_dims(arch: ModelArch, module: str) -> tuple[int, int]:
+def resolved_target_modules(lora: LoraSettings, arch: ArchDims) -> tuple[str, ...]:
+    return expand_modules(lora.target_modules, arch)
+
+
+def module_dims(arch: ArchDims, module: str) -> tuple[int, int]:
     """(input, output) width of one adapted projection of one layer; an adapter of rank r adds
     r x (input + output) weights there (A: r x input, B: output x r). MoE MLP modules count
     every routed expert (SGLang holds a LoRA pair per expert). MLA widths are approximations:
@@ -289,11 +265,11 @@ def module_dims(arch: ModelArch, module: str) -> tuple[int, int]:
     return dims.get(module, (hidden, hidden))
 
 
-def _layers_of(module: str, arch: ModelArch) -> int:
+def _layers_of(module: str, arch: ArchDims) -> int:
     return 1 if module in _EMBEDDINGS else arch.num_layers
 
 
-def adapter_params(arch: ModelArch, modules: Sequence[str], rank: int) -> int:
+def adapter_params(arch: ArchDims, modules: Sequence[str], rank: int) -> int:
     """Weights of one adapter of `rank` over `modules` of `arch` (all layers, all GPUs): the one
     home of the adapter-size fact, read by the memory fit, the optimizer and the simulator."""
     total = 0
@@ -301,3 +277,26 @@ def adapter_params(arch: ModelArch, modules: Sequence[str], rank: int) -> int:
         inputs, outputs = module_dims(arch, module)
         total += rank * (inputs + outputs) * _layers_of(module, arch)
     return total
+
+
+def adapter_kernels(arch: ArchDims, modules: Sequence[str]) -> int:
+    """LoRA kernels one forward pass runs for an adapter over `modules`: a shrink and an expand
+    per fused projection per layer (embeddings once)."""
+    groups = {_KERNEL_GROUP.get(module, module) for module in modules}
+    return sum(2 * _layers_of(group, arch) for group in groups)
+
+
+def adapter_bytes(arch: ArchDims, lora: LoraSettings, rank: int) -> float:
+    """Bytes of one adapter of `rank` over the pool's target modules (all GPUs together)."""
+    modules = resolved_target_modules(lora, arch)
+    return adapter_params(arch, modules, rank) * LORA_BYTES_PER_PARAM
+
+
+def adapter_pool_bytes(lora: LoraSettings, arch: ArchDims, shards: int) -> float:
+    """GPU memory of SGLang's adapter pool on each of `shards` GPUs (TP x PP split it as they
+    split the layers): max_loras_per_batch slots, each sized for max_lora_rank over the target
+    modules. 0 with LoRA off. Adapters beyond the slots wait in host memory, not counted here."""
+    if not lora.active:
+        return 0.0
+    slot = adapter_bytes(arch, lora, lora.resolved_max_lora_rank)
+    return lora.resolved_max_loras_per_batch * slot / shards

@@ -39,7 +39,9 @@ from runtime.catalog import (
 from runtime.kv_tiers import KvCacheSettings
 from runtime.lora import LoraSettings
 from runtime.spec_base import (
-    MODEL_CACHE_PATH,
+    MODEL_CACHE_PATH as MODEL_CACHE_PATH,
+)
+from runtime.spec_base import (
     IbDevices,
     ModelSource,
     RepoRevision,

@@ -65,6 +65,7 @@ class SimRequest:
     params: GenerationParams
     source: TokenSource
     stream: bool = False
+    adapter: str | None = None  # the LoRA adapter it runs with (None: the base model)
     arrival: float = field(default_factory=time.monotonic)
     updates: asyncio.Queue[Update] = field(default_factory=asyncio.Queue)
     # Generated so far; ``text`` is the visible text (EOS renders empty, stop strings trimmed).

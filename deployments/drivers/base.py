@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from runtime.launch import LaunchPlan, RolePlan
-from runtime.lora import LoraLiveChange
+from runtime.lora_live import LoraLiveChange
 from runtime.spec import RuntimeSpec
 
 PENDING = "pending"

@@ -27,7 +27,7 @@ from deployments.endpoints.models import Deployment, Revision
 from deployments.endpoints.rollout import ROLLOUT_FAILED
 from deployments.endpoints.sites import Site
 from deployments.endpoints.timeline import record_event
-from runtime.lora import LoraLiveChange, lora_live_change
+from runtime.lora_live import LoraLiveChange, lora_live_change
 from runtime.spec import RuntimeSpec
 
 APPLIED = "AdaptersApplied"

@@ -41,7 +41,7 @@ from deployments.drivers.kube.observe import job_failed, observation
 from deployments.drivers.kube.render import KubeOptions, render_revision
 from deployments.drivers.kube.render.router import router_url
 from runtime.launch import ROUTER_PORT
-from runtime.lora import LoraLiveChange
+from runtime.lora_live import LoraLiveChange
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 from deployments.drivers.errors import AdapterChangeRefused, TemporaryDriverError
 from deployments.drivers.local.processes import ProcessRecord, ProcessTable
 from runtime.client import EngineClient, RuntimeUnavailable
-from runtime.lora import LoraAdapter, LoraLiveChange, adapter_path
+from runtime.lora import LoraAdapter, adapter_path
+from runtime.lora_live import LoraLiveChange
 
 # Loading reads an adapter's weights from its source: longer than a probe.
 LOAD_TIMEOUT_S = 120.0

@@ -42,7 +42,7 @@ from deployments.drivers.local.processes import ProcessRecord, ProcessTable, fre
 from runtime import startup
 from runtime.client import EngineClient, RouterClient, RuntimeUnavailable
 from runtime.launch import RolePlan, with_flag
-from runtime.lora import LoraLiveChange
+from runtime.lora_live import LoraLiveChange
 from runtime.secret_flags import API_KEY_ENV, API_KEY_REF
 
 REPO_ROOT = Path(__file__).resolve().parents[3]

@@ -16,7 +16,8 @@ from typing import Any
 from django.db import transaction
 from pydantic import ValidationError
 
-from controlplane.access import Actor, NotFound
+from controlplane.access import Actor, NotFound, require_role
+from controlplane.models import Role
 from controlplane.services import Conflict, ServiceError
 from deployments.endpoints import changes, services
 from deployments.endpoints.models import Revision
@@ -31,8 +32,8 @@ def add_adapter(
 ) -> Revision:
     """A new revision whose settings serve ``adapter`` (name, source, revision, rank, pinned)
     besides the target's; Conflict when one of that name is served already."""
-    adapter = _parsed(adapter)
     spec, base = _target_spec(actor, deployment_id)
+    adapter = _parsed(adapter)
     lora = dict(spec.get("lora") or {})
     adapters = list(lora.get("adapters") or [])
     name = adapter["name"]
@@ -56,8 +57,9 @@ def add_adapter(
 def remove_adapter(
     actor: Actor, deployment_id: uuid.UUID | str, name: str, message: str = ""
 ) -> Revision:
-    """A new revision whose settings no longer serve the adapter ``name``. LoRA stays on (the
-    engines keep their adapter pool), so removing the last adapter is applied live too."""
+    """A new revision whose settings no longer serve the adapter ``name``. Removing the last one
+    keeps LoRA on where its pool is sized without adapters (max_lora_rank and target_modules
+    set: applied live, ready for the next); otherwise LoRA goes with it (a rollout)."""
     spec, base = _target_spec(actor, deployment_id)
     lora = dict(spec.get("lora") or {})
     adapters = list(lora.get("adapters") or [])
@@ -66,7 +68,8 @@ def remove_adapter(
         raise NotFound(f"the endpoint serves no adapter named {name!r}")
     lora["adapters"] = kept
     if not kept:
-        lora["enabled"] = True
+        sized = bool(lora.get("max_lora_rank") and lora.get("target_modules"))
+        lora["enabled"] = bool(lora.get("enabled")) or sized
     return services.update_settings(
         actor,
         deployment_id,
@@ -89,7 +92,9 @@ def _parsed(adapter: dict[str, Any]) -> dict[str, Any]:
 
 def _target_spec(actor: Actor, deployment_id: uuid.UUID | str) -> tuple[dict[str, Any], int]:
     """The target revision's settings and number, the endpoint row-locked for the edit (so a
-    concurrent change waits rather than being refused as a stale base)."""
+    concurrent change waits rather than being refused as a stale base). The role is checked
+    first, so a viewer learns nothing of the adapters from a refusal."""
+    require_role(actor, Role.DEVELOPER)
     deployment = changes.locked(actor, deployment_id)
     target = deployment.target_revision
     assert target is not None, "every endpoint has a target revision"

@@ -32,7 +32,6 @@ from controlplane.access import (
     system_actor,
 )
 from controlplane.models import (
-    MAX_ADAPTER_NAME,
     MAX_KEY_WEIGHT,
     ApiKey,
     ApiKeyKind,
@@ -324,7 +323,10 @@ def create_api_key(
         )
     _check_limits(requests_per_minute, tokens_per_minute)
     _check_share(kind, priority, weight)
-    adapters = _clean_adapters(allowed_adapters or [])
+    try:
+        adapters = key_scope.clean_adapters(allowed_adapters or [])
+    except ValueError as exc:
+        raise ServiceError(str(exc), field="allowed_adapters") from exc
     material = keys.generate_key(kind)
     key = ApiKey.objects.create(
         organization=actor.organization,
@@ -346,22 +348,6 @@ def create_api_key(
     audit.record(actor, "api_key.create", key, after=_key_snapshot(key))
     notify.publish_on_commit("api_key", str(key.pk))
     return CreatedKey(api_key=key, plaintext=material.plaintext)
-
-
-def _clean_adapters(names: list[str]) -> list[str]:
-    """An adapter allow-list: names as an endpoint's spec gives them (they need not be served
-    yet: a key may be made before its adapter is added), unique, in the given order."""
-    cleaned: list[str] = []
-    for name in names:
-        name = name.strip() if isinstance(name, str) else ""
-        if not name or len(name) > MAX_ADAPTER_NAME or ":" in name or not name.isprintable():
-            raise ServiceError(
-                f"adapter names are 1 to {MAX_ADAPTER_NAME} printable characters without ':'",
-                field="allowed_adapters",
-            )
-        if name not in cleaned:
-            cleaned.append(name)
-    return cleaned
 
 
 def _check_limits(requests_per_minute: int | None, tokens_per_minute: int | None) -> None:

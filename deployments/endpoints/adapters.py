@@ -5,7 +5,7 @@ change is an edit of the target revision's settings made through
 ``deployments.endpoints.services.update_settings``: a new revision, validated, audited and
 rolled out like any other (one home for revisions). Reconcile applies a change of adapters
 alone to the running engines without a restart where SGLang allows it
-(``runtime.lora.lora_live_change``; ``deployments.endpoints.live``), and by a rollout otherwise.
+(``runtime.lora_live.lora_live_change``; ``deployments.endpoints.live``), else by a rollout.
 """
 
 from __future__ import annotations

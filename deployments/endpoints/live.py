@@ -2,7 +2,7 @@
 
 Reconcile calls ``apply_live`` at the start of a pass that finds a new target revision. When
 the target differs from the serving revision only in its adapters
-(``runtime.lora.lora_live_change``) and no rollout of it has begun, each cluster's driver loads
+(``runtime.lora_live.lora_live_change``) and no rollout of it has begun, each cluster's driver loads
 and unloads the adapters on the serving engines and makes them the target's
 (``Driver.apply_adapters``); the pass then finds the target's replicas ready and promotes it, so
 the endpoint never starts an engine for it. A driver that cannot (Kubernetes: see

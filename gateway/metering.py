@@ -2,9 +2,9 @@
 
 A request adds its counts to an in-process batch (a dictionary update, no I/O); a background task
 sends the batch to Redis every ``flush_seconds`` (1 s) in one MULTI/EXEC pipeline: HINCRBY on the
-minute's hash (field ``<key id>|<endpoint id>|<slug>|<adapter>|<counter>``, the adapter empty
-for the base model), the minute added to the set of
-minutes to flush, the endpoints' last-request times for the autoscaler, the keys' last-used times
+minute's hash (field ``<key id>|<endpoint id>|<slug>|<counter>`` for the base model,
+``<key id>|<endpoint id>|<slug>|<adapter>|<counter>`` for a LoRA adapter), the minute added to
+the set of minutes to flush, the endpoints' last-request times for the autoscaler, the keys' last-used times
 (one HSET for the batch), and the token charges of keys with a TPM limit. Per-request Redis round
 trips cost more CPU than the rest of the gateway together; batching trades them for at most
 ``flush_seconds`` of counts held in memory (sent on shutdown; lost only if the process is killed). A
@@ -84,7 +84,8 @@ def usage_hash(minute: int) -> str:
 
 @dataclass
 class Batch:
-    # (minute, "<key id>|<endpoint id>|<slug>|<adapter>|") -> [requests, prompt, cached, completion]
+    # (minute, "<key id>|<endpoint id>|<slug>|[<adapter>|]") -> [requests, prompt, cached,
+    # completion]
     counts: dict[tuple[int, str], list[int]]
     charges: dict[tuple[InferenceKey, float], int]  # (key, time) -> tokens, TPM keys only
     last_request: dict[str, int]  # endpoint id -> epoch seconds
@@ -128,7 +129,8 @@ class Meter:
     ) -> None:
         """Count one request of ``adapter`` ("" the base model); no I/O: the next flush sends it."""
         batch = self._batch
-        counted = f"{key.id}|{endpoint.id}|{endpoint.slug}|{adapter}|"
+        named = f"{adapter}|" if adapter else ""
+        counted = f"{key.id}|{endpoint.id}|{endpoint.slug}|{named}"
         counts = batch.counts[(minute_of(now), counted)]
         counts[0] += 1
         if usage is not None:

@@ -160,8 +160,8 @@ UsageRow = tuple[uuid.UUID, uuid.UUID, uuid.UUID, str, str, datetime, int, int, 
 def _parse_counts(raw: dict[bytes | str, bytes | str]) -> tuple[Counts, int]:
     """The counts by (key, endpoint, slug, adapter), and how many fields did not parse.
 
-    A field is ``<key>|<endpoint>|<slug>|<adapter>|<counter>``; one of a gateway from before
-    adapters has no adapter part (the base model's)."""
+    A field is ``<key>|<endpoint>|<slug>|<adapter>|<counter>`` for a LoRA adapter, without the
+    adapter part for the base model."""
     counts: Counts = defaultdict(dict)
     malformed = 0
     for field_name, value in raw.items():

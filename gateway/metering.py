@@ -2,8 +2,8 @@
 
 A request adds its counts to an in-process batch (a dictionary update, no I/O); a background task
 sends the batch to Redis every ``flush_seconds`` (1 s) in one MULTI/EXEC pipeline: HINCRBY on the
-minute's hash (field ``<key id>|<endpoint id>|<slug>|<counter>`` for the base model, ``<key
-id>|<endpoint id>|<slug>|<adapter>|<counter>`` for a LoRA adapter), the minute added to the set of
+minute's hash (field ``<key id>|<endpoint id>|<slug>|<counter>`` for the base model,
+``<key id>|<endpoint id>|<slug>|<adapter>|<counter>`` for a LoRA adapter), the minute added to the set of
 minutes to flush, the endpoints' last-request times for the autoscaler, the keys' last-used times
 (one HSET for the batch), and the token charges of keys with a TPM limit. Per-request Redis round
 trips cost more CPU than the rest of the gateway together; batching trades them for at most

@@ -3,15 +3,16 @@
 A request adds its counts to an in-process batch (a dictionary update, no I/O); a background task
 sends the batch to Redis every ``flush_seconds`` (1 s) in one MULTI/EXEC pipeline: HINCRBY on the
 minute's hash (field ``<key id>|<endpoint id>|<slug>|<counter>`` for the base model,
-``<key id>|<endpoint id>|<slug>|<adapter>|<counter>`` for a LoRA adapter), the minute added to the set of
-minutes to flush, the endpoints' last-request times for the autoscaler, the keys' last-used times
-(one HSET for the batch), and the token charges of keys with a TPM limit. Per-request Redis round
-trips cost more CPU than the rest of the gateway together; batching trades them for at most
-``flush_seconds`` of counts held in memory (sent on shutdown; lost only if the process is killed). A
-token charge that could change a rate-limit verdict (1% of the key's tokens per minute or more) is
-sent within ``charge_seconds`` (0.2 s) instead; small charges against large limits wait for the next
-flush. ``deployments.traffic.usage`` moves the Redis counters to UsageRecord, and
-``deployments.traffic.key_activity`` the keys' last-used times to ApiKey.
+``<key id>|<endpoint id>|<slug>|<adapter>|<counter>`` for a LoRA adapter), the minute added to
+the set of minutes to flush, the endpoints' last-request times for the autoscaler, the keys'
+last-used times (one HSET for the batch), and the token charges of keys with a TPM limit.
+Per-request Redis round trips cost more CPU than the rest of the gateway together; batching
+trades them for at most ``flush_seconds`` of counts held in memory (sent on shutdown; lost only
+if the process is killed). A token charge that could change a rate-limit verdict (1% of the
+key's tokens per minute or more) is sent within ``charge_seconds`` (0.2 s) instead; small
+charges against large limits wait for the next flush. ``deployments.traffic.usage`` moves the
+Redis counters to UsageRecord, and ``deployments.traffic.key_activity`` the keys' last-used
+times to ApiKey.
 
 While a canary runs beside an endpoint's serving revision, each answer is also counted per
 revision (requests, 5xx errors, prompt and completion tokens) in 10-second buckets of the

@@ -32,10 +32,15 @@ def apply_adapters(
     api_key: str,
 ) -> None:
     """``change`` on every engine of revision ``serving``, which then become ``number``'s."""
+    # A warm pool's released replica is left to retire with the old revision: it serves
+    # nothing, and its engine holds no GPU memory to load an adapter into.
     records = [
         r
         for r in table.records()
-        if r.role != "router" and r.revision == serving and r.stopping_since is None
+        if r.role != "router"
+        and r.revision == serving
+        and r.stopping_since is None
+        and r.released_at is None
     ]
     running = [r for r in records if r.alive()]
     for record in running:

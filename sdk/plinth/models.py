@@ -71,6 +71,15 @@ class AdapterOut(ApiModel):
     tokens_day: int
 
 
+class AdapterTrafficOut(ApiModel):
+    "AdapterTrafficOut"
+
+    requests_hour: int
+    tokens_hour: int
+    requests_day: int
+    tokens_day: int
+
+
 class AdaptersOut(ApiModel):
     "AdaptersOut"
 
@@ -78,7 +87,7 @@ class AdaptersOut(ApiModel):
     serving_revision: int | None
     served_name: str
     adapters: list[AdapterOut]
-    base: TrafficOut
+    base: AdapterTrafficOut
 
 
 class AiperfFromIndex(ApiModel):
@@ -1652,6 +1661,7 @@ AccuracyOut.model_rebuild()
 AccuracyQuery.model_rebuild()
 AdapterIn.model_rebuild()
 AdapterOut.model_rebuild()
+AdapterTrafficOut.model_rebuild()
 AdaptersOut.model_rebuild()
 AiperfFromIndex.model_rebuild()
 AiperfImage.model_rebuild()

@@ -43,7 +43,7 @@ class AdapterOut(Schema):
     tokens_day: int
 
 
-class TrafficOut(Schema):
+class AdapterTrafficOut(Schema):
     requests_hour: int
     tokens_hour: int
     requests_day: int
@@ -55,7 +55,7 @@ class AdaptersOut(Schema):
     serving_revision: int | None
     served_name: str = Field(description="the base model's name in requests")
     adapters: list[AdapterOut]
-    base: TrafficOut = Field(description="the base model's own traffic")
+    base: AdapterTrafficOut = Field(description="the base model's own traffic")
 
 
 @router.get("/deployments/{deployment_id}/adapters", response=AdaptersOut, summary="List adapters")

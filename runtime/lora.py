@@ -2,10 +2,10 @@
 by name (`"<served_name>:<adapter>"` in an OpenAI request's `model`, `lora_path` in a native one).
 
 Parsed one field at a time, as every spec group; what relates the fields to each other, to the
-base model and to SGLang 0.5.23's checks is `runtime.rules.lora`'s, the flags are rendered by
-`lora_args`; whether whether a change of spec is adapters only (applied to a
-running engine with SGLang's `/load_lora_adapter` and `/unload_lora_adapter`, no restart) is
-`runtime.lora_live`'s.
+base model and to SGLang 0.5.23's checks is `runtime.rules.lora`'s, and `lora_args` renders the
+flags. Whether a change of spec is adapters only (applied to a running engine with SGLang's
+`/load_lora_adapter` and `/unload_lora_adapter`, no restart) is `runtime.lora_live`'s. The size
+of an adapter (rank x target modules x layers) has its one home here: `adapter_params`.
 
 SGLang's two limits, as 0.5.23 has them (`srt/lora`, `arg_groups/lora_hook.py`):
 - `max_loras_per_batch`: GPU memory pool slots, i.e. distinct adapters one batch may hold. A
@@ -65,9 +65,10 @@ AdapterName = Annotated[str, AfterValidator(_adapter_name)]
 
 
 class LoraAdapter(SpecGroup):
-    """One adapter: its name, where its weights come from and its rank (`r` of its
-    adapter_config.json, which sizes SGLang's memory pool and is checked against max_lora_rank).
-    `pinned` keeps it in a GPU pool slot (SGLang's pinned adapters are never evicted)."""
+    """One LoRA adapter: its name, where its weights come from, and its rank.
+
+    `rank` is `r` of its adapter_config.json, which sizes SGLang's memory pool and is checked
+    against max_lora_rank. `pinned` keeps it in a GPU pool slot (never evicted)."""
 
     name: AdapterName
     source: ModelSource = Field(description="Hugging Face repo id, or a path in the model cache")
@@ -77,10 +78,12 @@ class LoraAdapter(SpecGroup):
 
 
 class LoraSettings(SpecGroup):
-    """LoRA serving. On when `adapters` lists any, or when `enabled` is true (adapters then come
-    later through the load API: `max_lora_rank` and `target_modules` must be set, as SGLang
-    cannot size its pool from adapters it has not seen). None takes SGLang 0.5.23's default;
-    `max_lora_rank` unset is the largest adapter's rank."""
+    """LoRA serving: fine-tunes of the base model, each addressed by name.
+
+    On when `adapters` lists any, or when `enabled` is true (adapters then come later through
+    the load API: `max_lora_rank` and `target_modules` must be set, as SGLang cannot size its
+    pool from adapters it has not seen). None takes SGLang 0.5.23's default; `max_lora_rank`
+    unset is the largest adapter's rank."""
 
     enabled: bool = False
     adapters: list[LoraAdapter] = Field(default_factory=list)

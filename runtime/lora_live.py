@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from runtime.lora import LoraAdapter
+from runtime.lora import LoraAdapter, adapter_path
 from runtime.spec import RuntimeSpec
 
 
@@ -29,6 +29,17 @@ class LoraLiveChange:
     def empty(self) -> bool:
         return not self.load and not self.unload
 
+    def calls(self) -> list[tuple[str, dict[str, object]]]:
+        """The engine API calls, in order, as (path, JSON body): every unload, then every load."""
+        Call = tuple[str, dict[str, object]]
+        unloads: list[Call] = [("/unload_lora_adapter", {"lora_name": n}) for n in self.unload]
+        loads: list[Call] = [
+            ("/load_lora_adapter",
+             {"lora_name": a.name, "lora_path": adapter_path(a), "pinned": a.pinned})
+            for a in self.load
+        ]  # fmt: skip
+        return [*unloads, *loads]
+
 
 def lora_live_change(old: RuntimeSpec, new: RuntimeSpec) -> LoraLiveChange | None:
     """The adapter loads and unloads that take a running engine of `old` to `new`, or None when
@@ -40,7 +51,8 @@ def lora_live_change(old: RuntimeSpec, new: RuntimeSpec) -> LoraLiveChange | Non
     unloaded and loaded again under its name. The new adapters must also fit what the running
     pool was sized for: a rank above the pool's, or (target modules left to SGLang) any new
     adapter at all when the engine took its modules from the first adapters, needs a restart.
-    Validate `new` first; this does not repeat the rules.
+    Removing the last adapter is live only while `enabled` stays true (else LoRA goes off,
+    which is a restart). Validate `new` first; this does not repeat the rules.
     """
     if not old.lora.active or not new.lora.active:
         return None

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from runtime.issues import Issue, error
 from runtime.lora import LoraSettings, base_modules
+from runtime.memory import gib, memory_fit
 from runtime.rules.context import RuleContext
 
 _FIELD = "lora"
@@ -141,6 +142,27 @@ def _compatibility(ctx: RuleContext) -> Iterator[Issue]:
         )
 
 
+def _pool_fit(ctx: RuleContext, lora: LoraSettings) -> Iterator[Issue]:
+    """The adapter pool leaves no room for one full-context request in the KV cache: said of
+    the pool's own settings (the memory fit's rule says what else would make room)."""
+    if ctx.arch is None:
+        return
+    for group in ctx.groups:
+        fit = memory_fit(ctx.spec, ctx.gpu, ctx.arch, group)
+        if fit.adapters and fit.max_kv_tokens < fit.context_length:
+            yield error(
+                f"{_FIELD}.max_loras_per_batch",
+                "lora_pool_too_large",
+                f"the adapter pool ({lora.resolved_max_loras_per_batch} slots of rank "
+                f"{lora.resolved_max_lora_rank}) takes {gib(fit.adapters)} GiB per GPU, leaving "
+                f"the KV cache {fit.max_kv_tokens} tokens, less than one "
+                f"{fit.context_length}-token request",
+                "lower lora.max_loras_per_batch or lora.max_lora_rank, or name fewer "
+                "lora.target_modules",
+            )
+            return
+
+
 def lora(ctx: RuleContext) -> Iterator[Issue]:
     settings = ctx.spec.lora
     if not settings.active:
@@ -152,6 +174,7 @@ def lora(ctx: RuleContext) -> Iterator[Issue]:
     yield from _target_modules(ctx, settings)
     yield from _sources(settings)
     yield from _compatibility(ctx)
+    yield from _pool_fit(ctx, settings)
 
 
 RULES = (lora,)

@@ -127,7 +127,7 @@ class EngineArgs:
     cuda_graph_bs_decode: list[int] | None = None
     disable_decode_cuda_graph: bool = False
     download_dir: str | None = None
-    enable_lora: bool = False
+    enable_lora: bool | None = None  # None: on when --lora-paths lists adapters, as SGLang
     lora_paths: list[str] | None = None
     max_loras_per_batch: int = 8
     max_loaded_loras: int | None = None
@@ -396,7 +396,9 @@ def build_parser(catalog: FlagCatalog | None = None) -> argparse.ArgumentParser:
 def _add_sglang_flag(parser: argparse.ArgumentParser, spec: FlagSpec) -> None:
     names = (spec.flag, *spec.aliases)
     if spec.store_true:
-        parser.add_argument(*names, dest=spec.dest, action="store_true", default=bool(spec.default))
+        # SGLang's tri-state switches (--enable-lora: None until resolved) keep their None.
+        default = None if spec.default is None else bool(spec.default)
+        parser.add_argument(*names, dest=spec.dest, action="store_true", default=default)
         return
     parser.add_argument(
         *names,

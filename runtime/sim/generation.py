@@ -15,7 +15,7 @@ from runtime.sim.args import EngineArgs
 from runtime.sim.engine import Engine
 from runtime.sim.errors import RequestError
 from runtime.sim.faults import FaultInjector
-from runtime.sim.lora import LoraError
+from runtime.sim.lora import LORA_DISABLED, LoraError
 from runtime.sim.request import SimRequest, Update
 from runtime.sim.sampling import TokenSource, teacher_forced_logprobs
 
@@ -59,9 +59,7 @@ class ServingContext:
         if name is None:
             return None
         if self.engine.lora is None:
-            raise RequestError(
-                "LoRA is not enabled. Please set `--enable-lora`.", native=native, param="model"
-            )
+            raise RequestError(LORA_DISABLED, native=native, param="model")
         try:
             return self.engine.lora.resolve(name)
         except LoraError as exc:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,7 @@ GB = 1e9
 # read each adapter's own from its config).
 SIM_DEFAULT_RANK = 16
 UNLOAD_POLL_S = 0.01
+LORA_DISABLED = "LoRA is not enabled. Please set `--enable-lora` to enable LoRA."
 
 
 class LoraError(Exception):
@@ -246,6 +247,11 @@ def _result(pool: AdapterPool, error: str | None = None) -> web.Response:
     return web.json_response(body, status=200 if error is None else 400)
 
 
+def _disabled() -> web.Response:
+    body = {"success": False, "error_message": LORA_DISABLED, "loaded_adapters": {}}
+    return web.json_response(body, status=400)
+
+
 async def _body(request: web.Request) -> dict[str, Any]:
     try:
         body = await request.json()
@@ -261,16 +267,12 @@ async def handle_load(
 ) -> web.Response:
     """``POST /load_lora_adapter {"lora_name", "lora_path", "pinned"}``: read it, register it."""
     if pool is None:
-        return web.json_response(
-            {"success": False, "error_message": "LoRA is not enabled. Please set `--enable-lora`.",
-             "loaded_adapters": {}}, status=400)  # fmt: skip
+        return _disabled()
     try:
         body = await _body(request)
         name, path = body.get("lora_name"), body.get("lora_path")
         if not isinstance(name, str) or not name or not isinstance(path, str) or not path:
             raise LoraError("lora_name and lora_path are required strings")
-        if ":" in name:
-            raise LoraError(f"LoRA adapter name {name} must not contain ':'")
         pinned = bool(body.get("pinned", False))
         async with pool.lock:
             pool.check_load(name, path, pinned)
@@ -282,14 +284,12 @@ async def handle_load(
 
 
 async def handle_unload(
-    pool: AdapterPool | None, in_use: Any, request: web.Request
+    pool: AdapterPool | None, in_use: Callable[[str], bool], request: web.Request
 ) -> web.Response:
     """``POST /unload_lora_adapter {"lora_name"}``: no new requests for it; freed once the
     requests using it have finished (``in_use(name)`` says whether any still does)."""
     if pool is None:
-        return web.json_response(
-            {"success": False, "error_message": "LoRA is not enabled. Please set `--enable-lora`.",
-             "loaded_adapters": {}}, status=400)  # fmt: skip
+        return _disabled()
     try:
         body = await _body(request)
         name = body.get("lora_name")

@@ -329,7 +329,7 @@ class Scheduler:
     def _retract(self, req: SimRequest) -> None:
         self._release(req)
         self.running.remove(req)
-        req.fill_ids = req.input_ids + req.output_ids
+        req.fill_ids = req.keyed(req.input_ids + req.output_ids)
         req.prefilled = 0
         req.retractions += 1
         self.waiting.appendleft(req)
@@ -436,7 +436,7 @@ class Scheduler:
     def _finish(self, req: SimRequest, reason: FinishReason, cache: bool) -> None:
         req.finished = reason
         if cache and req.node is not None:
-            self._cache_prefix(req, req.input_ids + req.output_ids)
+            self._cache_prefix(req, req.keyed(req.input_ids + req.output_ids))
         self._release(req)
         for queue in (self.running, self.prefilling):
             if req in queue:

@@ -645,6 +645,7 @@ class Estimate(ApiModel):
     total_gib: float | None
     capacity_gib: float
     mem_fraction_static: float | None
+    adapters_gib: float | None = None
     max_concurrent_tokens: int | None
     concurrent_requests: int | None = None
     max_running_requests: int | None = None
@@ -802,6 +803,7 @@ class GroupEstimate(ApiModel):
     weights_gib: float | None = None
     kv_cache_gib: float | None = None
     reserve_gib: float | None = None
+    adapters_gib: float | None = None
     total_gib: float | None = None
     capacity_gib: float
     mem_fraction_static: float | None = None
@@ -951,7 +953,7 @@ class LogsQuery(ApiModel):
 
 
 class LoraAdapter(ApiModel):
-    "One adapter: its name, where its weights come from and its rank (`r` of its"
+    "One LoRA adapter: its name, where its weights come from, and its rank."
 
     name: str
     source: str
@@ -961,7 +963,7 @@ class LoraAdapter(ApiModel):
 
 
 class LoraSettings(ApiModel):
-    "LoRA serving. On when `adapters` lists any, or when `enabled` is true (adapters then come"
+    "LoRA serving: fine-tunes of the base model, each addressed by name."
 
     enabled: bool = False
     adapters: list[LoraAdapter] | None = None

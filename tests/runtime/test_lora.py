@@ -15,9 +15,11 @@ from runtime.launch import plan
 from runtime.lora import LoraBackend, LoraEvictionPolicy, LoraTargetModule
 from runtime.lora_live import lora_live_change
 from runtime.memory import memory_fit
+from runtime.optimize.predict import predict_layout
+from runtime.optimize.types import Layout, OptimizeRequest, Traffic
 from runtime.spec import RuntimeSpec
 from runtime.topology import engine_groups
-from runtime.validate import check
+from runtime.validate import check, estimate
 from tests.runtime.conftest import SpecData
 
 SQL = {"name": "sql", "source": "org/sql-lora", "rank": 16}
@@ -125,6 +127,10 @@ def test_lora_with_no_adapters_yet_needs_the_pool_size(spec_data: SpecData) -> N
             ("invalid_model_source", "lora.adapters.0.source"),
         ),
         ({"adapters": [SQL], "backend": "ascend"}, ("invalid_choice", "lora.backend")),
+        (
+            {"adapters": [SQL], "max_loras_per_batch": 64, "max_lora_rank": 1024},
+            ("lora_pool_too_large", "lora.max_loras_per_batch"),
+        ),
     ],
 )
 def test_bad_lora_settings_are_refused_naming_the_field(
@@ -162,6 +168,7 @@ def test_the_adapter_pool_comes_out_of_the_kv_cache(spec_data: SpecData) -> None
     assert after.kv_cache == pytest.approx(before.kv_cache - after.adapters)
     assert after.total == pytest.approx(before.total)
     assert after.max_kv_tokens < before.max_kv_tokens
+    assert estimate(served).adapters_gib == round(after.adapters / 1024**3, 2)
 
 
 def _spec(spec_data: SpecData, **settings: Any) -> RuntimeSpec:
@@ -174,6 +181,10 @@ def test_an_adapters_only_change_is_live_and_anything_else_restarts(spec_data: S
     change = lora_live_change(old, _spec(spec_data, adapters=[OCR], **modules))
     assert change is not None
     assert [a.name for a in change.load] == ["ocr"] and change.unload == ("sql",)
+    assert change.calls() == [
+        ("/unload_lora_adapter", {"lora_name": "sql"}),
+        ("/load_lora_adapter", {"lora_name": "ocr", "lora_path": "org/ocr-lora", "pinned": False}),
+    ]
     # A changed source is an unload and a load under the same name.
     moved = _spec(spec_data, adapters=[{**SQL, "source": "org/sql-v2"}], **modules)
     change = lora_live_change(old, moved)
@@ -192,3 +203,24 @@ def test_an_adapters_only_change_is_live_and_anything_else_restarts(spec_data: S
         lora_live_change(inferred, _spec(spec_data, adapters=[SQL, OCR, {**SQL, "name": "x"}]))
         is None
     )
+
+
+def test_the_optimizer_prices_the_adapters_in_use(spec_data: SpecData) -> None:
+    adapters = [{"name": f"a{i}", "source": f"org/a{i}", "rank": 16} for i in range(8)]
+    served = RuntimeSpec.model_validate(
+        spec_data(**lora(adapters=adapters, target_modules=["all"]))
+    )
+    model, layout = "meta-llama/Llama-3.1-8B-Instruct", Layout("H100-SXM", 1)
+
+    def capacity(in_use: int | None, with_lora: bool = True) -> float:
+        traffic = Traffic(rate_rps=1, adapters_in_use=in_use)
+        request = OptimizeRequest(model, traffic, lora=served.lora if with_lora else None)
+        predicted = predict_layout(request, layout)
+        assert predicted is not None
+        return predicted.capacity_rps
+
+    base = capacity(None, with_lora=False)
+    # All traffic to the base model: the pool still takes KV memory, no kernel runs.
+    assert capacity(0) <= base
+    # One adapter for every request, then the 8 listed (the default): each batch holds more.
+    assert base > capacity(1) > capacity(None)

@@ -71,6 +71,25 @@ def test_a_request_whose_adapter_has_no_slot_waits_for_the_batch() -> None:
     assert reqs[2].admitted_at is not None and reqs[2].admitted_at > 1.0
 
 
+def test_an_adapter_finds_only_its_own_prefixes_in_the_cache() -> None:
+    sched = Scheduler(SchedulerConfig(max_running_requests=8), KvPool(10_000, RadixCache()),
+                      Tokenizer(), lora=pool(slots=4))  # fmt: skip
+
+    def run(req: SimRequest) -> int:
+        sched.add(req)
+        for step_number in range(50):
+            if not sched.has_work():
+                break
+            sched.commit(sched.plan(), now=float(step_number))
+        return req.cached_tokens or 0
+
+    assert run(request("1", None)) == 0
+    # The same prompt under an adapter: its KV differs (SGLang keys the tree by LoRA id).
+    assert run(request("1", "a")) == 0
+    assert run(request("1", "a")) == 3  # its own prefix, all but the last prompt token
+    assert run(request("1", None)) == 3
+
+
 def test_the_gpu_pool_evicts_by_its_policy_and_copies_what_it_takes_in() -> None:
     lru, fifo = pool(slots=2, policy="lru"), pool(slots=2, policy="fifo")
     for adapters in (lru, fifo):

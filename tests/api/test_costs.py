@@ -79,7 +79,7 @@ def test_the_rows_add_up_to_the_gpu_hours(api: Clients, endpoint: Deployment, ca
 
 @pytest.mark.django_db
 def test_by_adapter_each_hour_is_split_by_the_adapters_and_the_base_models_tokens(
-    api: Clients, endpoint: Deployment, cast: Cast
+    api: Clients, endpoint: Deployment, cast: Cast, client: Client
 ) -> None:
     _run(endpoint, ["chat-0"], T0, T0 + timedelta(hours=1))
     _tokens(cast, endpoint, "team-a", T0 + timedelta(minutes=1), 300, adapter="legal")
@@ -92,6 +92,9 @@ def test_by_adapter_each_hour_is_split_by_the_adapters_and_the_base_models_token
     assert rows["chat (base model)"]["adapter"] == ""
     csv_rows = api.carol.get("costs?by=adapter&month=2026-11&format=csv").content.decode()
     assert "chat:legal" in csv_rows
+    client.force_login(cast.carol)
+    page = client.get("/costs/?month=2026-11&by=adapter").content.decode()
+    assert "chat:legal" in page and "Endpoint and adapter" in page
 
 
 @pytest.mark.django_db

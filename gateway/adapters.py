@@ -103,7 +103,7 @@ def _renamed(prepared: Prepared, payload: dict[str, Any], model: str) -> Prepare
 def models_list(endpoint: Endpoint, key: InferenceKey) -> bytes:
     """``GET /v1/models`` on an endpoint with adapters, answered from the route table: the base
     model and its adapters (``parent`` the base, as SGLang lists loaded ones), those the key may
-    call."""
+    call. smg 1.13's own list names the base model only."""
     created = int(time.time())
     data = []
     if key.allows_adapter(BASE):

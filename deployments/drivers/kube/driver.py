@@ -109,8 +109,9 @@ class KubeDriver:
         change: LoraLiveChange,
     ) -> bool:
         """Not live here: the worker reaches no pod directly, and smg 1.13 forwards no LoRA
-        management to its workers (its admin routes are workers, tokenizers, WASM, MCP), so an
-        adapters-only change is rolled out; the new pods load the adapters from their flags."""
+        management to its workers (``POST /load_lora_adapter`` to it answers 404 "Invalid URL"),
+        so an adapters-only change is rolled out; the new pods load the adapters from their
+        flags."""
         return False
 
     def apply(self, ref: base.DeploymentRef, revision: base.RevisionPlan) -> None:

@@ -1,4 +1,5 @@
-"""Which endpoints an inference key may be limited to: a question the platform asks the domain.
+"""Which endpoints (and LoRA adapters) an inference key may be limited to: endpoints are a
+question the platform asks the domain; adapter names are checked for their shape only.
 
 A key's scope names endpoints, and endpoints belong to the deployments domain, which sits above
 this layer: the platform may not import it (import-linter). So the domain registers its answer
@@ -16,6 +17,7 @@ import uuid
 from collections.abc import Callable
 
 from controlplane.access import Actor
+from controlplane.models import MAX_ADAPTER_NAME
 
 # (actor, wanted ids) -> those of the wanted ids that are endpoints of the actor's organization.
 EndpointsAmong = Callable[[Actor, set[uuid.UUID]], set[uuid.UUID]]
@@ -40,3 +42,19 @@ def unknown_endpoints(actor: Actor, ids: list[uuid.UUID]) -> set[uuid.UUID]:
     if not wanted:
         return set()
     return wanted - _endpoints_among(actor, wanted)
+
+
+def clean_adapters(names: list[str]) -> list[str]:
+    """An adapter allow-list: names as an endpoint's spec gives them (they need not be served
+    yet: a key may be made before its adapter is added), unique, in the given order; a
+    ValueError saying what is wrong otherwise."""
+    cleaned: list[str] = []
+    for name in names:
+        name = name.strip() if isinstance(name, str) else ""
+        if not name or len(name) > MAX_ADAPTER_NAME or ":" in name or not name.isprintable():
+            raise ValueError(
+                f"adapter names are 1 to {MAX_ADAPTER_NAME} printable characters without ':'"
+            )
+        if name not in cleaned:
+            cleaned.append(name)
+    return cleaned

@@ -124,6 +124,8 @@ class KeyPriority(models.TextChoices):
     BATCH = "batch", "Batch"
 
 
+# A LoRA adapter's name as an inference key's scope names it (SGLang's names are short).
+MAX_ADAPTER_NAME = 128
 # An inference key's share of admissions against other keys of its class (weighted fair queuing).
 MAX_KEY_WEIGHT = 1000
 
@@ -143,6 +145,11 @@ class ApiKey(models.Model):
     key_hash = models.CharField(max_length=64)
     # Empty means every endpoint of the organization (inference keys only).
     allowed_deployment_ids = ArrayField(models.UUIDField(), default=list, blank=True)
+    # Empty means the base model and every adapter (inference keys only); else only the LoRA
+    # adapters named here, on whichever endpoint serves them, and not the base model itself.
+    allowed_adapters = ArrayField(
+        models.CharField(max_length=MAX_ADAPTER_NAME), default=list, blank=True
+    )
     requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
     tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
     # Under overload (inference keys only): the key's class, and its weight within the class.

@@ -256,6 +256,7 @@ def _key_snapshot(key: ApiKey) -> dict[str, Any]:
         "role": key.role,
         "prefix": key.prefix,
         "allowed_deployment_ids": [str(i) for i in key.allowed_deployment_ids],
+        "allowed_adapters": list(key.allowed_adapters),
         "expires_at": key.expires_at.isoformat() if key.expires_at else None,
         "requests_per_minute": key.requests_per_minute,
         "tokens_per_minute": key.tokens_per_minute,
@@ -273,6 +274,7 @@ def create_api_key(
     kind: str,
     role: str = Role.DEVELOPER,
     allowed_deployment_ids: list[uuid.UUID] | None = None,
+    allowed_adapters: list[str] | None = None,
     expires_at: datetime | None = None,
     requests_per_minute: int | None = None,
     tokens_per_minute: int | None = None,
@@ -300,6 +302,10 @@ def create_api_key(
             raise ServiceError(
                 "only inference keys can be limited to endpoints", field="allowed_deployment_ids"
             )
+        if allowed_adapters:
+            raise ServiceError(
+                "only inference keys can be limited to adapters", field="allowed_adapters"
+            )
     else:
         require_role(actor, Role.DEVELOPER)
         role = Role.DEVELOPER
@@ -317,6 +323,10 @@ def create_api_key(
         )
     _check_limits(requests_per_minute, tokens_per_minute)
     _check_share(kind, priority, weight)
+    try:
+        adapters = key_scope.clean_adapters(allowed_adapters or [])
+    except ValueError as exc:
+        raise ServiceError(str(exc), field="allowed_adapters") from exc
     material = keys.generate_key(kind)
     key = ApiKey.objects.create(
         organization=actor.organization,
@@ -326,6 +336,7 @@ def create_api_key(
         prefix=material.prefix,
         key_hash=material.key_hash,
         allowed_deployment_ids=list(allowed_deployment_ids or []),
+        allowed_adapters=adapters,
         requests_per_minute=requests_per_minute,
         tokens_per_minute=tokens_per_minute,
         priority=priority,

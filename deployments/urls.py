@@ -7,7 +7,15 @@ from django.urls import URLPattern, path
 
 from deployments.clusters import views as fleet
 from deployments.costs import views as costs
-from deployments.endpoints.views import endpoints, history, onboarding, optimize, playground, wizard
+from deployments.endpoints.views import (
+    adapters,
+    endpoints,
+    history,
+    onboarding,
+    optimize,
+    playground,
+    wizard,
+)
 from deployments.experiments.views import benchmarks, canary, experiments
 from deployments.fleet import views as fleet_views
 from deployments.quotas import views as quotas
@@ -25,6 +33,12 @@ urlpatterns: list[URLPattern] = [
         "endpoints/<slug:slug>/placement/",
         fleet_views.endpoint_placement,
         name="endpoint-placement",
+    ),
+    path("endpoints/<slug:slug>/adapters/", adapters.adapter_add, name="endpoint-adapter-add"),
+    path(
+        "endpoints/<slug:slug>/adapters/<str:name>/remove/",
+        adapters.adapter_remove,
+        name="endpoint-adapter-remove",
     ),
     path("endpoints/<slug:slug>/stop/", endpoints.endpoint_stop, name="endpoint-stop"),
     path("endpoints/<slug:slug>/start/", endpoints.endpoint_start, name="endpoint-start"),

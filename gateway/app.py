@@ -26,6 +26,7 @@ import redis.asyncio as aioredis
 
 from controlplane import redis_clients
 from gateway import observability as obs
+from gateway.adapters import choose_model, models_list
 from gateway.admission import Admission
 from gateway.config import GatewayConfig
 from gateway.errors import GatewayError, endpoint_not_found, rate_limited, unauthorized
@@ -101,6 +102,7 @@ class Exchange(obs.AccessRecord):
     """One request's access record, plus what to meter once it is answered."""
 
     metered: tuple[InferenceKey, Endpoint, Relay] | None = None
+    adapter: str = ""  # the LoRA adapter it called ("" the base model), metered per adapter
     # While a canary runs: which revision answered (counted per revision by the meter).
     split: tuple[str, int] | None = None  # (endpoint id, revision number)
 
@@ -239,6 +241,12 @@ class Gateway:
         if route.method == "POST":
             body = await read_body(receive, content_length(headers), self.config.max_body_bytes)
             prepared = prepare(route, body)
+        elif endpoint.adapters and route.path == "/v1/models":
+            record.status = 200  # its models are the route table's (``gateway.adapters``)
+            await send({"type": "http.response.start", "status": 200, "headers": _JSON})
+            await send({"type": "http.response.body", "body": models_list(endpoint, key)})
+            return
+        record.adapter, prepared = choose_model(endpoint, key, route, prepared)
         steer = Steer(headers.get(SESSION_HEADER), pin_of(headers.get(PIN_HEADER)))
         await self._forward(route, prepared, key, endpoint, receive, send, record, steer)
 
@@ -503,9 +511,7 @@ class Gateway:
             logger.warning("placement skipped: Redis unavailable")
             return None
 
-    def _meter(
-        self, key: InferenceKey, endpoint: Endpoint, relay: Relay, record: obs.AccessRecord
-    ) -> None:
+    def _meter(self, key: InferenceKey, endpoint: Endpoint, relay: Relay, record: Exchange) -> None:
         usage = relay.final_usage()
         if usage is not None:
             record.prompt_tokens = usage.prompt_tokens
@@ -515,7 +521,7 @@ class Gateway:
             prompt.inc(usage.prompt_tokens)
             completion.inc(usage.completion_tokens)
             cached.inc(usage.cached_tokens)
-        self.meter.add(key, endpoint, usage, record.finished_at or time.time())
+        self.meter.add(key, endpoint, usage, record.finished_at or time.time(), record.adapter)
 
 
 async def _watch_disconnect(

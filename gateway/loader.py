@@ -42,6 +42,7 @@ def load_endpoints(ids: Collection[str] | None = None) -> dict[str, Endpoint]:
         .only("id", *ROUTE_FIELDS, "replica_facts")
         .annotate(serving_revision=F("current_revision__number"), **_placement("current_revision"))
         .annotate(**_capacity("current_revision"))
+        .annotate(**_models("current_revision"))
     )
     if ids is not None:
         rows = rows.filter(pk__in=list(ids))
@@ -64,6 +65,7 @@ def load_endpoints(ids: Collection[str] | None = None) -> dict[str, Endpoint]:
             start_phase=_start_phase(row.replica_facts),
             clusters=clusters.get(str(row.id), ()),
             per_replica=_per_replica(*(getattr(row, name, None) for name in _CAPACITY)),
+            **_served(*(getattr(row, name, None) for name in _MODELS)),
         )
     return endpoints
 
@@ -140,6 +142,26 @@ def _per_replica(concurrency_target: object, max_running: object) -> int:
     return int(per_replica)
 
 
+# Annotation name -> the setting of a revision's spec that names what its engines serve.
+_MODELS = {
+    "model_served_name": "model__served_name",
+    "model_source": "model__source",
+    "lora_adapters": "lora__adapters",
+}
+
+
+def _models(revision: str) -> dict[str, Any]:
+    return {name: F(f"{revision}__spec__{path}") for name, path in _MODELS.items()}
+
+
+def _served(served_name: object, source: object, adapters: object) -> dict[str, Any]:
+    """The base model's served name (``RuntimeSpec.served_model_name``: the setting, else the
+    source) and the adapters' names, from stored settings."""
+    listed = adapters if isinstance(adapters, list) else []
+    names = frozenset(str(a["name"]) for a in listed if isinstance(a, dict) and a.get("name"))
+    return {"served_name": str(served_name or source or ""), "adapters": names}
+
+
 def load_canaries(ids: Collection[str] | None = None) -> dict[str, CanaryRoute]:
     """The running canaries by endpoint id, of every endpoint or of ``ids`` (one query)."""
     rows = Canary.objects.filter(status=CanaryStatus.RUNNING).annotate(**_placement("revision"))
@@ -180,8 +202,9 @@ def load_keys(ids: Collection[str] | None = None) -> dict[str, InferenceKey]:
         "expires_at",
         "priority",
         "weight",
+        "allowed_adapters",
     ):
-        key_id, prefix, key_hash, org_id, allowed, rpm, tpm, expires_at, priority, weight = row
+        key_id, prefix, key_hash, org_id, allowed, rpm, tpm, expires_at, priority, weight = row[:10]
         keys[prefix] = InferenceKey(
             id=str(key_id),
             prefix=prefix,
@@ -193,6 +216,7 @@ def load_keys(ids: Collection[str] | None = None) -> dict[str, InferenceKey]:
             expires_at=expires_at.timestamp() if expires_at is not None else None,
             priority=priority,
             weight=weight,
+            allowed_adapters=frozenset(row[10] or ()),
         )
     return keys
 

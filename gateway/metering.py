@@ -1,16 +1,18 @@
-"""Usage counting on the hot path: Redis counters per key, endpoint and minute.
+"""Usage counting on the hot path: Redis counters per key, endpoint (and adapter) and minute.
 
 A request adds its counts to an in-process batch (a dictionary update, no I/O); a background task
 sends the batch to Redis every ``flush_seconds`` (1 s) in one MULTI/EXEC pipeline: HINCRBY on the
-minute's hash (field ``<key id>|<endpoint id>|<slug>|<counter>``), the minute added to the set of
-minutes to flush, the endpoints' last-request times for the autoscaler, the keys' last-used times
-(one HSET for the batch), and the token charges of keys with a TPM limit. Per-request Redis round
-trips cost more CPU than the rest of the gateway together; batching trades them for at most
-``flush_seconds`` of counts held in memory (sent on shutdown; lost only if the process is killed). A
-token charge that could change a rate-limit verdict (1% of the key's tokens per minute or more) is
-sent within ``charge_seconds`` (0.2 s) instead; small charges against large limits wait for the next
-flush. ``deployments.traffic.usage`` moves the Redis counters to UsageRecord, and
-``deployments.traffic.key_activity`` the keys' last-used times to ApiKey.
+minute's hash (field ``<key id>|<endpoint id>|<slug>|<counter>`` for the base model,
+``<key id>|<endpoint id>|<slug>|<adapter>|<counter>`` for a LoRA adapter), the minute added to
+the set of minutes to flush, the endpoints' last-request times for the autoscaler, the keys'
+last-used times (one HSET for the batch), and the token charges of keys with a TPM limit.
+Per-request Redis round trips cost more CPU than the rest of the gateway together; batching
+trades them for at most ``flush_seconds`` of counts held in memory (sent on shutdown; lost only
+if the process is killed). A token charge that could change a rate-limit verdict (1% of the
+key's tokens per minute or more) is sent within ``charge_seconds`` (0.2 s) instead; small
+charges against large limits wait for the next flush. ``deployments.traffic.usage`` moves the
+Redis counters to UsageRecord, and ``deployments.traffic.key_activity`` the keys' last-used
+times to ApiKey.
 
 While a canary runs beside an endpoint's serving revision, each answer is also counted per
 revision (requests, 5xx errors, prompt and completion tokens) in 10-second buckets of the
@@ -83,7 +85,8 @@ def usage_hash(minute: int) -> str:
 
 @dataclass
 class Batch:
-    # (minute, "<key id>|<endpoint id>|<slug>|") -> [requests, prompt, cached, completion]
+    # (minute, "<key id>|<endpoint id>|<slug>|[<adapter>|]") -> [requests, prompt, cached,
+    # completion]
     counts: dict[tuple[int, str], list[int]]
     charges: dict[tuple[InferenceKey, float], int]  # (key, time) -> tokens, TPM keys only
     last_request: dict[str, int]  # endpoint id -> epoch seconds
@@ -117,10 +120,19 @@ class Meter:
         self._batch = Batch.empty()
         self._task: asyncio.Task[None] | None = None
 
-    def add(self, key: InferenceKey, endpoint: Endpoint, usage: Usage | None, now: float) -> None:
-        """Count one request (no I/O: the next flush sends it)."""
+    def add(
+        self,
+        key: InferenceKey,
+        endpoint: Endpoint,
+        usage: Usage | None,
+        now: float,
+        adapter: str = "",
+    ) -> None:
+        """Count one request of ``adapter`` ("" the base model); no I/O: the next flush sends it."""
         batch = self._batch
-        counts = batch.counts[(minute_of(now), f"{key.id}|{endpoint.id}|{endpoint.slug}|")]
+        named = f"{adapter}|" if adapter else ""
+        counted = f"{key.id}|{endpoint.id}|{endpoint.slug}|{named}"
+        counts = batch.counts[(minute_of(now), counted)]
         counts[0] += 1
         if usage is not None:
             counts[1] += usage.prompt_tokens

@@ -86,6 +86,14 @@ class Endpoint:
 
     # In-flight requests one replica is sized for (``gateway.admission``); 0: no bound.
     per_replica: int = 0
+    # The base model's name as its engines serve it, and the LoRA adapters its serving revision
+    # serves (``gateway.adapters`` routes requests by them).
+    served_name: str = ""
+    adapters: frozenset[str] = frozenset()
+
+    def adapter_model(self, adapter: str) -> str:
+        """What SGLang's OpenAI routes call ``adapter`` in ``model``."""
+        return f"{self.served_name}:{adapter}"
 
     @property
     def serving(self) -> bool:
@@ -118,9 +126,15 @@ class InferenceKey:
     # Under overload (``gateway.admission``): its class, and its share within the class.
     priority: str = "standard"
     weight: int = 1
+    # Empty: the base model and every adapter; else only these adapters (not the base model).
+    allowed_adapters: frozenset[str] = frozenset()
 
     def allows(self, endpoint: Endpoint) -> bool:
         return not self.allowed_endpoint_ids or endpoint.id in self.allowed_endpoint_ids
+
+    def allows_adapter(self, adapter: str) -> bool:
+        """Whether it may call ``adapter`` ("" the base model)."""
+        return not self.allowed_adapters or adapter in self.allowed_adapters
 
     @property
     def limited(self) -> bool:

@@ -114,6 +114,33 @@ class EngineClient(_HttpClient):
         False when the engine refused (it was not released)."""
         return self._post_ok("/resume_memory_occupation")
 
+    def load_lora_adapter(self, name: str, path: str, pinned: bool = False) -> str:
+        """SGLang's ``/load_lora_adapter``: "" once loaded, else the engine's reason (a bad
+        source, a full pool)."""
+        body = {"lora_name": name, "lora_path": path, "pinned": pinned}
+        return self._lora("/load_lora_adapter", body)
+
+    def unload_lora_adapter(self, name: str) -> str:
+        """SGLang's ``/unload_lora_adapter``: "" once unloaded, else the engine's reason."""
+        return self._lora("/unload_lora_adapter", {"lora_name": name})
+
+    def _lora(self, path: str, body: dict[str, Any]) -> str:
+        try:
+            response = self._http.post(path, json=body)
+        except httpx.HTTPError as exc:
+            raise RuntimeUnavailable(f"{self.base_url}{path}: {type(exc).__name__}") from exc
+        if response.status_code in (401, 403, 404):
+            raise RuntimeUnavailable(f"{self.base_url}{path}: HTTP {response.status_code}")
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = {}
+        answer = answer if isinstance(answer, dict) else {}
+        if response.status_code == 200 and answer.get("success", True) is not False:
+            return ""
+        why = answer.get("error_message") or answer.get("message") or response.text
+        return str(why or f"HTTP {response.status_code}")[:500]
+
     def _post_ok(self, path: str) -> bool:
         try:
             response = self._http.post(path, json={})

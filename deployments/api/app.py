@@ -17,7 +17,7 @@ from deployments.api.schemas import ErrorOut
 from deployments.api.throttle import CallerThrottle
 from deployments.clusters import api as clusters
 from deployments.costs import api as costs
-from deployments.endpoints.api import catalog, deployments, observe, revisions
+from deployments.endpoints.api import adapters, catalog, deployments, observe, revisions
 from deployments.experiments.api import benchmarks, canary, quality
 from deployments.fleet import api as fleet
 from deployments.quotas import api as quotas
@@ -79,6 +79,7 @@ def build_api() -> PlinthAPI:
     for module in (
         deployments,
         revisions,
+        adapters,
         canary,
         quality,
         benchmarks,

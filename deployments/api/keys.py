@@ -27,6 +27,10 @@ PRIORITY_HELP = (
     "standard before batch, and batch is refused (429) first"
 )
 WEIGHT_HELP = "inference keys: share of admissions against busy keys of the same priority"
+ADAPTERS_HELP = (
+    "inference keys: the LoRA adapters it may call (by name, on its endpoints); empty: the base "
+    "model and every adapter, else only these and not the base model"
+)
 
 
 class ApiKeyOut(Schema):
@@ -36,6 +40,7 @@ class ApiKeyOut(Schema):
     role: str
     prefix: str = Field(description="the public start of the key, to recognise it")
     allowed_deployment_ids: list[uuid.UUID]
+    allowed_adapters: list[str] = Field(description=ADAPTERS_HELP)
     requests_per_minute: int | None
     tokens_per_minute: int | None
     priority: str = Field(description="class under overload: critical, standard or batch")
@@ -56,6 +61,7 @@ class ApiKeyIn(StrictIn):
     kind: StrictStr = Field(description="management or inference")
     role: StrictStr = Field("developer", description="management keys: admin/developer/viewer")
     allowed_deployment_ids: list[uuid.UUID] = Field([], max_length=1000)
+    allowed_adapters: list[StrictStr] = Field([], max_length=1000, description=ADAPTERS_HELP)
     expires_at: UtcDatetime | None = None
     requests_per_minute: StrictInt | None = Field(None, ge=1, le=1_000_000_000)
     tokens_per_minute: StrictInt | None = Field(None, ge=1, le=1_000_000_000)

@@ -1,5 +1,5 @@
-"""The cost REST route: an organization's GPU cost in one month by endpoint and revision, or by
-inference key, as JSON or CSV (``format=csv`` or ``Accept: text/csv``)."""
+"""The cost REST route: an organization's GPU cost in one month by endpoint and revision, by
+inference key or by LoRA adapter, as JSON or CSV (``format=csv`` or ``Accept: text/csv``)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ CSV_COLUMNS = (
     "label",
     "endpoint",
     "revision",
+    "adapter",
     "api_key_id",
     "api_key_prefix",
     "tokens",
@@ -32,15 +33,19 @@ CSV_COLUMNS = (
 
 
 class CostQuery(Schema):
-    by: str = Field("endpoint", description="endpoint (and revision) or key")
+    by: str = Field("endpoint", description="endpoint (and revision), key or adapter")
     month: str | None = Field(None, description="YYYY-MM (UTC); default: this month")
     format: str | None = Field(None, description="json (default) or csv")
 
 
 class CostRowOut(Schema):
-    label: str = Field(description='"<endpoint> r<revision>", a key\'s name, or idle/unattributed')
+    label: str = Field(
+        description='"<endpoint> r<revision>", a key\'s name, "<endpoint>:<adapter>", or '
+        "idle/unattributed"
+    )
     endpoint: str
     revision: int | None
+    adapter: str = Field(description='by adapter: the LoRA adapter, "" the base model\'s traffic')
     api_key_id: uuid.UUID | None = Field(description="null: GPU time no key's tokens used")
     api_key_prefix: str
     tokens: int = Field(description="the key's prompt and completion tokens in the month")
@@ -84,8 +89,9 @@ def _csv(report: Report) -> HttpResponse:
     response=CostsOut,
     summary="GPU cost of a month",
     description="GPU-hours per endpoint and revision from the replica timeline, priced by the "
-    "operator's per-GPU price list and the cluster's price factor; by key, each endpoint's hour "
-    "is split by the keys' share of its tokens, the rest is idle/unattributed. "
+    "operator's per-GPU price list and the cluster's price factor; by key (or adapter), each "
+    "endpoint's hour is split by the keys' (adapters', the base model's own traffic a row of its "
+    "own) share of its tokens, the rest is idle/unattributed. "
     "format=csv (or Accept: text/csv) answers CSV.",
 )
 def costs(request: HttpRequest, query: Query[CostQuery]) -> Any:

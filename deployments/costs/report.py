@@ -4,8 +4,9 @@ the operator's list, and attributed to inference keys by their share of tokens.
 Prices: ``PLINTH_GPU_PRICES`` (GPU id -> USD per GPU-hour; a GPU it leaves out costs the
 catalogue's figure), times the cluster's ``gpu_price_factor`` (its price relative to the
 list), both as they are when the report is read. Attribution: each endpoint's cost in each UTC
-hour is split among the keys by their share of that hour's tokens (prompt and completion) on
-that endpoint; an hour of GPUs no key used is "idle/unattributed". So the rows add up to the
+hour is split among the keys (or the LoRA adapters it serves, the base model's own traffic a row
+of its own) by their share of that hour's tokens (prompt and completion) on that endpoint; an
+hour of GPUs no token used is "idle/unattributed". So the rows add up to the
 month's GPU-hours and cost, whichever way they are cut.
 """
 
@@ -19,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import F, Q, Sum
+from django.db.models import Q, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
@@ -32,7 +33,8 @@ from deployments.endpoints.models import Deployment
 from deployments.traffic.models import UsageRecord
 from runtime.catalog.gpus import get_gpu
 
-BY = ("endpoint", "key")
+BY = ("endpoint", "key", "adapter")
+BASE = "(base model)"
 IDLE = "idle/unattributed"
 MONTH = re.compile(r"(\d{4})-(0[1-9]|1[0-2])")
 HOUR = timedelta(hours=1)
@@ -40,11 +42,13 @@ HOUR = timedelta(hours=1)
 
 @dataclass
 class Row:
-    """One line of the report: an endpoint's revision, or a key (None: idle/unattributed)."""
+    """One line of the report: an endpoint's revision, a key (None: idle/unattributed), or an
+    endpoint's adapter ("" with an endpoint: its base model's own traffic)."""
 
     label: str
     endpoint: str = ""
     revision: int | None = None
+    adapter: str = ""
     api_key_id: uuid.UUID | None = None
     api_key_prefix: str = ""
     tokens: int = 0
@@ -166,38 +170,52 @@ def _gpu_time(
     return cells, slugs
 
 
+# Who tokens are attributed to: a key's id, or an (endpoint, adapter) pair.
+Payer = Any
+
+
 def _tokens(
-    organization: Organization, start: datetime, end: datetime
-) -> tuple[Used, dict[uuid.UUID, tuple[str, str]]]:
-    """(endpoint, hour) -> {key: tokens}; and each key's (name, prefix)."""
+    organization: Organization, start: datetime, end: datetime, by: str
+) -> tuple[Used, dict[Payer, Row]]:
+    """(endpoint, hour) -> {payer: tokens}; and each payer's empty row (its label)."""
+    payer = ("api_key_id", "api_key__name", "api_key__prefix") if by == "key" else ("adapter",)
     rows = (
         UsageRecord.objects.filter(organization=organization, minute__gte=start, minute__lt=end)
         .annotate(hour=TruncHour("minute", tzinfo=UTC))
-        .values("deployment_id", "hour", "api_key_id", name=F("api_key__name"))
-        .annotate(
-            prefix=F("api_key__prefix"),
-            tokens=Sum("prompt_tokens") + Sum("completion_tokens"),
-        )
+        .values("deployment_id", "deployment_slug", "hour", *payer)
+        .annotate(tokens=Sum("prompt_tokens") + Sum("completion_tokens"))
     )
     used: Used = defaultdict(dict)
-    keys: dict[uuid.UUID, tuple[str, str]] = {}
+    payers: dict[Payer, Row] = {}
     for row in rows:
-        used[(row["deployment_id"], row["hour"])][row["api_key_id"]] = int(row["tokens"] or 0)
-        keys[row["api_key_id"]] = (row["name"], row["prefix"])
-    return used, keys
+        who, empty = _payer(row, by)
+        used[(row["deployment_id"], row["hour"])][who] = int(row["tokens"] or 0)
+        payers.setdefault(who, empty)
+    return used, payers
+
+
+def _payer(row: dict[str, Any], by: str) -> tuple[Payer, Row]:
+    if by == "key":
+        key = row["api_key_id"]
+        prefix = row["api_key__prefix"]
+        return key, Row(label=row["api_key__name"], api_key_id=key, api_key_prefix=prefix)
+    slug, adapter = row["deployment_slug"], row["adapter"]
+    label = f"{slug}:{adapter}" if adapter else f"{slug} {BASE}"
+    return (row["deployment_id"], adapter), Row(label=label, endpoint=slug, adapter=adapter)
 
 
 def cost_report(organization: Organization, by: str, month: str) -> Report:
-    """``organization``'s cost in ``month`` (YYYY-MM) by endpoint and revision, or by key."""
+    """``organization``'s cost in ``month`` (YYYY-MM) by endpoint and revision, by key, or by
+    LoRA adapter."""
     if by not in BY:
-        raise ServiceError("by must be endpoint or key (adapters are not served yet)", field="by")
+        raise ServiceError("by must be endpoint, key or adapter", field="by")
     start, end = month_range(month)
     report = Report(month=month, by=by, start=start, end=end)
     cells, slugs = _gpu_time(organization, start, end)
     if by == "endpoint":
         report.rows = _by_endpoint(cells, slugs)
     else:
-        report.rows = _by_key(cells, *_tokens(organization, start, end))
+        report.rows = _by_share(cells, *_tokens(organization, start, end, by))
     return report
 
 
@@ -214,13 +232,10 @@ def _by_endpoint(cells: dict[Cell, list[float]], slugs: dict[uuid.UUID, str]) ->
     return sorted(rows.values(), key=lambda r: (-r.cost, r.label))
 
 
-def _by_key(
-    cells: dict[Cell, list[float]],
-    used: Used,
-    keys: dict[uuid.UUID, tuple[str, str]],
-) -> list[Row]:
+def _by_share(cells: dict[Cell, list[float]], used: Used, payers: dict[Payer, Row]) -> list[Row]:
+    """Each endpoint-hour's GPU time split among its payers (keys or adapters) by tokens."""
     idle = Row(label=IDLE)
-    rows: dict[uuid.UUID, Row] = {}
+    rows: dict[Payer, Row] = {}
     for (endpoint, _revision, hour), (gpu_hours, cost) in cells.items():
         tokens = used.get((endpoint, hour), {})
         total = sum(tokens.values())
@@ -228,15 +243,14 @@ def _by_key(
             idle.gpu_hours += gpu_hours
             idle.cost += cost
             continue
-        for key, count in tokens.items():
-            name, prefix = keys[key]
-            row = rows.setdefault(key, Row(label=name, api_key_id=key, api_key_prefix=prefix))
+        for payer, count in tokens.items():
+            row = rows.setdefault(payer, payers[payer])
             row.gpu_hours += gpu_hours * count / total
             row.cost += cost * count / total
     for tokens in used.values():
-        for key, count in tokens.items():
-            if key in rows:
-                rows[key].tokens += count
+        for payer, count in tokens.items():
+            if payer in rows:
+                rows[payer].tokens += count
     ordered = sorted(rows.values(), key=lambda r: (-r.cost, r.label))
     return [*ordered, idle] if idle.gpu_hours else ordered
 
@@ -246,6 +260,7 @@ def as_dict(row: Row) -> dict[str, Any]:
         "label": row.label,
         "endpoint": row.endpoint,
         "revision": row.revision,
+        "adapter": row.adapter,
         "api_key_id": row.api_key_id,
         "api_key_prefix": row.api_key_prefix,
         "tokens": row.tokens,

@@ -1,5 +1,5 @@
-"""The costs page: the organization's GPU cost in a month by endpoint and revision or by key,
-a bar per row (SVG, no script), and the same report as CSV."""
+"""The costs page: the organization's GPU cost in a month by endpoint and revision, by key or by
+LoRA adapter, a bar per row (SVG, no script), and the same report as CSV."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from runtime.launch import LaunchPlan, RolePlan
+from runtime.lora_live import LoraLiveChange
 from runtime.spec import RuntimeSpec
 
 PENDING = "pending"
@@ -374,6 +375,15 @@ class Driver(Protocol):
 
     def observe(self, ref: DeploymentRef) -> Observation:
         """The facts of everything this endpoint has on the cluster."""
+
+    def apply_adapters(
+        self, ref: DeploymentRef, serving: int, number: int, change: LoraLiveChange
+    ) -> bool:
+        """Unload and load ``change``'s LoRA adapters on every engine of revision ``serving``,
+        without a restart, and make those engines revision ``number``'s (its later replicas get
+        the adapters from its launch flags). False where this driver cannot (the change is then
+        rolled out); ``AdapterChangeRefused`` when an engine refused, every engine left with
+        the adapters it had."""
 
     def stop(self, ref: DeploymentRef) -> bool:
         """Stop every engine and the router (desired state stopped); True once all are gone."""

@@ -29,3 +29,9 @@ class PermanentDriverError(DriverError):
 
 class ForeignObjectError(PermanentDriverError):
     """An object with the name Plinth wants exists but is not Plinth's: never touched."""
+
+
+class AdapterChangeRefused(PermanentDriverError):
+    """An engine refused to load or unload a LoRA adapter (``Driver.apply_adapters``). Its
+    message quotes the engine's reason (a bad source, a full pool), cut short: the endpoint's
+    own engine said it, about the adapter its owner named, and nothing else tells them why."""

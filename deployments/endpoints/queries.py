@@ -26,6 +26,7 @@ from deployments.endpoints.models import Deployment, DeploymentEvent, Revision
 from deployments.fleet.models import Placement
 from deployments.status import role_counts
 from deployments.traffic.models import MetricSample
+from deployments.traffic.queries import AdapterTraffic, adapter_traffic
 
 REVISION_FIELDS = ("target_revision", "current_revision", "applied_revision")
 
@@ -278,3 +279,44 @@ def host_url(slug: str) -> str:
     """``https://<slug>.<INFERENCE_DOMAIN>/v1`` when a wildcard domain is set, else empty."""
     domain = settings.INFERENCE_DOMAIN.strip(".")
     return f"https://{slug}.{domain}/v1" if domain else ""
+
+
+def adapters_of(deployment: Deployment) -> dict[str, Any]:
+    """The target revision's adapters, each with whether it serves and its traffic."""
+    target, current = deployment.target_revision, deployment.current_revision
+    spec = target.spec if target is not None else {}
+    serving = {
+        a["name"] for a in ((current.spec if current else {}).get("lora") or {}).get("adapters", [])
+    }
+    traffic = adapter_traffic(deployment.pk)
+    listed = []
+    for adapter in (spec.get("lora") or {}).get("adapters", []):
+        name = adapter["name"]
+        listed.append(
+            {
+                "name": name,
+                "source": adapter["source"],
+                "revision": adapter.get("revision"),
+                "rank": adapter["rank"],
+                "pinned": bool(adapter.get("pinned")),
+                "serving": name in serving,
+                **_traffic(traffic.get(name, AdapterTraffic(name))),
+            }
+        )
+    model = spec.get("model") or {}
+    return {
+        "target_revision": target.number if target else None,
+        "serving_revision": current.number if current else None,
+        "served_name": model.get("served_name") or model.get("source", ""),
+        "adapters": listed,
+        "base": _traffic(traffic.get("", AdapterTraffic(""))),
+    }
+
+
+def _traffic(figures: AdapterTraffic) -> dict[str, int]:
+    return {
+        "requests_hour": figures.requests_hour,
+        "tokens_hour": figures.tokens_hour,
+        "requests_day": figures.requests_day,
+        "tokens_day": figures.tokens_day,
+    }

@@ -31,8 +31,9 @@ from deployments.drivers.base import Driver, Observation, RevisionPlan
 from deployments.drivers.errors import PermanentDriverError
 from deployments.endpoints import moves
 from deployments.endpoints import sites as fleet_sites
+from deployments.endpoints.live import apply_live
 from deployments.endpoints.models import ROUTE_FIELDS, Deployment, DesiredState, Revision
-from deployments.endpoints.rollout import RolloutDecision, RolloutFacts, decide
+from deployments.endpoints.rollout import ROLLOUT_FAILED, RolloutDecision, RolloutFacts, decide
 from deployments.endpoints.sites import Site, merged
 from deployments.endpoints.timeline import record_event
 from deployments.experiments.canary import pool as canary_pool
@@ -47,7 +48,6 @@ from runtime.spec import RuntimeSpec
 
 log = logging.getLogger(__name__)
 
-ROLLOUT_FAILED = "RolloutFailed"
 # Settled at these, nothing runs and nothing is expected to change by itself: no next pass.
 AT_REST = frozenset({STOPPED, SCALED_TO_ZERO})
 # Timeline reasons that start a rollout's clock.
@@ -149,6 +149,7 @@ def _run(work: Pass) -> None:
     deployment, sites = work.deployment, work.sites
     target = deployment.target_revision
     assert target is not None, "services always set a target revision"
+    apply_live(deployment, sites, target, work.event, work.facts)  # adapters alone: no restart
     for site in sites:
         site.before = site.driver.observe(site.ref)
     before = merged(sites, after=False, named=work.named)

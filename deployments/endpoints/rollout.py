@@ -14,6 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+# The timeline reason of a target given up on: it is not tried again (``target_abandoned``).
+ROLLOUT_FAILED = "RolloutFailed"
+
 
 @dataclass(frozen=True)
 class RolloutFacts:

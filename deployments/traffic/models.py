@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
-from controlplane.models import ApiKey, Organization
+from controlplane.models import MAX_ADAPTER_NAME, ApiKey, Organization
 from deployments.endpoints.models import SLUG_MAX_LENGTH, Deployment
 
 
@@ -53,7 +53,8 @@ class MetricSample(models.Model):
 
 
 class UsageRecord(models.Model):
-    """Tokens used per inference key per endpoint per minute (flushed from Redis by beat).
+    """Tokens used per inference key per endpoint (and LoRA adapter) per minute (flushed from
+    Redis by beat).
 
     The deployment is kept by id and slug rather than a foreign key so usage history
     survives the endpoint's deletion.
@@ -64,6 +65,8 @@ class UsageRecord(models.Model):
     api_key = models.ForeignKey(ApiKey, on_delete=models.CASCADE, related_name="usage")
     deployment_id = models.UUIDField()
     deployment_slug = models.CharField(max_length=SLUG_MAX_LENGTH)
+    # The LoRA adapter the requests called; "" for the base model.
+    adapter = models.CharField(max_length=MAX_ADAPTER_NAME, default="", blank=True)
     minute = models.DateTimeField()
     requests = models.PositiveIntegerField(default=0)
     prompt_tokens = models.PositiveBigIntegerField(default=0)
@@ -74,7 +77,8 @@ class UsageRecord(models.Model):
         ordering = ["-minute"]
         constraints = [
             models.UniqueConstraint(
-                fields=["api_key", "deployment_id", "minute"], name="unique_usage_minute"
+                fields=["api_key", "deployment_id", "adapter", "minute"],
+                name="unique_usage_minute_adapter",
             )
         ]
         indexes = [models.Index(fields=["organization", "-minute"])]

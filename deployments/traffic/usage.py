@@ -1,6 +1,6 @@
 """Usage flush: the gateway's Redis counters into UsageRecord, exactly once; last-request times.
 
-The gateway counts per key, endpoint and minute in a Redis hash per minute
+The gateway counts per key, endpoint (and LoRA adapter) and minute in a Redis hash per minute
 (``gateway.metering``), listing the minute in a set, both in one MULTI/EXEC. A flush claims
 each closed minute by renaming its hash to a processing name that is unique to this claim (the
 batch) and taking the minute off the set, both in one MULTI/EXEC too: a flush that dies there
@@ -127,7 +127,7 @@ def _flush_hash(client: redis.Redis, name: bytes, result: FlushResult) -> None:
     if first_time:
         result.minutes += 1
         result.rows += len(rows)
-        result.requests += sum(row[5] for row in rows)
+        result.requests += sum(row[6] for row in rows)
 
 
 def _record_batch(batch: str) -> bool:
@@ -151,42 +151,45 @@ def prune_batches() -> int:
     return deleted
 
 
-Counts = dict[tuple[uuid.UUID, uuid.UUID, str], dict[str, int]]
-# organization, key, endpoint, slug, minute, then the COUNTERS in their order.
-UsageRow = tuple[uuid.UUID, uuid.UUID, uuid.UUID, str, datetime, int, int, int, int]
+# (key, endpoint, slug, adapter) -> counter -> amount; adapter "" is the base model.
+Counts = dict[tuple[uuid.UUID, uuid.UUID, str, str], dict[str, int]]
+# organization, key, endpoint, slug, adapter, minute, then the COUNTERS in their order.
+UsageRow = tuple[uuid.UUID, uuid.UUID, uuid.UUID, str, str, datetime, int, int, int, int]
 
 
 def _parse_counts(raw: dict[bytes | str, bytes | str]) -> tuple[Counts, int]:
-    """The counts by (key, endpoint, slug), and how many fields did not parse."""
+    """The counts by (key, endpoint, slug, adapter), and how many fields did not parse.
+
+    A field is ``<key>|<endpoint>|<slug>|<adapter>|<counter>`` for a LoRA adapter, without the
+    adapter part for the base model."""
     counts: Counts = defaultdict(dict)
     malformed = 0
     for field_name, value in raw.items():
         parts = redis_clients.as_text(field_name).split("|")
-        if len(parts) != 4:
+        if len(parts) not in (4, 5):
             malformed += 1
             continue
-        key_id, endpoint_id, slug, counter = parts
+        key_id, endpoint_id, slug, *adapter, counter = parts
         key, endpoint, amount = as_uuid(key_id), as_uuid(endpoint_id), as_count(value)
         if key is None or endpoint is None or amount is None:
             malformed += 1
         elif counter in COUNTERS:
-            counts[(key, endpoint, slug)][counter] = amount
+            counts[(key, endpoint, slug, "".join(adapter))][counter] = amount
     return counts, malformed
 
 
 def _usage_rows(counts: Counts, minute: datetime, result: FlushResult) -> list[UsageRow]:
-    key_ids = {key for key, _, _ in counts}
+    key_ids = {key for key, _, _, _ in counts}
     organizations = dict(ApiKey.objects.filter(pk__in=key_ids).values_list("id", "organization_id"))
     rows: list[UsageRow] = []
-    for (key, endpoint, slug), values in counts.items():
+    for (key, endpoint, slug, adapter), values in counts.items():
         organization_id = organizations.get(key)
         if organization_id is None:
             result.skipped.append(str(key))  # the key was deleted; its usage goes with it
             continue
         requests, prompt, cached, completion = (values.get(counter, 0) for counter in COUNTERS)
-        rows.append(
-            (organization_id, key, endpoint, slug, minute, requests, prompt, cached, completion)
-        )
+        counted = (requests, prompt, cached, completion)
+        rows.append((organization_id, key, endpoint, slug, adapter, minute, *counted))
     return rows
 
 
@@ -197,8 +200,8 @@ def _upsert(rows: list[UsageRow]) -> None:
     additions = ", ".join(f"{c} = {table}.{c} + EXCLUDED.{c}" for c in COUNTERS)
     sql = (
         f"INSERT INTO {table} (organization_id, api_key_id, deployment_id, deployment_slug, "  # noqa: S608 (names are ours)
-        f"minute, {', '.join(COUNTERS)}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
-        f"ON CONFLICT (api_key_id, deployment_id, minute) DO UPDATE SET {additions}"
+        f"adapter, minute, {', '.join(COUNTERS)}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+        f"ON CONFLICT (api_key_id, deployment_id, adapter, minute) DO UPDATE SET {additions}"
     )
     with connection.cursor() as cursor:
         cursor.executemany(sql, rows)

@@ -34,6 +34,7 @@ from plinth.optimizer import (
     optimizer_message,
 )
 from plinth.resources import (
+    Adapters,
     Audit,
     Benchmarks,
     Canaries,
@@ -70,6 +71,7 @@ __all__ = [
     "MAX_RETRY_AFTER_S",
     "RETRY_STATUSES",
     "UNCHANGED",
+    "Adapters",
     "AsyncPlinth",
     "Audit",
     "Benchmarks",
@@ -124,6 +126,7 @@ class _Base:
     def __init__(self) -> None:
         self.endpoints = Endpoints(self)
         self.revisions = Revisions(self)
+        self.adapters = Adapters(self)
         self.canaries = Canaries(self)
         self.benchmarks = Benchmarks(self)
         self.optimize = Optimizer(self)
@@ -245,6 +248,7 @@ class AsyncPlinth(_Base):
     # writing every signature twice, so they are Any to a type checker rather than wrong.
     endpoints: Any
     revisions: Any
+    adapters: Any
     optimize: Any
     keys: Any
     usage: Any

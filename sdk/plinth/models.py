@@ -45,6 +45,51 @@ class AccuracyQuery(ApiModel):
     revision: int | None = None
 
 
+class AdapterIn(ApiModel):
+    "AdapterIn"
+
+    name: str
+    source: str
+    revision: str | None = None
+    rank: int
+    pinned: bool = False
+    message: str = ''
+
+
+class AdapterOut(ApiModel):
+    "AdapterOut"
+
+    name: str
+    source: str
+    revision: str | None
+    rank: int
+    pinned: bool
+    serving: bool
+    requests_hour: int
+    tokens_hour: int
+    requests_day: int
+    tokens_day: int
+
+
+class AdapterTrafficOut(ApiModel):
+    "AdapterTrafficOut"
+
+    requests_hour: int
+    tokens_hour: int
+    requests_day: int
+    tokens_day: int
+
+
+class AdaptersOut(ApiModel):
+    "AdaptersOut"
+
+    target_revision: int | None
+    serving_revision: int | None
+    served_name: str
+    adapters: list[AdapterOut]
+    base: AdapterTrafficOut
+
+
 class AiperfFromIndex(ApiModel):
     "AIPerf installed with pip from ``index_url`` by every benchmark Job (about 1.2 GB)."
 
@@ -69,6 +114,7 @@ class ApiKeyCreatedOut(ApiModel):
     role: str
     prefix: str
     allowed_deployment_ids: list[UUID]
+    allowed_adapters: list[str]
     requests_per_minute: int | None
     tokens_per_minute: int | None
     priority: str
@@ -88,6 +134,7 @@ class ApiKeyIn(ApiModel):
     kind: str
     role: str = 'developer'
     allowed_deployment_ids: list[UUID] = Field(default_factory=lambda: [])
+    allowed_adapters: list[str] = Field(default_factory=lambda: [])
     expires_at: datetime | None = None
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None
@@ -113,6 +160,7 @@ class ApiKeyOut(ApiModel):
     role: str
     prefix: str
     allowed_deployment_ids: list[UUID]
+    allowed_adapters: list[str]
     requests_per_minute: int | None
     tokens_per_minute: int | None
     priority: str
@@ -423,6 +471,7 @@ class CostRowOut(ApiModel):
     label: str
     endpoint: str
     revision: int | None
+    adapter: str
     api_key_id: UUID | None
     api_key_prefix: str
     tokens: int
@@ -1612,6 +1661,10 @@ class WaterfallOut(ApiModel):
 AbortIn.model_rebuild()
 AccuracyOut.model_rebuild()
 AccuracyQuery.model_rebuild()
+AdapterIn.model_rebuild()
+AdapterOut.model_rebuild()
+AdapterTrafficOut.model_rebuild()
+AdaptersOut.model_rebuild()
 AiperfFromIndex.model_rebuild()
 AiperfImage.model_rebuild()
 ApiKeyCreatedOut.model_rebuild()

@@ -259,6 +259,44 @@ class Revisions(Resource):
         )
 
 
+class Adapters(Resource):
+    """An endpoint's LoRA adapters; each add or remove is a new revision, applied to the running
+    replicas without a restart where SGLang allows it."""
+
+    def list(self, endpoint: str) -> models.AdaptersOut:
+        """The adapters with their traffic (requests and tokens, last hour and day)."""
+        return self._adapters("GET", endpoint)
+
+    def add(
+        self,
+        endpoint: str,
+        name: str,
+        source: str,
+        rank: int,
+        *,
+        revision: str | None = None,
+        pinned: bool = False,
+        message: str = "",
+    ) -> models.AdaptersOut:
+        body = clean(
+            {"name": name, "source": source, "rank": rank, "revision": revision,
+             "pinned": pinned, "message": message}
+        )  # fmt: skip
+        return self._adapters("POST", endpoint, json=body)
+
+    def remove(self, endpoint: str, name: str) -> models.AdaptersOut:
+        return self._adapters("DELETE", endpoint, f"/{name}")
+
+    def _adapters(
+        self, method: str, endpoint: str, tail: str = "", **extra: Any
+    ) -> models.AdaptersOut:
+        path = f"{API}/deployments/{endpoint}/adapters{tail}"
+        return cast(
+            "models.AdaptersOut",
+            self._c._call(request(method, path, model=models.AdaptersOut, **extra)),
+        )
+
+
 class Canaries(Resource):
     """An endpoint's canary: a settings change on a share of its traffic beside the serving
     revision, promoted or aborted (automatically when it regresses past its thresholds)."""

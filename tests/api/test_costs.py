@@ -44,13 +44,16 @@ def _run(endpoint: Deployment, replicas: list[str], start: datetime, end: dateti
     spans.record_spans(endpoint, [], end)
 
 
-def _tokens(cast: Cast, endpoint: Deployment, name: str, at: datetime, tokens: int) -> None:
+def _tokens(
+    cast: Cast, endpoint: Deployment, name: str, at: datetime, tokens: int, adapter: str = ""
+) -> None:
     key = platform.create_api_key(cast.actor(cast.dave, cast.acme), name=name, kind="inference")
     UsageRecord.objects.create(
         organization=cast.acme,
         api_key=key.api_key,
         deployment_id=endpoint.pk,
         deployment_slug=endpoint.slug,
+        adapter=adapter,
         minute=at,
         prompt_tokens=tokens - 10,
         completion_tokens=10,
@@ -61,6 +64,7 @@ def _tokens(cast: Cast, endpoint: Deployment, name: str, at: datetime, tokens: i
 def test_the_rows_add_up_to_the_gpu_hours(api: Clients, endpoint: Deployment, cast: Cast) -> None:
     _run(endpoint, ["chat-0", "chat-1"], T0, T0 + timedelta(hours=3, minutes=20))
     _tokens(cast, endpoint, "app", T0 + timedelta(minutes=5), 1000)
+    _tokens(cast, endpoint, "legal-team", T0 + timedelta(minutes=6), 500, adapter="legal")
     gpu_hours = 2 * (3 + 20 / 60)  # two one-GPU replicas
 
     by_endpoint = api.carol.get("costs?by=endpoint&month=2026-11").json()
@@ -68,9 +72,30 @@ def test_the_rows_add_up_to_the_gpu_hours(api: Clients, endpoint: Deployment, ca
     assert by_endpoint["cost"] == pytest.approx(gpu_hours * H100, rel=0.01)
     [row] = by_endpoint["rows"]
     assert (row["endpoint"], row["revision"]) == ("chat", 1)
-    by_key = api.carol.get("costs?by=key&month=2026-11").json()
-    assert sum(r["gpu_hours"] for r in by_key["rows"]) == pytest.approx(gpu_hours, rel=0.01)
-    assert sum(r["cost"] for r in by_key["rows"]) == pytest.approx(by_endpoint["cost"], rel=0.01)
+    for by in ("key", "adapter"):
+        cut = api.carol.get(f"costs?by={by}&month=2026-11").json()
+        assert sum(r["gpu_hours"] for r in cut["rows"]) == pytest.approx(gpu_hours, rel=0.01)
+        assert sum(r["cost"] for r in cut["rows"]) == pytest.approx(by_endpoint["cost"], rel=0.01)
+
+
+@pytest.mark.django_db
+def test_by_adapter_each_hour_is_split_by_the_adapters_and_the_base_models_tokens(
+    api: Clients, endpoint: Deployment, cast: Cast, client: Client
+) -> None:
+    _run(endpoint, ["chat-0"], T0, T0 + timedelta(hours=1))
+    _tokens(cast, endpoint, "team-a", T0 + timedelta(minutes=1), 300, adapter="legal")
+    _tokens(cast, endpoint, "team-b", T0 + timedelta(minutes=2), 100)
+
+    rows = {r["label"]: r for r in api.carol.get("costs?by=adapter&month=2026-11").json()["rows"]}
+    assert set(rows) == {"chat:legal", "chat (base model)"}
+    assert rows["chat:legal"]["gpu_hours"] == pytest.approx(0.75)
+    assert (rows["chat:legal"]["adapter"], rows["chat:legal"]["tokens"]) == ("legal", 300)
+    assert rows["chat (base model)"]["adapter"] == ""
+    csv_rows = api.carol.get("costs?by=adapter&month=2026-11&format=csv").content.decode()
+    assert "chat:legal" in csv_rows
+    client.force_login(cast.carol)
+    page = client.get("/costs/?month=2026-11&by=adapter").content.decode()
+    assert "chat:legal" in page and "Endpoint and adapter" in page
 
 
 @pytest.mark.django_db

@@ -176,6 +176,19 @@ EXPECTED: dict[tuple[str, str], tuple[Variant, ...]] = {
     ("GET", EP + "/benchmarks/compare"): (
         V(R.VIEWER, Scope.OBJECT, _benchmarks, query="a={a}&b={b}"),
     ),
+    # --- LoRA adapters: each change a revision of the serving endpoint ---
+    ("GET", EP + "/adapters"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
+    ("POST", EP + "/adapters"): (
+        V(
+            R.DEVELOPER,
+            Scope.OBJECT,
+            _endpoint,
+            body=lambda w: {"name": "sweep", "source": "acme/sweep-lora", "rank": 8},
+        ),
+    ),
+    ("DELETE", EP + "/adapters/{name}"): (
+        V(R.DEVELOPER, Scope.OBJECT, lambda w: {**_endpoint(w), "name": "sweep-adapter"}),
+    ),
     # --- revisions and observations ---
     ("GET", EP + "/revisions"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
     ("GET", EP + "/revisions/diff"): (V(R.VIEWER, Scope.OBJECT, _endpoint, query="from=1&to=2"),),

@@ -146,8 +146,8 @@ def _url(path: str, variant: Variant, world: World, *, missing: bool = False) ->
 
 def _missing(name: str, value: str, world: World) -> str:
     """A value of the same shape as ``value`` that names nothing anywhere."""
-    if name == "number":
-        return value  # under a missing endpoint already
+    if name in ("number", "name"):
+        return value  # under a missing endpoint already (a revision, an adapter)
     if value == world.endpoint.slug:
         return "sweep-no-such-endpoint"
     return "2147483647" if value.isdigit() else str(uuid.UUID(int=7))

@@ -67,6 +67,8 @@ OBJECT_PAGES: dict[str, Page] = {
             "home": str(w.endpoint.cluster_id),
         }
     ),
+    "endpoint-adapter-add": Page(lambda w: {"name": "sweep", "source": "acme/x", "rank": "8"}),
+    "endpoint-adapter-remove": Page(EMPTY),
     "endpoint-stop": Page(EMPTY),
     "endpoint-start": Page(EMPTY),
     "endpoint-delete": Page(lambda w: {"confirm_slug": w.endpoint.slug}),
@@ -157,6 +159,7 @@ MISSING: dict[str, Any] = {
     "invitation_id": uuid.UUID(int=3),
     "secret_id": uuid.UUID(int=4),
     "benchmark_id": uuid.UUID(int=5),
+    "name": "sweep-adapter",
 }
 PARAMETERS: dict[str, Callable[[World], Any]] = {
     "slug": lambda w: w.endpoint.slug,
@@ -167,6 +170,7 @@ PARAMETERS: dict[str, Callable[[World], Any]] = {
     "invitation_id": lambda w: w.invitation.pk,
     "secret_id": lambda w: w.spare_secret.pk,
     "benchmark_id": lambda w: w.benchmark_ids[0],
+    "name": lambda w: "sweep-adapter",  # an adapter of the endpoint's revision 2
 }
 
 

@@ -70,7 +70,12 @@ SPEC: dict[str, Any] = {
     "hardware": {"gpu": "H100-SXM"},
     "autoscaling": {"min_replicas": 1, "max_replicas": 4},
 }
-SPEC_V2: dict[str, Any] = {**SPEC, "autoscaling": {"min_replicas": 1, "max_replicas": 3}}
+# Revision 2 serves a LoRA adapter, which the adapter routes' sweep removes.
+SPEC_V2: dict[str, Any] = {
+    **SPEC,
+    "autoscaling": {"min_replicas": 1, "max_replicas": 3},
+    "lora": {"adapters": [{"name": "sweep-adapter", "source": "acme/sweep-lora", "rank": 8}]},
+}
 
 
 def kubeconfig(token: str) -> str:

@@ -44,6 +44,7 @@ from deployments.drivers.kube.render import KubeOptions, render_revision
 from deployments.drivers.kube.render.router import router_url
 from deployments.drivers.kube.render.warm import has_warm_pool
 from runtime.launch import ROUTER_PORT
+from runtime.lora_live import LoraLiveChange
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,19 @@ class KubeDriver:
         benchmark.run_benchmark(self.client, self.options, run, on_point)
 
     # --- apply ---
+
+    def apply_adapters(
+        self,
+        ref: base.DeploymentRef,
+        serving: int,
+        number: int,
+        change: LoraLiveChange,
+    ) -> bool:
+        """Not live here: the worker reaches no pod directly, and smg 1.13 forwards no LoRA
+        management to its workers (``POST /load_lora_adapter`` to it answers 404 "Invalid URL"),
+        so an adapters-only change is rolled out; the new pods load the adapters from their
+        flags."""
+        return False
 
     def apply(self, ref: base.DeploymentRef, revision: base.RevisionPlan) -> None:
         revision = self._warm_pool(ref, revision)

@@ -35,13 +35,14 @@ from typing import Any
 
 from deployments.drivers import base
 from deployments.drivers.errors import PermanentDriverError, TemporaryDriverError
-from deployments.drivers.local import warm
+from deployments.drivers.local import adapters, warm
 from deployments.drivers.local.benchmark import run_points
 from deployments.drivers.local.logfile import read_log
 from deployments.drivers.local.processes import ProcessRecord, ProcessTable, free_port
 from runtime import startup
 from runtime.client import EngineClient, RouterClient, RuntimeUnavailable
 from runtime.launch import RolePlan, with_flag
+from runtime.lora_live import LoraLiveChange
 from runtime.secret_flags import API_KEY_ENV, API_KEY_REF
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -95,6 +96,17 @@ class LocalDriver:
         return ProcessTable(self.options.run_dir / ref.id)
 
     # --- apply ---
+
+    def apply_adapters(
+        self,
+        ref: base.DeploymentRef,
+        serving: int,
+        number: int,
+        change: LoraLiveChange,
+    ) -> bool:
+        """Live, through each engine's load and unload routes (``local.adapters``)."""
+        adapters.apply_adapters(self._table(ref), serving, number, change, ref.api_key)
+        return True
 
     def apply(self, ref: base.DeploymentRef, revision: base.RevisionPlan) -> None:
         table = self._table(ref)

@@ -84,6 +84,7 @@ def endpoint_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "start_phases": list(PHASE_LABELS.items()),
         "cluster_choices": fleet_queries.placement_choices(actor_of(request), endpoint),
         "placement_policies": PlacementPolicy.choices,
+        "lora": queries.adapters_of(endpoint),
         **canary_context(endpoint),
     }
     return render(request, "deployments/endpoint_detail.html", context)

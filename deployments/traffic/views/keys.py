@@ -228,7 +228,9 @@ def key_list(request: HttpRequest) -> HttpResponse:
         # The one page that holds a plaintext key: no cache, no back-button copy of it.
         add_never_cache_headers(response)  # no-store among them
         return response
-    form = posted(request, "name", "kind", "role", "expires", "rpm", "tpm", "priority", "weight")
+    form = posted(
+        request, "name", "kind", "role", "expires", "rpm", "tpm", "priority", "weight", "adapters"
+    )
     management = form["kind"] == ApiKeyKind.MANAGEMENT
     try:
         created = services.create_api_key(
@@ -238,6 +240,7 @@ def key_list(request: HttpRequest) -> HttpResponse:
             # The role field is for management keys only; an inference key has no role.
             role=(form["role"] or Role.DEVELOPER) if management else Role.DEVELOPER,
             allowed_deployment_ids=_uuids(request.POST.getlist("endpoints")),
+            allowed_adapters=[n for n in form["adapters"].replace(" ", "").split(",") if n],
             expires_at=_date(form["expires"]),
             requests_per_minute=_limit(form["rpm"], "requests_per_minute"),
             tokens_per_minute=_limit(form["tpm"], "tokens_per_minute"),

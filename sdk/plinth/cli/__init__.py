@@ -1,5 +1,6 @@
-"""The ``plinth`` command: endpoints, revisions, logs, keys, usage, secrets, canaries, quality
-gates, placement across clusters and drains, benchmarks, the optimizer and declarative apply.
+"""The ``plinth`` command: endpoints, revisions, LoRA adapters, logs, keys, usage, secrets,
+canaries, quality gates, placement across clusters and drains, benchmarks, the optimizer and
+declarative apply.
 
 Exit codes (also in ``plinth --help``): 0 done; 1 ``diff`` found differences; 2 wrong usage;
 3 not found; 4 conflict (e.g. a revision saved by someone else: plan again); 5 refused input
@@ -21,6 +22,7 @@ import typer
 import yaml
 
 from plinth.cli import apply, endpoints, fleet, optimize
+from plinth.cli.adapters import adapters_app
 from plinth.cli.bench import bench_app
 from plinth.cli.canary import canary_app
 from plinth.cli.gate import gate_app
@@ -61,6 +63,7 @@ for command in (
 ):
     app.command()(command)
 app.command("apply")(apply.apply_command)
+app.add_typer(adapters_app, name="adapters")
 app.add_typer(keys_app, name="keys")
 app.add_typer(secrets_app, name="secrets")
 app.add_typer(canary_app, name="canary")

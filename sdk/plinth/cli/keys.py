@@ -37,14 +37,23 @@ def keys_create(
     weight: Annotated[
         int | None, typer.Option(min=1, help="inference keys: share against the same priority")
     ] = None,
+    adapter: Annotated[
+        list[str] | None,
+        typer.Option(help="inference keys: a LoRA adapter it may call (repeat); not the base"),
+    ] = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Create a key; its secret is printed this once.
 
     Example: plinth keys create ci-bot --kind management --role developer
     Example: plinth keys create nightly-batch --priority batch --weight 1
+    Example: plinth keys create legal-team --adapter legal
     """
-    share = {n: v for n, v in (("priority", priority), ("weight", weight)) if v is not None}
+    share: dict[str, object] = {
+        n: v for n, v in (("priority", priority), ("weight", weight)) if v is not None
+    }
+    if adapter:
+        share["allowed_adapters"] = adapter
     with open_client() as client:
         created = client.keys.create(name, kind=kind, role=role, **share)
         show(created, output, ["id", "name", "kind", "key"])

@@ -16,7 +16,7 @@ from django.db import DatabaseError
 
 from deployments.clusters.models import ClusterKind
 from deployments.drivers.local.processes import stop_all
-from deployments.endpoints import reconcile
+from deployments.endpoints.stopped import record_cluster_stopped
 
 
 class Command(BaseCommand):
@@ -27,7 +27,7 @@ class Command(BaseCommand):
         if stopped:
             self.stdout.write(f"stopped {stopped} local-cluster process(es)")
         try:
-            reconcile.record_cluster_stopped(ClusterKind.LOCAL)
+            record_cluster_stopped(ClusterKind.LOCAL)
         except DatabaseError as exc:
             # The processes are stopped, which is what matters at shutdown; the next worker
             # start re-observes every local endpoint anyway.

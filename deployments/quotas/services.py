@@ -9,6 +9,8 @@ What counts: each endpoint that is asked to run (``desired_state`` running) coun
 *desired* replicas of its target revision x the GPUs per replica, by the spec's GPU type; a
 prefill/decode split counts each pool (its settings' size, or the autoscaler's where it scaled
 the pool) while it is asked to run any replica.
+A quantization run (``deployments.quantization``) counts its GPUs by type while it is queued or
+running, and is refused at start where they do not fit (``check_gpus``).
 Stopped endpoints count no GPUs but still count as endpoints; endpoints being deleted count
 nothing. The quota is enforced at the moment replicas are asked for: create (the initial
 replicas), edit and rollback (the new settings, with the replicas they clamp to), scale,
@@ -40,6 +42,7 @@ from controlplane.access import AccessDenied, Actor
 from controlplane.models import Organization, Role
 from controlplane.services import Conflict, ServiceError
 from deployments.endpoints.models import Deployment, DesiredState
+from deployments.quantization.queries import running_gpus
 from deployments.quotas.models import Quota
 from runtime.catalog import UnknownGpuError, get_gpu, gpu_ids
 
@@ -48,6 +51,7 @@ __all__ = [
     "QuotaExceeded",
     "check",
     "check_canary",
+    "check_gpus",
     "demand_of",
     "headroom",
     "limits_of",
@@ -164,6 +168,8 @@ def _in_use(organization: Organization, excluding: Deployment | None = None) -> 
         demand = demand_of(spec, replicas, state, _scaled_pools(scaled, number))
         by_type[demand.gpu] += demand.gpus
         largest = max(largest, demand.replicas)
+    for gpu, gpus in running_gpus(organization.pk):  # quantization runs hold GPUs too
+        by_type[gpu] += gpus
     return _InUse(by_type, live.count(), largest)
 
 
@@ -239,6 +245,20 @@ def check_canary(deployment: Deployment, spec: dict[str, Any], replicas: int) ->
         deployment.organization, deployment=None, spec=spec, replicas=replicas,
         field="canary.replicas", new_endpoint=False,
     )  # fmt: skip
+
+
+def check_gpus(organization: Organization, *, gpu: str, gpus: int, field: str) -> None:
+    """Raise :class:`QuotaExceeded` when ``gpus`` more GPUs of type ``gpu`` (a quantization
+    run's, for its writer to call in its transaction) break a GPU quota."""
+    quota = _locked_quota(organization)
+    if quota is None:
+        return
+    others = _in_use(organization)
+    by_type = quota.gpus_by_type or {}
+    if gpu in by_type:
+        _enforce(f"gpus.{gpu}", int(by_type[gpu]), others.gpus_by_type[gpu], gpus, 0, field=field)
+    if quota.gpus is not None:
+        _enforce("gpus", quota.gpus, others.gpus, gpus, 0, field=field)
 
 
 def _enforce(

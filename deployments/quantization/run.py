@@ -26,7 +26,7 @@ from deployments.quantization.models import QuantizationRun, RunStatus
 from deployments.quantization.recipes import job_of
 
 logger = logging.getLogger(__name__)
-PASS_S = 300.0
+PASS_S = 300
 POLL_S = 2.0
 DONE = "done"
 CONTINUING = "continuing"

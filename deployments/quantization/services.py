@@ -330,7 +330,7 @@ def record_progress(
 def _gpu_seconds(run: QuantizationRun, until: Any) -> float:
     if run.started_at is None:
         return 0.0
-    return run.gpus * max(0.0, (until - run.started_at).total_seconds())
+    return float(run.gpus * max(0.0, (until - run.started_at).total_seconds()))
 
 
 def _apply_line(run: QuantizationRun, number: int, line: str, seen_output: str) -> None:
@@ -357,7 +357,7 @@ def _apply_line(run: QuantizationRun, number: int, line: str, seen_output: str) 
 
 
 def _record_candidate(run: QuantizationRun, event: dict[str, Any], seen_output: str) -> None:
-    values = {
+    values: dict[str, Any] = {
         "recipe": event.get("recipe") or {},
         "mean_kl": float(event["mean_kl"]),
         "p99_kl": event.get("p99_kl"),

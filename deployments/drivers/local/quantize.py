@@ -23,6 +23,7 @@ import os
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from deployments.drivers import base
 from deployments.drivers.errors import PermanentDriverError
@@ -97,8 +98,8 @@ def start(job: base.QuantizationJob, *, run_dir: Path, model_cache_dir: Path, py
     (folder / PID).write_text(str(child.pid))
 
 
-def _local_job(job: base.QuantizationJob, folder: Path, cache: Path) -> dict[str, object]:
-    spec = json.loads(json.dumps(job.job))
+def _local_job(job: base.QuantizationJob, folder: Path, cache: Path) -> dict[str, Any]:
+    spec: dict[str, Any] = json.loads(json.dumps(job.job))
     spec["source_path"] = str(local_path(spec["source_path"], cache))
     spec["output_dir"] = str(local_path(spec["output_dir"], cache))
     if job.calibration:

@@ -23,7 +23,7 @@ router = Router(tags=["quantization"])
 RUNS = "/quantization/runs"
 
 
-class RecipeIn(StrictIn):
+class QuantizationRecipeIn(StrictIn):
     name: StrictStr
     keep_bf16: list[StrictStr] = Field(default_factory=list, description="module patterns")
     formats: dict[StrictStr, StrictStr] = Field(
@@ -31,13 +31,13 @@ class RecipeIn(StrictIn):
     )
 
 
-class RunIn(StrictIn):
+class QuantizationRunIn(StrictIn):
     format: StrictStr = Field(description=f"one of {', '.join(FORMATS)}")
     source_model: StrictStr = Field("", description="a model cache path or hub repository id")
     deployment: StrictStr | None = Field(
         None, description="an endpoint (id or slug) whose serving model is the source"
     )
-    recipes: list[RecipeIn] | None = Field(None, description="the recipes to try")
+    recipes: list[QuantizationRecipeIn] | None = Field(None, description="the recipes to try")
     propose: StrictBool = Field(False, description="let the tool propose recipes by sensitivity")
     calibration_set: StrictStr | None = Field(
         None, description="an uploaded calibration set's id (none: the built-in generic set)"
@@ -65,7 +65,7 @@ class ArtifactOut(Schema):
     created_at: datetime
 
 
-class CandidateOut(Schema):
+class QuantizationCandidateOut(Schema):
     name: str
     recipe: dict[str, Any]
     mean_kl: float
@@ -80,7 +80,7 @@ class CandidateOut(Schema):
     on_frontier: bool = Field(description="no other candidate is as close and as fast")
 
 
-class RunOut(Schema):
+class QuantizationRunOut(Schema):
     id: str
     name: str
     status: str
@@ -100,7 +100,7 @@ class RunOut(Schema):
     attempt: int
     sensitivity: list[dict[str, Any]]
     events: int
-    candidates: list[CandidateOut]
+    candidates: list[QuantizationCandidateOut]
     gpu_seconds: float
     error: str
     created_by: str
@@ -109,7 +109,7 @@ class RunOut(Schema):
     finished_at: datetime | None
 
 
-class DeployIn(StrictIn):
+class QuantizationDeployIn(StrictIn):
     deployment: StrictStr = Field(description="the endpoint (id or slug)")
     candidate: StrictStr
     mode: Literal["canary", "revision"] = Field(
@@ -118,19 +118,19 @@ class DeployIn(StrictIn):
     weight: StrictInt = Field(10, description="percent of requests to the canary")
 
 
-class DeployOut(Schema):
+class QuantizationDeployOut(Schema):
     mode: str
     revision: int
     canary: str | None
     gate: str | None
 
 
-class CompareOut(Schema):
+class QuantizationCompareOut(Schema):
     baseline: str
     candidates: list[dict[str, Any]]
 
 
-class CalibrationIn(StrictIn):
+class CalibrationSetIn(StrictIn):
     name: StrictStr
     samples: StrictStr = Field(description='JSONL, one {"text": ...} per line')
     retention_days: StrictInt = Field(
@@ -138,7 +138,7 @@ class CalibrationIn(StrictIn):
     )
 
 
-class CalibrationOut(Schema):
+class CalibrationSetOut(Schema):
     id: str
     name: str
     samples: int
@@ -231,13 +231,13 @@ def calibration_out(chosen: CalibrationSet) -> dict[str, Any]:
     }
 
 
-RunPage = page_schema(RunOut, "QuantizationRunPage")
+RunPage = page_schema(QuantizationRunOut, "QuantizationRunPage")
 ArtifactPage = page_schema(ArtifactOut, "ArtifactPage")
-CalibrationPage = page_schema(CalibrationOut, "CalibrationSetPage")
+CalibrationPage = page_schema(CalibrationSetOut, "CalibrationSetPage")
 
 
-@router.post(RUNS, response={201: RunOut}, summary="Start a quantization run")
-def start_run(request: HttpRequest, payload: RunIn) -> Status[dict[str, Any]]:
+@router.post(RUNS, response={201: QuantizationRunOut}, summary="Start a quantization run")
+def start_run(request: HttpRequest, payload: QuantizationRunIn) -> Status[dict[str, Any]]:
     """Quantize a model with the given recipes (or proposed ones), measure each candidate's KL
     against the original and price it; its GPUs count in the organization's quotas."""
     run = services.start_run(
@@ -253,18 +253,18 @@ def list_runs(request: HttpRequest, page: Query[PageQuery]) -> dict[str, Any]:
     return page_of(request, queries.runs_of(actor_of(request)), page, run_out)
 
 
-@router.get(RUNS + "/{run_id}", response=RunOut, summary="Get a quantization run")
+@router.get(RUNS + "/{run_id}", response=QuantizationRunOut, summary="Get a quantization run")
 def get_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
     """Its status, phase, per-layer sensitivity and candidates (closest to the original first)."""
     return run_out(queries.get_run(actor_of(request), run_id))
 
 
-@router.post(RUNS + "/{run_id}/cancel", response=RunOut, summary="Cancel a quantization run")
+@router.post(RUNS + "/{run_id}/cancel", response=QuantizationRunOut, summary="Cancel a quantization run")
 def cancel_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
     return run_out(services.cancel_run(actor_of(request), run_id))
 
 
-@router.get(RUNS + "/{run_id}/compare", response=CompareOut, summary="Compare candidates")
+@router.get(RUNS + "/{run_id}/compare", response=QuantizationCompareOut, summary="Compare candidates")
 def compare_candidates(request: HttpRequest, run_id: str) -> dict[str, Any]:
     """Each candidate against the run's all-layers recipe (or its fastest): KL, top-1 and
     predicted throughput, and which are on the frontier."""
@@ -272,8 +272,8 @@ def compare_candidates(request: HttpRequest, run_id: str) -> dict[str, Any]:
     return compare(queries.candidates_of(run)).as_dict()
 
 
-@router.post(RUNS + "/{run_id}/deploy", response={201: DeployOut}, summary="Deploy a candidate")
-def deploy(request: HttpRequest, run_id: str, payload: DeployIn) -> Status[dict[str, Any]]:
+@router.post(RUNS + "/{run_id}/deploy", response={201: QuantizationDeployOut}, summary="Deploy a candidate")
+def deploy(request: HttpRequest, run_id: str, payload: QuantizationDeployIn) -> Status[dict[str, Any]]:
     """The candidate's checkpoint on an endpoint: a canary gated by KL (promote once it
     passed), or a new revision."""
     done = services.deploy_candidate(actor_of(request), run_id, **payload.model_dump())
@@ -288,10 +288,10 @@ def list_artifacts(request: HttpRequest, page: Query[PageQuery]) -> dict[str, An
 
 @router.post(
     "/quantization/calibration-sets",
-    response={201: CalibrationOut},
+    response={201: CalibrationSetOut},
     summary="Upload calibration samples",
 )
-def upload_calibration(request: HttpRequest, payload: CalibrationIn) -> Status[dict[str, Any]]:
+def upload_calibration(request: HttpRequest, payload: CalibrationSetIn) -> Status[dict[str, Any]]:
     made = services.upload_calibration_set(actor_of(request), **payload.model_dump())
     return Status(201, calibration_out(made))
 

@@ -8,6 +8,7 @@ cannot start and to show a person the trade-offs, not a promise of the exact tok
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from runtime.catalog import GpuType, ModelArch, get_model, kv_format, weight_format
@@ -20,10 +21,30 @@ MIB = 1024**2
 EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "MTP"})
 
 
-def weight_bytes_per_param(spec: RuntimeSpec, arch: ModelArch) -> float:
+def mixed_bytes_per_param(shares: Mapping[str, float]) -> float:
+    """Average bytes per body weight of a mixed-precision checkpoint: `shares` of the body's
+    weights by weight method (the catalogue's bytes for each), the rest in BF16."""
+    quantized = sum(shares.values())
+    if not 0.0 <= quantized <= 1.0 + 1e-9:
+        raise ValueError(f"quantized shares sum to {quantized}, not within [0, 1]")
+    total = max(0.0, 1.0 - quantized) * 2.0
+    for method, share in shares.items():
+        form = weight_format(method)
+        if form is None:
+            raise KeyError(method)
+        total += share * form.bytes
+    return total
+
+
+def weight_bytes_per_param(
+    spec: RuntimeSpec, arch: ModelArch, body_bytes: float | None = None
+) -> float:
     """Average bytes per parameter of the quantized body once loaded (the quantization
     catalogue's, which leans a little high so the memory check errs towards refusing), or the
-    checkpoint's own when no method is named."""
+    checkpoint's own when no method is named. `body_bytes`: a mixed-precision checkpoint's
+    figure (``mixed_bytes_per_param``) instead of the method's."""
+    if body_bytes is not None:
+        return body_bytes
     method = spec.quantization.method
     if method is None:
         return arch.checkpoint_bytes_per_param
@@ -45,15 +66,17 @@ def embedding_params(arch: ModelArch) -> float:
     return min(arch.params_b * 1e9 / 2, 2.0 * arch.vocab_size * arch.hidden_size)
 
 
-def model_weight_bytes(spec: RuntimeSpec, arch: ModelArch) -> float:
+def model_weight_bytes(
+    spec: RuntimeSpec, arch: ModelArch, body_bytes: float | None = None
+) -> float:
     """All weight bytes before any parallel split.
 
     A checkpoint as shipped is its on-disk size. Quantized on load (or a quantized method named),
     the body takes the method's bytes while the embedding and LM head stay BF16 (~2.1 GB for a
     Llama-3 70B), as FP8 and NVFP4 checkpoints keep them.
     """
-    per_param = weight_bytes_per_param(spec, arch)
-    if spec.quantization.method is None or per_param >= 2.0:
+    per_param = weight_bytes_per_param(spec, arch, body_bytes)
+    if (spec.quantization.method is None and body_bytes is None) or per_param >= 2.0:
         return arch.weight_bytes(per_param)
     embedding = embedding_params(arch)
     return (arch.params_b * 1e9 - embedding) * per_param + embedding * 2.0
@@ -188,15 +211,21 @@ def context_length(spec: RuntimeSpec, arch: ModelArch) -> int:
     return spec.model.context_length or arch.max_context
 
 
-def memory_fit(spec: RuntimeSpec, gpu: GpuType, arch: ModelArch, group: EngineGroup) -> MemoryFit:
-    """How one GPU of `group` would be filled."""
+def memory_fit(
+    spec: RuntimeSpec,
+    gpu: GpuType,
+    arch: ModelArch,
+    group: EngineGroup,
+    body_bytes: float | None = None,
+) -> MemoryFit:
+    """How one GPU of `group` would be filled (`body_bytes`: see ``weight_bytes_per_param``)."""
     capacity = gpu.memory_bytes
     fraction = spec.batching.mem_fraction_static
     if fraction is None:
         fraction = max(0.0, (capacity - reserved_bytes(spec, gpu, group)) / capacity)
     kv_bytes = kv_bytes_per_value(spec.quantization.kv_cache_dtype)
     attn_tp = max(1, group.tp // group.attn_dp)
-    weights = model_weight_bytes(spec, arch) / (group.tp * group.pp)
+    weights = model_weight_bytes(spec, arch, body_bytes) / (group.tp * group.pp)
     draft_weights, draft_kv = _draft_costs(spec, arch, kv_bytes, group.tp)
     per_token = (arch.kv_bytes_per_token(kv_bytes, attn_tp) + draft_kv) / group.pp
     pool = max(0.0, fraction * capacity - weights - draft_weights)

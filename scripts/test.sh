@@ -97,6 +97,15 @@ kube_ready() {
   grep '^\[kube\] built' "$RUN_DIR/kube-binaries.log" || true
 }
 
+# The quantization tool's own virtualenv (llmcompressor and torch, pinned in
+# tools/quantize/requirements.txt), built once per machine (~6 GB, a few minutes), reused after.
+echo "[test] quantization tool environment (in the background)"
+scripts/quantize_env.sh >"$RUN_DIR/quantize-env.log" 2>&1 &
+QUANTIZE_PID=$!
+quantize_ready() {
+  wait "$QUANTIZE_PID" || { cat "$RUN_DIR/quantize-env.log"; echo "[test] quantization env failed"; exit 1; }
+}
+
 # The real OpenID Connect provider the single sign-on tests start (node-oidc-provider, pinned in
 # tools/oidc), installed once per machine with npm; a few seconds, so not in the background.
 echo "[test] OIDC provider"
@@ -111,6 +120,7 @@ echo "[test] import-linter"; PYTHONPATH=sdk "$BIN/lint-imports"
 if [ "$#" -gt 0 ]; then  # a chosen subset: one run, as asked
   tools_ready
   kube_ready
+  quantize_ready
   echo "[test] pytest"
   exec "$BIN/pytest" "$@"
 fi
@@ -141,6 +151,7 @@ PY
 )
 E2E_DB="${PLINTH_TEST_DB_NAME:-test_plinth}_e2e"
 tools_ready
+quantize_ready
 echo "[test] pytest: ${UNIT[*]} then ${KUBE[*]} (here) and ${E2E[*]} (beside it; its output follows)"
 # tests/kube_real runs after the unit side (the shorter one), in a pytest of its own once the
 # Kubernetes binaries are built: on a fresh machine the build runs beside every other test

@@ -57,10 +57,24 @@ class QuantFormat(BaseModel):
     offered: bool
 
 
+class ToolFormat(BaseModel):
+    """A format Plinth's quantization jobs make (see quantization.yaml's tool_formats)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    label: str
+    scheme: str
+    serve_as: str
+    priced_as: str
+    calibrated: bool
+
+
 class _Catalogue(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     compute_paths: dict[Compute, ComputePath]
+    tool_formats: tuple[ToolFormat, ...]
     weights: tuple[QuantFormat, ...]
     kv_cache: tuple[QuantFormat, ...]
 
@@ -78,6 +92,16 @@ def _by_name(kind: Literal["weights", "kv_cache"]) -> dict[str, QuantFormat]:
 def weight_format(method: str | None) -> QuantFormat | None:
     """The weight method named `method` (SGLang's spelling); None for none or an unknown name."""
     return None if method is None else _by_name("weights").get(method)
+
+
+def tool_format(name: str) -> ToolFormat | None:
+    """The quantization jobs' target format `name`; None for an unknown name."""
+    return next((row for row in _load().tool_formats if row.name == name), None)
+
+
+def tool_formats() -> tuple[str, ...]:
+    """The formats a quantization job can make, in the catalogue's order."""
+    return tuple(row.name for row in _load().tool_formats)
 
 
 def kv_format(dtype: str) -> QuantFormat | None:

@@ -41,6 +41,9 @@ class ShapeKnobs:
     draft: str | None = None
     attn_dp: int = 1  # attention data-parallel ranks in the TP group (MoE models only; else 1)
     hicache_ratio: float | None = None  # HiCache's host tier, a multiple of the GPU KV pool
+    # A mixed-precision checkpoint's bytes per body weight (what ``runtime.quantize`` prices a
+    # recipe at: ``runtime.memory.mixed_bytes_per_param``); None: the quantization method's own.
+    body_bytes: float | None = None
 
 
 @dataclass(frozen=True)
@@ -229,7 +232,7 @@ def build_shape(request: OptimizeRequest, context: ShapeContext, knobs: ShapeKno
     """The shape, or None when it does not fit or its spec does not validate."""
     arch, gpu = context.arch, knobs.gpu
     spec = RuntimeSpec.model_validate(spec_data(context.base, knobs, arch))
-    fit = memory_fit(spec, gpu, arch, engine_groups(spec)[0])
+    fit = memory_fit(spec, gpu, arch, engine_groups(spec)[0], knobs.body_bytes)
     if not fit.fits or has_errors(validate(spec)):
         return None
     spec_config = None
@@ -240,7 +243,7 @@ def build_shape(request: OptimizeRequest, context: ShapeContext, knobs: ShapeKno
     engine = EngineShape(
         tp=knobs.tp,
         quantization=knobs.quantization or arch.checkpoint_quantization,
-        weight_bytes=model_weight_bytes(spec, arch),
+        weight_bytes=model_weight_bytes(spec, arch, knobs.body_bytes),
         kv_bytes_per_value=kv_bytes_per_value(knobs.kv_dtype),
         spec=spec_config,
         attn_dp=knobs.attn_dp,

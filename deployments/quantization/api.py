@@ -259,12 +259,16 @@ def get_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
     return run_out(queries.get_run(actor_of(request), run_id))
 
 
-@router.post(RUNS + "/{run_id}/cancel", response=QuantizationRunOut, summary="Cancel a quantization run")
+@router.post(
+    RUNS + "/{run_id}/cancel", response=QuantizationRunOut, summary="Cancel a quantization run"
+)
 def cancel_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
     return run_out(services.cancel_run(actor_of(request), run_id))
 
 
-@router.get(RUNS + "/{run_id}/compare", response=QuantizationCompareOut, summary="Compare candidates")
+@router.get(
+    RUNS + "/{run_id}/compare", response=QuantizationCompareOut, summary="Compare candidates"
+)
 def compare_candidates(request: HttpRequest, run_id: str) -> dict[str, Any]:
     """Each candidate against the run's all-layers recipe (or its fastest): KL, top-1 and
     predicted throughput, and which are on the frontier."""
@@ -272,8 +276,12 @@ def compare_candidates(request: HttpRequest, run_id: str) -> dict[str, Any]:
     return compare(queries.candidates_of(run)).as_dict()
 
 
-@router.post(RUNS + "/{run_id}/deploy", response={201: QuantizationDeployOut}, summary="Deploy a candidate")
-def deploy(request: HttpRequest, run_id: str, payload: QuantizationDeployIn) -> Status[dict[str, Any]]:
+@router.post(
+    RUNS + "/{run_id}/deploy", response={201: QuantizationDeployOut}, summary="Deploy a candidate"
+)
+def deploy(
+    request: HttpRequest, run_id: str, payload: QuantizationDeployIn
+) -> Status[dict[str, Any]]:
     """The candidate's checkpoint on an endpoint: a canary gated by KL (promote once it
     passed), or a new revision."""
     done = services.deploy_candidate(actor_of(request), run_id, **payload.model_dump())

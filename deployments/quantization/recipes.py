@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
 from deployments.drivers.base import QuantizationJob
 from deployments.quantization.models import QuantizationRun
-from runtime.spec import MODEL_CACHE_PATH
+from runtime.catalog.quantization import tool_formats
+from runtime.quantize import Job, Recipe, price_candidate
+from runtime.spec import MODEL_CACHE_PATH, RuntimeSpec
 
-# The formats llmcompressor makes and SGLang 0.5.23 serves (tools/quantize's contract).
-FORMATS = ("fp8", "nvfp4", "w4a16", "w8a8_int8")
+# The formats the tool makes and SGLang 0.5.23 serves (the quantization catalogue's).
+FORMATS = tool_formats()
 QUANTIZED_DIR = "plinth-quantized"
 SOURCES_DIR = "plinth-sources"
 MAX_RECIPES = 8
@@ -24,29 +28,21 @@ class RecipeError(ValueError):
 
 
 def parse_recipes(value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``value`` as the tool's RECIPE objects: a name, module patterns kept in BF16, per-pattern
-    formats; RecipeError naming the first problem."""
+    """``value`` as the tool's recipes (``runtime.quantize.Recipe``), as JSON; RecipeError
+    naming the first problem."""
     if not isinstance(value, list) or len(value) > MAX_RECIPES:
         raise RecipeError(f"a list of at most {MAX_RECIPES} recipes")
-    seen: set[str] = set()
     out = []
     for index, item in enumerate(value):
-        if not isinstance(item, dict):
-            raise RecipeError(f"[{index}] is not an object")
-        name = item.get("name")
-        if not isinstance(name, str) or not name.strip() or len(name) > 100 or name in seen:
-            raise RecipeError(f"[{index}].name must be a unique name of 1-100 characters")
-        keep = item.get("keep_bf16", [])
-        if not isinstance(keep, list) or not all(isinstance(k, str) and k for k in keep):
-            raise RecipeError(f"[{index}].keep_bf16 must be a list of module patterns")
-        formats = item.get("formats", {})
-        if not isinstance(formats, dict) or any(f not in FORMATS for f in formats.values()):
-            raise RecipeError(f"[{index}].formats maps module patterns to {', '.join(FORMATS)}")
-        extra = set(item) - {"name", "keep_bf16", "formats"}
-        if extra:
-            raise RecipeError(f"[{index}] has unknown fields {sorted(extra)}")
-        seen.add(name)
-        out.append({"name": name, "keep_bf16": list(keep), "formats": dict(formats)})
+        try:
+            out.append(Recipe.model_validate(item).model_dump(mode="json"))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise RecipeError(f"[{index}]{'.' + where if where else ''}: {first['msg']}") from None
+    names = [r["name"] for r in out]
+    if len(set(names)) != len(names):
+        raise RecipeError("recipe names must be unique")
     return out
 
 
@@ -75,7 +71,7 @@ def cache_path_of(checkpoint: str, seen_output: str, output: str) -> str:
 def job_of(run: QuantizationRun, *, namespace: str, hf_token: str | None) -> QuantizationJob:
     """The attempt ``run.attempt`` of ``run`` as a driver starts it."""
     calibration = run.calibration_set
-    job: dict[str, Any] = {
+    spec: dict[str, Any] = {
         "source_path": source_path(run),
         "format": run.format,
         "calibration": {
@@ -87,9 +83,10 @@ def job_of(run: QuantizationRun, *, namespace: str, hf_token: str | None) -> Qua
         "output_dir": output_dir(run),
     }
     if run.propose:
-        job["propose"] = True
+        spec["propose"] = True
     else:
-        job["candidates"] = run.recipes
+        spec["candidates"] = run.recipes
+    job = Job.model_validate(spec).model_dump(mode="json")  # what the tool will accept
     hub = "" if run.source_model.startswith(MODEL_CACHE_PATH + "/") else run.source_model
     return QuantizationJob(
         run_id=str(run.pk),
@@ -105,6 +102,25 @@ def job_of(run: QuantizationRun, *, namespace: str, hf_token: str | None) -> Qua
 
 
 def price_of_candidate(run: QuantizationRun, values: dict[str, Any]) -> dict[str, Any] | None:
-    """The candidate's predicted throughput per GPU (``runtime.quantize.price_candidate``),
-    None where no spec prices it (a source named without an endpoint)."""
-    return None
+    """The candidate's predicted throughput per GPU at the default SLO
+    (``runtime.quantize.price_candidate``) for the endpoint the run's model came from (its GPU,
+    TP, KV cache); None where the run names no endpoint, or the model is one the performance
+    model cannot price."""
+    deployment = run.source_deployment
+    revision = deployment.target_revision if deployment is not None else None
+    if revision is None:
+        return None
+    shares = values.get("format_shares") or values["quantized_fraction"]
+    try:
+        spec = RuntimeSpec.model_validate(revision.spec)
+        price = price_candidate(spec, run.format, shares)
+    except (ValueError, LookupError):
+        return None
+    return {
+        "throughput_per_gpu": round(price.tokens_per_s_per_gpu, 1),
+        "capacity_rps": round(price.capacity_rps, 3),
+        "meets_slo": price.meets_slo,
+        "fits": price.fits,
+        "bytes_per_weight": round(price.bytes_per_weight, 4),
+        "weight_gib_per_gpu": round(price.weight_gib_per_gpu, 3),
+    }

@@ -64,6 +64,13 @@ from deployments.quantization.recipes import (
 )
 from deployments.quotas import services as quotas
 from runtime.catalog import UnknownGpuError, get_gpu
+from runtime.quantize import (
+    CandidateEvent,
+    ErrorEvent,
+    PhaseEvent,
+    SensitivityEvent,
+    parse_event,
+)
 from runtime.spec import Architecture, ModelSettings, RuntimeSpec
 
 logger = logging.getLogger(__name__)
@@ -224,9 +231,12 @@ def start_run(
         asked = parse_recipes(recipes or [])
     except RecipeError as exc:
         raise ServiceError(f"recipes: {exc}", field="recipes") from None
-    for field, value, top in (("samples", samples, 4096), ("max_seq_len", max_seq_len, 8192)):
-        if not isinstance(value, int) or not 1 <= value <= top:
-            raise ServiceError(f"{field}: 1 to {top}", field=field)
+    for field, value, low, top in (
+        ("samples", samples, 1, 4096),
+        ("max_seq_len", max_seq_len, 8, 32768),
+    ):
+        if not isinstance(value, int) or not low <= value <= top:
+            raise ServiceError(f"{field}: {low} to {top}", field=field)
     if not isinstance(gpus, int) or not 1 <= gpus <= 8:
         raise ServiceError("gpus: 1 to 8", field="gpus")
     source = _source(actor, source_model, deployment)
@@ -285,7 +295,9 @@ def claim(run_id: str, *, lease_s: float = LEASE_S) -> QuantizationRun | None:
     free = QuantizationRun.objects.filter(pk=run_id).exclude(driven_until__gt=now)
     if free.update(driven_until=now + timedelta(seconds=lease_s)) != 1:
         return None
-    return QuantizationRun.objects.select_related("cluster", "calibration_set").get(pk=run_id)
+    return QuantizationRun.objects.select_related(
+        "cluster", "calibration_set", "source_deployment__target_revision"
+    ).get(pk=run_id)
 
 
 def release(run: QuantizationRun) -> None:
@@ -335,51 +347,52 @@ def _gpu_seconds(run: QuantizationRun, until: Any) -> float:
 
 def _apply_line(run: QuantizationRun, number: int, line: str, seen_output: str) -> None:
     try:
-        event = json.loads(line)
-        kind = str(event["event"])
-    except (ValueError, KeyError, TypeError):
-        logger.warning("run %s: line %d is not an event", run.pk, number)
+        event = parse_event(line)
+    except ValidationError:  # the contract says nothing else is printed: noted, skipped
+        logger.warning("run %s: line %d is not one of the tool's events", run.pk, number)
         return
     made = RunEvent.objects.get_or_create(
-        run=run, attempt=run.attempt, line=number, defaults={"kind": kind[:16], "data": event}
+        run=run,
+        attempt=run.attempt,
+        line=number,
+        defaults={"kind": event.event, "data": event.model_dump(mode="json")},
     )[1]
     if not made:
         return
-    if kind == "phase":
-        run.phase = str(event.get("phase", ""))[:32]
-        run.phase_candidate = str(event.get("candidate") or "")[:100]
-    elif kind == "sensitivity":
-        run.sensitivity = list(event.get("layers") or [])
-    elif kind == "candidate":
+    if isinstance(event, PhaseEvent):
+        run.phase, run.phase_candidate = event.phase, (event.candidate or "")[:100]
+    elif isinstance(event, SensitivityEvent):
+        run.sensitivity = [layer.model_dump(mode="json") for layer in event.layers]
+    elif isinstance(event, CandidateEvent):
         _record_candidate(run, event, seen_output)
-    elif kind == "error":
-        run.error = str(event.get("message", ""))[:4000]
+    elif isinstance(event, ErrorEvent):
+        run.error = event.message[:4000]
 
 
-def _record_candidate(run: QuantizationRun, event: dict[str, Any], seen_output: str) -> None:
+def _record_candidate(run: QuantizationRun, event: CandidateEvent, seen_output: str) -> None:
     values: dict[str, Any] = {
-        "recipe": event.get("recipe") or {},
-        "mean_kl": float(event["mean_kl"]),
-        "p99_kl": event.get("p99_kl"),
-        "top1": float(event["top1"]),
-        "quantized_fraction": float(event["quantized_fraction"]),
-        "bits_per_weight": float(event["bits_per_weight"]),
-        "quantization": str(event.get("quantization", "")),
-        "checkpoint": str(event.get("checkpoint", "")),
-        "tool": event.get("tool") or {},
-        "calibration_sha256": str(event.get("calibration_sha256", "")),
+        "recipe": event.recipe.model_dump(mode="json"),
+        "mean_kl": event.mean_kl,
+        "p99_kl": event.p99_kl,
+        "top1": event.top1,
+        "quantized_fraction": event.quantized_fraction,
+        "bits_per_weight": event.bits_per_weight,
+        "quantization": event.quantization,
+        "checkpoint": event.checkpoint,
+        "tool": event.tool.model_dump(mode="json"),
+        "calibration_sha256": event.calibration_sha256,
     }
-    values["price"] = price_of_candidate(run, values)
-    candidate, _ = Candidate.objects.update_or_create(
-        run=run, name=str(event["name"])[:100], defaults=values
+    values["price"] = price_of_candidate(
+        run, {**values, "format_shares": dict(event.format_shares)}
     )
-    path = cache_path_of(values["checkpoint"], seen_output, output_dir(run))
+    candidate, _ = Candidate.objects.update_or_create(run=run, name=event.name, defaults=values)
+    path = cache_path_of(event.checkpoint, seen_output, output_dir(run))
     Artifact.objects.update_or_create(
         candidate=candidate,
         defaults={
             "organization_id": run.organization_id,
             "path": path,
-            "quantization": values["quantization"],
+            "quantization": event.quantization,
             "source_model": run.source_model,
         },
     )

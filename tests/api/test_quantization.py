@@ -44,7 +44,7 @@ def _candidate(name: str, kl: float, share: float, bits: float) -> dict[str, Any
 
 EVENTS = [
     {"event": "phase", "phase": "sensitivity", "candidate": None},
-    {"event": "sensitivity", "layers": [{"name": "model.layers.2", "kl": 0.02}]},
+    {"event": "sensitivity", "layers": [{"name": "model.layers.2", "kl": 0.02, "params": 64}]},
     {"event": "phase", "phase": "quantizing", "candidate": "all"},
     _candidate("all", 0.010, 1.0, 8.0),
     _candidate("keep-2", 0.004, 0.8, 9.6),
@@ -101,7 +101,7 @@ def test_the_tools_events_become_progress_candidates_and_artifacts_once(api: Cli
     assert (shown["status"], shown["phase"], shown["phase_candidate"]) == (
         "running", "quantizing", "all",
     )  # fmt: skip
-    assert shown["sensitivity"] == [{"name": "model.layers.2", "kl": 0.02}]
+    assert shown["sensitivity"] == [{"name": "model.layers.2", "kl": 0.02, "params": 64}]
     assert shown["events"] == len(LINES) == RunEvent.objects.filter(run_id=run_id).count()
     names = [c["name"] for c in shown["candidates"]]
     assert names == ["keep-2", "all", "worse"]  # the closest to the original first
@@ -130,9 +130,14 @@ def test_a_candidate_is_deployed_as_a_gated_canary_or_a_revision(api: Clients, c
 
     actor = cast.actor(cast.dave, cast.acme)
     mark_serving(endpoints.create_deployment(actor, slug="chat", name="Chat", spec=SPEC))
-    run_id = _start(api).json()["id"]
+    run_id = _start(api, source_model="", deployment="chat").json()["id"]
     _observed(run_id)
     path = f"{MODEL_CACHE_PATH}/plinth-quantized/{run_id}/keep-2"
+    # Taken from the endpoint, the candidates are priced on its GPU (the frontier's x axis).
+    shown = api.carol.get(f"quantization/runs/{run_id}").json()
+    assert shown["source_model"] == SPEC["model"]["source"]
+    speeds = {c["name"]: c["price"]["throughput_per_gpu"] for c in shown["candidates"]}
+    assert speeds["all"] >= speeds["keep-2"] > 0  # quantizing more streams fewer bytes
 
     refused = api.dave.post(
         f"quantization/runs/{run_id}/deploy", {"deployment": "chat", "candidate": "nope"}

@@ -359,6 +359,7 @@ def _quantization_run(owner: Any) -> str:
         "event": "candidate", "name": "all", "recipe": {"name": "all"}, "mean_kl": 0.01,
         "top1": 0.99, "quantized_fraction": 1.0, "bits_per_weight": 8.0,
         "checkpoint": "/out/all", "quantization": "compressed-tensors",
+        "tool": {"name": "llmcompressor", "version": "0.14.0.1"}, "calibration_sha256": "0" * 64,
     }  # fmt: skip
     progress = QuantizationProgress(QUANTIZE_RUNNING, (json.dumps(event),), "", "/out")
     quantization.record_progress(run, progress)

@@ -20,8 +20,6 @@ The contract (stable; a change is recorded in the brief's q-contract-changes.md)
   throughput per GPU at the SLO of `spec`'s model on its GPU and TP with the candidate's weight
   mix (``format_shares`` from the candidate event, or its ``quantized_fraction``)
   (``runtime.quantize.pricing``).
-- ``checkpoint_recipe(config)``: which modules a checkpoint's quantization_config leaves in
-  BF16, for the simulator (``runtime.quantize.checkpoint``).
 """
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ from typing import IO
 
 from pydantic import BaseModel, ValidationError
 
-from plinth_quantize import model as m
 from runtime.catalog.quantization import tool_format
 from runtime.quality import QualityReport, TopLogprobs, score_prompt
 from runtime.quantize.events import (
@@ -41,18 +40,23 @@ class Run:
     def __init__(self, job: Job, events: IO[str]) -> None:
         self.job, self.events = job, events
         self.emit(PhaseEvent(phase="loading"))
-        self.tokenizer = m.load_tokenizer(job.source_path)
-        original = m.load_model(job.source_path)
+        from plinth_quantize import model as m  # torch and the library: after the job checks
+
+        self.m = m
+        self.tokenizer = self.m.load_tokenizer(job.source_path)
+        original = self.m.load_model(job.source_path)
         vocab = original.config.vocab_size
         cal, ev = job.calibration, job.eval
-        self.calibration_texts = m.read_texts(cal.path, cal.samples, offset=0)
-        self.calibration = m.encode(self.calibration_texts, self.tokenizer, vocab, cal.max_seq_len)
-        self.eval_texts = m.read_texts(ev.path, ev.samples, offset=1)
-        self.prompts = m.encode(self.eval_texts, self.tokenizer, vocab, cal.max_seq_len)
-        self.baseline = m.top_logprobs(original, self.prompts)
-        self.linears = m.linear_names(original)
-        self.blocks = m.block_names(original)
-        self.params = m.param_count(original)
+        self.calibration_texts = self.m.read_texts(cal.path, cal.samples, offset=0)
+        self.calibration = self.m.encode(
+            self.calibration_texts, self.tokenizer, vocab, cal.max_seq_len
+        )
+        self.eval_texts = self.m.read_texts(ev.path, ev.samples, offset=1)
+        self.prompts = self.m.encode(self.eval_texts, self.tokenizer, vocab, cal.max_seq_len)
+        self.baseline = self.m.top_logprobs(original, self.prompts)
+        self.linears = self.m.linear_names(original)
+        self.blocks = self.m.block_names(original)
+        self.params = self.m.param_count(original)
         digest = hashlib.sha256(json.dumps(self.calibration_texts).encode()).hexdigest()
         self.calibration_sha256 = digest
 
@@ -62,13 +66,13 @@ class Run:
 
     def measure(self, recipe: Recipe, name: str | None) -> tuple[object, QualityReport]:
         """A fresh copy of the source quantized by `recipe`, and its report against the original."""
-        model = m.load_model(self.job.source_path)
-        formats = m.assignment(model, recipe, self.job.format)
+        model = self.m.load_model(self.job.source_path)
+        formats = self.m.assignment(model, recipe, self.job.format)
         calibrates = any(tool_format(f).calibrated for f in formats.values() if f)  # type: ignore[union-attr]
         self.emit(PhaseEvent(phase="calibrating" if calibrates else "quantizing", candidate=name))
-        m.quantize(model, formats, self.calibration)
+        self.m.quantize(model, formats, self.calibration)
         self.emit(PhaseEvent(phase="evaluating", candidate=name))
-        scored = m.top_logprobs(model, self.prompts)
+        scored = self.m.top_logprobs(model, self.prompts)
         prompts = tuple(
             score_prompt(i, text, base, cand)
             for i, (text, base, cand) in enumerate(
@@ -94,7 +98,7 @@ class Run:
         quantized, report = self.measure(recipe, recipe.name)
         self.emit(PhaseEvent(phase="exporting", candidate=recipe.name))
         folder = Path(self.job.output_dir) / recipe.name
-        m.export(quantized, self.tokenizer, folder)
+        self.m.export(quantized, self.tokenizer, folder)
         form = tool_format(self.job.format)
         assert form is not None
         self.emit(
@@ -105,7 +109,7 @@ class Run:
                 p99_kl=report.p99_kl,
                 top1=report.top1_agreement,
                 **self.shares(recipe),
-                bits_per_weight=8 * m.checkpoint_bytes(folder) / self.params,
+                bits_per_weight=8 * self.m.checkpoint_bytes(folder) / self.params,
                 checkpoint=str(folder.resolve()),
                 quantization=form.serve_as,
                 tool=ToolVersion(name="llmcompressor", version=version("llmcompressor")),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +113,33 @@ def test_a_run_quantizes_for_real_and_its_checkpoint_deploys(cast: Cast, local_c
     loaded = argv[argv.index("--model-path") + 1]
     assert loaded == str(local_cache / f"plinth-quantized/{run_id}/keep-2")
     assert argv[argv.index("--served-model-name") + 1] == SPEC["model"]["source"]
+
+
+@pytest.mark.django_db
+def test_a_run_whose_process_died_is_started_again_as_its_next_attempt(
+    cast: Cast, tmp_path: Path, settings: Any
+) -> None:
+    """Attempt 1's process is gone without a word (its folder has a pid, no exit status): the
+    next pass starts attempt 2. That one runs the tool with a Python that lacks the library
+    (the main virtualenv's), so it fails at once and says so: the run ends failed, naming it."""
+    settings.PLINTH_MODEL_CACHE_DIR = tmp_path / "model-cache"
+    settings.PLINTH_LOCAL_RUN_DIR = tmp_path / "run"
+    settings.PLINTH_QUANTIZE_PYTHON = sys.executable
+    actor: Actor = cast.actor(cast.dave, cast.acme)
+    started = services.start_run(
+        actor, format="fp8", source_model=f"{MODEL_CACHE_PATH}/tiny-llama", recipes=RECIPES
+    )
+    claimed = services.claim(str(started.pk))
+    assert claimed is not None and services.begin_attempt(claimed)
+    services.release(claimed)
+    ended = subprocess.Popen(["true"])
+    ended.wait()  # reaped: its pid runs nothing any more
+    folder = tmp_path / "run" / "quantize" / f"quantize-{str(started.pk)[:8]}-1"
+    folder.mkdir(parents=True)
+    (folder / "pid").write_text(str(ended.pid))
+
+    _drive_to_the_end(str(started.pk))
+
+    finished = queries.get_run(actor, started.pk)
+    assert (finished.status, finished.attempt) == (RunStatus.FAILED, 2)
+    assert finished.error

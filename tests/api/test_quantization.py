@@ -197,14 +197,21 @@ def test_a_runs_gpus_count_in_the_quota_and_its_gpu_hours_in_the_cost(
     assert over.status_code == 409 and error_of(over)["code"] == "quota_exceeded"
     usage = api.carol.get("quota").json()["quotas"]
     assert next(q for q in usage if q["quota"] == "gpus")["in_use"] == 1
+    run_id = first.json()["id"]
+    assert api.carol.post(f"quantization/runs/{run_id}/cancel").status_code == 403
+    assert api.dave.post(f"quantization/runs/{run_id}/cancel").json()["status"] == "cancelled"
+    assert api.dave.post(f"quantization/runs/{run_id}/cancel").status_code == 409
+    assert [r["status"] for r in api.carol.get("quantization/runs").json()["items"]] == [
+        "cancelled"
+    ]
 
     began = datetime(2026, 11, 3, 10, 0, tzinfo=UTC)
-    QuantizationRun.objects.filter(pk=first.json()["id"]).update(
-        name="tiny", status="succeeded", started_at=began, finished_at=began + timedelta(hours=2)
+    QuantizationRun.objects.filter(pk=run_id).update(
+        name="tiny", started_at=began, finished_at=began + timedelta(hours=2)
     )
     report = api.carol.get("costs?by=key&month=2026-11").json()
     [row] = [r for r in report["rows"] if r["label"] == "quantization tiny"]
     assert row["gpu_hours"] == pytest.approx(2.0)
     assert row["cost"] == pytest.approx(2.0 * get_gpu("H100-SXM").price_per_gpu_hour)
     assert report["gpu_hours"] == pytest.approx(sum(r["gpu_hours"] for r in report["rows"]))
-    assert _start(api).status_code == 201  # a finished run holds no GPU
+    assert _start(api).status_code == 201  # an ended run holds no GPU

@@ -166,6 +166,7 @@ def _source(actor: Actor, source_model: str, deployment_id: str | None) -> dict[
         if revision is None:
             raise ServiceError("deployment: the endpoint has no revision yet", field="deployment")
         spec = RuntimeSpec.model_validate(revision.spec)
+        _not_quantized(spec.model.source)
         return {
             "source_model": spec.model.source,
             "source_deployment": deployment,
@@ -179,7 +180,20 @@ def _source(actor: Actor, source_model: str, deployment_id: str | None) -> dict[
             "source_model: a hub repository id or a path under the model cache",
             field="source_model",
         ) from None
+    _not_quantized(checked.source)
     return {"source_model": checked.source, "source_deployment": None, "gpu": ""}
+
+
+def _not_quantized(source: str) -> None:
+    """Quantizing a checkpoint Plinth already quantized compounds the error: the run is
+    asked of its source model instead."""
+    made = Artifact.objects.filter(path=source).first()
+    if made is not None:
+        raise ServiceError(
+            f"source_model: {source} is already quantized; quantize its source "
+            f"{made.source_model} instead",
+            field="source_model",
+        )
 
 
 def _gpu(value: str, field: str) -> str:

@@ -26,6 +26,8 @@ class Quantization(Resource):
         recipes: Sequence[dict[str, Any]] | None = None,
         propose: bool = False,
         calibration_set: str | None = None,
+        samples: int = 64,
+        max_seq_len: int = 512,
         gpu: str = "",
         gpus: int = 1,
         name: str = "",
@@ -36,7 +38,8 @@ class Quantization(Resource):
             {
                 "format": format, "source_model": source_model, "deployment": endpoint,
                 "recipes": list(recipes) if recipes else None, "propose": propose,
-                "calibration_set": calibration_set, "gpu": gpu, "gpus": gpus, "name": name,
+                "calibration_set": calibration_set, "samples": samples,
+                "max_seq_len": max_seq_len, "gpu": gpu, "gpus": gpus, "name": name,
             }
         )  # fmt: skip
         return cast(

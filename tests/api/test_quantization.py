@@ -164,6 +164,9 @@ def test_a_candidate_is_deployed_as_a_gated_canary_or_a_revision(api: Clients, c
     assert again.status_code == 201, again.content
     served = Deployment.objects.get(slug="chat").target_revision
     assert served is not None and served.spec["model"]["source"].endswith("/all")
+    # A quantized checkpoint is not quantized again: the run is asked of its source.
+    twice = _start(api, source_model=served.spec["model"]["source"])
+    assert fields_of(twice) == ["source_model"] and SPEC["model"]["source"] in str(twice.json())
 
 
 def test_calibration_samples_are_uploaded_and_deleted_after_their_retention(

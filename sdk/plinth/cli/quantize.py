@@ -35,6 +35,8 @@ def quantize_start(
         Path | None, typer.Option("--recipes", help="a JSON file of recipes; default: proposed")
     ] = None,
     calibration_set: Annotated[str | None, typer.Option("--calibration-set")] = None,
+    samples: Annotated[int, typer.Option(help="calibration samples")] = 64,
+    max_seq_len: Annotated[int, typer.Option("--max-seq-len", help="tokens per sample")] = 512,
     gpu: Annotated[str, typer.Option(help="GPU type (default: the endpoint's)")] = "",
     name: Annotated[str, typer.Option()] = "",
     output: OutputOpt = Output.table,
@@ -47,7 +49,8 @@ def quantize_start(
     with open_client() as client:
         run = client.quantization.start(
             format=format, source_model=model, endpoint=endpoint, recipes=asked,
-            propose=asked is None, calibration_set=calibration_set, gpu=gpu, name=name,
+            propose=asked is None, calibration_set=calibration_set, samples=samples,
+            max_seq_len=max_seq_len, gpu=gpu, name=name,
         )  # fmt: skip
         show(run, output, RUN_COLUMNS)
 

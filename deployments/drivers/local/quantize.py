@@ -110,7 +110,10 @@ def _local_job(job: base.QuantizationJob, folder: Path, cache: Path) -> dict[str
 
 
 def _tool_env(folder: Path) -> dict[str, str]:
-    kept = {k: v for k, v in os.environ.items() if k in {"PATH", "HOME", "LANG", "TMPDIR"}}
+    # The worker's own environment holds its settings and secrets: the tool gets only these
+    # (and OMP_NUM_THREADS, where an operator bounds torch's threads on a shared machine).
+    passed = {"PATH", "HOME", "LANG", "TMPDIR", "OMP_NUM_THREADS"}
+    kept = {k: v for k, v in os.environ.items() if k in passed}
     return {
         **kept,
         "PYTHONPATH": f"{REPO_ROOT / 'tools' / 'quantize'}:{REPO_ROOT}",

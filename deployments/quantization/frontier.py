@@ -26,7 +26,7 @@ def speed_of(candidate: Candidate) -> float:
 class Comparison:
     candidates: tuple[Candidate, ...]
     frontier: tuple[Candidate, ...]
-    baseline: Candidate | None  # the recipe that quantizes the most (all layers)
+    baseline: Candidate | None  # every layer at the run's format (``_baseline``)
 
     def as_dict(self) -> dict[str, Any]:
         base = self.baseline
@@ -62,5 +62,12 @@ def compare(candidates: Sequence[Candidate]) -> Comparison:
             for o in ordered
         )
     )
-    baseline = max(ordered, key=lambda c: (c.quantized_fraction, speed_of(c)), default=None)
-    return Comparison(ordered, frontier, baseline)
+    return Comparison(ordered, frontier, _baseline(ordered))
+
+
+def _baseline(candidates: Sequence[Candidate]) -> Candidate | None:
+    """Every layer at the run's format (a recipe that keeps nothing and mixes nothing), else
+    the candidate that quantizes the most."""
+    plain = [c for c in candidates if not c.recipe.get("keep_bf16") and not c.recipe.get("formats")]
+    pool = plain or list(candidates)
+    return max(pool, key=lambda c: (c.quantized_fraction, speed_of(c)), default=None)

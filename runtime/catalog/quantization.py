@@ -70,11 +70,21 @@ class ToolFormat(BaseModel):
     calibrated: bool
 
 
+class LayerDrift(BaseModel):
+    """The simulator's per-layer drift model (see quantization.yaml's layer_drift)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    shared_share: float = Field(ge=0, le=1)
+    size_spread: float = Field(ge=0, lt=1)
+
+
 class _Catalogue(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     compute_paths: dict[Compute, ComputePath]
     tool_formats: tuple[ToolFormat, ...]
+    layer_drift: LayerDrift
     weights: tuple[QuantFormat, ...]
     kv_cache: tuple[QuantFormat, ...]
 
@@ -97,6 +107,11 @@ def weight_format(method: str | None) -> QuantFormat | None:
 def tool_format(name: str) -> ToolFormat | None:
     """The quantization jobs' target format `name`; None for an unknown name."""
     return next((row for row in _load().tool_formats if row.name == name), None)
+
+
+def layer_drift() -> LayerDrift:
+    """How the simulator splits a quantized checkpoint's drift over its layers."""
+    return _load().layer_drift
 
 
 def tool_formats() -> tuple[str, ...]:

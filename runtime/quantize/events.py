@@ -65,6 +65,8 @@ class CandidateEvent(_Event):
     checkpoint: str  # the folder of the exported HF checkpoint
     quantization: str  # SGLang's --quantization value for it
     tool: ToolVersion
+    # sha256 of the calibration texts offered (JSON list, after sampling); formats that need no
+    # calibration (fp8, w8a8_int8: dynamic activations, weights rounded per channel) ignore them.
     calibration_sha256: str
 
 

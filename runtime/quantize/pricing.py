@@ -61,7 +61,9 @@ def price_candidate(
     """Price a candidate of target format `fmt` for `spec`'s model, GPU, TP and KV cache.
 
     `format_shares`: the candidate event's ``format_shares`` (share of the decoder's Linear
-    weights by format), or its ``quantized_fraction`` alone for a single-format recipe.
+    weights by format), or its ``quantized_fraction`` alone for a single-format recipe. The
+    spec's model must be catalogued or carry an inline architecture (else an OptimizeError, a
+    ValueError, names it); the source model's architecture is the quantized one's.
     """
     form = tool_format(fmt)
     if form is None:

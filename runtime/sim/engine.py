@@ -29,7 +29,7 @@ from runtime.sim.clock import ARRIVAL_WAIT_S, SimClock
 from runtime.sim.disagg import BootstrapFailed, KvHandoff, KvRegistry, fetch_handoff
 from runtime.sim.hicache import HiCache, HiCacheConfig
 from runtime.sim.kvpool import KvPool
-from runtime.sim.memory import MemoryPlan, output_noise
+from runtime.sim.memory import MemoryPlan, output_drift
 from runtime.sim.metrics import EngineMetrics, FinishedRequest
 from runtime.sim.radix import RadixCache
 from runtime.sim.request import GenerationParams, SimRequest
@@ -66,7 +66,7 @@ class Engine:
         )
         engine_type = "unified" if args.disaggregation_mode == "null" else args.disaggregation_mode
         self.metrics = EngineMetrics(args.served_model_name, engine_type, args.extra_metric_labels)
-        self.noise = output_noise(args.quantization, args.kv_cache_dtype)
+        self.noise = output_drift(args)
         self.default_seed = args.random_seed if args.random_seed is not None else 0
         self._wake = asyncio.Event()
         # Fast clock's arrival barrier (runtime.sim.clock): requests finished and not yet followed

@@ -14,6 +14,8 @@ from runtime.memory import default_chunked_prefill, rank_chunk
 from runtime.perf.hardware import GpuShape, ModelShape
 from runtime.perf.quant import bytes_per_param, kv_dtype_bytes
 from runtime.sim.args import EngineArgs, StartupError
+from runtime.sim.drift import checkpoint_drift
+from runtime.sim.sampling import Noise
 
 GIB = 1024**3
 
@@ -62,6 +64,26 @@ def output_noise(quantization: str | None, kv_cache_dtype: str) -> float:
     weight_noise = NOISE_NATS.get(f"weights:{weights.noise}", 0.0) if weights else 0.0
     kv_noise = NOISE_NATS.get(f"kv:{kv.noise}", 0.0) if kv else 0.0
     return weight_noise + kv_noise
+
+
+CHECKPOINT_METHOD = "compressed-tensors"  # what SGLang detects the tool's checkpoints as
+
+
+def output_drift(args: EngineArgs) -> Noise:
+    """How far this engine's logprobs drift: per layer when the checkpoint at ``--model-path``
+    says which modules it quantized (``runtime.sim.drift``; a KV cache's noise added), else the
+    scalar of ``output_noise`` for the method in force, as before."""
+    noise_of = {
+        key.split(":", 1)[1]: value
+        for key, value in NOISE_NATS.items()
+        if key.startswith("weights:")
+    }
+    drift = None
+    if args.quantization in (None, CHECKPOINT_METHOD):  # the checkpoint decides, not a flag
+        drift = checkpoint_drift(args.model_path, noise_of)
+    if drift is None:
+        return output_noise(args.quantization, args.kv_cache_dtype)
+    return drift.plus(output_noise(None, args.kv_cache_dtype))
 
 
 def default_mem_fraction(memory_gib: float, tp_pp: int, chunked: int) -> float:

@@ -8,7 +8,8 @@ back as a prompt (the identity issue 17's KL gate relies on when it scores basel
 Sampled tokens and the answer's natural length derive from a 64-bit key hashed from the sampling
 seed and the prompt's ids, so the same seed and prompt give the same text on every engine. A
 quantized configuration perturbs the logits by a small, configuration-specific amount, which is
-what a KL-divergence comparison of two revisions measures.
+what a KL-divergence comparison of two revisions measures: one scalar per format, or, for a
+checkpoint that says which layers it quantized, signed per-layer terms (``runtime.sim.drift``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ import math
 import random
 from dataclasses import dataclass
 
+from runtime.sim.drift import Drift
 from runtime.sim.tokenizer import EOS_ID, output_word_count, output_word_id
+
+Noise = float | Drift  # a configuration's drift: one scalar per format, or per layer with signs
 
 TOP_CANDIDATES = 20  # alternatives kept per position; top_logprobs_num is capped here
 
@@ -53,7 +57,7 @@ class TokenSource:
         self,
         key: int,
         output_len_mean: int,
-        noise: float,
+        noise: Noise,
         prompt_ids: list[int] | None = None,
         temperature: float = 1.0,
     ) -> None:
@@ -168,27 +172,34 @@ def context_hashes(input_ids: list[int]) -> list[int]:
     return hashes
 
 
-def context_distribution(context: int, noise: float) -> tuple[list[TokenLogprob], float]:
+def context_distribution(context: int, noise: Noise) -> tuple[list[TokenLogprob], float]:
     """The top candidates after a context (most likely first) and the log of the tail mass."""
+    drift = noise if isinstance(noise, Drift) else Drift(shared=noise)
     rng = random.Random(context)
     logits = [0.0]
     for _ in range(TOP_CANDIDATES - 1):
         logits.append(logits[-1] - rng.uniform(0.2, 2.0))
     rest = logits[-1] - 1.0
     ids = _alternatives(rng, output_word_id(rng.randrange(output_word_count())))
-    if noise:
+    if drift.shared:
         # Unit draws from the context only, scaled by the noise: FP8 and FP4 move the same
-        # logits in the same direction, FP4 further.
-        drift = random.Random(context ^ 0xD81F7)
-        logits = [x + noise * drift.gauss(0.0, 1.0) for x in logits]
-        rest += noise * drift.gauss(0.0, 1.0)
+        # logits in the same direction, FP4 further. A per-layer drift's shared part is signed:
+        # blocks pushing opposite ways cancel along this one direction.
+        shared = random.Random(context ^ 0xD81F7)
+        logits = [x + drift.shared * shared.gauss(0.0, 1.0) for x in logits]
+        rest += drift.shared * shared.gauss(0.0, 1.0)
+    if drift.private:
+        # The blocks' own errors: a direction of their own, which only ever adds.
+        own = random.Random(context ^ 0x9A7E)
+        logits = [x + drift.private * own.gauss(0.0, 1.0) for x in logits]
+        rest += drift.private * own.gauss(0.0, 1.0)
     norm = math.log(sum(math.exp(x) for x in [*logits, rest]))
     ranked = sorted(zip(ids, logits, strict=True), key=lambda pair: -pair[1])
     return [TokenLogprob(i, lg - norm) for i, lg in ranked], rest - norm
 
 
 def teacher_forced_logprobs(
-    input_ids: list[int], start: int, noise: float, top: int
+    input_ids: list[int], start: int, noise: Noise, top: int
 ) -> list[tuple[float, list[TokenLogprob]] | None]:
     """Per input position from ``start``: (logprob of that token, top ``top``), None for the first.
 

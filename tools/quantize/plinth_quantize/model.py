@@ -11,9 +11,10 @@ writes the checkpoint SGLang loads.
 from __future__ import annotations
 
 import json
-import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
@@ -24,6 +25,7 @@ from runtime.quantize.recipe import Recipe
 
 TOP_K = 256  # candidates kept per position: the whole vocabulary of a small model (exact KL)
 BUILTIN = Path(__file__).with_name("generic.jsonl")
+BLOCK = re.compile(r"(?:^|\.)layers\.\d+$")  # a decoder block: model.layers.3
 
 
 def read_texts(path: str | None, samples: int, offset: int) -> list[str]:
@@ -48,8 +50,13 @@ def load_tokenizer(source: str) -> PreTrainedTokenizerBase | None:
     return AutoTokenizer.from_pretrained(source)
 
 
+def device() -> str:
+    """Where the job runs: the GPU a Kubernetes Job is given, else the CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def load_model(source: str) -> torch.nn.Module:
-    model = AutoModelForCausalLM.from_pretrained(source, dtype="auto")
+    model = AutoModelForCausalLM.from_pretrained(source, dtype="auto").to(device())
     model.eval()
     return model
 
@@ -68,7 +75,7 @@ def top_logprobs(model: torch.nn.Module, prompts: Sequence[list[int]]) -> list[l
     """Per prompt, per position: the next-token top-k as {token id: logprob}."""
     out = []
     for ids in prompts:
-        logits = model(torch.tensor([ids])).logits[0].float()
+        logits = model(torch.tensor([ids], device=device())).logits[0].float()
         logprobs = torch.log_softmax(logits, dim=-1)
         values, indices = logprobs.topk(min(TOP_K, logprobs.shape[-1]), dim=-1)
         out.append(
@@ -90,12 +97,8 @@ def linear_names(model: torch.nn.Module) -> dict[str, int]:
 
 
 def block_names(model: torch.nn.Module) -> list[str]:
-    """The decoder blocks' module names (model.layers.0, ...)."""
-    return [
-        name
-        for name, _ in model.named_modules()
-        if name.count(".") == 2 and name.rsplit(".", 1)[-1].isdigit() and ".layers." in name
-    ]
+    """The decoder blocks' module names (model.layers.0, ...), in order."""
+    return [name for name, _ in model.named_modules() if BLOCK.search(name)]
 
 
 def assignment(model: torch.nn.Module, recipe: Recipe, fmt: str) -> dict[str, str | None]:
@@ -124,6 +127,7 @@ def quantize(
         calibrated = calibrated or form.calibrated
     if not groups:
         return
+    check_group_sizes(model, groups)
     # GPTQ (error-compensating rounding over the calibration set) for 4-bit integer weights,
     # where round-to-nearest loses most; 8-bit and FP weights round to nearest.
     gptq = any(
@@ -146,6 +150,24 @@ def quantize(
     )
 
 
+def check_group_sizes(model: torch.nn.Module, groups: dict[str, Any]) -> None:
+    """Refuse, naming the modules, a grouped scheme (W4A16's 128, NVFP4's 16) over a Linear whose
+    input width the group does not divide (the library would fail deep inside instead)."""
+    modules = dict(model.named_modules())
+    misfits = []
+    for scheme in groups.values():
+        group = scheme.weights.group_size if scheme.weights else None
+        for name in scheme.targets if group else ():
+            width = modules[name].in_features
+            if width % group:
+                misfits.append(f"{name} ({width} inputs, groups of {group})")
+    if misfits:
+        raise ValueError(
+            "these modules cannot take the format's weight groups; keep them in BF16: "
+            + ", ".join(misfits[:8])
+        )
+
+
 def export(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase | None, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder, save_compressed=True)
@@ -159,7 +181,3 @@ def checkpoint_bytes(folder: Path) -> int:
 
 def param_count(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-def device_note() -> str:
-    return "cuda" if torch.cuda.is_available() else f"cpu ({os.cpu_count()} cores)"

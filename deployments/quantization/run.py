@@ -91,11 +91,14 @@ def _drive(
         if run.finished:
             driver.remove_quantization(job)
             return DONE
-        if progress.state == base.QUANTIZE_SUCCEEDED:
-            services.finish(run, RunStatus.SUCCEEDED)
-            return DONE
-        if progress.state == base.QUANTIZE_FAILED:
-            services.finish(run, RunStatus.FAILED, run.error or progress.message)
+        if progress.state in (base.QUANTIZE_SUCCEEDED, base.QUANTIZE_FAILED):
+            # Every line is recorded: what it ran in goes (the hub token's Secret with it).
+            ok = progress.state == base.QUANTIZE_SUCCEEDED
+            services.finish(
+                run, RunStatus.SUCCEEDED if ok else RunStatus.FAILED,
+                "" if ok else run.error or progress.message,
+            )  # fmt: skip
+            driver.remove_quantization(job)
             return DONE
         if progress.state == base.QUANTIZE_GONE:
             logger.warning("quantization run %s attempt %d died: %s", run.pk, run.attempt,

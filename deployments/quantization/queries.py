@@ -4,9 +4,10 @@ artifact a revision loads (its provenance). Reads only: the writers are ``servic
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from controlplane.access import Actor, NotFound
 from deployments.endpoints.models import Revision
@@ -66,6 +67,19 @@ def artifact_of_revision(revision: Revision) -> Artifact | None:
     is its model source (the path is the one home of that link)."""
     source = (revision.spec.get("model") or {}).get("source", "")
     return Artifact.objects.filter(path=source).select_related("candidate__run").first()
+
+
+def gpu_hours_this_month(organization_id: uuid.UUID, now: datetime) -> float:
+    """GPU-hours the organization's runs used since the start of ``now``'s month (UTC): each
+    run's GPUs times its time running in the month, to ``now`` while it runs."""
+    start = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    runs = QuantizationRun.objects.filter(organization_id=organization_id, started_at__isnull=False)
+    runs = runs.filter(Q(finished_at__isnull=True) | Q(finished_at__gt=start))
+    seconds = 0.0
+    for run in runs.only("gpus", "started_at", "finished_at"):
+        began = max(run.started_at or start, start)
+        seconds += run.gpus * max(0.0, ((run.finished_at or now) - began).total_seconds())
+    return seconds / 3600
 
 
 def running_gpus(organization_id: uuid.UUID) -> list[tuple[str, int]]:

@@ -1408,6 +1408,7 @@ class QuotaIn(ApiModel):
     gpus_by_type: dict[str, int] | None = None
     endpoints: int | None = None
     replicas_per_endpoint: int | None = None
+    quantization_gpu_hours: int | None = None
 
 
 class QuotaLineOut(ApiModel):

@@ -208,6 +208,22 @@ def test_a_runs_gpus_count_in_the_quota_and_its_gpu_hours_in_the_cost(
         "cancelled"
     ]
 
+    # The month's GPU-hours quota: a run that is going is never stopped; a new one is refused
+    # once the month's runs have used it.
+    month = datetime.now(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    QuantizationRun.objects.filter(pk=run_id).update(
+        started_at=month, finished_at=month + timedelta(hours=3)
+    )
+    Quota.objects.filter(organization=cast.acme).update(quantization_gpu_hours=3)
+    used = _start(api)
+    assert used.status_code == 409 and error_of(used)["code"] == "quota_exceeded"
+    assert "quantization_gpu_hours" in error_of(used)["message"]
+    line = next(
+        q for q in api.carol.get("quota").json()["quotas"] if q["quota"] == "quantization_gpu_hours"
+    )
+    assert line == {"quota": "quantization_gpu_hours", "limit": 3, "in_use": 3.0}
+    Quota.objects.filter(organization=cast.acme).update(quantization_gpu_hours=None)
+
     began = datetime(2026, 11, 3, 10, 0, tzinfo=UTC)
     QuantizationRun.objects.filter(pk=run_id).update(
         name="tiny", started_at=began, finished_at=began + timedelta(hours=2)

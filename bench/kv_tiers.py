@@ -26,6 +26,10 @@ Workloads (working set = 3x the pool, in tokens):
   taken by one client at a time (a free one at random), started afresh after its last turn;
   about 3x the pool of live context at any time. Novita's published setting (coding agents,
   ~25K tokens over ~8 turns a session) is the closest one published.
+- ``published``: multi-turn against a pool half its live context (100,400 tokens), the ratio
+  Novita's own hit rates imply (``PUBLISHED_WORKING_SET``); its figures are set beside theirs at
+  the load where GPU-only hits nearest their GPU-only 40% (``published``). About 2.5 minutes
+  alone: ``--workloads published --configs gpu hicache+mooncake``.
 
 Printed per run: cached-token share per tier (engine counters), TTFT p50/p90 and requests/s; then
 per workload the throughput each configuration sustains at the TTFT p90 GPU-only shows at its
@@ -42,9 +46,21 @@ at under 2 documents/s), HiCache + Mooncake 22.4 (6.2x, in a second run with GPU
 multi-turn, at 3.6 s: GPU-only 1.4, HiCache 3.5 (2.5x), HiCache + file storage 1.3 (0.95x),
 HiCache + Mooncake 4.05 (2.85x). Hit rates: shared-doc GPU-only 25-35%, HiCache 99.5% (70%
 from host); multi-turn GPU-only 0-25% (none past load 4), HiCache 75%, with storage 80%.
-Beside Novita's figures (HiCache + Mooncake vs GPU-only at load 12): TTFT p50 -61% (published
--56%, 8% off), throughput 2.57x (published 2x, 28% off), hit rate 81% (published 80%); GPU-only
-hits 0% here against Novita's 40%, whose GPU pool was not 3x short of its working set."""
+
+Beside Novita's figures. Before (multi-turn at 3x, load 12): TTFT p50 -61% (published -56%, 8%
+off), throughput 2.57x (published 2x, 28% off; 2.74x, 37% off, in a rerun), hit rate 81%
+(published 80%), GPU-only hits 0% (published 40%). The physical reason: that GPU-only baseline
+recomputes every prompt token where Novita's recomputed 60%, so the tiers' 80% hits cut prefill
+work 5x there and 3x in their setting; the model was right, the comparison was not in their
+setting. Two things make GPU-only hit nothing: the pool is 3x short of the working set (theirs
+2x, from their own hit rates: ``PUBLISHED_WORKING_SET``), and at 12 clients 12 of 16
+conversations are in flight, their contexts held in the pool (GPU-only hits 37% at load 2, 25%
+at 4, 7% at 8, 1% at 12 in the published setting). After (2026-12-05, ``published``, GPU-only
+at load 2 hitting 38%, the nearest to their 40%): TTFT p50 0.61 -> 0.27 s, -56% (published -56%,
+0% off), throughput 1.68 -> 3.05 req/s, 1.81x (published 2x, 9% off), hit rate 79% (published
+80%); a first run of the same gave -60% and 1.85x. The outcome figures set nothing: the pool
+and the load come from the published hit rates alone. Mooncake stands for 3FS (both are RDMA
+stores read at the NIC's rate; the simulator models no 3FS of its own)."""
 
 from __future__ import annotations
 
@@ -86,6 +102,12 @@ SYSTEM_TOKENS, TURN_TOKENS, ANSWER_TOKENS = 2_500, 2_000, 300
 # Published: Novita (LMSYS HiCache write-up, 2025-09-10): a coding agent's sessions of ~25K tokens
 # over ~8 turns, HiCache + 3FS: TTFT -56%, throughput 2x, cache hit rate 40% -> 80%.
 PUBLISHED = {"ttft_change": -0.56, "throughput_ratio": 2.0, "hit_gpu": 0.40, "hit_tiers": 0.80}
+# Their setting's working set against their GPU pool, from their own hit rates: with sessions
+# coming back at random (independent references), an LRU cache of P tokens over a working set of
+# W hits a returning session's history with probability P / W, so GPU-only's hit rate is the
+# full-retention one (HiCache's) x P / W: 40% / 80% -> W = 2 P. The ``published`` workload is
+# multi-turn at that ratio (its pool sized from its live context), where the figures compare.
+PUBLISHED_WORKING_SET = PUBLISHED["hit_tiers"] / PUBLISHED["hit_gpu"]
 
 
 @dataclass
@@ -166,6 +188,13 @@ class MultiTurn:
             self.turn[conversation] = 0
         self.history[conversation] += ids(rng, TURN_TOKENS)
         return list(self.history[conversation])
+
+    @staticmethod
+    def live_tokens() -> int:
+        """The context all conversations hold at once, each at a turn drawn uniformly."""
+        turns = range(1, TURNS + 1)
+        per_turn = (SYSTEM_TOKENS + t * TURN_TOKENS + (t - 1) * ANSWER_TOKENS for t in turns)
+        return CONVERSATIONS * sum(per_turn) // TURNS
 
     def done(self, client: int) -> None:
         conversation = self.held.pop(client)
@@ -256,8 +285,16 @@ async def warm_up(session: aiohttp.ClientSession, url: str, prompts: list[list[i
     await asyncio.gather(*(one(p) for p in prompts))
 
 
+def pool_of(workload: str, args: argparse.Namespace) -> int:
+    """The GPU KV pool a workload runs against: ``--pool``, but for the published setting's."""
+    if workload == "published":
+        return round(MultiTurn.live_tokens() / PUBLISHED_WORKING_SET)
+    return int(args.pool)
+
+
 async def drive(proc: ManagedProcess, run: Run, args: argparse.Namespace) -> None:
-    workload = (SharedDocs if run.workload == "shared-doc" else MultiTurn)(args.pool, args.seed)
+    pool = pool_of(run.workload, args)
+    workload = (SharedDocs if run.workload == "shared-doc" else MultiTurn)(pool, args.seed)
     timeout = aiohttp.ClientTimeout(total=600)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         if isinstance(workload, SharedDocs):
@@ -277,7 +314,7 @@ async def drive(proc: ManagedProcess, run: Run, args: argparse.Namespace) -> Non
 
 def run_once(workload: str, config: str, load: int, args: argparse.Namespace) -> Run:
     flags = ["--sim-gpu", "H100-SXM", "--tp-size", "4", "--quantization", "fp8"]
-    flags += ["--max-total-tokens", str(args.pool), *CONFIGS[config]]
+    flags += ["--max-total-tokens", str(pool_of(workload, args)), *CONFIGS[config]]
     run = Run(workload, config, load)
     with tempfile.TemporaryDirectory() as logs:
         proc = start_engine(
@@ -305,8 +342,9 @@ def at_target(runs: list[Run], target: float) -> float:
 
 
 def print_tables(runs: list[Run], args: argparse.Namespace) -> None:
-    print(f"\nLlama-3.1-70B FP8, TP4 on H100 (simulated), GPU KV pool {args.pool:,} tokens, "
-          "working set 3x")  # fmt: skip
+    pools = ", ".join(f"{w} {pool_of(w, args):,}" for w in args.workloads)
+    print(f"\nLlama-3.1-70B FP8, TP4 on H100 (simulated), GPU KV pool (tokens): {pools}; "
+          f"working set 3x (published: {PUBLISHED_WORKING_SET:.0f}x)")  # fmt: skip
     print(f"{'workload':<11} {'config':<16} {'load':>4} {'hit':>6} {'device':>7} {'host':>6} "
           f"{'storage':>7} {'TTFT p50':>9} {'p90':>7} {'req/s':>7}")  # fmt: skip
     for r in runs:
@@ -331,11 +369,15 @@ def print_tables(runs: list[Run], args: argparse.Namespace) -> None:
 
 
 def published(mine: list[Run], gpu: list[Run]) -> None:
-    """Novita's figures beside the multi-turn ones at equal load (GPU-only's highest), for each
-    configuration with a storage tier that ran."""
-    if mine[0].workload != "multi-turn":
+    """Novita's figures beside the ``published`` workload's, for each configuration with a
+    storage tier that ran, at equal load: the load where GPU-only hits nearest Novita's GPU-only
+    rate (their setting's other stated condition). Only there: GPU-only's hit rate falls with
+    load (each conversation in flight holds its context in the pool), and at 3x or at a high
+    load GPU-only hits nothing, so every gain is over a baseline that recomputes every token,
+    which Novita's (40% hits) did not."""
+    if mine[0].workload != "published":
         return
-    base = gpu[-1]
+    base = min(gpu, key=lambda r: abs(r.hit() - PUBLISHED["hit_gpu"]))
     for config in ("hicache+storage", "hicache+mooncake"):
         tiers = next((r for r in mine if r.config == config and r.load == base.load), None)
         if tiers is None:
@@ -355,7 +397,10 @@ def published(mine: list[Run], gpu: list[Run]) -> None:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--workloads", nargs="+", default=["shared-doc", "multi-turn"])
+    parser.add_argument(
+        "--workloads", nargs="+", default=["shared-doc", "multi-turn"],
+        choices=["shared-doc", "multi-turn", "published"],
+    )  # fmt: skip
     parser.add_argument("--configs", nargs="+", default=["gpu", "hicache", "hicache+storage"])
     parser.add_argument("--loads", nargs="+", type=int, default=[2, 4, 8, 12])
     parser.add_argument("--pool", type=int, default=60_000, help="GPU KV pool, tokens")

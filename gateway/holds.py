@@ -6,7 +6,8 @@ up to ``hold_seconds``, for the route table to show a ready replica (the refresh
 held endpoints alone again every ``hold_refresh_seconds``). At most ``hold_queue`` requests
 wait per endpoint; past either bound the answer is 429 with Retry-After; one that waited the
 whole hold also names the start phase the endpoint's replica waits on (``X-Plinth-Start-Phase``,
-from the replica facts reconcile keeps: ``deployments.starts``). The wake-up
+from the replica facts reconcile keeps: ``deployments.starts``), or ``resume`` where the wake
+brings back a warm pool's released replica. The wake-up
 is asked again every ``WAKE_RESEND_SECONDS`` while requests wait, in case a message was lost.
 """
 

@@ -82,7 +82,8 @@ def _format_estimate(est: Estimate) -> str:
             continue
         lines.append(
             f"  {group.role}: weights {group.weights_gib} GiB + KV {group.kv_cache_gib} GiB + "
-            f"reserve {group.reserve_gib} GiB = {group.total_gib} GiB per GPU; "
+            + (f"LoRA adapters {group.adapters_gib} GiB + " if group.adapters_gib else "")
+            + f"reserve {group.reserve_gib} GiB = {group.total_gib} GiB per GPU; "
             f"{group.max_concurrent_tokens} KV tokens per replica"
             + ("" if group.fits else "  (DOES NOT FIT)")
         )

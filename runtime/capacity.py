@@ -111,6 +111,7 @@ def _cached_model(spec_json: str, role: Role, tp: int, workload: Workload) -> Re
         model=spec.model.source,
         architecture=spec.model.architecture,
         traffic=Traffic(input_tokens=workload.input_tokens, output_tokens=workload.output_tokens),
+        lora=spec.lora,
     )
     try:
         arch = resolve_model(request)

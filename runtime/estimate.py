@@ -23,6 +23,7 @@ class GroupEstimate(BaseModel):
     weights_gib: float | None = None
     kv_cache_gib: float | None = None
     reserve_gib: float | None = None  # activations, CUDA graphs, communication buffers
+    adapters_gib: float | None = None  # the LoRA adapter pool (0 without LoRA)
     total_gib: float | None = None
     capacity_gib: float
     mem_fraction_static: float | None = None
@@ -52,6 +53,9 @@ class Estimate(BaseModel):
     total_gib: float | None
     capacity_gib: float
     mem_fraction_static: float | None
+    adapters_gib: float | None = Field(
+        default=None, description="the LoRA adapter pool per GPU, taken from the KV cache"
+    )
     max_concurrent_tokens: int | None
     concurrent_requests: int | None = Field(
         default=None,
@@ -98,6 +102,7 @@ def _group_estimate(spec: RuntimeSpec, group: EngineGroup) -> GroupEstimate:
             "weights_gib": gib(fit.weights),
             "kv_cache_gib": gib(fit.kv_cache),
             "reserve_gib": gib(fit.reserve),
+            "adapters_gib": gib(fit.adapters),
             "total_gib": gib(fit.total),
             "mem_fraction_static": round(fit.mem_fraction_static, 3),
             "kv_bytes_per_token": round(fit.kv_bytes_per_token, 1),
@@ -126,6 +131,7 @@ def estimate(spec: RuntimeSpec) -> Estimate:
         weights_gib=serving.weights_gib,
         kv_cache_gib=serving.kv_cache_gib,
         reserve_gib=serving.reserve_gib,
+        adapters_gib=serving.adapters_gib,
         total_gib=serving.total_gib,
         capacity_gib=serving.capacity_gib,
         mem_fraction_static=serving.mem_fraction_static,

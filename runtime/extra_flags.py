@@ -46,7 +46,7 @@ EXTRA_FLAG_DENYLIST: dict[str, str] = {
     "--model-path": "is set from model.source, which is checked to be a repository or cache path",
     "--tokenizer-path": f"{_READS_PATH}; the tokenizer comes with model.source",
     "--speculative-draft-model-path": "is set from speculator.draft_model",
-    "--lora-paths": f"{_READS_PATH} (adapter weights)",
+    "--lora-paths": "is set from lora.adapters: list each adapter there (name, source, rank)",
     "--uno-lora-path": _READS_PATH,
     "--quantization-param-path": _READS_PATH,
     "--modelopt-checkpoint-restore-path": _READS_PATH,

@@ -30,6 +30,7 @@ from runtime.argv import UnsafeArgvError, token_problem
 from runtime.catalog import SMG_VERSION, FlagCatalog, get_gpu, sglang_flags, smg_flags
 from runtime.catalog.flags import arity_problem, split_argv
 from runtime.extra_flags import flag_argv
+from runtime.lora import lora_args
 from runtime.memory import (
     GIB,
     cuda_graph_max_bs,
@@ -375,7 +376,7 @@ def engine_args(spec: RuntimeSpec, group: EngineGroup, labels: dict[str, str] | 
     """The SGLang flags of one engine group (no entrypoint)."""
     args = _model_args(spec) + _serving_args(labels) + _parallel_args(group)
     args += _batching_args(spec) + _quantization_args(spec) + _speculator_args(spec)
-    args += _disaggregation_args(spec, group.role) + _hicache_args(spec)
+    args += _disaggregation_args(spec, group.role) + _hicache_args(spec) + lora_args(spec.lora)
     if spec.autoscaling.warm_replicas:
         # A warm replica's weights and KV cache leave the GPU on /release_memory_occupation
         # and come back on /resume_memory_occupation; SGLang serves both only with this flag.

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from runtime.catalog import GpuType, ModelArch, get_model, kv_format, weight_format
+from runtime.lora import adapter_pool_bytes
 from runtime.spec import RuntimeSpec
 from runtime.topology import EngineGroup
 
@@ -181,6 +182,9 @@ class MemoryFit:
     max_concurrent_tokens: int  # tokens the whole replica holds (all attention-DP ranks)
     context_length: int
     host_tier: float = 0.0  # HiCache's host pool per GPU (pinned host memory), 0 without it
+    # LoRA's GPU pool (max_loras_per_batch slots of max_lora_rank), inside the static fraction:
+    # SGLang allocates it before the KV pool, which gets what is left.
+    adapters: float = 0.0
 
     @property
     def host_tier_tokens(self) -> int:
@@ -191,7 +195,7 @@ class MemoryFit:
 
     @property
     def total(self) -> float:
-        return self.weights + self.kv_cache + self.reserve
+        return self.weights + self.adapters + self.kv_cache + self.reserve
 
     @property
     def concurrent_requests(self) -> int:
@@ -200,7 +204,7 @@ class MemoryFit:
 
     @property
     def weights_fit(self) -> bool:
-        return self.weights + self.reserve < self.capacity and self.kv_cache > 0
+        return self.weights + self.adapters + self.reserve < self.capacity and self.kv_cache > 0
 
     @property
     def fits(self) -> bool:
@@ -228,7 +232,8 @@ def memory_fit(
     weights = model_weight_bytes(spec, arch, body_bytes) / (group.tp * group.pp)
     draft_weights, draft_kv = _draft_costs(spec, arch, kv_bytes, group.tp)
     per_token = (arch.kv_bytes_per_token(kv_bytes, attn_tp) + draft_kv) / group.pp
-    pool = max(0.0, fraction * capacity - weights - draft_weights)
+    adapters = adapter_pool_bytes(spec.lora, arch, group.tp * group.pp)
+    pool = max(0.0, fraction * capacity - weights - draft_weights - adapters)
     tokens = int(pool // per_token) if per_token > 0 else 0
     return MemoryFit(
         capacity=capacity,
@@ -241,6 +246,7 @@ def memory_fit(
         max_concurrent_tokens=tokens * group.attn_dp,
         context_length=context_length(spec, arch),
         host_tier=host_tier_bytes(spec, pool),
+        adapters=adapters,
     )
 
 

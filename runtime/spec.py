@@ -37,7 +37,16 @@ from runtime.catalog import (
     quantization_methods,
 )
 from runtime.kv_tiers import KvCacheSettings
-from runtime.spec_base import IbDevices, SpecGroup
+from runtime.lora import LoraSettings
+from runtime.spec_base import (
+    MODEL_CACHE_PATH as MODEL_CACHE_PATH,
+)
+from runtime.spec_base import (
+    IbDevices,
+    ModelSource,
+    RepoRevision,
+    SpecGroup,
+)
 
 # The quantization methods and KV-cache dtypes Plinth offers, with SGLang 0.5.23's spelling: the
 # quantization catalogue's offered rows (runtime/catalog/quantization.yaml, which also holds the
@@ -67,18 +76,6 @@ TransferBackend = Literal["mooncake", "mooncake_tcp", "nixl", "mori", "fake"]
 # One scalar per flag: a list would be spread into argv, and a later item could be any flag.
 ExtraFlagValue = bool | int | float | str
 
-# Where engines find downloaded weights (the Kubernetes driver mounts the model cache here); the
-# only local directory a spec may load a model from.
-MODEL_CACHE_PATH = "/root/.cache/huggingface"
-# A Hugging Face repo id ("name" or "namespace/name"), as huggingface_hub checks it: word
-# characters, '-' and '.', not at either end, no '--' or '..', at most 96 per part.
-_HF_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
-_HF_REPO_ID = re.compile(rf"(?:{_HF_PART}/)?{_HF_PART}")
-_PATH_PART = r"[A-Za-z0-9_][A-Za-z0-9._-]*"
-_CACHE_PATH = re.compile(rf"{re.escape(MODEL_CACHE_PATH)}(?:/{_PATH_PART})+")
-# A branch, tag or commit of a model repository (`refs/pr/1` included).
-_REVISION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/-]{0,254}")
-
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Engine environment variables a spec may set. An allowlist, because the engine is a Python
 # process and names such as PYTHONWARNINGS, LD_PRELOAD or BROWSER turn a setting into code
@@ -95,28 +92,6 @@ PositiveInt = Annotated[int, Field(ge=1)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 
 
-def _model_source(value: str) -> str:
-    if _HF_REPO_ID.fullmatch(value) and "--" not in value and ".." not in value:
-        return value
-    if _CACHE_PATH.fullmatch(value):
-        return value
-    raise PydanticCustomError(
-        "invalid_model_source",
-        "a model comes from a Hugging Face repository id or the model cache, not from this value",
-        {"fix": f"use a repository id such as 'org/name', or a path under {MODEL_CACHE_PATH}/"},
-    )
-
-
-def _repo_revision(value: str) -> str:
-    if _REVISION.fullmatch(value) and ".." not in value:
-        return value
-    raise PydanticCustomError(
-        "invalid_revision",
-        "a revision is a branch, tag or commit of the model repository",
-        {"fix": "use letters, digits, '.', '_', '-' and '/' only, e.g. 'main' or a commit hash"},
-    )
-
-
 def _env_value(value: str) -> str:
     char = unprintable(value)
     if char is not None:
@@ -130,8 +105,6 @@ def _env_value(value: str) -> str:
 
 # Every group's base (strict, frozen, argv-safe text), kept under its old name here.
 _Group = SpecGroup
-ModelSource = Annotated[str, AfterValidator(_model_source)]
-RepoRevision = Annotated[str, AfterValidator(_repo_revision)]
 EnvValue = Annotated[str, AfterValidator(_env_value)]
 
 
@@ -564,6 +537,7 @@ class RuntimeSpec(_Group):
     autoscaling: AutoscalingSettings = AutoscalingSettings()
     runtime: RuntimeSettings = RuntimeSettings()
     kv_cache: KvCacheSettings = KvCacheSettings()
+    lora: LoraSettings = LoraSettings()
 
     def canonical_json(self) -> str:
         """Sorted, compact JSON of every field (defaults included): the revision's stored form."""

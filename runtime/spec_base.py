@@ -11,6 +11,44 @@ from pydantic_core import PydanticCustomError
 
 from runtime.argv import text_problem
 
+# Where engines find downloaded weights (the Kubernetes driver mounts the model cache here); the
+# only local directory a spec may load a model from.
+MODEL_CACHE_PATH = "/root/.cache/huggingface"
+# A Hugging Face repo id ("name" or "namespace/name"), as huggingface_hub checks it: word
+# characters, '-' and '.', not at either end, no '--' or '..', at most 96 per part.
+_HF_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
+_HF_REPO_ID = re.compile(rf"(?:{_HF_PART}/)?{_HF_PART}")
+_PATH_PART = r"[A-Za-z0-9_][A-Za-z0-9._-]*"
+_CACHE_PATH = re.compile(rf"{re.escape(MODEL_CACHE_PATH)}(?:/{_PATH_PART})+")
+# A branch, tag or commit of a model repository (`refs/pr/1` included).
+_REVISION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/-]{0,254}")
+
+
+def _model_source(value: str) -> str:
+    if _HF_REPO_ID.fullmatch(value) and "--" not in value and ".." not in value:
+        return value
+    if _CACHE_PATH.fullmatch(value):
+        return value
+    raise PydanticCustomError(
+        "invalid_model_source",
+        "a model comes from a Hugging Face repository id or the model cache, not from this value",
+        {"fix": f"use a repository id such as 'org/name', or a path under {MODEL_CACHE_PATH}/"},
+    )
+
+
+def _repo_revision(value: str) -> str:
+    if _REVISION.fullmatch(value) and ".." not in value:
+        return value
+    raise PydanticCustomError(
+        "invalid_revision",
+        "a revision is a branch, tag or commit of the model repository",
+        {"fix": "use letters, digits, '.', '_', '-' and '/' only, e.g. 'main' or a commit hash"},
+    )
+
+
+ModelSource = Annotated[str, AfterValidator(_model_source)]
+RepoRevision = Annotated[str, AfterValidator(_repo_revision)]
+
 # RDMA device names, comma-separated (`mlx5_0,mlx5_1`).
 _IB_DEVICES = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*(?:,[A-Za-z0-9_][A-Za-z0-9_.:-]*)*")
 

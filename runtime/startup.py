@@ -47,6 +47,13 @@ PHASES = (
     WARMUP,
     READY,
 )
+# Not a start phase: what a warm pool's replica (released GPU memory, ``autoscaling.warm_replicas``)
+# waits on to serve again, its weights copied back onto the GPUs. A resume records no start, but a
+# request held through a scale from zero is told it waits on one, not on a scheduling.
+RESUME = "resume"
+# What a held request may wait on, furthest from serving first (``furthest``): a resume is
+# nearer to serving than any cold start's phase.
+WAITS = (*PHASES[:-1], RESUME, READY)
 PHASE_LABELS = {
     SCHEDULED: "scheduled",
     IMAGE_PULLED: "image pulled",
@@ -129,9 +136,10 @@ def waiting_on(milestones: Mapping[str, float], engine_reached: str = "") -> str
 
 
 def furthest(phases: Iterable[str]) -> str:
-    """The phase nearest to ready among starting replicas' (what a scale-from-zero waits on)."""
-    known = [p for p in phases if p in PHASES]
-    return max(known, key=PHASES.index) if known else ""
+    """The phase nearest to ready among starting (or resuming) replicas' (what a scale from zero
+    waits on)."""
+    known = [p for p in phases if p in WAITS]
+    return max(known, key=WAITS.index) if known else ""
 
 
 def durations(

@@ -6,7 +6,9 @@ pending pod has no node yet) that has no open span, and closes each open span wh
 longer sees. It compares with what is stored, not with the previous pass, so after a worker
 crash the next pass closes and opens what it sees (a replica that came and went meanwhile is
 missed; one that went is charged until that pass). A span starts when the cluster scheduled
-the replica, where it says so, else when the pass saw it.
+the replica, where it says so, else when the pass saw it. A running canary's pool holds GPUs of
+its own beside the endpoint's (``canary_pool.sync`` observes it into ``Canary.replica_facts``,
+not the endpoint's facts): its replicas are charged to the canary's revision the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pydantic import ValidationError
 from deployments.costs.models import ReplicaSpan
 from deployments.drivers.base import PENDING
 from deployments.endpoints.models import Deployment
+from deployments.experiments.queries import running_canary_replicas
 from deployments.fleet.models import Placement
 from runtime import startup
 from runtime.spec import RuntimeSpec
@@ -36,6 +39,7 @@ def record_spans(
     each); None: the pass saw nothing (it failed before observing), nothing changes."""
     if replicas is None:
         return
+    replicas = [*replicas, *running_canary_replicas(deployment)]
     home = deployment.cluster.name
     holding = {
         (str(r.get("cluster") or home), str(r["name"])): r

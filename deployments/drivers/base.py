@@ -35,7 +35,11 @@ TERMINATING = "terminating"
 # A warm pool's replica (``autoscaling.warm_replicas``): its process loaded, its GPU memory
 # released; it serves nothing until resumed, and is no part of the endpoint's replica count.
 RELEASED = "released"
-PHASES = (PENDING, STARTING, LOADING, RUNNING, READY, FAILED, TERMINATING, RELEASED)
+# A warm pool's replica asked back into service, its GPU memory coming back (the Kubernetes
+# driver's pods resume on their own, after the pass that asked; the local driver's within it).
+# On its way to serving, like a loading one: one of the endpoint's replicas again.
+RESUMING = "resuming"
+PHASES = (PENDING, STARTING, LOADING, RUNNING, READY, FAILED, TERMINATING, RELEASED, RESUMING)
 
 # The variable engines read the model hub token from (huggingface_hub's own name for it).
 HF_TOKEN_ENV = "HF_TOKEN"

@@ -422,7 +422,10 @@ def _stop(work: Pass) -> None:
         site.planned = 0
         if warm is not None:  # engines released, not stopped: done once none holds a GPU
             site.driver.apply(site.ref, warm)
-            site.after = site.driver.observe(site.ref)
+            # Through the starts' writer too: what a request held through the wake waits on
+            # (the released replica's resume) is in the facts the gateway reads at zero.
+            observed = site.driver.observe(site.ref)
+            site.after = observe_starts(work.deployment, site.driver, site.ref, observed, work.now)
             site.done = not site.after.engines()
             continue
         site.done = site.driver.stop(site.ref)

@@ -1,7 +1,8 @@
 """The writer of replica starts, called by reconcile with what one pass observed.
 
 For each engine replica the driver reports: while it starts, the phase it waits on (from the
-cluster's milestones, and from the engine's log lines once its container runs), kept in its
+cluster's milestones, and from the engine's log lines once its container runs; a warm pool's
+replica, released or resuming, waits on its resume: ``runtime.startup.RESUME``), kept in its
 facts so the console and the gateway's scale-from-zero hold can say it; once it is ready, one
 ``ReplicaStart`` with every phase's seconds, written once per start and added to the phase
 histogram (``telemetry``). Reading a replica's log is the driver's ``logs``, one short read per
@@ -19,6 +20,8 @@ from django.db import IntegrityError, transaction
 
 from deployments.drivers.base import (
     LOADING,
+    RELEASED,
+    RESUMING,
     RUNNING,
     STARTING,
     DeploymentRef,
@@ -40,6 +43,7 @@ log = logging.getLogger(__name__)
 START_LOG_LINES = 2000
 PROGRESS_LOG_LINES = 300
 _STARTING = frozenset({STARTING, LOADING, RUNNING})
+_WARM = frozenset({RELEASED, RESUMING})
 
 
 def observe_starts(
@@ -57,6 +61,10 @@ def observe_starts(
             replicas.append(facts)
         elif facts.phase in _STARTING:
             replicas.append(_with_phase(facts, driver, ref))
+        elif facts.phase in _WARM:
+            # A warm pool's replica serves again by a resume, not a start: what a request held
+            # through a scale from zero waits on is that (a scale-up resumes these first).
+            replicas.append(replace(facts, start_phase=startup.RESUME))
         else:
             replicas.append(facts)
     return replace(seen, replicas=tuple(replicas))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from runtime.memory import default_chunked_prefill, rank_chunk
 from runtime.optimize.shapes import Shape
 from runtime.optimize.types import Slo, Traffic
+from runtime.perf.lora import expected_distinct
 from runtime.perf.step import StepWork
 
 P90_EXP = math.log(10)  # p90 of an exponential wait, in means
@@ -72,7 +73,11 @@ class EngineLoad:
         # a prompt waits for a step of one prompt per rank, and costs the engine a rank's share.
         dp = self.shape.attn_dp
         latency = step.step_seconds(
-            StepWork(prefill_tokens=new * dp, prefill_pairs=dp * new * (prompt - new / 2))
+            StepWork(
+                prefill_tokens=new * dp,
+                prefill_pairs=dp * new * (prompt - new / 2),
+                lora_adapters=self._adapters(dp),
+            )
         )
         # Loads from host run beside the compute, layer by layer (runtime.perf.kv_tiers).
         latency = max(latency, self._load_back_s(prompt * from_host))
@@ -86,9 +91,14 @@ class EngineLoad:
                 StepWork(
                     prefill_tokens=chunk * dp,
                     prefill_pairs=dp * chunk * (prompt - new + chunk / 2),
+                    lora_adapters=self._adapters(dp),
                 )
             )
         return latency, latency / dp, chunk_s
+
+    def _adapters(self, requests: float) -> float:
+        """Distinct LoRA adapters expected among `requests` requests of one step."""
+        return expected_distinct(self.shape.adapters, requests, self.shape.lora_cap)
 
     def _load_back_s(self, tokens: float) -> float:
         """Seconds to load ``tokens`` of KV from host memory: each GPU its own shard."""
@@ -126,6 +136,7 @@ class EngineLoad:
                 decode_seqs=seqs,
                 decode_tokens=seqs * self.verify,
                 decode_context=int(seqs * self.context),
+                lora_adapters=self._adapters(seqs),
             )
             known = self._decode_steps[seqs] = self.shape.step.step_seconds(work)
         return known

@@ -16,10 +16,12 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from runtime.catalog import GpuType, ModelArch, kv_native_on, list_models, native_on
+from runtime.lora import resolved_target_modules
 from runtime.memory import kv_bytes_per_value, memory_fit, model_weight_bytes
 from runtime.optimize.types import Feature, OptimizeRequest
 from runtime.perf.hardware import GpuShape, ModelShape, gpu_shape, lookup_model, model_shape
 from runtime.perf.kv_tiers import tier_links
+from runtime.perf.lora import LoraCost, lora_cost
 from runtime.perf.spec import SpecConfig, resolve_spec
 from runtime.perf.step import EngineShape, StepModel
 from runtime.rules.parallel import working_tps
@@ -66,6 +68,8 @@ class Shape(ShapeKnobs):
     kv_bytes_per_token: float  # whole model, for the P/D transfer
     host_tokens: int = 0  # HiCache's host tier, tokens (0 without it)
     host_gbs: float = 0.0  # the host link each GPU loads back over, effective GB/s
+    adapters: int = 0  # LoRA: distinct adapters the traffic spreads over (0: none)
+    lora_cap: int = 0  # LoRA: max_loras_per_batch, the most distinct adapters one batch holds
 
     @property
     def features(self) -> frozenset[Feature]:
@@ -142,7 +146,10 @@ def base_spec(request: OptimizeRequest, arch: ModelArch, gpu: GpuType) -> dict[s
     # concurrency instead of for one unlikely 128k prompt.
     longest = 2 * (request.traffic.input_tokens + request.traffic.output_tokens)
     model["context_length"] = min(arch.max_context, max(4096, 1 << (longest - 1).bit_length()))
-    return {"model": model, "hardware": {"gpu": gpu.id}}
+    base: dict[str, Any] = {"model": model, "hardware": {"gpu": gpu.id}}
+    if request.served_lora is not None:
+        base["lora"] = request.served_lora.model_dump()
+    return base
 
 
 def spec_data(
@@ -248,6 +255,7 @@ def build_shape(request: OptimizeRequest, context: ShapeContext, knobs: ShapeKno
         spec=spec_config,
         attn_dp=knobs.attn_dp,
         ep=knobs.ep,
+        lora=shape_lora(spec, context, knobs.tp),
     )
     return Shape(
         **{f.name: getattr(knobs, f.name) for f in fields(ShapeKnobs)},
@@ -257,4 +265,15 @@ def build_shape(request: OptimizeRequest, context: ShapeContext, knobs: ShapeKno
         kv_bytes_per_token=arch.kv_bytes_per_token(kv_bytes_per_value(knobs.kv_dtype)),
         host_tokens=fit.host_tier_tokens * knobs.attn_dp,
         host_gbs=tier_links(gpu).host_gbs if knobs.hicache_ratio is not None else 0.0,
+        adapters=request.adapters_in_use(),
+        lora_cap=spec.lora.resolved_max_loras_per_batch if spec.lora.active else 0,
     )
+
+
+def shape_lora(spec: RuntimeSpec, context: ShapeContext, tp: int) -> LoraCost | None:
+    """The adapters' step figures of a candidate serving LoRA (None without)."""
+    lora = spec.lora
+    if not lora.active:
+        return None
+    modules = resolved_target_modules(lora, context.arch)
+    return lora_cost(context.model, modules, lora.resolved_max_lora_rank, tp)

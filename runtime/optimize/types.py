@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from runtime.catalog import GpuType, ModelArch, get_gpu, get_model, list_gpus
 from runtime.issues import Issue
+from runtime.lora import LoraSettings
 from runtime.spec import Architecture, ModelSettings, RuntimeSpec
 
 # The optimizations the waterfall adds one at a time, in its order.
@@ -56,6 +57,10 @@ class Traffic:
     # only the pool's share of it hits (uniform reuse under LRU), unless HiCache keeps the rest
     # in host memory.
     working_set_tokens: int = 0
+    # LoRA: distinct adapters the requests spread over, evenly (None: every adapter the
+    # endpoint lists, or max_loras_per_batch when it lists none; 0: all go to the base model).
+    # A batch then holds the expected number of distinct ones, each priced by runtime.perf.lora.
+    adapters_in_use: int | None = None
 
     def arrival_rate(self, slo: Slo) -> float:
         """Requests per second. `concurrency` users served at the targets send C / e2e."""
@@ -131,6 +136,24 @@ class OptimizeRequest:
     # The endpoint's serving revision, when the question is about one: the waterfall starts
     # from it (priced at this traffic) rather than from the model's simplest deployment.
     current: RuntimeSpec | None = None
+    # The LoRA adapters every candidate serves (default: the current revision's): their pool
+    # comes out of each candidate's KV cache and their kernels out of its steps.
+    lora: LoraSettings | None = None
+
+    @property
+    def served_lora(self) -> LoraSettings | None:
+        """The adapters the candidates serve, or None without LoRA."""
+        lora = self.lora or (self.current.lora if self.current is not None else None)
+        return lora if lora is not None and lora.active else None
+
+    def adapters_in_use(self) -> int:
+        """How many distinct adapters the traffic spreads over (0 without LoRA)."""
+        lora = self.served_lora
+        if lora is None:
+            return 0
+        if self.traffic.adapters_in_use is not None:
+            return self.traffic.adapters_in_use
+        return len(lora.adapters) or lora.resolved_max_loras_per_batch
 
 
 @dataclass(frozen=True)

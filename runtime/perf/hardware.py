@@ -52,6 +52,7 @@ class ModelShape:
     checkpoint_bytes_per_param: float = 2.0
     num_experts: int | None = None  # routed experts per MoE layer (None: dense)
     experts_per_token: int | None = None  # experts each token is routed to
+    intermediate_size: int | None = None  # MLP width (a routed expert's, for MoE)
 
     @property
     def expert_params_b(self) -> float:
@@ -202,6 +203,7 @@ def model_shape(arch: ModelArch, model_path: str) -> ModelShape:
         checkpoint_bytes_per_param=float(getattr(arch, "checkpoint_bytes_per_param", 2.0)),
         num_experts=getattr(arch, "num_experts", None),
         experts_per_token=getattr(arch, "experts_per_token", None),
+        intermediate_size=getattr(arch, "intermediate_size", None),
     )
 
 

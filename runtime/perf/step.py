@@ -17,7 +17,8 @@ A step is a sum of separate kernels, each bounded by the slower of its bytes and
 - attention data parallelism (SGLang ``--enable-dp-attention --dp-size N``): the TP group's
   attention runs as N replicas of TP/N GPUs, each with its own sequences and KV cache, while
   the experts see every rank's tokens (gathered before and scattered after each MoE layer);
-- under speculation, the draft passes and the tree-verification bookkeeping.
+- under speculation, the draft passes and the tree-verification bookkeeping;
+- with LoRA adapters, their segmented GEMMs (``runtime.perf.lora``).
 Every efficiency and overhead comes from ``runtime/catalog/perf.yaml``.
 """
 
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 
 from runtime.catalog.perf import PerfCatalog, perf_catalog
 from runtime.perf.hardware import GpuShape, ModelShape
+from runtime.perf.lora import LoraCost, lora_seconds
 from runtime.perf.quant import compute_tflops, gemm_dtype
 from runtime.perf.spec import SpecConfig
 
@@ -47,6 +49,7 @@ class StepWork:
     decode_tokens: int = 0  # tokens verified for them (1 each, or the draft tokens)
     decode_context: int = 0  # KV tokens read by the decode sequences
     draft_passes: int = 0  # speculative draft forward passes before the verify pass
+    lora_adapters: float = 0.0  # distinct LoRA adapters the step's requests use (base: none)
 
     @property
     def empty(self) -> bool:
@@ -64,6 +67,7 @@ class EngineShape:
     spec: SpecConfig | None = None
     attn_dp: int = 1  # attention data-parallel ranks inside the TP group
     ep: int = 1  # expert parallelism: >1 whole experts per GPU; 1 every expert sliced (MoE TP)
+    lora: LoraCost | None = None  # LoRA adapters served (runtime.perf.lora); None: LoRA off
 
 
 class StepModel:
@@ -164,8 +168,19 @@ class StepModel:
     def step_seconds(self, work: StepWork) -> float:
         if work.empty:
             return 0.0
+        adapters = self._lora_seconds(work)
         if self.moe is not None:
-            return self._moe_step_seconds(work)
+            return self._moe_step_seconds(work) + adapters
+        return self._dense_step_seconds(work) + adapters
+
+    def _lora_seconds(self, work: StepWork) -> float:
+        lora = self.engine.lora
+        if lora is None:
+            return 0.0
+        tokens = work.prefill_tokens + work.decode_tokens
+        return lora_seconds(lora, self.gpu, work.lora_adapters, tokens)
+
+    def _dense_step_seconds(self, work: StepWork) -> float:
         tokens = work.prefill_tokens + work.decode_tokens
         gemm = max(
             self._weights_read(tokens) / self.gemm_bandwidth

@@ -164,6 +164,16 @@ def _warm_pool(ctx: RuleContext) -> Iterator[Issue]:
             "a warm pool keeps plain engine replicas; prefill and decode pools are not kept warm",
             "set autoscaling.warm_replicas to 0",
         )
+    spanning = [g.nodes for g in ctx.groups if g.role == "engine" and g.nodes > 1]
+    if scale.warm_replicas and spanning and not ctx.spec.disaggregation.enabled:
+        # Each rank would have to release and resume with its leader, and a multi-node group
+        # is one LeaderWorkerSet replica, which a pod's deletion cost does not pick.
+        yield error(
+            "autoscaling.warm_replicas",
+            "autoscaling_warm_multi_node",
+            f"a warm pool keeps single-node replicas; this replica spans {spanning[0]} nodes",
+            "set autoscaling.warm_replicas to 0",
+        )
 
 
 def _pool_bounds(ctx: RuleContext) -> Iterator[Issue]:

@@ -50,11 +50,16 @@ def _weights_issue(ctx: RuleContext, arch: ModelArch, group: EngineGroup, fit: M
     return error(
         group.tp_field,
         "memory_weights_exceed",
-        f"{_where(group)}weights need {gib(fit.weights)} GiB per GPU plus {gib(fit.reserve)} GiB "
+        f"{_where(group)}weights need {gib(fit.weights)} GiB per GPU{_adapters(fit)} plus "
+        f"{gib(fit.reserve)} GiB "
         f"reserved for activations and CUDA graphs, but a {ctx.gpu.id} has "
         f"{gib(fit.capacity)} GiB (static memory fraction {fit.mem_fraction_static:.3f})",
         "use " + _cheaper_options(ctx, arch, group),
     )
+
+
+def _adapters(fit: MemoryFit) -> str:
+    return f" (and the LoRA adapter pool {gib(fit.adapters)} GiB)" if fit.adapters else ""
 
 
 def _context_issue(ctx: RuleContext, arch: ModelArch, group: EngineGroup, fit: MemoryFit) -> Issue:

@@ -10,6 +10,7 @@ the smg router from Python with ``runtime.sim.launcher``. Modules, by what they 
 - ``engine``: the step loop in scaled real time, loads and metric gauges
 - ``server``, ``native_api``, ``openai_api``, ``generation``, ``errors``: the HTTP surface
 - ``metrics``: Prometheus metrics with SGLang's names and labels; ``faults``: injected failures
+- ``lora``: LoRA adapters (registry, GPU pool slots and eviction, the load/unload API)
 - ``launcher``: start engines and smg as processes (for tests and benchmarks)
 
 It is never presented as a real engine: ``/server_info`` says ``"simulated": true``.

@@ -127,6 +127,14 @@ class EngineArgs:
     cuda_graph_bs_decode: list[int] | None = None
     disable_decode_cuda_graph: bool = False
     download_dir: str | None = None
+    enable_lora: bool | None = None  # None: on when --lora-paths lists adapters, as SGLang
+    lora_paths: list[str] | None = None
+    max_loras_per_batch: int = 8
+    max_loaded_loras: int | None = None
+    max_lora_rank: int | None = None
+    lora_target_modules: list[str] | None = None
+    lora_backend: str = "csgmv"
+    lora_eviction_policy: str = "lru"
     sim: SimOptions = field(default_factory=SimOptions)
     ignored_flags: tuple[str, ...] = ()
     launch_command: str = ""
@@ -188,6 +196,14 @@ MODELLED_FLAGS: tuple[str, ...] = (
     "--cuda-graph-bs-decode",
     "--disable-decode-cuda-graph",
     "--download-dir",
+    "--enable-lora",
+    "--lora-paths",
+    "--max-loras-per-batch",
+    "--max-loaded-loras",
+    "--max-lora-rank",
+    "--lora-target-modules",
+    "--lora-backend",
+    "--lora-eviction-policy",
 )
 
 # The catalogue's value types (its names for SGLang's argparse types) as Python converters.
@@ -380,7 +396,9 @@ def build_parser(catalog: FlagCatalog | None = None) -> argparse.ArgumentParser:
 def _add_sglang_flag(parser: argparse.ArgumentParser, spec: FlagSpec) -> None:
     names = (spec.flag, *spec.aliases)
     if spec.store_true:
-        parser.add_argument(*names, dest=spec.dest, action="store_true", default=bool(spec.default))
+        # SGLang's tri-state switches (--enable-lora: None until resolved) keep their None.
+        default = None if spec.default is None else bool(spec.default)
+        parser.add_argument(*names, dest=spec.dest, action="store_true", default=default)
         return
     parser.add_argument(
         *names,
@@ -476,6 +494,37 @@ def check_engine_args(args: EngineArgs) -> None:
     if args.disaggregation_mode == "prefill" and args.disaggregation_transfer_backend == "fake":
         raise StartupError("the fake transfer backend is for decode-only benchmarking, not prefill")
     _check_speculative(args)
+    _check_lora(args)
+
+
+def _check_lora(args: EngineArgs) -> None:
+    """SGLang's ``check_lora_server_args`` (``arg_groups/lora_hook.py``), as it asserts."""
+    if args.max_loras_per_batch <= 0:
+        raise StartupError("max_loras_per_batch must be positive")
+    if not args.enable_lora and not args.lora_paths:
+        return
+    modules = args.lora_target_modules or []
+    if "all" in modules and len(modules) > 1:
+        raise StartupError(
+            "If 'all' is specified in --lora-target-modules, it should be the only module "
+            "specified."
+        )
+    if not args.lora_paths and not (args.max_lora_rank and modules):
+        raise StartupError(
+            "When no initial --lora-paths is provided, you need to specify both --max-lora-rank "
+            "and --lora-target-modules for LoRA initialization."
+        )
+    loaded = args.max_loaded_loras
+    if loaded is not None and loaded < args.max_loras_per_batch:
+        raise StartupError(
+            "max_loaded_loras should be greater than or equal to max_loras_per_batch. "
+            f"max_loaded_loras={loaded}, max_loras_per_batch={args.max_loras_per_batch}"
+        )
+    if loaded is not None and len(args.lora_paths or []) > loaded:
+        raise StartupError(
+            "The number of LoRA paths should not exceed max_loaded_loras. "
+            f"max_loaded_loras={loaded}, lora_paths={len(args.lora_paths or [])}"
+        )
 
 
 def _check_speculative(args: EngineArgs) -> None:

@@ -29,6 +29,7 @@ from runtime.sim.clock import ARRIVAL_WAIT_S, SimClock
 from runtime.sim.disagg import BootstrapFailed, KvHandoff, KvRegistry, fetch_handoff
 from runtime.sim.hicache import HiCache, HiCacheConfig
 from runtime.sim.kvpool import KvPool
+from runtime.sim.lora import AdapterPool, lora_config, parse_lora_paths
 from runtime.sim.memory import MemoryPlan, output_drift
 from runtime.sim.metrics import EngineMetrics, FinishedRequest
 from runtime.sim.radix import RadixCache
@@ -55,6 +56,7 @@ class Engine:
         self.pool = KvPool(plan.max_total_num_tokens, cache)
         self.roofline = Roofline(args, gpu, model)
         self.hicache = hicache_of(args, plan)
+        self.lora = adapter_pool_of(args, model)
         self.tier_links = tier_links(gpu, args.hicache_storage_backend, args.sim.storage_gbs)
         if self.hicache is not None:
             self.hicache.storage_seconds = self.tier_links.storage_seconds
@@ -63,6 +65,7 @@ class Engine:
             self.pool,
             self.tokenizer,
             self.hicache,
+            self.lora,
         )
         engine_type = "unified" if args.disaggregation_mode == "null" else args.disaggregation_mode
         self.metrics = EngineMetrics(args.served_model_name, engine_type, args.extra_metric_labels)
@@ -97,12 +100,13 @@ class Engine:
         stream: bool,
         seed: int | None = None,
         rid: str | None = None,
+        adapter: str | None = None,
     ) -> SimRequest:
         key = request_key(self.default_seed if seed is None else seed, input_ids)
         if self.args.sim.ignore_length_pins:
             params = dataclasses.replace(params, ignore_eos=False, min_new_tokens=0)
         source = TokenSource(
-            key, self.args.sim.output_len_mean, self.noise, input_ids, params.temperature
+            key, self.args.sim.output_len_mean, self.noise, input_ids, params.temperature, adapter
         )
         return SimRequest(
             rid=rid or uuid.uuid4().hex,
@@ -111,6 +115,7 @@ class Engine:
             source=source,
             stream=stream,
             arrival=self.now(),
+            adapter=adapter,
         )
 
     def submit(self, req: SimRequest) -> None:
@@ -228,10 +233,21 @@ class Engine:
 
     def _step_seconds(self, step: Step) -> float:
         """The roofline's compute time, plus the HiCache traffic since the last step."""
-        compute = self.roofline.step_seconds(step.work)
+        adapters = self._lora_seconds(step)
+        compute = self.roofline.step_seconds(step.work) + adapters
         if self.hicache is None:
             return compute
         return tier_step_seconds(compute, self.hicache.take_traffic(), self.tier_links)
+
+    def _lora_seconds(self, step: Step) -> float:
+        """The step's adapters take GPU pool slots; those copied in from host memory lengthen
+        it (one direction of the host link). Counts the distinct adapters for the roofline."""
+        if self.lora is None:
+            return 0.0
+        names = {req.adapter for req, _ in (*step.prefill, *step.decode)}
+        step.work.lora_adapters = len(names - {None})
+        copied = self.lora.prepare(names)
+        return copied / (self.gpu.host_link_gbs * 1e9)
 
     async def _await_returning(self) -> None:
         """Fast clock: hold simulated time while clients whose requests finished come back (or,
@@ -360,6 +376,7 @@ class Engine:
                 },
             ),
             "disagg": ("disaggregation", self._disaggregation_load()),
+            **({"lora": ("lora", self._lora_load())} if self.lora is not None else {}),
             "queues": (
                 "queues",
                 {
@@ -370,6 +387,13 @@ class Engine:
                 },
             ),
         }
+
+    def _lora_load(self) -> dict[str, Any]:
+        """SGLang's ``lora`` section of ``/v1/loads`` (``LoRAMetrics``): the pool's slots."""
+        assert self.lora is not None
+        total = self.lora.config.max_loras_per_batch
+        used = self.lora.slots_used(r.adapter for r in self.scheduler.running)
+        return {"slots_used": used, "slots_total": total, "utilization": used / total}
 
     def _hicache_load(self) -> dict[str, Any]:
         """The tiers' state and the prefix tokens each tier served since start: part of the
@@ -454,6 +478,9 @@ class Engine:
         self.metrics.set_counter_total("evicted_tokens", pool.cache.evicted_tokens_total)
         if self.hicache is not None:
             self._refresh_hicache_metrics(self.hicache)
+        if self.lora is not None:
+            for name, value in self._lora_load().items():
+                set_gauge(f"lora_pool_{name}", value)
 
     def _refresh_hicache_metrics(self, hicache: HiCache) -> None:
         set_gauge, stats = self.metrics.set_gauge, hicache.stats
@@ -496,6 +523,18 @@ def hicache_of(args: EngineArgs, plan: MemoryPlan) -> HiCache | None:
             storage_bytes_per_token=plan.kv_bytes_per_token * max(1, args.tp_size),
         )
     )
+
+
+def adapter_pool_of(args: EngineArgs, model: ModelShape) -> AdapterPool | None:
+    """The engine's LoRA adapters, the ``--lora-paths`` ones registered (their read from the
+    source is part of the start: ``runtime.sim.server``), or None without LoRA."""
+    config = lora_config(args, model)
+    if config is None:
+        return None
+    pool = AdapterPool(config, model, args.tp_size * args.pp_size)
+    for name, path, pinned in parse_lora_paths(args.lora_paths or []):
+        pool.register(name, path, pinned)
+    return pool
 
 
 def scheduler_config(

@@ -15,6 +15,7 @@ from runtime.sim.args import EngineArgs
 from runtime.sim.engine import Engine
 from runtime.sim.errors import RequestError
 from runtime.sim.faults import FaultInjector
+from runtime.sim.lora import LORA_DISABLED, LoraError
 from runtime.sim.request import SimRequest, Update
 from runtime.sim.sampling import TokenSource, teacher_forced_logprobs
 
@@ -52,6 +53,17 @@ class ServingContext:
                 status=500,
                 err_type="InternalServerError",
             )
+
+    def adapter(self, name: str | None, native: bool) -> str | None:
+        """The LoRA adapter a request names, refused (400) unless it is loaded; None: base."""
+        if name is None:
+            return None
+        if self.engine.lora is None:
+            raise RequestError(LORA_DISABLED, native=native, param="model")
+        try:
+            return self.engine.lora.resolve(name)
+        except LoraError as exc:
+            raise RequestError(str(exc), native=native, param="model") from None
 
     @property
     def context_length(self) -> int:
@@ -152,7 +164,9 @@ def input_logprob_entries(
     Each token row is ``[logprob, token_id, None]`` (``None`` text: the simulator never decodes
     logprob tokens); the first row's logprob and top list are None, as SGLang pads them.
     """
-    rows = teacher_forced_logprobs(req.input_ids, start, req.source.noise, max(1, top))
+    rows = teacher_forced_logprobs(
+        req.input_ids, start, req.source.noise, max(1, top), req.source.salt
+    )
     tokens: list[list[Any]] = []
     tops: list[list[list[Any]] | None] = []
     for token, row in zip(req.input_ids[start:], rows, strict=True):

@@ -15,6 +15,7 @@ from runtime.perf.hardware import GpuShape, ModelShape
 from runtime.perf.quant import bytes_per_param, kv_dtype_bytes
 from runtime.sim.args import EngineArgs, StartupError
 from runtime.sim.drift import checkpoint_drift
+from runtime.sim.lora import pool_bytes_per_gpu
 from runtime.sim.sampling import Noise
 
 GIB = 1024**3
@@ -104,6 +105,7 @@ class MemoryPlan:
     weight_gb: float  # per GPU
     kv_cache_gb: float  # per GPU
     host_tokens: int = 0  # HiCache's host tier (--enable-hierarchical-cache), 0 without it
+    lora_gb: float = 0.0  # the LoRA adapter pool per GPU, allocated before the KV pool
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -120,7 +122,8 @@ def plan_memory(args: EngineArgs, gpu: GpuShape, model: ModelShape) -> MemoryPla
     fraction = args.mem_fraction_static or default_mem_fraction(gpu.memory_gib, shards, chunked)
     weight_bytes = model_weight_bytes(args, model) / shards
     kv_bytes = _kv_bytes_per_token_per_gpu(args, model)
-    free = gpu.memory_gib * GIB * fraction - weight_bytes
+    adapters = pool_bytes_per_gpu(args, model)
+    free = gpu.memory_gib * GIB * fraction - weight_bytes - adapters
     tokens = int(free // kv_bytes) if free > 0 else 0
     if args.max_total_tokens is not None:
         tokens = min(tokens, args.max_total_tokens)
@@ -136,6 +139,7 @@ def plan_memory(args: EngineArgs, gpu: GpuShape, model: ModelShape) -> MemoryPla
         context_length=args.context_length or model.max_context,
         weight_gb=weight_bytes / GIB,
         kv_cache_gb=tokens * kv_bytes / GIB,
+        lora_gb=adapters / GIB,
     )
 
 

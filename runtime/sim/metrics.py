@@ -60,6 +60,9 @@ SCHEDULER_GAUGES = (
     "num_pages",
     "hicache_host_used_tokens",
     "hicache_host_total_tokens",
+    "lora_pool_slots_used",
+    "lora_pool_slots_total",
+    "lora_pool_utilization",
 )
 SCHEDULER_COUNTERS = (
     "num_retracted_requests",

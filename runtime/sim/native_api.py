@@ -50,6 +50,7 @@ class NativeRequest:
     bootstrap: Bootstrap | None = None
     # Where input logprobs start; -1 (SGLang's default) means the last prompt token only.
     logprob_start_len: int = -1
+    adapter: str | None = None  # LoRA: `lora_path`, a loaded adapter's name
 
 
 async def handle_generate(ctx: ServingContext, request: web.Request) -> web.StreamResponse:
@@ -96,7 +97,21 @@ def parse_generate(ctx: ServingContext, body: dict[str, Any]) -> NativeRequest:
         bootstrap=bootstrap_of(body),
         logprob_start_len=_logprob_start_len(body, prompts),
         temperature=_temperature(sampling),
+        adapter=ctx.adapter(_lora_path(body), native=True),
     )
+
+
+def _lora_path(body: dict[str, Any]) -> str | None:
+    """SGLang's ``lora_path``: the name of a loaded adapter (one for the whole request)."""
+    value = body.get("lora_path")
+    if isinstance(value, list):  # a batch's per-prompt list: the simulator takes one adapter
+        names = {v for v in value if v is not None}
+        if len(names) > 1:
+            raise RequestError("one lora_path per request in the simulated engine", native=True)
+        value = next(iter(names), None)
+    if value is not None and not isinstance(value, str):
+        raise RequestError("lora_path must be a string", native=True)
+    return value or None
 
 
 def _temperature(sampling: dict[str, Any]) -> float:
@@ -192,7 +207,9 @@ def _start(ctx: ServingContext, parsed: NativeRequest, ids: list[int]) -> Reques
         temperature=parsed.temperature,
     )
     rid = None if parsed.batched else parsed.rid
-    req = ctx.engine.new_request(ids, params, stream=parsed.stream, seed=parsed.seed, rid=rid)
+    req = ctx.engine.new_request(
+        ids, params, stream=parsed.stream, seed=parsed.seed, rid=rid, adapter=parsed.adapter
+    )
     req.bootstrap = parsed.bootstrap
     return RequestRun(ctx, req)
 

@@ -50,6 +50,7 @@ class OpenAIRequest:
     include_usage: bool
     continuous_usage: bool
     bootstrap: Bootstrap | None = None
+    adapter: str | None = None  # LoRA: "<served_name>:<adapter>" in `model`
 
 
 async def handle_chat(ctx: ServingContext, request: web.Request) -> web.StreamResponse:
@@ -69,7 +70,11 @@ async def _handle(ctx: ServingContext, request: web.Request, chat: bool) -> web.
         return exc.response()
     prefix = "chatcmpl" if chat else "cmpl"
     req = ctx.engine.new_request(
-        parsed.prompt_ids, parsed.params, stream=parsed.stream, seed=parsed.seed
+        parsed.prompt_ids,
+        parsed.params,
+        stream=parsed.stream,
+        seed=parsed.seed,
+        adapter=parsed.adapter,
     )
     req.rid = f"{prefix}-{req.rid}"
     req.bootstrap = parsed.bootstrap
@@ -98,9 +103,13 @@ def parse_request(ctx: ServingContext, body: dict[str, Any], chat: bool) -> Open
     if not isinstance(options, dict):
         raise RequestError("stream_options must be an object", param="stream_options")
     default_usage = ctx.args.stream_response_default_include_usage
+    model = str(body.get("model") or ctx.args.served_model_name)
+    # SGLang reads `base:adapter` and runs the adapter; the base part is not checked.
+    adapter = model.split(":", 1)[1] if ":" in model else None
     return OpenAIRequest(
         chat=chat,
-        model=str(body.get("model") or ctx.args.served_model_name),
+        model=model,
+        adapter=ctx.adapter(adapter, native=False),
         prompt_ids=prompt_ids,
         params=GenerationParams(
             max_new_tokens=max_new,

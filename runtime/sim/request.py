@@ -65,6 +65,7 @@ class SimRequest:
     params: GenerationParams
     source: TokenSource
     stream: bool = False
+    adapter: str | None = None  # the LoRA adapter it runs with (None: the base model)
     arrival: float = field(default_factory=time.monotonic)
     updates: asyncio.Queue[Update] = field(default_factory=asyncio.Queue)
     # Generated so far; ``text`` is the visible text (EOS renders empty, stop strings trimmed).
@@ -98,7 +99,14 @@ class SimRequest:
 
     def __post_init__(self) -> None:
         if not self.fill_ids:
-            self.fill_ids = list(self.input_ids)
+            self.fill_ids = self.keyed(self.input_ids)
+
+    def keyed(self, ids: list[int]) -> list[int]:
+        """``ids`` as the prefix cache keys them: an adapter's KV is its own (its projections
+        differ), so as SGLang keys its radix tree by LoRA id, an adapter's tokens are moved
+        into a range of their own, by its salt; the base model's stay as they are."""
+        offset = self.source.salt << 32  # token ids stay below 2^32
+        return [token + offset for token in ids] if offset else list(ids)
 
     @property
     def prompt_tokens(self) -> int:

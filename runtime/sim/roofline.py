@@ -7,10 +7,12 @@ The physics (kernel efficiencies, quantization, all-reduce, speculative drafting
 from __future__ import annotations
 
 from runtime.perf.hardware import GpuShape, ModelShape, lookup_model
+from runtime.perf.lora import LoraCost, lora_cost
 from runtime.perf.quant import kv_dtype_bytes
 from runtime.perf.spec import SpecConfig, resolve_spec
 from runtime.perf.step import EngineShape, StepModel, StepWork
 from runtime.sim.args import EngineArgs
+from runtime.sim.lora import lora_config
 from runtime.sim.memory import effective_quantization, model_weight_bytes
 
 __all__ = ["Roofline", "StepWork", "engine_spec"]
@@ -33,6 +35,14 @@ def engine_spec(args: EngineArgs, model: ModelShape) -> SpecConfig | None:
     )
 
 
+def engine_lora(args: EngineArgs, model: ModelShape) -> LoraCost | None:
+    """The adapters' step cost figures, or None without LoRA."""
+    config = lora_config(args, model)
+    if config is None:
+        return None
+    return lora_cost(model, config.modules, config.rank, max(1, args.tp_size))
+
+
 class Roofline(StepModel):
     """The step model of an engine launched with `args`."""
 
@@ -45,5 +55,6 @@ class Roofline(StepModel):
             spec=engine_spec(args, model),
             attn_dp=max(1, args.attn_dp_size),  # --enable-dp-attention --dp-size N
             ep=max(1, args.ep_size),
+            lora=engine_lora(args, model),
         )
         super().__init__(gpu, model, engine)

@@ -60,8 +60,11 @@ class TokenSource:
         noise: Noise,
         prompt_ids: list[int] | None = None,
         temperature: float = 1.0,
+        adapter: str | None = None,
     ) -> None:
         self.key = key
+        # A LoRA adapter is another model: its distributions start from its own context seed.
+        self.salt = adapter_salt(adapter)
         self.noise = noise
         self.temperature = temperature
         self._rng = random.Random(key)
@@ -76,7 +79,7 @@ class TokenSource:
 
     def _context(self, position: int) -> int:
         if not self._contexts:
-            self._contexts.append(context_hash(self._prompt_ids))
+            self._contexts.append(context_hash(self._prompt_ids, self.salt))
         return self._contexts[position]
 
     def distribution(self, position: int) -> tuple[list[TokenLogprob], float]:
@@ -156,17 +159,25 @@ def _mix(state: int, token: int) -> int:
     return z ^ (z >> 29)
 
 
-def context_hash(input_ids: list[int]) -> int:
+def adapter_salt(adapter: str | None) -> int:
+    """What a LoRA adapter changes in the model's output: a 64-bit salt of its name mixed into
+    every context (0 for the base model, whose contexts stay as they were)."""
+    if adapter is None:
+        return 0
+    return int.from_bytes(hashlib.blake2b(adapter.encode(), digest_size=8).digest(), "little")
+
+
+def context_hash(input_ids: list[int], salt: int = 0) -> int:
     """The hash of the whole context ``input_ids`` (the last of ``context_hashes``)."""
-    state = _CONTEXT_SEED
+    state = _CONTEXT_SEED ^ salt
     for token in input_ids:
         state = _mix(state, token)
     return state
 
 
-def context_hashes(input_ids: list[int]) -> list[int]:
+def context_hashes(input_ids: list[int], salt: int = 0) -> list[int]:
     """``hashes[i]`` identifies the prefix ``input_ids[:i]`` (so there are ``len + 1`` of them)."""
-    hashes = [_CONTEXT_SEED]
+    hashes = [_CONTEXT_SEED ^ salt]
     for token in input_ids:
         hashes.append(_mix(hashes[-1], token))
     return hashes
@@ -199,14 +210,14 @@ def context_distribution(context: int, noise: Noise) -> tuple[list[TokenLogprob]
 
 
 def teacher_forced_logprobs(
-    input_ids: list[int], start: int, noise: Noise, top: int
+    input_ids: list[int], start: int, noise: Noise, top: int, salt: int = 0
 ) -> list[tuple[float, list[TokenLogprob]] | None]:
     """Per input position from ``start``: (logprob of that token, top ``top``), None for the first.
 
     Mirrors SGLang: the entry at ``start`` has no logprob (SGLang always pads it with None) and
     entry ``i`` is the distribution after ``input_ids[:i]``.
     """
-    hashes = context_hashes(input_ids[:-1])
+    hashes = context_hashes(input_ids[:-1], salt)
     rows: list[tuple[float, list[TokenLogprob]] | None] = [None]
     for position in range(start + 1, len(input_ids)):
         candidates, tail = context_distribution(hashes[position], noise)

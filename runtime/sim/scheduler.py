@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from runtime.sim.hicache import HiCache, TierHit
 from runtime.sim.kvpool import KvPool
+from runtime.sim.lora import AdapterPool
 from runtime.sim.radix import PrefixMatch
 from runtime.sim.request import FinishReason, GenerationParams, SimRequest, Update
 from runtime.sim.roofline import StepWork
@@ -74,8 +75,10 @@ class Scheduler:
         pool: KvPool,
         tokenizer: Tokenizer,
         hicache: HiCache | None = None,
+        lora: AdapterPool | None = None,
     ) -> None:
         self.config = config
+        self.lora = lora
         self.pool = pool
         self.cache = pool.cache
         self.hicache = hicache
@@ -178,6 +181,8 @@ class Scheduler:
                 break
             if self._prefetching(req):
                 continue  # its pages are still coming from storage; the others go ahead
+            if not self._adapter_fits(req, chunks):
+                continue  # its adapter would pass max_loras_per_batch: it waits, others go
             take = self._admit_one(req, budget, first=not chunks)
             if take <= 0:
                 break
@@ -215,6 +220,19 @@ class Scheduler:
         self.stats.prefill_cached_tokens_total += match.length
         self._step_cached += match.length
         return take
+
+    def _adapter_fits(self, req: SimRequest, chunks: list[tuple[SimRequest, int]]) -> bool:
+        """Whether the batch's distinct LoRA adapters, ``req``'s included, fit the GPU pool."""
+        if self.lora is None:
+            return True
+        names = {r.adapter for r in (*self.running, *self.prefilling)}
+        names |= {r.adapter for r, _ in chunks} | {req.adapter}
+        return self.lora.fits(names)
+
+    def uses_adapter(self, name: str) -> bool:
+        """Whether any request in the engine runs with the LoRA adapter ``name``."""
+        queues = (self.waiting, self.prefilling, self.running, self.transferred)
+        return any(r.adapter == name and r.finished is None for q in queues for r in q)
 
     def _prefetching(self, req: SimRequest) -> bool:
         """HiCache's storage prefetch: a request whose prefix storage holds beyond the GPU and
@@ -311,7 +329,7 @@ class Scheduler:
     def _retract(self, req: SimRequest) -> None:
         self._release(req)
         self.running.remove(req)
-        req.fill_ids = req.input_ids + req.output_ids
+        req.fill_ids = req.keyed(req.input_ids + req.output_ids)
         req.prefilled = 0
         req.retractions += 1
         self.waiting.appendleft(req)
@@ -418,7 +436,7 @@ class Scheduler:
     def _finish(self, req: SimRequest, reason: FinishReason, cache: bool) -> None:
         req.finished = reason
         if cache and req.node is not None:
-            self._cache_prefix(req, req.input_ids + req.output_ids)
+            self._cache_prefix(req, req.keyed(req.input_ids + req.output_ids))
         self._release(req)
         for queue in (self.running, self.prefilling):
             if req in queue:

@@ -27,6 +27,7 @@ from runtime.sim.engine import SGLANG_VERSION, Engine
 from runtime.sim.errors import openai_error, unauthorized
 from runtime.sim.faults import FaultInjector
 from runtime.sim.generation import ServingContext
+from runtime.sim.lora import handle_load, handle_unload, model_cards
 from runtime.sim.native_api import handle_generate
 from runtime.sim.openai_api import handle_chat, handle_completions
 from runtime.sim.request import GenerationParams
@@ -35,7 +36,10 @@ from runtime.startup import FIRED_UP
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN_PREFIXES = ("/health", "/ready", "/metrics")
-ADMIN_ROUTES = ("/flush_cache", "/release_memory_occupation", "/resume_memory_occupation")
+ADMIN_ROUTES = (
+    "/flush_cache", "/release_memory_occupation", "/resume_memory_occupation",
+    "/load_lora_adapter", "/unload_lora_adapter",
+)  # fmt: skip
 LOAD_SECTIONS = {"core", "memory", "spec", "lora", "disagg", "queues", "all"}
 HEALTH_TIMEOUT_S = 20.0
 DRAIN_POLL_S = 0.02
@@ -105,6 +109,7 @@ class SimServer:
             self._log_start(fetch_line(start))
             leave_marker(self.args, self.engine.model)
         await self._phase(start.load_s)
+        await self._phase(self._adapters_load_s())
         await asyncio.sleep(delay)  # the test control: real seconds, on top of the model
         load = start.download_s + start.load_s
         self._log_start(
@@ -124,6 +129,11 @@ class SimServer:
         self.state = "ready"
         self.ctx.accepting = True
         self._log_start(f"{FIRED_UP} (runtime.sim, simulated engine)")
+
+    def _adapters_load_s(self) -> float:
+        """The ``--lora-paths`` adapters, read from their sources one after another."""
+        pool = self.engine.lora
+        return sum(pool.load_seconds(a.path) for a in pool.registry.values()) if pool else 0.0
 
     def _max_running(self) -> int:
         return int(self.engine.scheduler.config.max_running_requests)
@@ -180,6 +190,8 @@ class SimServer:
             ("GET", "/flush_cache", self.flush_cache),
             ("POST", "/flush_cache", self.flush_cache),
             ("GET", "/metrics", self.metrics),
+            ("POST", "/load_lora_adapter", self.load_lora),
+            ("POST", "/unload_lora_adapter", self.unload_lora),
             ("POST", "/generate", lambda r: handle_generate(ctx, r)),
             ("PUT", "/generate", lambda r: handle_generate(ctx, r)),
             ("POST", "/v1/completions", lambda r: handle_completions(ctx, r)),
@@ -304,6 +316,10 @@ class SimServer:
             },
             sim_model=dataclasses.asdict(engine.model),
         )
+        if engine.lora is not None:
+            # The GPU pool's slots (null: the base) and its evictions: nothing SGLang reports.
+            slots = list(engine.lora.slots)
+            info["sim_lora"] = {"slots": slots, "evictions": engine.lora.evictions}
         return info
 
     def _internal_state(self) -> dict[str, Any]:
@@ -321,15 +337,28 @@ class SimServer:
         }
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [self._model_card()]})
+        return web.json_response({"object": "list", "data": self._model_cards()})
 
     async def model_card(self, request: web.Request) -> web.Response:
         name = request.match_info["model"]
-        if name != self.args.served_model_name:
+        card = next((c for c in self._model_cards() if c["id"] == name), None)
+        if card is None:
             return openai_error(
                 f"The model '{name}' does not exist", 404, "NotFoundError", param="model"
             )
-        return web.json_response(self._model_card())
+        return web.json_response(card)
+
+    def _model_cards(self) -> list[dict[str, Any]]:
+        """The base, then each loaded LoRA adapter with ``parent`` set to the base's name."""
+        pool, served = self.engine.lora, self.args.served_model_name
+        adapters = model_cards(pool, served, int(self.started_at)) if pool else []
+        return [self._model_card(), *adapters]
+
+    async def load_lora(self, request: web.Request) -> web.Response:
+        return await handle_load(self.engine.lora, self.args.sim.time_scale, request)
+
+    async def unload_lora(self, request: web.Request) -> web.Response:
+        return await handle_unload(self.engine.lora, self.engine.scheduler.uses_adapter, request)
 
     def _model_card(self) -> dict[str, Any]:
         name = self.args.served_model_name

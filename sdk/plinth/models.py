@@ -650,6 +650,7 @@ class Estimate(ApiModel):
     total_gib: float | None
     capacity_gib: float
     mem_fraction_static: float | None
+    adapters_gib: float | None = None
     max_concurrent_tokens: int | None
     concurrent_requests: int | None = None
     max_running_requests: int | None = None
@@ -807,6 +808,7 @@ class GroupEstimate(ApiModel):
     weights_gib: float | None = None
     kv_cache_gib: float | None = None
     reserve_gib: float | None = None
+    adapters_gib: float | None = None
     total_gib: float | None = None
     capacity_gib: float
     mem_fraction_static: float | None = None
@@ -953,6 +955,29 @@ class LogsQuery(ApiModel):
     after: str | None = None
     q: str | None = None
     level: Literal['DEBUG', 'INFO', 'WARNING', 'ERROR'] | None = None
+
+
+class LoraAdapter(ApiModel):
+    "One LoRA adapter: its name, where its weights come from, and its rank."
+
+    name: str
+    source: str
+    revision: str | None = None
+    rank: int
+    pinned: bool = False
+
+
+class LoraSettings(ApiModel):
+    "LoRA serving: fine-tunes of the base model, each addressed by name."
+
+    enabled: bool = False
+    adapters: list[LoraAdapter] | None = None
+    max_loras_per_batch: int | None = None
+    max_loaded_loras: int | None = None
+    max_lora_rank: int | None = None
+    target_modules: list[Literal['q_proj', 'k_proj', 'v_proj', 'o_proj', 'q_a_proj', 'kv_a_proj_with_mqa', 'q_b_proj', 'kv_b_proj', 'wq_b', 'wk', 'weights_proj', 'gate_proj', 'up_proj', 'down_proj', 'qkv_proj', 'gate_up_proj', 'embed_tokens', 'lm_head', 'qkvr', 'wo_ud', 'all']] | None = None
+    backend: Literal['csgmv', 'triton', 'triton_v2', 'torch_native'] | None = None
+    eviction_policy: Literal['lru', 'fifo'] | None = None
 
 
 class MeasuredOut(ApiModel):
@@ -1541,6 +1566,7 @@ class RuntimeSpec(ApiModel):
     autoscaling: AutoscalingSettings = Field(default_factory=lambda: AutoscalingSettings.model_validate({'min_replicas': 1, 'max_replicas': 1, 'concurrency_target': 32, 'target_utilization': 0.7, 'window_seconds': 60, 'scale_down_delay_seconds': 300, 'scale_to_zero': False, 'scale_to_zero_after_seconds': 900, 'prestage_weights': False, 'warm_replicas': 0, 'slo': None, 'prefill': None, 'decode': None}))
     runtime: RuntimeSettings = Field(default_factory=lambda: RuntimeSettings.model_validate({'sglang_version': '0.5.23', 'image': None, 'router_image': None, 'extra_flags': {}, 'env': {}}))
     kv_cache: KvCacheSettings = Field(default_factory=lambda: KvCacheSettings.model_validate({'tiers': {'host': None, 'storage': None}}))
+    lora: LoraSettings = Field(default_factory=lambda: LoraSettings.model_validate({'enabled': False, 'adapters': [], 'max_loras_per_batch': None, 'max_loaded_loras': None, 'max_lora_rank': None, 'target_modules': None, 'backend': None, 'eviction_policy': None}))
 
 
 class ScaleIn(ApiModel):
@@ -1825,6 +1851,8 @@ LogLineOut.model_rebuild()
 LogSourceOut.model_rebuild()
 LogsOut.model_rebuild()
 LogsQuery.model_rebuild()
+LoraAdapter.model_rebuild()
+LoraSettings.model_rebuild()
 MeasuredOut.model_rebuild()
 MemberIn.model_rebuild()
 MemberOut.model_rebuild()

@@ -20,6 +20,7 @@ from deployments.costs import spans
 from deployments.costs.models import ReplicaSpan
 from deployments.endpoints import reconcile, services
 from deployments.endpoints.models import Deployment
+from deployments.experiments.models import Canary, CanaryStatus
 from deployments.status import ACTIVE
 from deployments.traffic.models import UsageRecord
 from runtime.catalog.gpus import get_gpu
@@ -175,6 +176,28 @@ def test_the_writer_opens_once_and_a_later_pass_closes_what_it_no_longer_sees(
     spans.record_spans(endpoint, [_replica("chat-1")], T0 + timedelta(3))
     closed = ReplicaSpan.objects.get(deployment_id=endpoint.pk, replica="chat-0")
     assert closed.ended_at == T0 + timedelta(3)
+
+
+@pytest.mark.django_db
+def test_a_running_canarys_pool_is_charged_to_its_revision(endpoint: Deployment) -> None:
+    """A canary's replicas hold GPUs beside the endpoint's own; once it ends they stop costing."""
+    baseline = endpoint.revisions.get(number=1)
+    spec = {**baseline.spec, "hardware": {**baseline.spec["hardware"], "gpus_per_replica": 2}}
+    tried = endpoint.revisions.create(number=2, spec=spec, spec_hash="canary-2", author_label="t")
+    canary = Canary.objects.create(
+        deployment=endpoint, revision=tried, baseline_revision=baseline, weight=10,
+        replica_facts=[_replica("canary-0", revision=2)],
+    )  # fmt: skip
+    spans.record_spans(endpoint, [_replica("chat-0")], T0)
+    rows = ReplicaSpan.objects.filter(deployment_id=endpoint.pk).order_by("replica")
+    assert [(s.replica, s.revision, s.gpus, s.ended_at) for s in rows] == [
+        ("canary-0", 2, 2, None),
+        ("chat-0", 1, 1, None),
+    ]
+    Canary.objects.filter(pk=canary.pk).update(status=CanaryStatus.ABORTED)
+    spans.record_spans(endpoint, [_replica("chat-0")], T0 + timedelta(hours=1))
+    ended = ReplicaSpan.objects.get(deployment_id=endpoint.pk, replica="canary-0")
+    assert ended.ended_at == T0 + timedelta(hours=1)
 
 
 @pytest.mark.django_db

@@ -18,6 +18,8 @@ from deployments.endpoints import reconcile, services
 from deployments.endpoints.models import Deployment
 from deployments.starts.models import ReplicaStart
 from deployments.status import ACTIVE, SCALED_TO_ZERO
+from gateway import loader
+from runtime import startup
 from tests.conftest import Cast
 from tests.fixtures.endpoints import refresh
 from tests.waiting import wait_until
@@ -86,6 +88,8 @@ def test_scaled_to_zero_with_a_warm_pool_the_engine_is_released_and_a_wake_resum
     console.force_login(cast.dave)
     page = console.get(f"/endpoints/{deployment.slug}/")  # the replica shown as warm
     assert page.status_code == 200 and b"<td>released <span" in page.content
+    # A request held through the wake is told it waits on the resume, not on a scheduling.
+    assert loader.load_endpoints([str(deployment.pk)])["warm"].start_phase == startup.RESUME
 
     assert autoscaler.wake(deployment.pk)  # what the gateway's hold asks for
     deployment = converge(deployment, ACTIVE)

@@ -177,3 +177,29 @@ def test_a_hicache_engine_requests_its_host_tier_and_mounts_its_storage() -> Non
     [mount] = [m for m in container["volumeMounts"] if m["name"] == "hicache-storage"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] == mount["mountPath"]
+
+
+def test_a_warm_pool_engine_runs_its_agent_beside_the_engine() -> None:
+    """Issue 29 item 6 on Kubernetes: each engine pod carries the warm pool's agent (its source
+    in a ConfigMap, run by the engine image), the pod's annotation projected into it, its
+    readiness gating the pod's; the engine's liveness asks the agent. Valid on every version."""
+    spec = load_spec("llama-3.1-8b-h100")
+    pool = {"min_replicas": 0, "max_replicas": 2, "scale_to_zero": True, "warm_replicas": 1}
+    spec = spec.model_copy(update={"autoscaling": spec.autoscaling.model_copy(update=pool)})
+    objects = render_revision(REF, revision_plan(spec), KubeOptions())
+    for obj in objects:
+        kubernetes_validate.validate(obj, K8S_VERSIONS[0], strict=True)
+    [config_map] = [o for o in objects if o["kind"] == "ConfigMap"]
+    pod = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    engine, agent = pod["containers"]
+    assert agent["name"] == "warm-agent" and agent["image"] == engine["image"]
+    assert "def main()" in config_map["data"]["warm_agent.py"]
+    assert agent["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert engine["livenessProbe"]["httpGet"] == {"path": "/live", "port": 30010}
+    assert "--enable-memory-saver" in engine["args"]
+    projected = next(v for v in pod["volumes"] if "downwardAPI" in v)["downwardAPI"]["items"]
+    assert projected[0]["fieldRef"]["fieldPath"] == f"metadata.annotations['{L.WARM}']"
+    # The key reaches it from the Secret, never on its command line.
+    assert not any("key" in a for a in agent["args"])
+    # Without a pool, nothing of it.
+    assert not any(o["kind"] == "ConfigMap" for o in rendered("llama-3.1-8b-h100"))

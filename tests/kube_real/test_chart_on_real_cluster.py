@@ -468,3 +468,21 @@ def test_a_cluster_with_the_prometheus_operator_gets_the_monitors(
         assert not _names(admin, home)
     finally:
         _forget(admin, release)
+
+
+def test_each_gateway_replica_knows_how_many_share_the_admission_limit() -> None:
+    """``gateway.replicas`` reaches every gateway pod as ``GATEWAY_REPLICAS``: each replica admits
+    its share of an endpoint's in-flight limit; three replicas told 1 would admit 3x the limit."""
+
+    def gateway_env(*extra: str) -> dict[str, str]:
+        text = helm_template(helm(), list(extra))
+        [deployment] = [
+            d
+            for d in yaml.safe_load_all(text)
+            if d and d["kind"] == "Deployment" and d["metadata"]["name"] == "plinth-gateway"
+        ]
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        return {e["name"]: e.get("value", "") for e in container["env"]}
+
+    assert gateway_env("gateway.replicas=3")["GATEWAY_REPLICAS"] == "3"
+    assert gateway_env()["GATEWAY_REPLICAS"] == "2"

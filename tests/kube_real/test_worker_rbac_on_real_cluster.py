@@ -22,6 +22,7 @@ ALLOWED = [
     ("create", "", "secrets", HERE),
     ("create", "rbac.authorization.k8s.io", "roles", HERE),
     ("get", "", "pods/log", HERE),
+    ("patch", "", "pods", HERE),  # a warm pool's annotations (deployments/drivers/kube/warm.py)
     ("watch", "batch", "jobs", HERE),
     ("watch", "", "nodes", None),
     ("list", "", "pods", None),
@@ -33,6 +34,8 @@ DENIED = [
     ("create", "", "pods", HERE),  # pods come from its workloads' controllers only
     ("create", "apps", "statefulsets", HERE),  # LWS makes a group's, not the worker
     ("create", "", "pods/exec", HERE),
+    ("get", "", "pods/proxy", HERE),  # it reaches engines through their annotations, never so
+    ("delete", "", "pods", HERE),
     ("update", "", "nodes", None),
     ("get", "", "nodes", None),  # the inventory lists them; nothing reads one by name
     ("create", "rbac.authorization.k8s.io", "clusterroles", None),

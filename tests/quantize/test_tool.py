@@ -94,7 +94,7 @@ def search(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     done = run_tool(python, job, folder)
     sys.stderr.write(done.stderr[-4000:])
     events = [parse_event(line) for line in done.stdout.splitlines()]
-    return {"rc": done.returncode, "events": events, "python": python, "folder": folder}
+    return {"rc": done.returncode, "events": events, "python": python, "source": source}
 
 
 def candidates(search: dict[str, Any]) -> dict[str, CandidateEvent]:
@@ -161,6 +161,21 @@ def test_each_candidate_is_a_compressed_tensors_checkpoint(search: dict[str, Any
     ignored = kept["quantization_config"]["ignore"]
     assert "lm_head" in ignored
     assert any(name.startswith(OUTLIER_BLOCK + ".") for name in ignored)
+
+
+def test_a_mixed_precision_checkpoint_loads_back_with_transformers(search: dict[str, Any]) -> None:
+    mixed = Path(candidates(search)["1-most-sensitive-at-fp8"].checkpoint)
+    script = Path(__file__).with_name("reload_checkpoint.py")
+    done = subprocess.run(
+        [search["python"], str(script), str(search["source"]), str(mixed)],
+        capture_output=True,
+        text=True,
+        env=tool_env(),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    kl = json.loads(done.stdout.splitlines()[-1])["kl"]
+    assert 0 < kl < 0.05  # quantized, and still the model (all-layers INT8 measures ~0.01)
 
 
 def test_a_bad_job_answers_with_an_error_event(search: dict[str, Any], tmp_path: Path) -> None:

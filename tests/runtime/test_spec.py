@@ -44,8 +44,12 @@ def test_field_names_are_stable() -> None:
     dumped = RuntimeSpec.model_validate(MINIMAL).model_dump(mode="json")
     assert list(dumped) == [
         "model", "hardware", "parallelism", "batching", "quantization", "speculator",
-        "disaggregation", "routing", "autoscaling", "runtime", "kv_cache",
+        "disaggregation", "routing", "autoscaling", "runtime", "kv_cache", "lora",
     ]  # fmt: skip
+    assert set(dumped["lora"]) == {
+        "enabled", "adapters", "max_loras_per_batch", "max_loaded_loras", "max_lora_rank",
+        "target_modules", "backend", "eviction_policy",
+    }  # fmt: skip
     assert set(dumped["parallelism"]) == {"tp", "pp", "attn_dp", "ep"}
     assert set(dumped["autoscaling"]) >= {"min_replicas", "max_replicas", "concurrency_target"}
 

@@ -95,6 +95,7 @@ CASES = [
     Case("scale to zero with min 1", {"autoscaling": {"scale_to_zero": True}}, ("error", "autoscaling_scale_to_zero_min", "autoscaling.scale_to_zero")),
     Case("warm pool above max", {"autoscaling": {"max_replicas": 2, "warm_replicas": 3}}, ("error", "autoscaling_warm_above_max", "autoscaling.warm_replicas")),
     Case("warm pool on a split endpoint", {"disaggregation": {"enabled": True}, "autoscaling": {"warm_replicas": 1}}, ("error", "autoscaling_warm_disaggregated", "autoscaling.warm_replicas")),
+    Case("warm pool on a two-node replica", {"model": L70, "hardware": {"gpu": "H100-SXM", "nodes_per_replica": 2}, "parallelism": {"tp": 16}, "autoscaling": {"max_replicas": 2, "warm_replicas": 1}}, ("error", "autoscaling_warm_multi_node", "autoscaling.warm_replicas")),
     Case("thresholds on round robin", {"routing": {"policy": "round_robin", "cache_threshold": 0.5}}, ("warning", "routing_thresholds_unused", "routing.policy")),
     Case("overload protection on round robin", {"routing": {"policy": "round_robin", "overload_protection": True}}, ("warning", "routing_thresholds_unused", "routing.policy")),
     Case("warm-up on power of two", {"routing": {"policy": "power_of_two", "warmup_seconds": 30}}, ("warning", "routing_thresholds_unused", "routing.policy")),

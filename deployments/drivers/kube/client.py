@@ -317,6 +317,14 @@ class KubeClient:
         path = kind.path(meta.get("namespace"), meta["name"])
         return self._call("PATCH", path, query=query, body=dict(manifest), headers=headers)
 
+    def annotate(
+        self, kind: Kind, namespace: str, name: str, annotations: Mapping[str, str]
+    ) -> dict[str, Any]:
+        """Set ``annotations`` on one object (a JSON merge patch: the rest is left as it is)."""
+        body = {"metadata": {"annotations": dict(annotations)}}
+        headers = {"Content-Type": "application/merge-patch+json"}
+        return self._call("PATCH", kind.path(namespace, name), body=body, headers=headers)
+
     def delete(
         self, kind: Kind, namespace: str, name: str, *, propagation: str = "Foreground"
     ) -> bool:

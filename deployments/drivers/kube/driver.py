@@ -27,19 +27,22 @@ import hashlib
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from deployments.drivers import base
 from deployments.drivers.errors import ForeignObjectError
-from deployments.drivers.kube import benchmark, placement, quantize
+from deployments.drivers.kube import benchmark, placement, quantize, warm
 from deployments.drivers.kube import labels as L
 from deployments.drivers.kube.client import Kind, KubeClient, KubePermanentError, kind_of
 from deployments.drivers.kube.informer import ClusterCache
 from deployments.drivers.kube.observe import job_failed, observation
 from deployments.drivers.kube.render import KubeOptions, render_revision
 from deployments.drivers.kube.render.router import router_url
+from deployments.drivers.kube.render.warm import has_warm_pool
 from runtime.launch import ROUTER_PORT
 
 log = logging.getLogger(__name__)
@@ -57,6 +60,7 @@ OWNED_KINDS = [
     ("rbac.authorization.k8s.io/v1", "Role"),
     ("v1", "ServiceAccount"),
     ("v1", "Secret"),
+    ("v1", "ConfigMap"),  # a warm pool's in-pod agent (render.warm)
     ("v1", "PersistentVolumeClaim"),  # the model cache of a cluster that asks for one each
 ]
 WORKLOAD_KINDS = OWNED_KINDS[:2]
@@ -111,6 +115,7 @@ class KubeDriver:
     # --- apply ---
 
     def apply(self, ref: base.DeploymentRef, revision: base.RevisionPlan) -> None:
+        revision = self._warm_pool(ref, revision)
         manifests = render_revision(ref, revision, self.options)
         digest = set_hash(manifests)
         # The anchor is the last Service (the router's, else an engine role's): every endpoint
@@ -133,6 +138,25 @@ class KubeDriver:
             # the old hash, so the next pass does it all again.
             return
         self._apply_one(ref, anchor, always=True)
+
+    def _warm_pool(self, ref: base.DeploymentRef, revision: base.RevisionPlan) -> base.RevisionPlan:
+        """``revision`` running the warm pods its pool keeps beside the wanted ones, its engine
+        pods marked serving or warm first (``kube.warm``), so a lower count removes the right
+        ones."""
+        role = revision.plan.role("engine")
+        if role is None or not has_warm_pool(revision, role):
+            return revision
+        pod_kind = kind_of("v1", "Pod")
+        pods = self._list(pod_kind, ref.namespace, L.owner_selector(ref.id))
+        live = warm.live_pods(pods, revision.number)
+        plan = warm.plan_pool(live, revision.replicas, revision.warm_replicas, time.time())
+        for name, marks in plan.annotations.items():
+            try:
+                self.client.annotate(pod_kind, ref.namespace, name, marks)
+            except KubePermanentError as exc:
+                if exc.status != 404:  # gone meanwhile: nothing to mark
+                    raise
+        return replace(revision, replicas=revision.replicas + plan.kept)
 
     def _apply_one(
         self, ref: base.DeploymentRef, manifest: dict[str, Any], *, always: bool = False

@@ -28,6 +28,13 @@ LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
 LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
 # The catalogue GPU type an engine pod was placed for (an unschedulable pod's reason names it).
 GPU = "plinth.dev/gpu"
+# On an engine pod of an endpoint with a warm pool (``render.warm``): "true" while the pool keeps
+# it released, "false" once asked back (absent: never warm). The worker writes it, the pod's
+# agent reads it. And the ReplicaSet controller's own key, which pods it removes first.
+WARM = "plinth.dev/warm"
+# When the worker last turned a pool's pod warm or back (epoch seconds): its timeline line's key.
+WARM_AT = "plinth.dev/warm-at"
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 # The role of an endpoint's weights download Job (``render.weights_job``).
 WEIGHTS = "weights"
 # The DaemonSet that pre-stages an endpoint's weights on its GPU type's nodes, and the label of

@@ -65,6 +65,8 @@ def replica_facts(
     probe = (probe_failures or {}).get(meta.get("name", ""))
     if probe and phase in {base.LOADING, base.RUNNING} and not reason:
         reason, message = "ProbeFailed", probe
+    if role == "engine":
+        phase, reason, message = _warm_pool_phase(pod, phase, reason, message)
     ready = phase == base.READY
     return base.ReplicaFacts(
         phase=phase,
@@ -74,6 +76,27 @@ def replica_facts(
         milestones=start_milestones(pod) if role != "router" else {},
         **common,
     )
+
+
+_WARM_UNTOUCHED = frozenset({base.PENDING, base.FAILED, base.TERMINATING})
+
+
+def _warm_pool_phase(
+    pod: Mapping[str, Any], phase: str, reason: str, message: str
+) -> tuple[str, str, str]:
+    """A warm pool's pod (``kube.warm``) as its annotation and its agent say: released while
+    the pool keeps it (serving nothing, whatever its engine's probe still says), resuming once
+    asked back until its agent reports it ready again."""
+    warm = ((pod.get("metadata") or {}).get("annotations") or {}).get(L.WARM)
+    if warm is None or phase in _WARM_UNTOUCHED:
+        return phase, reason, message
+    if warm == "true":
+        return base.RELEASED, "WarmPool", "GPU memory released; resumes on the next scale-up"
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    agent: Mapping[str, Any] = next((c for c in statuses if c.get("name") == "warm-agent"), {})
+    if phase == base.READY and agent.get("ready", True):
+        return phase, reason, message
+    return base.RESUMING, "WarmPool", "resuming from the warm pool (no cold start)"
 
 
 def _epoch(stamp: object) -> float | None:
@@ -265,6 +288,25 @@ def timeline_events(
     return lines
 
 
+def warm_pool_events(pods: Iterable[Mapping[str, Any]]) -> list[base.ObservedEvent]:
+    """The timeline's lines of a warm pool's pods (``kube.warm``): each time the worker turned
+    one warm or asked it back, once (keyed by when)."""
+    lines = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        annotations, name = meta.get("annotations") or {}, meta.get("name", "")
+        at = annotations.get(L.WARM_AT)
+        if at is None:
+            continue
+        if annotations.get(L.WARM) == "true":
+            message = f"{name} left service for the warm pool; its GPU memory is released"
+            lines.append(base.ObservedEvent("Released", message, "info", f"kube:{name}:r:{at}"))
+        else:
+            message = f"{name} resumed from the warm pool (no cold start)"
+            lines.append(base.ObservedEvent("Resumed", message, "info", f"kube:{name}:s:{at}"))
+    return lines
+
+
 def job_failed(job: Mapping[str, Any]) -> dict[str, Any] | None:
     """The Job's ``Failed`` condition once it has given up (backoff limit, deadline), else None."""
     conditions = (job.get("status") or {}).get("conditions") or []
@@ -434,7 +476,11 @@ def observation(
         replicas=engines,
         router_url=router_url if routers else "",
         router_ready=any(r.ready for r in routers),
-        events=(*timeline_events(events, roles), *stall_events(workloads)),
+        events=(
+            *timeline_events(events, roles),
+            *stall_events(workloads),
+            *warm_pool_events(p for p in pods if _role(p) == "engine"),
+        ),
         failures=(*download_failures(jobs, job_pods), *stalled_rollouts(workloads, engines)),
     )
 

@@ -98,6 +98,16 @@ def test_the_engine_learns_the_recipe_from_its_checkpoint(tmp_path: Path) -> Non
     assert isinstance(wider, Drift) and wider.scale > learned.scale
 
 
+def test_a_class_target_with_an_ignore_list_reads_as_the_same_recipe(tmp_path: Path) -> None:
+    """llmcompressor's other spelling: targets ["Linear"], the kept modules in ``ignore``."""
+    explicit = drift_of(tmp_path / "explicit", set(range(BLOCKS)) - {5})
+    config = json.loads((Path(checkpoint(tmp_path / "class", set())) / "config.json").read_text())
+    config["quantization_config"]["config_groups"]["group_0"]["targets"] = ["Linear"]
+    config["quantization_config"]["ignore"] = [f"model.layers.5.{m}" for m in LINEARS] + ["lm_head"]
+    (tmp_path / "class" / "config.json").write_text(json.dumps(config))
+    assert checkpoint_drift(str(tmp_path / "class"), NOISE_OF) == explicit
+
+
 def test_without_a_recipe_the_scalar_per_format_stays(tmp_path: Path) -> None:
     plain = parse_engine_args(
         ["--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--quantization", "fp8"]

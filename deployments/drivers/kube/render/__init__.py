@@ -27,7 +27,8 @@ namespaces the fences let in are the cluster's settings (``ClusterSettings``).
 By object family: ``weights`` (the cache claim, the download Job, an engine pod's init
 containers), ``metadata`` (what every object carries, the Secrets), ``network`` (the fences),
 ``pods`` (the parts every pod shares), ``engines`` (an engine role's workload, Service and
-budget), ``router``; ``options`` holds what they are all given. Here: the one entry point,
+budget), ``warm`` (a warm pool's in-pod agent), ``router``; ``options`` holds what they are
+all given. Here: the one entry point,
 ``render_revision``, and the names the driver and tests import.
 """
 
@@ -61,6 +62,7 @@ from deployments.drivers.kube.render.router import (
     router_service,
     router_url,
 )
+from deployments.drivers.kube.render.warm import agent_config_map, has_warm_pool
 from deployments.drivers.kube.render.weights import (
     download_by_job,
     model_cache_claim,
@@ -105,6 +107,8 @@ def render_revision(
     engines = [r for r in revision.plan.roles if r.role != "router"]
     if engines:
         objects.append(engine_network_policy(ref, revision, engines[0].port, options))
+    if any(has_warm_pool(revision, role) for role in engines):
+        objects.append(agent_config_map(ref, revision))
     for role in engines:
         objects.append(engine_workload(ref, revision, role, options))
         objects.append(engine_service(ref, revision, role))

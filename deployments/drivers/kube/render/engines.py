@@ -30,6 +30,12 @@ from deployments.drivers.kube.render.pods import (
     start_command,
     with_api_key,
 )
+from deployments.drivers.kube.render.warm import (
+    agent_container,
+    agent_volumes,
+    has_warm_pool,
+    live_through_agent,
+)
 from deployments.drivers.kube.render.weights import engine_downloads, engine_init_containers
 from runtime.launch import DIST_INIT_PORT, HICACHE_STORAGE_PATH, RolePlan, with_flag
 
@@ -149,9 +155,15 @@ def _pod_spec(
 ) -> dict[str, Any]:
     cluster = options.cluster
     tolerations = [t.manifest() for t in (*cluster.gpu_tolerations, *cluster.tolerations)]
+    containers, volumes = [container], _engine_volumes(ref, role, options)
+    if has_warm_pool(revision, role):
+        containers.append(agent_container(ref, role, container["image"], options))
+        volumes += agent_volumes(ref)
+        if "livenessProbe" in container:
+            container["livenessProbe"] = live_through_agent(container["livenessProbe"])
     spec: dict[str, Any] = {
-        "containers": [container],
-        "volumes": _engine_volumes(ref, role, options),
+        "containers": containers,
+        "volumes": volumes,
         "terminationGracePeriodSeconds": role.drain_seconds + PRESTOP_SLEEP_S,
         "enableServiceLinks": False,
         **pod_scheduling(cluster),

@@ -333,6 +333,14 @@ PLINTH_TOOLS_DIR = Path(env_str("PLINTH_TOOLS_DIR", str(DATA_DIR / "tools")))
 # Empty: Plinth's own (deployments/aiperf.py AIPERF_IMAGE, built from
 # docker/aiperf).
 PLINTH_BENCHMARK_IMAGE = env_str("PLINTH_BENCHMARK_IMAGE", "")
+# Quantization (deployments/quantization): where the local cluster's model cache is (what
+# engines load a runtime.spec.MODEL_CACHE_PATH path from, and where the tool writes its
+# checkpoints); the tool environment's Python ("": scripts/quantize_env.sh builds and names it);
+# the image Kubernetes quantization Jobs run ("": Plinth's, deployments/drivers/kube/render/
+# quantize.py QUANTIZE_IMAGE).
+PLINTH_MODEL_CACHE_DIR = Path(env_str("PLINTH_MODEL_CACHE_DIR", str(DATA_DIR / "model-cache")))
+PLINTH_QUANTIZE_PYTHON = env_str("PLINTH_QUANTIZE_PYTHON", "")
+PLINTH_QUANTIZE_IMAGE = env_str("PLINTH_QUANTIZE_IMAGE", "")
 PLINTH_LOCAL_STOP_GRACE_S = env_int("PLINTH_LOCAL_STOP_GRACE_S", 10)
 PLINTH_LOCAL_ROUTER_HEALTH_CHECK_S = env_int("PLINTH_LOCAL_ROUTER_HEALTH_CHECK_S", 2)
 # Kubeconfigs may name plain-http API servers (an emulator, kubectl proxy). Off: https only.
@@ -450,6 +458,15 @@ CELERY_BEAT_SCHEDULE = {
         "task": "deployments.watch_canaries",
         "schedule": float(PLINTH_CANARY_WATCH_INTERVAL_S),
         "options": {"expires": float(PLINTH_CANARY_WATCH_INTERVAL_S)},
+    },
+    "deployments.resume_quantizations": {
+        "task": "deployments.resume_quantizations",
+        "schedule": 60.0,
+        "options": {"expires": 60.0},
+    },
+    "deployments.purge_calibration_sets": {
+        "task": "deployments.purge_calibration_sets",
+        "schedule": 3600.0,
     },
     "deployments.flush_key_last_used": {
         "task": "deployments.flush_key_last_used",

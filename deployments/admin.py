@@ -21,7 +21,10 @@ class QuotaAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
         "organization", "gpus", "gpus_by_type", "endpoints", "replicas_per_endpoint", "updated_at",
     )  # fmt: skip
-    fields = ("organization", "gpus", "gpus_by_type", "endpoints", "replicas_per_endpoint")
+    fields = (
+        "organization", "gpus", "gpus_by_type", "endpoints", "replicas_per_endpoint",
+        "quantization_gpu_hours",
+    )  # fmt: skip
     readonly_fields = ("updated_at", "updated_by")
     search_fields = ("organization__name", "organization__slug")
 

@@ -22,15 +22,25 @@ from deployments.experiments.models import (
     QualityGateStatus,
 )
 from deployments.fleet.models import Placement, PlacementPolicy, PlacementState
+from deployments.quantization.models import (
+    Artifact,
+    CalibrationSet,
+    Candidate,
+    QuantizationRun,
+    RunEvent,
+)
 from deployments.quotas.models import Quota
 from deployments.starts.models import ReplicaStart
 from deployments.traffic.models import MetricSample, UsageFlushBatch, UsageRecord
 
 __all__ = [
+    "Artifact",
     "Benchmark",
     "BenchmarkStatus",
+    "CalibrationSet",
     "Canary",
     "CanaryStatus",
+    "Candidate",
     "Cluster",
     "ClusterKind",
     "Deployment",
@@ -44,10 +54,12 @@ __all__ = [
     "PlacementState",
     "QualityGate",
     "QualityGateStatus",
+    "QuantizationRun",
     "Quota",
     "ReplicaSpan",
     "ReplicaStart",
     "Revision",
+    "RunEvent",
     "UsageFlushBatch",
     "UsageRecord",
 ]

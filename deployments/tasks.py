@@ -8,4 +8,5 @@ from deployments.clusters.tasks import *  # noqa: F403
 from deployments.endpoints.tasks import *  # noqa: F403
 from deployments.experiments.tasks import *  # noqa: F403
 from deployments.fleet.tasks import *  # noqa: F403
+from deployments.quantization.tasks import *  # noqa: F403
 from deployments.traffic.tasks import *  # noqa: F403

@@ -18,6 +18,7 @@ from deployments.endpoints.views import (
 )
 from deployments.experiments.views import benchmarks, canary, experiments
 from deployments.fleet import views as fleet_views
+from deployments.quantization import views as quantization
 from deployments.quotas import views as quotas
 from deployments.traffic.views import keys, usage
 
@@ -102,6 +103,12 @@ urlpatterns: list[URLPattern] = [
     path("clusters/<uuid:cluster_id>/settings/", fleet.cluster_settings, name="cluster-settings"),
     path("usage/", usage.usage, name="usage"),
     path("costs/", costs.costs, name="costs"),
+    path("quantization/", quantization.run_list, name="quantization"),
+    path("quantization/models/", quantization.artifact_list, name="quantized-models"),
+    path("quantization/calibration/", quantization.calibration_upload, name="calibration-upload"),
+    path("quantization/<uuid:run_id>/", quantization.run_detail, name="quantization-run"),
+    path("quantization/<uuid:run_id>/deploy/", quantization.run_deploy, name="quantization-deploy"),
+    path("quantization/<uuid:run_id>/cancel/", quantization.run_cancel, name="quantization-cancel"),
     path("optimize/", optimize.optimize_page, name="optimize"),
     path("optimize/apply/", optimize.optimize_apply, name="optimize-apply"),
     # The wizard's "Recommend settings" (under optimize/, so no endpoint slug is reserved for it).

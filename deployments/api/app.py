@@ -20,6 +20,7 @@ from deployments.costs import api as costs
 from deployments.endpoints.api import adapters, catalog, deployments, observe, revisions
 from deployments.experiments.api import benchmarks, canary, quality
 from deployments.fleet import api as fleet
+from deployments.quantization import api as quantization
 from deployments.quotas import api as quotas
 from deployments.starts import api as starts
 from deployments.traffic import api as traffic
@@ -95,6 +96,7 @@ def build_api() -> PlinthAPI:
         quotas,
         starts,
         costs,
+        quantization,
     ):
         api.add_router("", module.router)
     errors.install(api)

@@ -1,7 +1,8 @@
 """The driver of a cluster (the local driver for the built-in cluster, the kube driver
 otherwise), and how an endpoint is named to it.
 
-Options come from settings (``PLINTH_LOCAL_*``, ``PLINTH_TOOLS_DIR``, ``PLINTH_BENCHMARK_IMAGE``),
+Options come from settings (``PLINTH_LOCAL_*``, ``PLINTH_TOOLS_DIR``, ``PLINTH_BENCHMARK_IMAGE``,
+``PLINTH_MODEL_CACHE_DIR``, ``PLINTH_QUANTIZE_*``),
 so tests and ``make run`` can make simulated engines fast without touching endpoints' settings.
 
 In a Celery worker (``watch_clusters``, called as the worker starts) a Kubernetes cluster's
@@ -42,6 +43,8 @@ def local_options() -> LocalOptions:
         router_health_check_s=settings.PLINTH_LOCAL_ROUTER_HEALTH_CHECK_S,
         stop_grace_s=settings.PLINTH_LOCAL_STOP_GRACE_S,
         tools_dir=Path(settings.PLINTH_TOOLS_DIR),
+        model_cache_dir=Path(settings.PLINTH_MODEL_CACHE_DIR),
+        quantize_python=settings.PLINTH_QUANTIZE_PYTHON,
     )
 
 
@@ -98,6 +101,7 @@ def kube_options(cluster: Cluster) -> KubeOptions:
         return KubeOptions(
             cluster=parse_settings(cluster.operator_settings),
             benchmark_image=settings.PLINTH_BENCHMARK_IMAGE,
+            quantize_image=settings.PLINTH_QUANTIZE_IMAGE,
         )
     except SettingsInvalid as exc:  # saved before a rule Plinth now makes: an admin must act
         raise PermanentDriverError(

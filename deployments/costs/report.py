@@ -7,7 +7,8 @@ list), both as they are when the report is read. Attribution: each endpoint's co
 hour is split among the keys (or the LoRA adapters it serves, the base model's own traffic a row
 of its own) by their share of that hour's tokens (prompt and completion) on that endpoint; an
 hour of GPUs no token used is "idle/unattributed". So the rows add up to the
-month's GPU-hours and cost, whichever way they are cut.
+month's GPU-hours and cost, whichever way they are cut. Quantization runs are lines of their
+own (``quantization <name>``): their GPUs times the time they ran, at the same prices.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from deployments.cluster_settings import SettingsInvalid, parse_settings
 from deployments.clusters.models import Cluster, ClusterKind
 from deployments.costs.models import ReplicaSpan
 from deployments.endpoints.models import Deployment
+from deployments.quantization.models import QuantizationRun
 from deployments.traffic.models import UsageRecord
 from runtime.catalog.gpus import get_gpu
 
@@ -216,7 +218,31 @@ def cost_report(organization: Organization, by: str, month: str) -> Report:
         report.rows = _by_endpoint(cells, slugs)
     else:
         report.rows = _by_share(cells, *_tokens(organization, start, end, by))
+    report.rows += _quantization_rows(organization, start, end)
     return report
+
+
+def _quantization_rows(organization: Organization, start: datetime, end: datetime) -> list[Row]:
+    """A line per quantization run that held GPUs in ``[start, end)``: its GPUs times its time
+    running (to now while it runs), priced as endpoints are. No key used them, so cut by key
+    they are lines of their own too, and the report still adds up."""
+    now = timezone.now()
+    runs = (
+        QuantizationRun.objects.filter(organization=organization, started_at__lt=end)
+        .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=start))
+        .select_related("cluster")
+    )
+    listed = gpu_prices()
+    rows = []
+    for run in runs:
+        assert run.started_at is not None  # filtered above
+        until = min(end, run.finished_at or now)
+        seconds = max(0.0, (until - max(start, run.started_at)).total_seconds())
+        gpu_hours = run.gpus * seconds / 3600
+        price = price_of(run.gpu, listed) * _factor(run.cluster)
+        label = f"quantization {run.name or str(run.pk)[:8]}"
+        rows.append(Row(label=label, gpu_hours=gpu_hours, cost=gpu_hours * price))
+    return sorted(rows, key=lambda r: (-r.cost, r.label))
 
 
 def _by_endpoint(cells: dict[Cell, list[float]], slugs: dict[uuid.UUID, str]) -> list[Row]:

@@ -1,5 +1,5 @@
 """The driver interface: place a revision's LaunchPlan on a cluster, observe it, delete it, logs,
-and run a benchmark against it.
+run a benchmark against it, and run the quantization tool (``QuantizationJob``).
 
 A driver is given everything it needs as plain values (no Django models), so drivers are testable
 without a database: a ``DeploymentRef`` names the endpoint, a ``RevisionPlan`` says what one
@@ -367,6 +367,57 @@ class BenchmarkRun:
     api_key: str = field(default="", repr=False)
 
 
+QUANTIZE_RUNNING = "running"
+QUANTIZE_SUCCEEDED = "succeeded"
+QUANTIZE_FAILED = "failed"
+# Neither running nor finished: never started, or its process or pod died without a word.
+QUANTIZE_GONE = "gone"
+
+
+@dataclass(frozen=True)
+class QuantizationJob:
+    """One attempt of a quantization run, as a driver starts it.
+
+    ``job`` is the tool's JOB.json (``tools/quantize``'s contract) with every path as the
+    cluster sees its model cache (under ``runtime.spec.MODEL_CACHE_PATH``): the kube driver
+    mounts the cache there, the local driver maps that prefix to its own model cache folder.
+    ``calibration`` holds the uploaded texts (the driver writes them where the job's
+    ``calibration.path`` says); empty: the tool's built-in set. ``source_repo``: a hub
+    repository to download into ``job["source_path"]`` first (with ``hf_token``, kept out of
+    ``repr``), "" when the source is already in the cache.
+    """
+
+    run_id: str
+    attempt: int
+    namespace: str
+    job: dict[str, Any]
+    gpu: str = ""
+    gpus: int = 1
+    calibration: tuple[str, ...] = ()
+    source_repo: str = ""
+    source_revision: str = ""
+    hf_token: str | None = field(default=None, repr=False)
+    deadline_s: int = 6 * 3600
+
+    @property
+    def name(self) -> str:
+        """The attempt's short name (object names, folders)."""
+        return f"quantize-{self.run_id[:8]}-{self.attempt}"
+
+
+@dataclass(frozen=True)
+class QuantizationProgress:
+    """What a quantization attempt has said so far: every line of its standard output (the
+    tool's JSON-lines events, the oldest first), its state, and on failure the last lines of
+    its log. ``output_dir``: where the attempt's ``output_dir`` is as the tool saw it, so its
+    ``checkpoint`` paths can be told back under the model cache."""
+
+    state: str
+    lines: tuple[str, ...] = ()
+    message: str = ""
+    output_dir: str = ""
+
+
 class Driver(Protocol):
     """What reconcile needs from a cluster. Every method is safe to call again."""
 
@@ -400,6 +451,16 @@ class Driver(Protocol):
     ) -> None:
         """Run ``run``'s points in order, handing each point's AIPerf export to ``on_point``
         with its index as soon as the driver has it; a run that fails raises a DriverError."""
+
+    def start_quantization(self, job: QuantizationJob) -> None:
+        """Start ``job``'s attempt unless it already runs or ran (safe to call again)."""
+
+    def read_quantization(self, job: QuantizationJob) -> QuantizationProgress:
+        """What ``job``'s attempt has printed so far, and whether it still runs."""
+
+    def remove_quantization(self, job: QuantizationJob) -> bool:
+        """Stop ``job``'s attempt and remove what it ran in (never its checkpoints); True once
+        nothing is left."""
 
     def close(self) -> None:
         """Release connections (the kube client's pool); running endpoints are unaffected."""

@@ -27,7 +27,10 @@ Limit = StrictInt | None
 
 
 class QuotaLineOut(Schema):
-    quota: str = Field(description="gpus, gpus.<GPU type>, endpoints or replicas_per_endpoint")
+    quota: str = Field(
+        description="gpus, gpus.<GPU type>, endpoints, replicas_per_endpoint or "
+        "quantization_gpu_hours"
+    )
     limit: int | None = Field(description="null: no limit")
     in_use: int = Field(
         description="GPUs and endpoints the organization's endpoints ask for (desired replicas "
@@ -49,6 +52,9 @@ class QuotaIn(StrictIn):
     )
     endpoints: Limit = Field(None, ge=0, le=1_000_000)
     replicas_per_endpoint: Limit = Field(None, ge=0, le=1_000_000)
+    quantization_gpu_hours: Limit = Field(
+        None, ge=0, le=1_000_000, description="GPU-hours of quantization runs per calendar month"
+    )
 
 
 def _usage_out(organization: Organization) -> dict[str, Any]:

@@ -25,6 +25,8 @@ class Quota(models.Model):
     gpus_by_type = models.JSONField(default=dict, blank=True)
     endpoints = models.PositiveIntegerField(null=True, blank=True)
     replicas_per_endpoint = models.PositiveIntegerField(null=True, blank=True)
+    # GPU-hours the organization's quantization runs may use in a calendar month (UTC).
+    quantization_gpu_hours = models.PositiveIntegerField(null=True, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
     updated_by = models.CharField(max_length=150, blank=True)
 

@@ -9,6 +9,10 @@ What counts: each endpoint that is asked to run (``desired_state`` running) coun
 *desired* replicas of its target revision x the GPUs per replica, by the spec's GPU type; a
 prefill/decode split counts each pool (its settings' size, or the autoscaler's where it scaled
 the pool) while it is asked to run any replica.
+A quantization run (``deployments.quantization``) counts its GPUs by type while it is queued or
+running, and is refused at start where they do not fit or where the organization's runs have
+used this month's ``quantization_gpu_hours`` (``check_gpus``); a run that is going is never
+stopped by it.
 Stopped endpoints count no GPUs but still count as endpoints; endpoints being deleted count
 nothing. The quota is enforced at the moment replicas are asked for: create (the initial
 replicas), edit and rollback (the new settings, with the replicas they clamp to), scale,
@@ -28,6 +32,7 @@ without a row has no limits and takes no lock.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +45,7 @@ from controlplane.access import AccessDenied, Actor
 from controlplane.models import Organization, Role
 from controlplane.services import Conflict, ServiceError
 from deployments.endpoints.models import Deployment, DesiredState
+from deployments.quantization.queries import gpu_hours_this_month, running_gpus
 from deployments.quotas.models import Quota
 from runtime.catalog import UnknownGpuError, get_gpu, gpu_ids
 
@@ -48,6 +54,7 @@ __all__ = [
     "QuotaExceeded",
     "check",
     "check_canary",
+    "check_gpus",
     "demand_of",
     "headroom",
     "limits_of",
@@ -164,6 +171,8 @@ def _in_use(organization: Organization, excluding: Deployment | None = None) -> 
         demand = demand_of(spec, replicas, state, _scaled_pools(scaled, number))
         by_type[demand.gpu] += demand.gpus
         largest = max(largest, demand.replicas)
+    for gpu, gpus in running_gpus(organization.pk):  # quantization runs hold GPUs too
+        by_type[gpu] += gpus
     return _InUse(by_type, live.count(), largest)
 
 
@@ -241,6 +250,28 @@ def check_canary(deployment: Deployment, spec: dict[str, Any], replicas: int) ->
     )  # fmt: skip
 
 
+def check_gpus(organization: Organization, *, gpu: str, gpus: int, field: str) -> None:
+    """Raise :class:`QuotaExceeded` when ``gpus`` more GPUs of type ``gpu`` (a quantization
+    run's, for its writer to call in its transaction) break a GPU quota, or when the
+    organization's runs have used up this month's quantization GPU-hours."""
+    quota = _locked_quota(organization)
+    if quota is None:
+        return
+    if quota.quantization_gpu_hours is not None:
+        used = gpu_hours_this_month(organization.pk, timezone.now())
+        if used >= quota.quantization_gpu_hours:
+            raise QuotaExceeded(
+                "quantization_gpu_hours", limit=quota.quantization_gpu_hours,
+                in_use=math.ceil(used), requested=0, field=field,
+            )  # fmt: skip
+    others = _in_use(organization)
+    by_type = quota.gpus_by_type or {}
+    if gpu in by_type:
+        _enforce(f"gpus.{gpu}", int(by_type[gpu]), others.gpus_by_type[gpu], gpus, 0, field=field)
+    if quota.gpus is not None:
+        _enforce("gpus", quota.gpus, others.gpus, gpus, 0, field=field)
+
+
 def _enforce(
     name: str, limit: int, in_use: int, requested: int, before: int, *, field: str
 ) -> None:
@@ -313,6 +344,11 @@ def usage(organization: Organization) -> dict[str, Any]:
             "limit": quota.replicas_per_endpoint if quota else None,
             "in_use": in_use.largest,
         },
+        {
+            "quota": "quantization_gpu_hours",
+            "limit": quota.quantization_gpu_hours if quota else None,
+            "in_use": round(gpu_hours_this_month(organization.pk, timezone.now()), 3),
+        },
     ]
     return {
         "quotas": lines,
@@ -324,12 +360,16 @@ def usage(organization: Organization) -> dict[str, Any]:
 def limits_of(quota: Quota | None) -> dict[str, Any]:
     """The limits as the API takes and returns them (the audit log's before/after too)."""
     if quota is None:
-        return {"gpus": None, "gpus_by_type": {}, "endpoints": None, "replicas_per_endpoint": None}
+        return {
+            "gpus": None, "gpus_by_type": {}, "endpoints": None, "replicas_per_endpoint": None,
+            "quantization_gpu_hours": None,
+        }  # fmt: skip
     return {
         "gpus": quota.gpus,
         "gpus_by_type": dict(quota.gpus_by_type),
         "endpoints": quota.endpoints,
         "replicas_per_endpoint": quota.replicas_per_endpoint,
+        "quantization_gpu_hours": quota.quantization_gpu_hours,
     }
 
 
@@ -395,6 +435,9 @@ def set_quota(user: Any, organization: Organization, limits: dict[str, Any]) -> 
         "endpoints": _limit(limits.get("endpoints"), "endpoints"),
         "replicas_per_endpoint": _limit(
             limits.get("replicas_per_endpoint"), "replicas_per_endpoint"
+        ),
+        "quantization_gpu_hours": _limit(
+            limits.get("quantization_gpu_hours"), "quantization_gpu_hours"
         ),
     }
     Organization.objects.select_for_update().filter(pk=organization.pk).first()

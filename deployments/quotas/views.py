@@ -20,7 +20,7 @@ from controlplane.services import ServiceError
 from deployments.quotas import services as quotas
 
 PER_PAGE = 25
-NUMBER_FIELDS = ("gpus", "endpoints", "replicas_per_endpoint")
+NUMBER_FIELDS = ("gpus", "endpoints", "replicas_per_endpoint", "quantization_gpu_hours")
 
 
 def _number(form: Any, name: str) -> int | None:

@@ -33,6 +33,7 @@ from plinth.optimizer import (
     fit_candidate,
     optimizer_message,
 )
+from plinth.quantize import Quantization
 from plinth.resources import (
     Adapters,
     Audit,
@@ -138,6 +139,7 @@ class _Base:
         self.secrets = Secrets(self)
         self.clusters = Clusters(self)
         self.audit = Audit(self)
+        self.quantization = Quantization(self)
 
 
 def _settled(endpoint: Any) -> bool:

@@ -201,6 +201,31 @@ class Architecture(ApiModel):
     checkpoint_bytes_per_param: float = 2.0
 
 
+class ArtifactOut(ApiModel):
+    "ArtifactOut"
+
+    id: str
+    path: str
+    quantization: str
+    source_model: str
+    run: str
+    candidate: str
+    recipe: dict[str, Any]
+    tool: dict[str, Any]
+    calibration_sha256: str
+    mean_kl: float
+    top1: float
+    created_at: datetime
+
+
+class ArtifactPage(ApiModel):
+    "ArtifactPage"
+
+    items: list[ArtifactOut]
+    count: int
+    next: str | None = None
+
+
 class AuditEventOut(ApiModel):
     "AuditEventOut"
 
@@ -295,6 +320,35 @@ class BenchmarkOut(ApiModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+
+
+class CalibrationSetIn(ApiModel):
+    "CalibrationSetIn"
+
+    name: str
+    samples: str
+    retention_days: int = 30
+
+
+class CalibrationSetOut(ApiModel):
+    "CalibrationSetOut"
+
+    id: str
+    name: str
+    samples: int
+    sha256: str
+    created_by: str
+    created_at: datetime
+    expires_at: datetime | None
+    purged_at: datetime | None
+
+
+class CalibrationSetPage(ApiModel):
+    "CalibrationSetPage"
+
+    items: list[CalibrationSetOut]
+    count: int
+    next: str | None = None
 
 
 class CanaryOut(ApiModel):
@@ -1308,6 +1362,112 @@ class PromoteIn(ApiModel):
     message: str = ''
 
 
+class QuantizationCandidateOut(ApiModel):
+    "QuantizationCandidateOut"
+
+    name: str
+    recipe: dict[str, Any]
+    mean_kl: float
+    p99_kl: float | None
+    top1: float
+    quantized_fraction: float
+    bits_per_weight: float
+    quantization: str
+    checkpoint: str
+    price: dict[str, Any] | None
+    artifact: str | None
+    on_frontier: bool
+
+
+class QuantizationCompareOut(ApiModel):
+    "QuantizationCompareOut"
+
+    baseline: str
+    candidates: list[dict[str, Any]]
+
+
+class QuantizationDeployIn(ApiModel):
+    "QuantizationDeployIn"
+
+    deployment: str
+    candidate: str
+    mode: Literal['canary', 'revision'] = 'canary'
+    weight: int = 10
+
+
+class QuantizationDeployOut(ApiModel):
+    "QuantizationDeployOut"
+
+    mode: str
+    revision: int
+    canary: str | None
+    gate: str | None
+
+
+class QuantizationRecipeIn(ApiModel):
+    "QuantizationRecipeIn"
+
+    name: str
+    keep_bf16: list[str] | None = None
+    formats: dict[str, str] | None = None
+
+
+class QuantizationRunIn(ApiModel):
+    "QuantizationRunIn"
+
+    format: str
+    source_model: str = ''
+    deployment: str | None = None
+    recipes: list[QuantizationRecipeIn] | None = None
+    propose: bool = False
+    calibration_set: str | None = None
+    samples: int = 64
+    max_seq_len: int = 512
+    cluster: str | None = None
+    gpu: str = ''
+    gpus: int = 1
+    name: str = ''
+
+
+class QuantizationRunOut(ApiModel):
+    "QuantizationRunOut"
+
+    id: str
+    name: str
+    status: str
+    phase: str
+    phase_candidate: str
+    source_model: str
+    deployment: str | None
+    format: str
+    recipes: list[dict[str, Any]]
+    propose: bool
+    calibration_set: str | None
+    samples: int
+    max_seq_len: int
+    cluster: str
+    gpu: str
+    gpus: int
+    attempt: int
+    sensitivity: list[dict[str, Any]]
+    events: int
+    candidates: list[QuantizationCandidateOut]
+    gpu_seconds: float
+    error: str
+    created_by: str
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class QuantizationRunPage(ApiModel):
+    "QuantizationRunPage"
+
+    items: list[QuantizationRunOut]
+    count: int
+    next: str | None = None
+
+
 class QuantizationSettings(ApiModel):
     "QuantizationSettings"
 
@@ -1322,6 +1482,7 @@ class QuotaIn(ApiModel):
     gpus_by_type: dict[str, int] | None = None
     endpoints: int | None = None
     replicas_per_endpoint: int | None = None
+    quantization_gpu_hours: int | None = None
 
 
 class QuotaLineOut(ApiModel):
@@ -1673,6 +1834,8 @@ ApiKeyLimitsIn.model_rebuild()
 ApiKeyOut.model_rebuild()
 ApiKeyPage.model_rebuild()
 Architecture.model_rebuild()
+ArtifactOut.model_rebuild()
+ArtifactPage.model_rebuild()
 AuditEventOut.model_rebuild()
 AuditPage.model_rebuild()
 AuditQuery.model_rebuild()
@@ -1680,6 +1843,9 @@ AutoscalingSettings.model_rebuild()
 BatchingSettings.model_rebuild()
 BenchmarkIn.model_rebuild()
 BenchmarkOut.model_rebuild()
+CalibrationSetIn.model_rebuild()
+CalibrationSetOut.model_rebuild()
+CalibrationSetPage.model_rebuild()
 CanaryOut.model_rebuild()
 CanaryStartIn.model_rebuild()
 CandidateOut.model_rebuild()
@@ -1770,6 +1936,14 @@ PredictionOut.model_rebuild()
 ProfileIn.model_rebuild()
 ProfileOut.model_rebuild()
 PromoteIn.model_rebuild()
+QuantizationCandidateOut.model_rebuild()
+QuantizationCompareOut.model_rebuild()
+QuantizationDeployIn.model_rebuild()
+QuantizationDeployOut.model_rebuild()
+QuantizationRecipeIn.model_rebuild()
+QuantizationRunIn.model_rebuild()
+QuantizationRunOut.model_rebuild()
+QuantizationRunPage.model_rebuild()
 QuantizationSettings.model_rebuild()
 QuotaIn.model_rebuild()
 QuotaLineOut.model_rebuild()

@@ -179,10 +179,11 @@ def test_only_instance_admins_set_quotas_and_every_change_is_audited(
     assert event.actor_label == "user:root"
     assert event.before == {
         "gpus": None, "gpus_by_type": {}, "endpoints": None, "replicas_per_endpoint": None,
+        "quantization_gpu_hours": None,
     }  # fmt: skip
     assert event.after == {
         "gpus": 8, "gpus_by_type": {"H100-SXM": 4}, "endpoints": None,
-        "replicas_per_endpoint": None,
+        "replicas_per_endpoint": None, "quantization_gpu_hours": None,
     }  # fmt: skip
 
 

@@ -69,6 +69,10 @@ def _benchmarks(w: World) -> dict[str, str]:
     return {**_endpoint(w), "a": w.benchmark_ids[0], "b": w.benchmark_ids[1]}
 
 
+def _quantization_run(w: World) -> dict[str, str]:
+    return {"run_id": w.quantization_run}
+
+
 def _invitation(w: World) -> dict[str, str]:
     return {"invitation_id": str(w.invitation.pk)}
 
@@ -85,6 +89,7 @@ V, R = Variant, Role
 # Settings of neither revision of Acme's endpoint: a canary of them is a change.
 SPEC_V3 = {**SPEC_V2, "autoscaling": {"min_replicas": 1, "max_replicas": 2}}
 EP = "/api/v1/deployments/{deployment_id}"
+QZ = "/api/v1/quantization"
 
 EXPECTED: dict[tuple[str, str], tuple[Variant, ...]] = {
     # --- endpoints ---
@@ -202,6 +207,42 @@ EXPECTED: dict[tuple[str, str], tuple[Variant, ...]] = {
     ("GET", EP + "/usage"): (V(R.VIEWER, Scope.OBJECT, _endpoint),),
     ("GET", "/api/v1/usage"): (V(R.VIEWER, Scope.COLLECTION),),
     ("GET", "/api/v1/costs"): (V(R.VIEWER, Scope.COLLECTION),),
+    # --- quantization: runs of the organization; one of Acme's with a candidate "all" ---
+    ("POST", QZ + "/runs"): (
+        V(
+            R.DEVELOPER,
+            Scope.COLLECTION,
+            body=lambda w: {
+                "format": "fp8",
+                "source_model": "/root/.cache/huggingface/sweep-model",
+                "propose": True,
+            },
+        ),
+    ),
+    ("GET", QZ + "/runs"): (V(R.VIEWER, Scope.COLLECTION),),
+    ("GET", QZ + "/runs/{run_id}"): (V(R.VIEWER, Scope.OBJECT, _quantization_run),),
+    ("GET", QZ + "/runs/{run_id}/compare"): (V(R.VIEWER, Scope.OBJECT, _quantization_run),),
+    ("POST", QZ + "/runs/{run_id}/cancel"): (
+        V(R.DEVELOPER, Scope.OBJECT, _quantization_run, body=lambda w: {}),
+    ),
+    # Deploying makes a revision of the endpoint: a developer's, as an edit is.
+    ("POST", QZ + "/runs/{run_id}/deploy"): (
+        V(
+            R.DEVELOPER,
+            Scope.OBJECT,
+            _quantization_run,
+            body=lambda w: {"deployment": w.endpoint.slug, "candidate": "all", "mode": "revision"},
+        ),
+    ),
+    ("GET", QZ + "/artifacts"): (V(R.VIEWER, Scope.COLLECTION),),
+    ("GET", QZ + "/calibration-sets"): (V(R.VIEWER, Scope.COLLECTION),),
+    ("POST", QZ + "/calibration-sets"): (
+        V(
+            R.DEVELOPER,
+            Scope.COLLECTION,
+            body=lambda w: {"name": "sweep", "samples": '{"text": "hello"}\n'},
+        ),
+    ),
     # A log can hold what users sent (prompts in errors, --log-requests): developers and up.
     ("GET", EP + "/logs"): (
         V(R.DEVELOPER, Scope.OBJECT, _endpoint),

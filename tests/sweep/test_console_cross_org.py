@@ -103,6 +103,9 @@ OBJECT_PAGES: dict[str, Page] = {
     "invitation-revoke": Page(EMPTY),
     "invitation-respond": Page(lambda w: {"action": "accept"}),
     "secret-delete": Page(EMPTY),
+    "quantization-run": Page(EMPTY),
+    "quantization-cancel": Page(EMPTY),
+    "quantization-deploy": Page(lambda w: {"candidate": "all", "deployment": w.endpoint.slug}),
 }
 # Patterns without parameters: bob's own organization, and forms that reference Acme's objects.
 PAGES: dict[str, Page] = {
@@ -128,6 +131,12 @@ PAGES: dict[str, Page] = {
     ),
     "usage": Page(),
     "costs": Page(),
+    # Bob's own runs and checkpoints; a run of an Acme endpoint's model must be refused.
+    "quantization": Page(
+        lambda w: {"format": "fp8", "deployment": w.endpoint.slug, "propose": "on"}, REFUSED
+    ),
+    "quantized-models": Page(),
+    "calibration-upload": Page(lambda w: {"name": "globex", "samples": '{"text": "hi"}'}),
     "fleet": Page(),  # bob's clusters and the shared ones, with only Globex's endpoints
     # The optimizer answers anyone signed in about the catalogue (or their own clusters); its
     # apply form names an Acme endpoint and must be refused; the wizard's Recommend names none.
@@ -160,6 +169,7 @@ MISSING: dict[str, Any] = {
     "secret_id": uuid.UUID(int=4),
     "benchmark_id": uuid.UUID(int=5),
     "name": "sweep-adapter",
+    "run_id": uuid.UUID(int=6),
 }
 PARAMETERS: dict[str, Callable[[World], Any]] = {
     "slug": lambda w: w.endpoint.slug,
@@ -171,6 +181,7 @@ PARAMETERS: dict[str, Callable[[World], Any]] = {
     "secret_id": lambda w: w.spare_secret.pk,
     "benchmark_id": lambda w: w.benchmark_ids[0],
     "name": lambda w: "sweep-adapter",  # an adapter of the endpoint's revision 2
+    "run_id": lambda w: w.quantization_run,
 }
 
 

@@ -39,6 +39,7 @@ from controlplane.models import (
 from deployments.clusters import services as cluster_services
 from deployments.clusters.models import Cluster
 from deployments.costs.models import ReplicaSpan
+from deployments.drivers.base import QUANTIZE_RUNNING, QuantizationProgress
 from deployments.endpoints import services
 from deployments.endpoints.models import Deployment, DeploymentEvent, Revision
 from deployments.experiments.benchmark import services as benchmarks
@@ -49,7 +50,9 @@ from deployments.experiments.models import (
     QualityGate,
     QualityGateStatus,
 )
+from deployments.quantization import services as quantization
 from deployments.traffic.models import MetricSample, UsageRecord
+from runtime.spec import MODEL_CACHE_PATH
 from tests.conftest import PASSWORD, Cast
 
 SLUG = "acme-private-chat"
@@ -137,6 +140,8 @@ class World:
     canary_endpoint: Deployment | None = None
     # Two finished benchmarks of ``endpoint`` (ids), for the read and compare routes.
     benchmark_ids: tuple[str, str] = ("", "")
+    # A quantization run of Acme's with one candidate (checkpoint) named "all".
+    quantization_run: str = ""
 
     @property
     def secret_values(self) -> list[str]:
@@ -170,6 +175,7 @@ class World:
             ),
             str(self.cluster.pk),
             self.cluster.name,
+            *((self.quantization_run,) if self.quantization_run else ()),
             self.log_line,
             *(str(s.pk) for s in Secret.objects.filter(organization=acme)),
             *Secret.objects.filter(organization=acme).values_list("name", flat=True),
@@ -304,6 +310,7 @@ def build_world(cast: Cast, run_dir: Path) -> World:
         log_line=log_line,
         canary_endpoint=Deployment.objects.get(pk=canary_endpoint.pk),
         benchmark_ids=finished,
+        quantization_run=_quantization_run(owner),
     )
     by_name = {u.get_username(): u for u in users.objects.all()}
     world.sessions = {
@@ -344,6 +351,24 @@ def _finished_benchmarks(owner: Any, endpoint: Deployment) -> tuple[str, str]:
         Benchmark.objects.filter(pk=created.pk).update(status=BenchmarkStatus.SUCCEEDED)
         ids.append(str(created.pk))
     return ids[0], ids[1]
+
+
+def _quantization_run(owner: Any) -> str:
+    """A run with one candidate, as the tool's events would leave it (no tool runs here)."""
+    run = quantization.start_run(
+        owner, format="fp8", source_model=f"{MODEL_CACHE_PATH}/acme-sweep-model",
+        recipes=[{"name": "all"}],
+    )  # fmt: skip
+    quantization.begin_attempt(run)
+    event = {
+        "event": "candidate", "name": "all", "recipe": {"name": "all"}, "mean_kl": 0.01,
+        "top1": 0.99, "quantized_fraction": 1.0, "bits_per_weight": 8.0,
+        "checkpoint": "/out/all", "quantization": "compressed-tensors",
+        "tool": {"name": "llmcompressor", "version": "0.14.0.1"}, "calibration_sha256": "0" * 64,
+    }  # fmt: skip
+    progress = QuantizationProgress(QUANTIZE_RUNNING, (json.dumps(event),), "", "/out")
+    quantization.record_progress(run, progress)
+    return str(run.pk)
 
 
 def _management_key(cast: Cast, role: str, name: str) -> str:

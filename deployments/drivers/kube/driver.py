@@ -35,7 +35,7 @@ from typing import Any
 
 from deployments.drivers import base
 from deployments.drivers.errors import ForeignObjectError
-from deployments.drivers.kube import benchmark, placement, warm
+from deployments.drivers.kube import benchmark, placement, quantize, warm
 from deployments.drivers.kube import labels as L
 from deployments.drivers.kube.client import Kind, KubeClient, KubePermanentError, kind_of
 from deployments.drivers.kube.informer import ClusterCache
@@ -102,6 +102,16 @@ class KubeDriver:
     ) -> None:
         """The sweep as one Job in the endpoint's namespace (``kube.benchmark``)."""
         benchmark.run_benchmark(self.client, self.options, run, on_point)
+
+    def start_quantization(self, job: base.QuantizationJob) -> None:
+        """The attempt as a Job on a node of its GPU type (``kube.quantize``)."""
+        quantize.start(self.client, self.options, job)
+
+    def read_quantization(self, job: base.QuantizationJob) -> base.QuantizationProgress:
+        return quantize.read(self.client, job)
+
+    def remove_quantization(self, job: base.QuantizationJob) -> bool:
+        return quantize.remove(self.client, job)
 
     # --- apply ---
 

@@ -46,6 +46,7 @@ PRESTAGE_OF = "plinth.dev/prestage-of"
 # observe count their pod as a replica; only the endpoint's delete takes them too.
 BENCHMARK = "plinth.dev/benchmark"
 BENCHMARK_OF = "plinth.dev/benchmark-of"
+QUANTIZATION = "plinth.dev/quantization"  # the run id of a quantization Job's objects
 # Set by the Job controller on every pod of one Job (Kubernetes 1.27+): the Job's uid.
 JOB_UID = "batch.kubernetes.io/controller-uid"
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from deployments.drivers import base
 from deployments.drivers.errors import PermanentDriverError, TemporaryDriverError
-from deployments.drivers.local import adapters, warm
+from deployments.drivers.local import adapters, quantize, warm
 from deployments.drivers.local.benchmark import run_points
 from deployments.drivers.local.logfile import read_log
 from deployments.drivers.local.processes import ProcessRecord, ProcessTable, free_port
@@ -61,6 +61,10 @@ class LocalOptions:
     env: dict[str, str] = field(default_factory=dict)
     # Where the tools environment (AIPerf, for benchmarks) lives: PLINTH_TOOLS_DIR.
     tools_dir: Path | None = None
+    # Where the model cache (runtime.spec.MODEL_CACHE_PATH) is on this machine, and the
+    # quantization tool's Python ("": scripts/quantize_env.sh names it): local.quantize.
+    model_cache_dir: Path | None = None
+    quantize_python: str = ""
 
 
 def _digest(*parts: object) -> str:
@@ -91,6 +95,25 @@ class LocalDriver:
         if self.options.tools_dir is None:
             raise PermanentDriverError("the local driver was given no tools folder for AIPerf")
         run_points(run, on_point, tools_dir=self.options.tools_dir)
+
+    # --- quantization (local.quantize) ---
+
+    def _model_cache(self) -> Path:
+        if self.options.model_cache_dir is None:
+            raise PermanentDriverError("the local driver was given no model cache folder")
+        return self.options.model_cache_dir
+
+    def start_quantization(self, job: base.QuantizationJob) -> None:
+        python = quantize.tool_python(self.options.quantize_python)
+        quantize.start(
+            job, run_dir=self.options.run_dir, model_cache_dir=self._model_cache(), python=python
+        )
+
+    def read_quantization(self, job: base.QuantizationJob) -> base.QuantizationProgress:
+        return quantize.read(job, run_dir=self.options.run_dir, model_cache_dir=self._model_cache())
+
+    def remove_quantization(self, job: base.QuantizationJob) -> bool:
+        return quantize.remove(job, run_dir=self.options.run_dir)
 
     def _table(self, ref: base.DeploymentRef) -> ProcessTable:
         return ProcessTable(self.options.run_dir / ref.id)
@@ -211,10 +234,26 @@ class LocalDriver:
         """The command line of one engine process: the plan's argv, on loopback at ``port``,
         demanding ``api_key`` when there is one."""
         args = with_flag(with_flag(role.args, "--host", "127.0.0.1"), "--port", port)
+        args = self._cached_model(args)
         if not api_key:
             return [self.options.python, "-m", self._engine_module(), *args]
         args = with_flag(args, "--api-key", API_KEY_REF)  # the value is in the environment
         return [*self._keyed(), "-m", self._engine_module(), *args]
+
+    def _cached_model(self, args: list[str]) -> list[str]:
+        """``args`` loading a model cache path from this machine's cache folder, where it holds
+        that path (a checkpoint the quantization tool wrote); the name served stays the path."""
+        at = args.index("--model-path") + 1 if "--model-path" in args[:-1] else 0
+        if not at or self.options.model_cache_dir is None:
+            return args
+        try:
+            found = quantize.local_path(args[at], self.options.model_cache_dir)
+        except PermanentDriverError:
+            return args  # a hub repository id
+        if not found.is_dir():
+            return args
+        named = args if "--served-model-name" in args else [*args, "--served-model-name", args[at]]
+        return with_flag(named, "--model-path", str(found))
 
     def _engine_module(self) -> str:
         if self.options.engine == "sim":

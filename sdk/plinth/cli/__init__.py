@@ -1,6 +1,6 @@
 """The ``plinth`` command: endpoints, revisions, LoRA adapters, logs, keys, usage, secrets,
-canaries, quality gates, placement across clusters and drains, benchmarks, the optimizer and
-declarative apply.
+canaries, quality gates, placement across clusters and drains, benchmarks, the optimizer,
+quantization and declarative apply.
 
 Exit codes (also in ``plinth --help``): 0 done; 1 ``diff`` found differences; 2 wrong usage;
 3 not found; 4 conflict (e.g. a revision saved by someone else: plan again); 5 refused input
@@ -28,6 +28,7 @@ from plinth.cli.canary import canary_app
 from plinth.cli.gate import gate_app
 from plinth.cli.keys import keys_app
 from plinth.cli.output import EPILOG, EXIT_INVALID, EXIT_USAGE, exit_for
+from plinth.cli.quantize import quantize_app
 from plinth.cli.secrets import secrets_app
 from plinth.errors import PlinthError
 
@@ -69,6 +70,7 @@ app.add_typer(secrets_app, name="secrets")
 app.add_typer(canary_app, name="canary")
 app.add_typer(bench_app, name="bench")
 app.add_typer(gate_app, name="gate")
+app.add_typer(quantize_app, name="quantize")
 
 
 def main() -> None:

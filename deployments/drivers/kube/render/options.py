@@ -1,5 +1,5 @@
 """What every renderer is given besides the endpoint and its revision: the cluster's settings
-(and the installation's benchmark image).
+(and the installation's benchmark and quantization images).
 
 Its own module, below every family, because the package's ``__init__`` imports the families and
 they all take it.
@@ -24,3 +24,5 @@ class KubeOptions:
     # The installation's default AIPerf image for benchmark Jobs (PLINTH_BENCHMARK_IMAGE, as set:
     # checked when a benchmark runs, so a mistake in it fails benchmarks only); "": Plinth's.
     benchmark_image: str = ""
+    # The installation's image for quantization Jobs (PLINTH_QUANTIZE_IMAGE); "": Plinth's.
+    quantize_image: str = ""

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('controlplane', '0005_i30_lora_pf_key_adapters'),
+        ('controlplane', '0005_key_adapters'),
         ('deployments', '0021_replica_spans'),
     ]
 

@@ -1,0 +1,1 @@
+"""Quantizing a model in the platform: runs, candidates, checkpoints as model sources."""

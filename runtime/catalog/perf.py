@@ -6,8 +6,9 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.catalog.data import read_yaml
 
 _DATA = Path(__file__).with_name("perf.yaml")
 # Written by bench/speculative.py from the `fit` rows of speculative/published_points.tsv.
@@ -334,6 +335,6 @@ class PerfCatalog(_Row):
 @cache
 def perf_catalog() -> PerfCatalog:
     """The calibrated constants, loaded once."""
-    data = yaml.safe_load(_DATA.read_text())
-    data["speculative"]["fit"] = yaml.safe_load(_SPEC_FIT.read_text())
+    data = read_yaml(_DATA)
+    data["speculative"]["fit"] = read_yaml(_SPEC_FIT)
     return PerfCatalog.model_validate(data)

@@ -171,8 +171,12 @@ class EngineLoad:
         if decode:
             share = 1 - busy  # the engine time decode keeps
             itl_mean = self.decode_step(1) / self.accept / share
+            batch = 1
             for _ in range(6):  # Little's law fixed point: running = rate x output x ITL
                 running = rate * self.traffic.output_tokens * itl_mean
+                if max(1, math.ceil(running)) == batch:
+                    break  # the step is priced per whole batch: this one's gap is known
+                batch = max(1, math.ceil(running))
                 itl_mean = self.decode_step(running) / self.accept / share
             # p90: a step that accepts few tokens (speculation); once prefill keeps the
             # engine busy a tenth of the time, a tenth of the gaps carry a prompt's chunk.

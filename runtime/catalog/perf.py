@@ -230,6 +230,9 @@ class PublishedFigure(_Row):
 
 class PerfCatalog(_Row):
     kernels: tuple[KernelEfficiency, ...]
+    # How a kernel row's compute_half_tokens grows as the per-GPU GEMM width narrows:
+    # (4096 / width) ** this. 1 made a narrow GEMM's small-batch floor as slow as a wide one's.
+    compute_width_exponent: float = Field(default=1.0, ge=0, le=1)
     step_overhead_us: float = Field(ge=0)
     attention: tuple[AttentionEfficiency, ...] = Field(min_length=1)
     attention_compute: tuple[AttentionCompute, ...] = Field(min_length=1)

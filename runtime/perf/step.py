@@ -97,9 +97,13 @@ class StepModel:
         fixed_us = kernel.layer_overhead_us + GEMMS_PER_LAYER * kernel.gemm_fixed_us
         self.layer_overhead = (fixed_us + attention.fixed_us) * 1e-6
         # A GEMM needs enough M x N tiles to fill the GPU: narrower GEMMs per GPU (a smaller
-        # model, or more TP) need proportionally more tokens to reach the same efficiency.
+        # model, or more TP) need more tokens to reach the same efficiency, less than
+        # proportionally (``compute_width_exponent``: a one-token step's compute floor shrinks
+        # with TP as its GEMMs do, if more slowly than their weights).
         width = model.hidden_size / tp
-        self.half_tokens = kernel.compute_half_tokens * REFERENCE_WIDTH / width
+        self.width_exponent = cat.compute_width_exponent
+        scale = float((REFERENCE_WIDTH / width) ** self.width_exponent)
+        self.half_tokens = kernel.compute_half_tokens * scale
         self.step_overhead = cat.step_overhead_us * 1e-6
         link = cat.link(gpu.id)
         self.link_bandwidth = link.bus_gbs * 1e9
@@ -158,7 +162,8 @@ class StepModel:
         kv = model.kv_bytes_per_token(self.engine.kv_bytes_per_value)
         split = 1 if model.kv_lora_rank else min(attn_tp, model.num_kv_heads)
         self.kv_bytes_per_token = kv / split
-        self.half_tokens = self.half_tokens * attn_tp / self.tp  # wider per-GPU GEMMs
+        # Wider per-GPU GEMMs (an attention rank's TP, not the whole group's).
+        self.half_tokens *= float((attn_tp / self.tp) ** self.width_exponent)
 
     # ---- one step ----------------------------------------------------------------------------
     def step_seconds(self, work: StepWork) -> float:

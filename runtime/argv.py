@@ -28,6 +28,8 @@ class UnsafeArgvError(ValueError):
 
 def unprintable(text: str) -> str | None:
     """The first control, format or separator character of `text`, if any."""
+    if text.isascii() and text.isprintable():
+        return None  # printable ASCII has none of those categories; most tokens are (and fast)
     return next((ch for ch in text if unicodedata.category(ch) in _UNPRINTABLE), None)
 
 

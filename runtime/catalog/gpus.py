@@ -5,8 +5,9 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, computed_field
+
+from runtime.catalog.data import read_yaml
 
 _DATA = Path(__file__).with_name("gpus.yaml")
 # The node label NVIDIA GPU feature discovery sets to the product name of a node's GPUs.
@@ -57,7 +58,7 @@ class GpuType(BaseModel):
 
 @cache
 def _load() -> tuple[GpuType, ...]:
-    rows = yaml.safe_load(_DATA.read_text())
+    rows = read_yaml(_DATA)
     return tuple(GpuType.model_validate(row) for row in rows)
 
 

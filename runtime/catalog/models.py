@@ -5,8 +5,9 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from runtime.catalog.data import read_yaml
 
 _DATA = Path(__file__).with_name("models.yaml")
 
@@ -83,7 +84,7 @@ class ModelArch(BaseModel):
 
 @cache
 def _load() -> tuple[ModelArch, ...]:
-    rows = yaml.safe_load(_DATA.read_text())
+    rows = read_yaml(_DATA)
     return tuple(ModelArch.model_validate(row) for row in rows)
 
 

@@ -6,8 +6,9 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.catalog.data import read_yaml
 
 _DATA = Path(__file__).with_name("perf.yaml")
 # Written by bench/speculative.py from the `fit` rows of speculative/published_points.tsv.
@@ -229,6 +230,9 @@ class PublishedFigure(_Row):
 
 class PerfCatalog(_Row):
     kernels: tuple[KernelEfficiency, ...]
+    # How a kernel row's compute_half_tokens grows as the per-GPU GEMM width narrows:
+    # (4096 / width) ** this. 1 made a narrow GEMM's small-batch floor as slow as a wide one's.
+    compute_width_exponent: float = Field(default=1.0, ge=0, le=1)
     step_overhead_us: float = Field(ge=0)
     attention: tuple[AttentionEfficiency, ...] = Field(min_length=1)
     attention_compute: tuple[AttentionCompute, ...] = Field(min_length=1)
@@ -334,6 +338,6 @@ class PerfCatalog(_Row):
 @cache
 def perf_catalog() -> PerfCatalog:
     """The calibrated constants, loaded once."""
-    data = yaml.safe_load(_DATA.read_text())
-    data["speculative"]["fit"] = yaml.safe_load(_SPEC_FIT.read_text())
+    data = read_yaml(_DATA)
+    data["speculative"]["fit"] = read_yaml(_SPEC_FIT)
     return PerfCatalog.model_validate(data)

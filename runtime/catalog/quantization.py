@@ -14,8 +14,9 @@ from functools import cache
 from pathlib import Path
 from typing import Literal, Protocol
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.catalog.data import read_yaml
 
 _DATA = Path(__file__).with_name("quantization.yaml")
 
@@ -91,7 +92,7 @@ class _Catalogue(BaseModel):
 
 @cache
 def _load() -> _Catalogue:
-    return _Catalogue.model_validate(yaml.safe_load(_DATA.read_text()))
+    return _Catalogue.model_validate(read_yaml(_DATA))
 
 
 @cache

@@ -6,8 +6,9 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.catalog.data import read_yaml
 
 _DATA = Path(__file__).with_name("startup.yaml")
 
@@ -24,4 +25,4 @@ class StartupFigures(BaseModel):
 
 @cache
 def startup_figures() -> StartupFigures:
-    return StartupFigures.model_validate(yaml.safe_load(_DATA.read_text()))
+    return StartupFigures.model_validate(read_yaml(_DATA))

@@ -181,13 +181,19 @@ class EngineLoad:
         running = 0.0
         if decode:
             share = 1 - busy  # the engine time decode keeps
-            itl_mean = self.decode_step(1) / self.accept / share
+            step = self.decode_step(1)
+            itl_mean = step / self.accept / share
+            batch = 1
             for _ in range(6):  # Little's law fixed point: running = rate x output x ITL
                 running = rate * self.traffic.output_tokens * itl_mean
-                itl_mean = self.decode_step(running) / self.accept / share
+                if max(1, math.ceil(running)) == batch:
+                    break  # the step is priced per whole batch: this one's gap is known
+                batch = max(1, math.ceil(running))
+                step = self.decode_step(running)
+                itl_mean = step / self.accept / share
+            # `step` is now the step of `running` sequences (the batch it rounds up to).
             # p90: a step that accepts few tokens (speculation); once prefill keeps the
             # engine busy a tenth of the time, a tenth of the gaps carry a prompt's chunk.
-            step = self.decode_step(running)
             itl = max(itl_mean, step / self.accept_p90 / share)
             if busy > 0.1:
                 itl = max(itl, step / self.accept + chunk_s)
@@ -195,7 +201,7 @@ class EngineLoad:
             wait = busy * per_request / (2 * (1 - busy))  # M/D/1
             ttft = latency + P90_EXP * wait
             if decode:
-                ttft += self.decode_step(running)  # waits for the step in flight
+                ttft += step  # waits for the step in flight
         limit = min(self.kv_limit, self.running_cap)
         ok = ttft <= slo.ttft_p90_s and itl <= slo.itl_p90_s and running <= limit
         if slo.e2e_p90_s is not None and decode and prefill:

@@ -140,34 +140,32 @@ def price_layouts(
         # P/D pairs: same GPU and formats on both sides (KV layouts must match), any TPs; one
         # attention-DP size, expert sharding and KV tiers (the spec holds one for both pools:
         # a prefill pool priced with a host tier its spec would not deploy is no candidate).
+        # Decode pools grouped by what a pair must share, so each prefill pool meets only its
+        # own group (the same pairs, in the same order, as trying every decode pool).
+        by_pool: dict[tuple[object, ...], list[tuple[int, float]]] = {}
+        for j, d_cap in decode_caps.items():
+            if d_cap > 0:
+                by_pool.setdefault(pd_held(engines[j].shape), []).append((j, d_cap))
         for i, p_cap in prefill_caps.items():
             if p_cap <= 0:
                 continue
-            ps = engines[i].shape
-            for j, d_cap in decode_caps.items():
-                ds = engines[j].shape
-                same = pd_compatible(ps, ds)
-                if d_cap > 0 and same:
-                    layout = pd_layout(
-                        request, rate, (engines[i], engines[j]), (p_cap, d_cap), cache_aware
-                    )
-                    yield replace(layout, routing_matters=matters)
+            for j, d_cap in by_pool.get(pd_held(engines[i].shape), ()):
+                layout = pd_layout(
+                    request, rate, (engines[i], engines[j]), (p_cap, d_cap), cache_aware
+                )
+                yield replace(layout, routing_matters=matters)
 
 
-def pd_compatible(prefill: Shape, decode: Shape) -> bool:
-    """Whether two shapes can be one spec's prefill and decode pools."""
-
-    def held(shape: Shape) -> tuple[object, ...]:
-        return (
-            shape.gpu.id,
-            shape.quantization,
-            shape.kv_dtype,
-            shape.attn_dp,
-            shape.ep > 1,
-            shape.hicache_ratio,
-        )
-
-    return held(prefill) == held(decode)
+def pd_held(shape: Shape) -> tuple[object, ...]:
+    """What a spec's prefill and decode pools must share to pair."""
+    return (
+        shape.gpu.id,
+        shape.quantization,
+        shape.kv_dtype,
+        shape.attn_dp,
+        shape.ep > 1,
+        shape.hicache_ratio,
+    )
 
 
 def sizing_budget(request: OptimizeRequest, gpu: GpuType) -> int:

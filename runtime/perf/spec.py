@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from runtime.catalog.perf import AcceptanceCurve, PerfCatalog, perf_catalog
 from runtime.perf.hardware import ModelShape
@@ -158,6 +159,8 @@ def _score_share(p: float, rank: int, runner_up: float) -> float:
     return min(_rank_share(p, r, runner_up) for r in range(rank + 1))
 
 
+# Pure in hashable arguments; the optimizer asks it for the same few shapes thousands of times.
+@lru_cache(maxsize=4096)
 def expected_accept_length(
     shape: SpecShape,
     curve: Curve,
@@ -200,6 +203,7 @@ def expected_accept_length(
     return 1.0 + sum(prob for _, prob in chosen)
 
 
+@lru_cache(maxsize=4096)
 def chain_rate(length: float, steps: int) -> float:
     """The per-step rate of a plain chain of ``steps`` with the same mean length.
 

@@ -70,6 +70,23 @@ class EngineShape:
     lora: LoraCost | None = None  # LoRA adapters served (runtime.perf.lora); None: LoRA off
 
 
+def gemm_depth_share(model: ModelShape, tp: int) -> float:
+    """A layer's GEMM depth (K) per GPU at `tp` over its depth at TP1.
+
+    A GEMM's fixed part (``gemm_fixed_us``, FP8's above all) grows with its K: a block-scaled
+    FP8 GEMM promotes one scale per 128-deep block, so at a few rows its time is set by the K
+    loop, not the bytes (AIC's h200_sxm fp8_block table at M=1, Llama-3.1-8B TP 1-8: about
+    3 us plus 1 us per 1024 of K). QKV and gate-up are column-parallel (K = hidden size at any
+    TP); the output and down projections are row-parallel, their K split over TP. The FFN
+    width is the layer's parameters less attention's, over the three FFN matrices.
+    """
+    hidden, heads = model.hidden_size, model.num_attention_heads * model.head_dim
+    body = model.active_params_b * 1e9 - 2 * model.vocab_size * hidden
+    attention = hidden * (heads + 2 * model.num_kv_heads * model.head_dim) + heads * hidden
+    ffn = max(0.0, (body / model.num_layers - attention) / (3 * hidden))
+    return (2 * hidden + (heads + ffn) / max(1, tp)) / (2 * hidden + heads + ffn)
+
+
 class StepModel:
     """Seconds per step for one engine of `model` on `gpu` run as `engine`."""
 
@@ -98,12 +115,17 @@ class StepModel:
         # Per layer: the fixed kernels (norms, rotary, launches), the fixed part of each of its
         # GEMMs, which an FP8/FP4 path pays more of (activation quantization, scale handling), and
         # the KV format's (an FP8 cache quantizes K and V on write).
-        fixed_us = kernel.layer_overhead_us + GEMMS_PER_LAYER * kernel.gemm_fixed_us
+        gemm_fixed_us = GEMMS_PER_LAYER * kernel.gemm_fixed_us * gemm_depth_share(model, tp)
+        fixed_us = kernel.layer_overhead_us + gemm_fixed_us
         self.layer_overhead = (fixed_us + attention.fixed_us) * 1e-6
         # A GEMM needs enough M x N tiles to fill the GPU: narrower GEMMs per GPU (a smaller
-        # model, or more TP) need proportionally more tokens to reach the same efficiency.
+        # model, or more TP) need more tokens to reach the same efficiency, less than
+        # proportionally (``compute_width_exponent``: a one-token step's compute floor shrinks
+        # with TP as its GEMMs do, if more slowly than their weights).
         width = model.hidden_size / tp
-        self.half_tokens = kernel.compute_half_tokens * REFERENCE_WIDTH / width
+        self.width_exponent = cat.compute_width_exponent
+        scale = float((REFERENCE_WIDTH / width) ** self.width_exponent)
+        self.half_tokens = kernel.compute_half_tokens * scale
         self.step_overhead = cat.step_overhead_us * 1e-6
         link = cat.link(gpu.id)
         self.link_bandwidth = link.bus_gbs * 1e9
@@ -162,7 +184,8 @@ class StepModel:
         kv = model.kv_bytes_per_token(self.engine.kv_bytes_per_value)
         split = 1 if model.kv_lora_rank else min(attn_tp, model.num_kv_heads)
         self.kv_bytes_per_token = kv / split
-        self.half_tokens = self.half_tokens * attn_tp / self.tp  # wider per-GPU GEMMs
+        # Wider per-GPU GEMMs (an attention rank's TP, not the whole group's).
+        self.half_tokens *= float((attn_tp / self.tp) ** self.width_exponent)
 
     # ---- one step ----------------------------------------------------------------------------
     def step_seconds(self, work: StepWork) -> float:

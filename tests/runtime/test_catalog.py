@@ -172,3 +172,16 @@ def test_committed_catalogue_matches_the_reference_dump(tmp_path: Path) -> None:
     )
     committed = Path(__file__).resolve().parents[2] / "runtime/catalog/sglang-0.5.23.json"
     assert json.loads(out.read_text())["flags"] == json.loads(committed.read_text())["flags"]
+
+
+def test_catalogues_are_parsed_by_libyaml_where_pyyaml_has_it() -> None:
+    """The pure-Python YAML parser took ~0.1 s of CPU of every cold `python -m runtime optimize`
+    (issue 27: the CLI answers in under 1 s); libyaml's parser builds the same data."""
+    import yaml
+
+    from runtime.catalog import data
+
+    path = Path(data.__file__).with_name("perf.yaml")
+    assert data.read_yaml(path) == yaml.safe_load(path.read_text())
+    if yaml.__with_libyaml__:
+        assert data._LOADER is yaml.CSafeLoader

@@ -34,7 +34,7 @@ def block_pattern(block: str) -> str:
 
 def block_index(name: str) -> int:
     """A block's position in the model (its module name's last number)."""
-    found = re.search(r"(\d+)$", name)
+    found = re.search(r"(\d+)\Z", name)
     if found is None:
         raise ValueError(f"{name!r} is not a numbered decoder block")
     return int(found.group(1))

@@ -113,7 +113,12 @@ def _slashed_routes(
     patterns: list[URLPattern | URLResolver] | None = None, prefix: str = ""
 ) -> list[str]:
     """Every console route that ends in "/", with sample values for its parameters."""
-    samples = {"slug": "chat", "uuid": "00000000-0000-0000-0000-000000000001", "int": "1"}
+    samples = {
+        "slug": "chat",
+        "uuid": "00000000-0000-0000-0000-000000000001",
+        "int": "1",
+        "str": "x",
+    }
     found: list[str] = []
     for entry in patterns if patterns is not None else get_resolver().url_patterns:
         route = str(entry.pattern)

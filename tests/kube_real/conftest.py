@@ -17,7 +17,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import cache, partial
 from pathlib import Path
 from typing import Any
@@ -172,6 +172,33 @@ def wait_nothing_left(paths: Iterable[str], owned: Callable[[str], list[Any]]) -
 @pytest.fixture(scope="session")
 def admin(cluster: ControlPlane) -> Admin:
     return Admin(cluster)
+
+
+@dataclass
+class Started:
+    """One of the two-cluster tests' control planes: its name, admin, and the worker's token."""
+
+    name: str
+    plane: ControlPlane
+    admin: Admin
+    token: str  # the worker's ServiceAccount's
+
+
+@pytest.fixture(scope="session")
+def started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Started, Started]]:
+    """Two control planes beside the session's ``cluster`` (east and west), for the tests of an
+    endpoint spread over two clusters (test_fleet_on_real_clusters, whose failover stops east's
+    API server and starts it again, and test_fleet_routes_on_real_clusters). One pair for both
+    modules: each test works in namespaces of its own there (their ``planes``)."""
+    with (
+        running_cluster(tmp_path_factory.mktemp("kube-east")) as east,
+        running_cluster(tmp_path_factory.mktemp("kube-west")) as west,
+    ):
+        pair = [
+            Started(name, plane, admin, grant_worker_token(admin))
+            for name, plane, admin in (("east", east, Admin(east)), ("west", west, Admin(west)))
+        ]
+        yield pair[0], pair[1]
 
 
 @pytest.fixture

@@ -125,15 +125,20 @@ if [ "$#" -gt 0 ]; then  # a chosen subset: one run, as asked
   exec "$BIN/pytest" "$@"
 fi
 
-# The whole suite runs as two pytest processes side by side, each with its own test database and
-# Redis database: the unit-heavy directories (CPU-bound) and the end-to-end ones, which mostly
-# wait on the engines, workers, gateways and browsers they start. On 2 cores that halves the wall
-# time. Every test directory not named in UNIT runs in the second, so none can be left out.
-# The first side also runs tests/kube_real afterwards (below), so tests/gateway, tests/charts and
-# tests/sweep run in the second to even the two out. Change notifications are per Redis database
-# (controlplane.redis_clients.changes_channel), so the two sides' gateways never hear each other.
-UNIT=(tests/controlplane tests/runtime tests/drivers tests/test_conventions.py tests/test_layout.py)
-KUBE=(tests/kube_real)
+# The whole suite runs as three pytest processes side by side, each with its own test database
+# and Redis database: the unit-heavy directories (CPU-bound), tests/kube_real (it mostly waits on
+# its control plane's controllers) and the end-to-end ones, which mostly wait on the engines,
+# workers, gateways and browsers they start. On 2 cores the waiting sides cost little CPU (a
+# tests/kube_real run used 215 s of CPU in 946 s), so running them beside the CPU-bound one cuts
+# the wall time. Every test directory not named in UNIT or KUBE runs in the end-to-end side, so
+# none can be left out. UNIT also runs the Django-client sweeps (sweep, console, charts) and
+# KUBE some end-to-end directories (experiments, sdk, api), so that the three sides take about
+# as long; move a directory when one side grows past the others. Change notifications are per
+# Redis database (controlplane.redis_clients.changes_channel), so the sides' gateways never hear
+# each other.
+UNIT=(tests/controlplane tests/runtime tests/drivers tests/test_conventions.py tests/test_layout.py
+  tests/sweep tests/console tests/charts)
+KUBE=(tests/kube_real tests/experiments tests/sdk tests/api)
 E2E=()
 for entry in tests/*/ tests/test_*.py; do
   entry=${entry%/}
@@ -141,41 +146,42 @@ for entry in tests/*/ tests/test_*.py; do
   case "${entry##*/}" in __pycache__ | fixtures) continue ;; esac  # fixtures/: no tests of its own
   E2E+=("$entry")
 done
-E2E_REDIS=$("$BIN/python" - "$REDIS_URL" <<'PY'
+redis_db() {  # REDIS_URL with its database number moved on by $1
+  "$BIN/python" - "$REDIS_URL" "$1" <<'PY'
 import sys
 from urllib.parse import urlparse, urlunparse
 u = urlparse(sys.argv[1])
 db = int(u.path.strip("/") or 0)
-print(urlunparse(u._replace(path=f"/{(db + 1) % 16}")))
+print(urlunparse(u._replace(path=f"/{(db + int(sys.argv[2])) % 16}")))
 PY
-)
-E2E_DB="${PLINTH_TEST_DB_NAME:-test_plinth}_e2e"
+}
+TEST_DB="${PLINTH_TEST_DB_NAME:-test_plinth}"
+side() {  # one side's pytest: its name, test database, Redis URL, then the paths it runs
+  local name=$1 db=$2 redis=$3 start=$SECONDS rc=0
+  shift 3
+  PLINTH_TEST_DB_NAME=$db REDIS_URL=$redis "$BIN/pytest" "$@" || rc=$?
+  echo "[test] $name side took $((SECONDS - start)) s"
+  return "$rc"
+}
 tools_ready
 quantize_ready
-echo "[test] pytest: ${UNIT[*]} then ${KUBE[*]} (here) and ${E2E[*]} (beside it; its output follows)"
-# tests/kube_real runs after the unit side (the shorter one), in a pytest of its own once the
-# Kubernetes binaries are built: on a fresh machine the build runs beside every other test
-# instead of before them.
-{
-  START=$SECONDS
-  RC=0
-  PLINTH_TEST_DB_NAME=$E2E_DB REDIS_URL=$E2E_REDIS "$BIN/pytest" "${E2E[@]}" || RC=$?
-  echo "[test] end-to-end side took $((SECONDS - START)) s"
-  exit "$RC"
-} >"$RUN_DIR/e2e.log" 2>&1 &
+echo "[test] pytest: ${KUBE[*]} (here), ${UNIT[*]} and ${E2E[*]} (beside it; their output follows)"
+side end-to-end "${TEST_DB}_e2e" "$(redis_db 1)" "${E2E[@]}" >"$RUN_DIR/e2e.log" 2>&1 &
 E2E_PID=$!
-UNIT_RC=0
-START=$SECONDS
-"$BIN/pytest" "${UNIT[@]}" || UNIT_RC=$?
-echo "[test] unit side took $((SECONDS - START)) s"
+side unit "$TEST_DB" "$REDIS_URL" "${UNIT[@]}" >"$RUN_DIR/unit.log" 2>&1 &
+UNIT_PID=$!
+# tests/kube_real starts once the Kubernetes binaries are built: on a fresh machine the build
+# runs beside the other two sides instead of before them.
 kube_ready
-echo "[test] pytest: ${KUBE[*]}"
-START=$SECONDS
-"$BIN/pytest" "${KUBE[@]}" || UNIT_RC=$?
-echo "[test] tests/kube_real took $((SECONDS - START)) s"
+KUBE_RC=0
+side kube_real "${TEST_DB}_kube" "$(redis_db 2)" "${KUBE[@]}" || KUBE_RC=$?
+UNIT_RC=0
+wait "$UNIT_PID" || UNIT_RC=$?
+echo "[test] ---- unit directories ----"
+cat "$RUN_DIR/unit.log"
 E2E_RC=0
 wait "$E2E_PID" || E2E_RC=$?
 echo "[test] ---- end-to-end directories ----"
 cat "$RUN_DIR/e2e.log"
-echo "[test] pytest exit codes: unit and kube_real $UNIT_RC, end-to-end $E2E_RC"
-[ "$UNIT_RC" -eq 0 ] && [ "$E2E_RC" -eq 0 ]
+echo "[test] pytest exit codes: kube_real $KUBE_RC, unit $UNIT_RC, end-to-end $E2E_RC"
+[ "$KUBE_RC" -eq 0 ] && [ "$UNIT_RC" -eq 0 ] && [ "$E2E_RC" -eq 0 ]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import kubernetes_validate.utils
 import pytest
 import redis
 from django.conf import settings
@@ -24,6 +26,14 @@ from controlplane.models import Organization, Role
 pytest_plugins = ["tests.fixtures.endpoints", "tests.fixtures.sdk", "tests.fixtures.oidc"]
 
 DEADLOCK_DETECTED = "40P01"  # PostgreSQL's SQLSTATE
+
+# kubernetes-validate reads and parses its schema files on every call (one version's definitions
+# alone are 1.2 MB of JSON), and the tests validate thousands of rendered objects against a few
+# dozen files: each file is parsed once per test process instead. The same schemas check the
+# same objects the same way; only the re-reading is gone.
+kubernetes_validate.utils.schema_contents = functools.cache(  # type: ignore[assignment]
+    kubernetes_validate.utils.schema_contents
+)
 
 
 def _flush_retrying_deadlocks(flush: Any) -> Any:

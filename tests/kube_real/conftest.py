@@ -17,7 +17,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import cache, partial
 from pathlib import Path
 from typing import Any
@@ -174,6 +174,33 @@ def admin(cluster: ControlPlane) -> Admin:
     return Admin(cluster)
 
 
+@dataclass
+class Started:
+    """One of the two-cluster tests' control planes: its name, admin, and the worker's token."""
+
+    name: str
+    plane: ControlPlane
+    admin: Admin
+    token: str  # the worker's ServiceAccount's
+
+
+@pytest.fixture(scope="session")
+def started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Started, Started]]:
+    """Two control planes beside the session's ``cluster`` (east and west), for the tests of an
+    endpoint spread over two clusters (test_fleet_on_real_clusters, whose failover stops east's
+    API server and starts it again, and test_fleet_routes_on_real_clusters). One pair for both
+    modules: each test works in namespaces of its own there (their ``planes``)."""
+    with (
+        running_cluster(tmp_path_factory.mktemp("kube-east")) as east,
+        running_cluster(tmp_path_factory.mktemp("kube-west")) as west,
+    ):
+        pair = [
+            Started(name, plane, admin, grant_worker_token(admin))
+            for name, plane, admin in (("east", east, Admin(east)), ("west", west, Admin(west)))
+        ]
+        yield pair[0], pair[1]
+
+
 @pytest.fixture
 def namespace(admin: Admin) -> Iterator[str]:
     """A fresh namespace, with its ``default`` ServiceAccount (which pods need) made by the
@@ -188,13 +215,25 @@ def namespace(admin: Admin) -> Iterator[str]:
         interval=0.3,
     )
     yield name
+    delete_namespace(admin, name)
+
+
+def delete_namespace(admin: Admin, name: str) -> None:
+    """Delete a namespace and wait until its pods are gone (so no GPU they held is taken).
+
+    The namespace controller waits 5 s after a namespace starts terminating before it deletes
+    what is in it (its ``namespaceDeletionGracePeriod``), a fixed cost on every test. The pods
+    are asked to go here at once instead, as the controller would ask (gracefully: kwok, the
+    kubelet, ends them); the terminating namespace already refuses new ones, and the controller
+    still deletes everything else, and any pod that slipped in, after its wait."""
     admin.call("DELETE", f"/api/v1/namespaces/{name}")
     pods = f"/api/v1/namespaces/{name}/pods"
+    admin.call("DELETE", pods)
     wait_until(
         lambda: not admin.call("GET", pods).get("items"),
         f"the pods of {name} are gone",
         SETTLE_S,
-        interval=0.5,
+        interval=0.2,
     )
 
 

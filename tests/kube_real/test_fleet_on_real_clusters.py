@@ -1,4 +1,4 @@
-"""One endpoint spread over two real control planes (two API servers, started by this module):
+"""One endpoint spread over two real control planes (the session's pair, ``started``):
 the failover when one's API server stops, the move back when it returns, and a drain.
 
 Each pass is the worker's own reconcile pass (each cluster through its own driver, as the
@@ -33,8 +33,8 @@ from tests.conftest import Cast
 from tests.kube_real.conftest import (
     SETTLE_S,
     Admin,
-    grant_worker_token,
-    running_cluster,
+    Started,
+    delete_namespace,
     worker_kubeconfig_for,
 )
 from tests.kube_real.control_plane import ControlPlane
@@ -71,14 +71,6 @@ class Plane:
         return str(found.get("metadata", {}).get("labels", {}).get(L.REVISION, ""))
 
 
-@dataclass
-class Started:
-    name: str
-    plane: ControlPlane
-    admin: Admin
-    token: str  # the worker's ServiceAccount's
-
-
 def _plane(started: Started) -> Plane:
     """A fresh namespace on the cluster, managed by the worker (each test its own)."""
     admin = started.admin
@@ -94,23 +86,14 @@ def _plane(started: Started) -> Plane:
     return Plane(started.name, started.plane, admin, namespace, kubeconfig)
 
 
-@pytest.fixture(scope="module")
-def started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Started, Started]]:
-    """Two control planes of this module's own (one has its API server stopped)."""
-    with (
-        running_cluster(tmp_path_factory.mktemp("kube-east")) as east,
-        running_cluster(tmp_path_factory.mktemp("kube-west")) as west,
-    ):
-        pair = [
-            Started(name, plane, admin, grant_worker_token(admin))
-            for name, plane, admin in (("east", east, Admin(east)), ("west", west, Admin(west)))
-        ]
-        yield pair[0], pair[1]
-
-
 @pytest.fixture
-def planes(started: tuple[Started, Started]) -> tuple[Plane, Plane]:
-    return _plane(started[0]), _plane(started[1])
+def planes(started: tuple[Started, Started]) -> Iterator[tuple[Plane, Plane]]:
+    """The session's pair of clusters (``started``), each with a namespace of this test's own,
+    deleted afterwards so that the next test finds their GPUs free."""
+    pair = _plane(started[0]), _plane(started[1])
+    yield pair
+    for plane in pair:
+        delete_namespace(plane.admin, plane.namespace)
 
 
 @pytest.fixture

@@ -2,9 +2,9 @@
 routes (``gateway.loader``) as the worker's own reconcile passes record them, with each
 cluster's ``router_address`` (the ingress the operator names), through a drain.
 
-The clusters are this module's own pair of API servers (``test_fleet_on_real_clusters``'s
-fixtures). kwok's pods cannot serve, so no request is sent here: the requests' side, with real
-routers and simulated engines, is tests/gateway/test_fleet_routing.py.
+The clusters are the session's pair of API servers (``started``, which
+``test_fleet_on_real_clusters`` shares). kwok's pods cannot serve, so no request is sent here:
+the requests' side, with real routers and simulated engines, is tests/gateway/test_fleet_routing.py.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from tests.kube_real.test_fleet_on_real_clusters import (  # noqa: F401  (fixtur
     planes,
     ready,
     spread_endpoint,
-    started,
     step_until,
 )
 

@@ -32,7 +32,7 @@ class QuotaLineOut(Schema):
         "quantization_gpu_hours"
     )
     limit: int | None = Field(description="null: no limit")
-    in_use: int = Field(
+    in_use: int | float = Field(
         description="GPUs and endpoints the organization's endpoints ask for (desired replicas "
         "of running endpoints); for replicas_per_endpoint, its largest endpoint's"
     )

@@ -1490,7 +1490,7 @@ class QuotaLineOut(ApiModel):
 
     quota: str
     limit: int | None
-    in_use: int
+    in_use: int | float
 
 
 class QuotaUsageOut(ApiModel):

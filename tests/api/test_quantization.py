@@ -209,10 +209,11 @@ def test_a_runs_gpus_count_in_the_quota_and_its_gpu_hours_in_the_cost(
     ]
 
     # The month's GPU-hours quota: a run that is going is never stopped; a new one is refused
-    # once the month's runs have used it.
+    # once the month's runs have used it. GPU-hours are fractional (the answer once failed on
+    # its integer schema).
     month = datetime.now(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     QuantizationRun.objects.filter(pk=run_id).update(
-        started_at=month, finished_at=month + timedelta(hours=3)
+        started_at=month, finished_at=month + timedelta(hours=3, minutes=9)
     )
     Quota.objects.filter(organization=cast.acme).update(quantization_gpu_hours=3)
     used = _start(api)
@@ -221,7 +222,7 @@ def test_a_runs_gpus_count_in_the_quota_and_its_gpu_hours_in_the_cost(
     line = next(
         q for q in api.carol.get("quota").json()["quotas"] if q["quota"] == "quantization_gpu_hours"
     )
-    assert line == {"quota": "quantization_gpu_hours", "limit": 3, "in_use": 3.0}
+    assert line == {"quota": "quantization_gpu_hours", "limit": 3, "in_use": 3.15}
     Quota.objects.filter(organization=cast.acme).update(quantization_gpu_hours=None)
 
     began = datetime(2026, 11, 3, 10, 0, tzinfo=UTC)

@@ -57,7 +57,10 @@ def quantize_start(
 
 @quantize_app.command("list")
 def quantize_list(output: OutputOpt = Output.table) -> None:
-    """The organization's quantization runs, newest first."""
+    """The organization's quantization runs, newest first.
+
+    Example: plinth quantize list
+    """
     with open_client() as client:
         show(list(client.quantization.list()), output, RUN_COLUMNS)
 
@@ -86,7 +89,10 @@ def quantize_status(
 
 @quantize_app.command("compare")
 def quantize_compare(run_id: RunId, output: OutputOpt = Output.table) -> None:
-    """Each candidate against the all-layers recipe: KL, top-1, throughput, the frontier."""
+    """Each candidate against the all-layers recipe: KL, top-1, throughput, the frontier.
+
+    Example: plinth quantize compare 3f2a...
+    """
     with open_client() as client:
         compared = client.quantization.compare(run_id)
         show(compared.candidates, output)
@@ -117,7 +123,10 @@ def quantize_deploy(
 
 @quantize_app.command("models")
 def quantize_models(output: OutputOpt = Output.table) -> None:
-    """Quantized checkpoints with their provenance (source, tool, recipe, calibration, KL)."""
+    """Quantized checkpoints with their provenance (source, tool, recipe, calibration, KL).
+
+    Example: plinth quantize models -o json
+    """
     with open_client() as client:
         columns = ["path", "quantization", "source_model", "candidate", "mean_kl", "run"]
         show(list(client.quantization.artifacts()), output, columns)
@@ -130,7 +139,10 @@ def quantize_calibration(
     retention_days: Annotated[int, typer.Option("--retention-days")] = 30,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Upload calibration samples (deleted after their retention)."""
+    """Upload calibration samples (deleted after their retention).
+
+    Example: plinth quantize calibration support-chats samples.jsonl --retention-days 7
+    """
     texts = [json.loads(line)["text"] for line in file.read_text().splitlines() if line.strip()]
     with open_client() as client:
         made = client.quantization.upload_calibration(name, texts, retention_days=retention_days)

@@ -13,6 +13,7 @@ process is not started twice. The model is make_model.py's (the tool's tests' bu
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,36 +30,20 @@ from deployments.quantization import queries, run, services
 from deployments.quantization.models import RunStatus
 from runtime.spec import MODEL_CACHE_PATH
 from tests.conftest import Cast
+from tests.quantize.conftest import tool_python
 
-REPO = Path(__file__).resolve().parents[2]
 RECIPES = [{"name": "all"}, {"name": "keep-2", "keep_bf16": ["model.layers.2.*"]}]
 SPEC = {"model": {"source": "meta-llama/Llama-3.1-8B-Instruct"}, "hardware": {"gpu": "H100-SXM"}}
 
 
-def tool_python() -> str:
-    found = subprocess.run(
-        [str(REPO / "scripts/quantize_env.sh"), "--path"], capture_output=True, text=True
-    )
-    if found.returncode != 0:
-        pytest.fail("the tool's venv is not built: run scripts/quantize_env.sh (test.sh does)")
-    return found.stdout.strip().splitlines()[-1]
-
-
 @pytest.fixture
-def local_cache(tmp_path: Path, settings: Any) -> Path:
+def local_cache(tmp_path: Path, settings: Any, small_model: Path) -> Path:
     """This machine's model cache, holding the small model at ``tiny-llama``."""
-    python = tool_python()
     cache = tmp_path / "model-cache"
     settings.PLINTH_MODEL_CACHE_DIR = cache
     settings.PLINTH_LOCAL_RUN_DIR = tmp_path / "run"
-    settings.PLINTH_QUANTIZE_PYTHON = python
-    subprocess.run(
-        [python, str(REPO / "tests/quantize/make_model.py"), str(cache / "tiny-llama")],
-        check=True,
-        capture_output=True,
-        env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""},
-        timeout=180,
-    )
+    settings.PLINTH_QUANTIZE_PYTHON = tool_python()
+    shutil.copytree(small_model, cache / "tiny-llama")
     return cache
 
 

@@ -12,7 +12,6 @@ thread (a 2-core machine shared with the rest of the suite: more threads only co
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,33 +29,13 @@ from runtime.quantize import (
     price_candidate,
 )
 from runtime.spec import RuntimeSpec
+from tests.quantize.conftest import tool_env, tool_python
 
-REPO = Path(__file__).resolve().parents[2]
 OUTLIER_BLOCK = "model.layers.2"  # make_model.OUTLIER_BLOCK
 FORMAT = "w8a8_int8"
 # Where the frontier is priced: the small model stands in for a Llama-3.1-8B fine-tune; its
 # recipes' weight shares are priced on that model's shape, one H100, default traffic and SLO.
 PRICED = {"model": {"source": "meta-llama/Llama-3.1-8B-Instruct"}, "hardware": {"gpu": "H100-SXM"}}
-
-
-def tool_python() -> str:
-    found = subprocess.run(
-        [str(REPO / "scripts/quantize_env.sh"), "--path"], capture_output=True, text=True
-    )
-    if found.returncode != 0:
-        pytest.fail("the tool's venv is not built: run scripts/quantize_env.sh (test.sh does)")
-    return found.stdout.strip().splitlines()[-1]
-
-
-def tool_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
-    env.update(
-        CUDA_VISIBLE_DEVICES="",
-        HF_HUB_OFFLINE="1",
-        OMP_NUM_THREADS="1",
-        PYTHONPATH=f"{REPO / 'tools/quantize'}:{REPO}",
-    )
-    return env
 
 
 def run_tool(python: str, job: dict[str, Any], folder: Path) -> subprocess.CompletedProcess[str]:
@@ -72,17 +51,9 @@ def run_tool(python: str, job: dict[str, Any], folder: Path) -> subprocess.Compl
 
 
 @pytest.fixture(scope="module")
-def search(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The small model built, and one proposed search over it run through the tool."""
-    python, folder = tool_python(), tmp_path_factory.mktemp("quantize")
-    source = folder / "source"
-    subprocess.run(
-        [python, str(Path(__file__).with_name("make_model.py")), str(source)],
-        check=True,
-        env=tool_env(),
-        capture_output=True,
-        timeout=120,
-    )
+def search(tmp_path_factory: pytest.TempPathFactory, small_model: Path) -> dict[str, Any]:
+    """One proposed search over the small model, run through the tool."""
+    python, folder, source = tool_python(), tmp_path_factory.mktemp("quantize"), small_model
     job = {
         "source_path": str(source),
         "format": FORMAT,

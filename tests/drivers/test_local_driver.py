@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -16,6 +17,7 @@ import httpx
 import pytest
 
 from deployments.drivers import base
+from deployments.drivers.local import driver as driver_module
 from deployments.drivers.local.driver import LocalDriver, LocalOptions
 from deployments.drivers.local.logfile import line_time
 from deployments.drivers.local.processes import ProcessRecord, ProcessTable, stop_all
@@ -403,3 +405,28 @@ def test_a_simulated_engine_models_its_start_phase_by_phase_by_default(tmp_path:
     phases = startup.engine_phases((line, line_time(line)) for line in log)
     assert phases.seconds[startup.WEIGHTS_LOADED] > 0
     assert phases.seconds[startup.CUDA_GRAPHS_CAPTURED] > 0
+
+
+def test_a_router_whose_port_was_taken_meanwhile_is_started_again_on_new_ports(
+    driver: LocalDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """free_port() only finds a port free: another process can bind it before smg does (seen
+    with three test processes on one machine). The pass starts the router again on new ports
+    instead of failing until the next one."""
+    first = settle(driver, revision(1), lambda o: o.router_ready and o.ready_count() == 1)
+    table = ProcessTable(driver.options.run_dir / REF.id)
+    router = next(r for r in table.records() if r.role == "router")
+    os.kill(router.pid, signal.SIGKILL)  # the next pass starts it again, on a port taken by then
+    wait_until(lambda: not router.alive(), "the router gone")
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    ports = iter([port])
+    real = driver_module.free_port
+    monkeypatch.setattr(driver_module, "free_port", lambda: next(ports, None) or real())
+    with contextlib.closing(taken):
+        driver.apply(REF, revision(1))  # raised "the router exited right after starting"
+        observed = driver.observe(REF)
+    assert observed.router_ready and observed.router_url != first.router_url
+    assert not observed.router_url.endswith(f":{port}")

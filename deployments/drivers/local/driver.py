@@ -81,6 +81,10 @@ def _key_digest(api_key: str) -> str:
     return hashlib.sha256(api_key.encode()).hexdigest()[:16] if api_key else ""
 
 
+class _RouterExited(TemporaryDriverError):
+    """The router process was gone before it answered."""
+
+
 class LocalDriver:
     def __init__(self, options: LocalOptions) -> None:
         self.options = options
@@ -142,7 +146,13 @@ class LocalDriver:
         engines = {r.name: r for r in [*live, *desired] if r.role != ROUTER}
         warm_names = {r.name for r in kept_warm}
         ready = {name for name, r in engines.items() if _ready(r)} - warm_names
-        routed = self._sync_router(router, [engines[n] for n in sorted(ready)], key)
+        try:
+            routed = self._sync_router(router, [engines[n] for n in sorted(ready)], key)
+        except _RouterExited:
+            # Most often another process took its port between free_port() and smg binding
+            # it: once more on new ports, in this pass, before the next pass's retry.
+            router = self._ensure_router(table, revision, [router, *live], key)
+            routed = self._sync_router(router, [engines[n] for n in sorted(ready)], key)
         # Out of the router first, so no request reaches a replica whose memory is leaving.
         for record in kept_warm:
             warm.release(table, record, key)
@@ -363,7 +373,7 @@ class LocalDriver:
         with RouterClient(router.url, timeout=2.0, api_key=api_key) as client:
             if not _wait(client.live, 10.0):
                 if not router.alive():
-                    raise TemporaryDriverError("the router exited right after starting")
+                    raise _RouterExited("the router exited right after starting")
                 raise TemporaryDriverError("the router is not answering yet")
             try:
                 registered = {w.get("url"): w for w in client.workers()}

@@ -37,7 +37,7 @@ from deployments.drivers import base
 from deployments.drivers.errors import ForeignObjectError
 from deployments.drivers.kube import benchmark, placement, quantize, warm
 from deployments.drivers.kube import labels as L
-from deployments.drivers.kube.client import Kind, KubeClient, KubePermanentError, kind_of
+from deployments.drivers.kube.client import KINDS, Kind, KubeClient, KubePermanentError, kind_of
 from deployments.drivers.kube.informer import ClusterCache
 from deployments.drivers.kube.observe import job_failed, observation
 from deployments.drivers.kube.render import KubeOptions, render_revision
@@ -141,17 +141,32 @@ class KubeDriver:
             current = self._read(anchor, ref.namespace)
             if current is not None and L.is_ours(current, ref.id) and _set_hash(current) == digest:
                 return  # applied and pruned as rendered by a pass that finished
-        leaving = [m for m in rest if self._apply_one(ref, m) == LEAVING]
+        wanted = {(m["apiVersion"], m["kind"], m["metadata"]["name"]) for m in manifests}
+        leaving = [m for m in rest if self._apply_one(ref, m, wanted=wanted) == LEAVING]
         # Pruned whenever the rendering changed (and on every pass with ``skip_unchanged``
         # off), before the anchor records the hash: a worker that died between applying and
         # pruning finds the old hash next time and prunes then.
-        wanted = {(m["apiVersion"], m["kind"], m["metadata"]["name"]) for m in manifests}
         self._prune(ref, wanted)
         if leaving:
             # Not applied as rendered until those are gone and made again: the anchor keeps
             # the old hash, so the next pass does it all again.
             return
         self._apply_one(ref, anchor, always=True)
+
+    def _made_by_one_we_prune(
+        self, ref: base.DeploymentRef, obj: dict[str, Any], wanted: set[tuple[str, str, str]]
+    ) -> bool:
+        """``obj`` is not ours but was made by an object of ours that this pass prunes: the
+        headless Service a LeaderWorkerSet makes under its own name, met by the engines' Service
+        when a replica goes back to one node. The garbage collector removes it after its owner."""
+        for owner in obj["metadata"].get("ownerReferences") or []:
+            key = (owner["apiVersion"], owner["kind"], owner["name"])
+            if not owner.get("controller") or key in wanted or key[:2] not in KINDS:
+                continue
+            made_by = self.client.get(kind_of(*key[:2]), ref.namespace, owner["name"])
+            if made_by is not None and L.is_ours(made_by, ref.id):
+                return True
+        return False
 
     def _warm_pool(self, ref: base.DeploymentRef, revision: base.RevisionPlan) -> base.RevisionPlan:
         """``revision`` running the warm pods its pool keeps beside the wanted ones, its engine
@@ -173,7 +188,12 @@ class KubeDriver:
         return replace(revision, replicas=revision.replicas + plan.kept)
 
     def _apply_one(
-        self, ref: base.DeploymentRef, manifest: dict[str, Any], *, always: bool = False
+        self,
+        ref: base.DeploymentRef,
+        manifest: dict[str, Any],
+        *,
+        always: bool = False,
+        wanted: set[tuple[str, str, str]] | None = None,
     ) -> str:
         """Apply one object unless it is already as rendered (``always``: even then, for the
         anchor's set hash, which its config hash does not cover): WRITTEN or UNCHANGED; LEAVING
@@ -184,6 +204,8 @@ class KubeDriver:
         name = manifest["metadata"]["name"]
         current = self.client.get(kind, ref.namespace, name)
         if current is not None and not L.is_ours(current, ref.id):
+            if self._made_by_one_we_prune(ref, current, wanted or set()):
+                return LEAVING
             raise ForeignObjectError(
                 f"{manifest['kind']} {ref.namespace}/{name} exists and is not managed by Plinth "
                 "for this endpoint; rename the endpoint or remove that object"

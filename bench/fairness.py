@@ -2,7 +2,7 @@
 
 Not a test. One run starts simulated engines (each running at most ``--per-replica`` requests at
 once, queueing the rest first come, first served) behind the real smg router, and Plinth's
-gateway (``python -m gateway``) on a throw-away database, three ways side by side:
+gateway (``python -m gateway``) on a throw-away database, four ways side by side:
 
 - ``fair``: the gateway with fair admission (``gateway.admission``, the default): the endpoint's
   limit is replicas x its ``autoscaling.concurrency_target`` (``--target``, below the engines'
@@ -11,7 +11,10 @@ gateway (``python -m gateway``) on a throw-away database, three ways side by sid
 - ``plain``: the same gateway with ``GATEWAY_FAIR_ADMISSION=off``: everything goes to the engines;
 - ``smg``: ``plain`` in front of a second smg router over the same engines with smg's own
   admission (``--max-concurrent-requests`` = the same limit, ``--queue-size``,
-  ``--queue-timeout-secs``), which knows no keys.
+  ``--queue-timeout-secs``), which knows no keys;
+- ``control``: ``fair`` with a flood whose key no organization has, refused 401 by the gateway
+  before any queue or engine: what the flood's client and the gateway's refusals cost the normal
+  key on this machine's shared cores, with nothing shared on the engines.
 
 Per setup, first the normal key alone (its unloaded TTFT), then the same normal traffic while
 the flood key sends open-loop at ``--flood-factor`` x the endpoint's capacity (capacity: the
@@ -77,6 +80,10 @@ class Traffic:
 class Setup:
     name: str
     base_url: str  # ends in /v1
+    # Whose key the flood sends: "flood"; "unknown" (a key no organization has) for the control,
+    # whose flood the gateway refuses with 401 before any queue or engine: the same client and
+    # gateway work on the same 2 cores, none of the engines'.
+    flood_key: str = "flood"
     unloaded: Traffic = field(default_factory=Traffic)
     normal: Traffic = field(default_factory=Traffic)
     flood: Traffic = field(default_factory=Traffic)
@@ -263,7 +270,7 @@ async def measure(setups: list[Setup], keys: dict[str, str], args: argparse.Name
                 open_loop(
                     session,
                     setup.base_url,
-                    keys["flood"],
+                    keys[setup.flood_key],
                     rate * args.flood_factor,
                     setup.flood,
                     args,
@@ -347,7 +354,9 @@ def main() -> None:
                     Setup("fair", f"{fair_url}/endpoints/fair/v1"),
                     Setup("plain", f"{plain_url}/endpoints/plain/v1"),
                     Setup("smg", f"{plain_url}/endpoints/smg/v1"),
+                    Setup("control", f"{fair_url}/endpoints/fair/v1", flood_key="unknown"),
                 ]
+                keys["unknown"] = "pli_000000000000_" + "x" * 40  # well formed, no one's
                 print(f"logs in {log_dir}; {os.cpu_count()} CPUs", flush=True)
                 rate = asyncio.run(measure(setups, keys, args))
                 print(

@@ -412,7 +412,9 @@ def test_a_router_whose_port_was_taken_meanwhile_is_started_again_on_new_ports(
 ) -> None:
     """free_port() only finds a port free: another process can bind it before smg does (seen
     with three test processes on one machine). The pass starts the router again on new ports
-    instead of failing until the next one."""
+    instead of failing until the next one. ``free_port`` is patched only to make that race happen
+    on demand (a real socket holds the port; smg really fails to bind it): the race itself cannot
+    be timed from outside."""
     first = settle(driver, revision(1), lambda o: o.router_ready and o.ready_count() == 1)
     table = ProcessTable(driver.options.run_dir / REF.id)
     router = next(r for r in table.records() if r.role == "router")

@@ -21,14 +21,14 @@ import pytest
 from controlplane import services as platform
 from controlplane.crypto import engine_api_key
 from deployments.drivers.local.processes import ProcessTable
-from deployments.endpoints import adapters, reconcile, services
+from deployments.endpoints import adapters, services
 from deployments.endpoints.models import Deployment
 from deployments.status import ACTIVE
 from deployments.traffic.models import UsageRecord
 from deployments.traffic.usage import flush_usage
 from runtime.client import EngineClient
 from tests.conftest import Cast
-from tests.fixtures.endpoints import refresh, small_spec
+from tests.fixtures.endpoints import converge, small_spec
 from tests.gateway.conftest import GatewayProcess, redis_client, start_gateway, stop_process
 from tests.waiting import wait_until
 
@@ -52,15 +52,6 @@ def gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
     proc = start_gateway(tmp_path, GATEWAY_REFRESH_SECONDS="30")
     yield proc
     stop_process(proc.popen)
-
-
-def converge(deployment: Deployment, done: Any, what: str) -> Deployment:
-    def step() -> bool:
-        reconcile.reconcile(str(deployment.pk))
-        return bool(done(refresh(deployment)))
-
-    wait_until(step, what, timeout=120, interval=0.3)
-    return refresh(deployment)
 
 
 def chat(client: httpx.Client, url: str, key: str, model: str) -> httpx.Response:

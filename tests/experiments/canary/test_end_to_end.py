@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from controlplane import services as platform
-from deployments.endpoints import reconcile, services
+from deployments.endpoints import services
 from deployments.endpoints.models import Deployment
 from deployments.experiments.canary import services as canary_services
 from deployments.experiments.canary.rules import Thresholds
@@ -30,7 +30,7 @@ from deployments.status import ACTIVE
 from deployments.traffic import probe
 from tests.conftest import Cast
 from tests.experiments.canary.helpers import BF16, fp8
-from tests.fixtures.endpoints import refresh
+from tests.fixtures.endpoints import converge
 from tests.gateway.conftest import GatewayProcess, start_gateway, stop_process
 from tests.waiting import wait_until
 
@@ -44,15 +44,6 @@ def gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
     proc = start_gateway(tmp_path, GATEWAY_REFRESH_SECONDS="30")
     yield proc
     stop_process(proc.popen)
-
-
-def converge(deployment: Deployment, done: Any, what: str) -> Deployment:
-    def step() -> bool:
-        reconcile.reconcile(str(deployment.pk))
-        return bool(done(refresh(deployment)))
-
-    wait_until(step, what, timeout=120, interval=0.3)
-    return refresh(deployment)
 
 
 def running_canary(deployment: Deployment) -> Canary | None:

@@ -41,15 +41,16 @@ def apply_live(
     event: Event,
     facts: dict[str, Any],
 ) -> bool:
-    """Apply an adapters-only target live on every site; True when it was. ``event`` and
-    ``facts`` are the pass's (``reconcile.Pass``)."""
+    """Apply an adapters-only target live on every site (each as this pass observed it before
+    any change, ``Site.before``); True when it was. ``event`` and ``facts`` are the pass's
+    (``reconcile.Pass``)."""
     current = deployment.current_revision
     if current is None or current == target or not sites:
         return False
     change = _change(current, target)
     if change is None or _given_up(deployment, target):
         return False
-    if any(site.driver.observe(site.ref).engines(target.number) for site in sites):
+    if any(site.before.engines(target.number) for site in sites):
         return False  # its rollout has begun: it goes on as one
     try:
         for site in sites:

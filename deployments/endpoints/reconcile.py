@@ -33,7 +33,7 @@ from deployments.endpoints import sites as fleet_sites
 from deployments.endpoints.live import apply_live
 from deployments.endpoints.models import ROUTE_FIELDS, Deployment, DesiredState, Revision
 from deployments.endpoints.rollout import ROLLOUT_FAILED, RolloutDecision, RolloutFacts, decide
-from deployments.endpoints.sites import Site, merged
+from deployments.endpoints.sites import Site, answering, merged, on_each
 from deployments.endpoints.timeline import record_event
 from deployments.experiments.canary import pool as canary_pool
 from deployments.experiments.models import Canary
@@ -118,14 +118,23 @@ def reconcile(deployment_id: str) -> bool:
         else:
             _stop(work)
         home = _home(work)
-        if home is not None:  # a canary's pool runs on the endpoint's home cluster
+        if home is not None and not home.unanswered:  # a canary's pool runs on the home cluster
             _sync_canary(work, home.driver, serving)
+        _note_unanswered(work)
     except PermanentDriverError as exc:
         _fail(work, exc.message)
     finally:
         fleet_sites.close_sites(work.sites)
     _save(work)
     return True
+
+
+def _note_unanswered(work: Pass) -> None:
+    """The timeline's lines for clusters that stopped answering or answer again; one that does
+    not answer is asked again soon (the pass is not done with it)."""
+    for level, reason, message, data in fleet_sites.unanswered_lines(work.sites):
+        work.event(level, reason, message, None, **data)
+    work.unfinished |= any(site.unanswered for site in work.sites)
 
 
 def _home(work: Pass) -> Site | None:
@@ -148,9 +157,10 @@ def _run(work: Pass) -> None:
     deployment, sites = work.deployment, work.sites
     target = deployment.target_revision
     assert target is not None, "services always set a target revision"
-    apply_live(deployment, sites, target, work.event, work.facts)  # adapters alone: no restart
-    for site in sites:
-        site.before = site.driver.observe(site.ref)
+    on_each(sites, _look_before)  # a cluster that does not answer is set aside from here on
+    # Adapters alone: no restart (one that does not answer gets them by a rollout later).
+    if apply_live(deployment, answering(sites), target, work.event, work.facts):
+        on_each(sites, _look_before)  # its engines now serve the target
     before = merged(sites, after=False, named=work.named)
     decision = decide(_rollout_facts(work, target, before))
     revision = target if decision.apply == target.number else deployment.current_revision
@@ -162,14 +172,13 @@ def _run(work: Pass) -> None:
     )
     for level, reason, message, data in moves.lines(work.placements, counts, plan):
         work.event(level, reason, message, None, **data)
+    plans = {}
     for index, site in enumerate(sites):
         site.planned = counts[site.placement.pk]
         placed = _revision_at(work, index, revision, target)
-        site.driver.apply(site.ref, revision_plan(deployment, placed, site.planned))
-    for site in sites:
-        seen = site.driver.observe(site.ref)
-        site.after = observe_starts(deployment, site.driver, site.ref, seen, work.now)
-        _retire(site)
+        plans[site.placement.pk] = revision_plan(deployment, placed, site.planned)
+    on_each(sites, lambda site: site.driver.apply(site.ref, plans[site.placement.pk]))
+    on_each(sites, lambda site: _look_after(work, site))
     after = merged(sites, after=True, named=work.named)
     # Promotion is judged on what runs after this pass's apply, so a ready target is current
     # in the same pass that saw it ready.
@@ -182,6 +191,16 @@ def _run(work: Pass) -> None:
     work.facts["router_url"] = fleet_sites.serving_router(
         work.deployment, work.placements, work.sites
     )
+
+
+def _look_before(site: Site) -> None:
+    site.before = site.driver.observe(site.ref)
+
+
+def _look_after(work: Pass, site: Site) -> None:
+    seen = site.driver.observe(site.ref)
+    site.after = observe_starts(work.deployment, site.driver, site.ref, seen, work.now)
+    _retire(site)
 
 
 def _revision_at(work: Pass, index: int, revision: Revision, target: Revision) -> Revision:
@@ -418,8 +437,9 @@ def _pools_lost(
 
 def _stop(work: Pass) -> None:
     warm = _warm_plan(work.deployment)
-    for site in work.sites:
-        site.planned = 0
+
+    def stop(site: Site) -> None:
+        site.planned, site.done = 0, False  # not done until its cluster says so
         if warm is not None:  # engines released, not stopped: done once none holds a GPU
             site.driver.apply(site.ref, warm)
             # Through the starts' writer too: what a request held through the wake waits on
@@ -427,9 +447,11 @@ def _stop(work: Pass) -> None:
             observed = site.driver.observe(site.ref)
             site.after = observe_starts(work.deployment, site.driver, site.ref, observed, work.now)
             site.done = not site.after.engines()
-            continue
+            return
         site.done = site.driver.stop(site.ref)
         site.after = Observation() if site.done else site.driver.observe(site.ref)
+
+    on_each(work.sites, stop)
     done = all(site.done for site in work.sites)
     seen = merged(work.sites, after=True, named=work.named)
     for event in seen.events if warm is not None else ():
@@ -468,14 +490,20 @@ def _warm_plan(deployment: Deployment) -> RevisionPlan | None:
 
 
 def _tear_down(work: Pass) -> bool:
-    """Delete everything of the endpoint on every cluster. A cluster Plinth cannot see is left
-    as it is: the endpoint stays deleting until it answers again."""
+    """Delete everything of the endpoint on every cluster. A cluster Plinth cannot see (or that
+    does not answer) is left as it is: the endpoint stays deleting until it answers again."""
     home = _home(work)
     canaries_gone = home is not None and canary_pool.tear_down(work.deployment, home.driver)
-    gone = [site.driver.delete(site.ref) for site in work.sites]
-    unseen = len(work.sites) < len(work.placements)
-    if not all(gone) or not canaries_gone or unseen:
+    gone: dict[int, bool] = {}  # placement id -> everything there is deleted
+
+    def delete(site: Site) -> None:
+        gone[site.placement.pk] = site.driver.delete(site.ref)
+
+    on_each(work.sites, delete)
+    unseen = len(gone) < len(work.placements)  # lost, or set aside as not answering
+    if not all(gone.values()) or not canaries_gone or unseen:
         work.facts.update(replica_facts=[], router_url="")
+        _note_unanswered(work)
         _save(work)
         return True
     finalize_deletion(work.deployment.pk)
@@ -553,7 +581,7 @@ def _save(work: Pass) -> None:
         # The status is derived again from the row as it now is (the queryset's update does).
         rows.update(**observed, next_reconcile_at=work.now)
         deployment.refresh_from_db(fields=list(ROUTE_FIELDS))
-    work.rerouted |= fleet_sites.store_sites(work.deployment, work.placements, work.sites)
+    work.rerouted |= fleet_sites.store_sites(work.deployment, work.placements, work.sites, work.now)
     record_spans(deployment, work.facts.get("replica_facts"), work.now)
     for level, reason, message, revision, data in work.events:
         key = data.get("key")

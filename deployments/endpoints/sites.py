@@ -5,15 +5,23 @@ there, and what the pass saw on them, merged into the one ``Observation`` the ro
 An endpoint on one cluster has one site and its observation is that cluster's, unchanged. On
 several, each replica says its cluster and each cluster event's line starts with the cluster's
 name (the timeline names where it happened).
+
+A cluster that fails a call with a temporary error while another of the endpoint's clusters
+answers is set aside for the rest of the pass (``on_each``): it is asked nothing more, what was
+last seen there stands for it, and the others are applied and observed as usual. Until the
+cluster's grace period makes it lost (``deployments.fleet.health``), one cluster's outage so
+never holds back the others' scale-ups and rollouts. When none answers, the error is the pass's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields, replace
+from datetime import datetime
 
 from deployments.clusters.drivers import driver_for, ref_for
-from deployments.drivers.base import DeploymentRef, Driver, Observation
+from deployments.drivers.base import DeploymentRef, Driver, Observation, ReplicaFacts
+from deployments.drivers.errors import TemporaryDriverError
 from deployments.endpoints.models import Deployment
 from deployments.fleet import placing
 from deployments.fleet.models import Placement
@@ -29,6 +37,8 @@ class Site:
     planned: int | None = None  # the replicas this pass asked of it (None: not asked)
     done: bool = True  # a stop there finished
     retired: bool = False  # taken out of the placement, and everything there deleted
+    # Why its cluster did not answer this pass ("" while it does): set aside, asked nothing more.
+    unanswered: str = ""
 
     @property
     def name(self) -> str:
@@ -45,11 +55,39 @@ def open_sites(deployment: Deployment, placements: Sequence[Placement]) -> list[
             if placement.cluster.available:
                 driver = driver_for(placement.cluster)
                 ref = ref_for(deployment, placement.cluster)
-                sites.append(Site(placement, driver, ref))
+                seen = last_seen(placement)
+                sites.append(Site(placement, driver, ref, before=seen, after=seen))
     except Exception:
         close_sites(sites)
         raise
     return sites
+
+
+def last_seen(placement: Placement) -> Observation:
+    """What the last pass that reached the placement's cluster saw there: what stands for it
+    in a pass where it does not answer."""
+    known = {f.name for f in fields(ReplicaFacts)}
+    replicas = [
+        ReplicaFacts(**{k: v for k, v in fact.items() if k in known})
+        for fact in placement.replica_facts or []
+    ]
+    return Observation(replicas=tuple(replicas), router_url=placement.router_url)
+
+
+def answering(sites: Sequence[Site]) -> list[Site]:
+    return [site for site in sites if not site.unanswered]
+
+
+def on_each(sites: Sequence[Site], act: Callable[[Site], object]) -> None:
+    """``act`` on each site that answers, in order. A site whose call fails with a temporary
+    error is set aside while another site answers; the last one left raises it."""
+    for site in answering(sites):
+        try:
+            act(site)
+        except TemporaryDriverError as exc:
+            if not any(other is not site for other in answering(sites)):
+                raise
+            site.unanswered = exc.message
 
 
 def close_sites(sites: Sequence[Site]) -> None:
@@ -101,10 +139,14 @@ def serving_router(
 
 
 def store_sites(
-    deployment: Deployment, placements: Sequence[Placement], sites: Sequence[Site]
+    deployment: Deployment,
+    placements: Sequence[Placement],
+    sites: Sequence[Site],
+    now: datetime,
 ) -> bool:
     """What the pass asked of and saw on each cluster; a lost cluster's placement keeps what
-    was last seen there and is only marked lost; a retired one that is gone is removed.
+    was last seen there and is only marked lost, an unanswering one keeps it too and is marked
+    unanswered since ``now`` (unless it was already); a retired one that is gone is removed.
     Whether anything the gateway reads of them changed."""
     seen = {site.placement.pk: site for site in sites}
     changed = False
@@ -112,6 +154,10 @@ def store_sites(
         site = seen.get(placement.pk)
         if site is None:
             changed |= placing.store(placement, None, None)
+            continue
+        if site.unanswered:
+            changed |= placing.store(placement, None, None)
+            placing.mark_unanswered(placement, placement.unanswered_since or now)
             continue
         if site.retired:
             Placement.objects.filter(pk=placement.pk).delete()
@@ -130,4 +176,25 @@ def store_sites(
                 ),
             ),
         )
+        placing.mark_unanswered(placement, None)
     return changed
+
+
+def unanswered_lines(sites: Sequence[Site]) -> list[tuple[str, str, str, dict[str, str]]]:
+    """(level, reason, message, data) of the timeline's lines for clusters that stopped
+    answering this pass, or answer again after not answering (a lost one's are ``moves``')."""
+    lines = []
+    for site in sites:
+        was = site.placement.unanswered_since
+        if site.unanswered and was is None:
+            message = (
+                f"cluster {site.name} does not answer ({site.unanswered}): what was last seen "
+                "there is kept and it is asked again on the next pass; the other clusters "
+                "go on without it"
+            )
+            lines.append(("warning", "ClusterUnanswered", message, {"cluster": site.name}))
+        elif not site.unanswered and was is not None:
+            since = was.strftime("%H:%M:%S")
+            message = f"cluster {site.name} answers again (it did not since {since})"
+            lines.append(("info", "ClusterAnswers", message, {"cluster": site.name}))
+    return lines

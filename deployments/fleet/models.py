@@ -4,7 +4,8 @@ Every endpoint has at least one, on its home cluster (``Deployment.cluster``). T
 placement's ``min_replicas`` and ``weight`` and the endpoint's ``placement_policy``; the
 planner (``deployments.fleet.plan``) decides ``desired_replicas``; reconcile writes what it saw
 there (``ready_replicas``, ``router_url``, ``replica_facts``) and the ``state`` (lost while its
-cluster is unavailable, draining while its cluster is drained). The gateway reads
+cluster is unavailable, draining while its cluster is drained), and since when a cluster still
+within its grace period has not answered. The gateway reads
 ``router_url``, ``ready_replicas`` and ``state``.
 """
 
@@ -54,6 +55,9 @@ class Placement(models.Model):
     state = models.CharField(
         max_length=16, choices=PlacementState.choices, default=PlacementState.ACTIVE
     )
+    # Since when its cluster, though not (yet) lost, has not answered this endpoint's passes
+    # (``deployments.endpoints.sites``): what was last seen there is kept meanwhile.
+    unanswered_since = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

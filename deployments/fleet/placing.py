@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from deployments.cluster_settings import SettingsInvalid, parse_settings
@@ -197,3 +198,11 @@ def store(placement: Placement, planned: int | None, seen: Seen | None) -> bool:
     for name, value in fields.items():
         setattr(placement, name, value)
     return before != [getattr(placement, name) for name in ROUTED]
+
+
+def mark_unanswered(placement: Placement, since: datetime | None) -> None:
+    """Since when the placement's cluster has not answered its endpoint's passes (None: it
+    answers); written only when that changes."""
+    if placement.unanswered_since != since:
+        Placement.objects.filter(pk=placement.pk).update(unanswered_since=since)
+        placement.unanswered_since = since

@@ -203,3 +203,49 @@ def test_a_warm_pool_engine_runs_its_agent_beside_the_engine() -> None:
     assert not any("key" in a for a in agent["args"])
     # Without a pool, nothing of it.
     assert not any(o["kind"] == "ConfigMap" for o in rendered("llama-3.1-8b-h100"))
+
+
+def _pod_templates(obj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(name, pod spec) of each pod template of a workload; none for other kinds."""
+    spec, name = obj.get("spec") or {}, obj["metadata"]["name"]
+    if obj["kind"] == "LeaderWorkerSet":
+        lws = spec["leaderWorkerTemplate"]
+        return [(f"{name}/{t}", lws[t]["spec"]) for t in ("leaderTemplate", "workerTemplate")]
+    if "template" in spec:
+        return [(name, spec["template"]["spec"])]
+    return []
+
+
+def _warm_pool_spec() -> Any:
+    spec = load_spec("llama-3.1-8b-h100")
+    pool = {"min_replicas": 0, "max_replicas": 2, "scale_to_zero": True, "warm_replicas": 1}
+    return spec.model_copy(update={"autoscaling": spec.autoscaling.model_copy(update=pool)})
+
+
+@pytest.mark.parametrize("name", [*golden_names(), "warm-pool"])
+def test_engine_pods_mount_no_service_account_token_and_the_router_keeps_its(name: str) -> None:
+    """Least privilege: engines (single-node, each node of a LeaderWorkerSet, prefill/decode
+    pools, with a warm pool's agent) never call the Kubernetes API; the router discovers them."""
+    spec = _warm_pool_spec() if name == "warm-pool" else load_spec(name)
+    objects = render_revision(REF, revision_plan(spec), KubeOptions())
+    pods = [pod for obj in objects for pod in _pod_templates(obj)]
+    router = [pod for pod_name, pod in pods if pod_name == "chat-router"]
+    engines = [(pod_name, pod) for pod_name, pod in pods if pod_name != "chat-router"]
+    # The router's own account mounts its token (``router_rbac``).
+    assert router and router[0]["serviceAccountName"] == "chat-router"
+    assert "automountServiceAccountToken" not in router[0]
+    assert engines
+    for pod_name, pod in engines:
+        assert pod.get("automountServiceAccountToken") is False, pod_name
+        assert "serviceAccountName" not in pod, pod_name
+
+
+def test_an_engine_service_account_the_operator_names_keeps_its_own_token_setting() -> None:
+    """A ServiceAccount named for engine pods (a cloud workload identity, say) decides itself
+    whether its token is mounted: the pod does not override it."""
+    named = ClusterSettings(service_account_name="engine-identity")
+    for obj in rendered("deepseek-v3-tp16-2x-h200", cluster=named):
+        for pod_name, pod in _pod_templates(obj):
+            if pod_name != "chat-router" and "serviceAccountName" in pod:
+                assert pod["serviceAccountName"] == "engine-identity"
+                assert "automountServiceAccountToken" not in pod, pod_name

@@ -114,10 +114,20 @@ def test_an_endpoint_becomes_ready_on_the_real_scheduler_and_kwok_gpu_nodes(
     engines = [p for p in pods if p["metadata"]["labels"].get(L.ROLE) != "router"]
     engine_nodes = {p["spec"]["nodeName"] for p in engines}
     assert engine_nodes and all(n.startswith("kwok-h100-sxm-") for n in engine_nodes)
+    # Least privilege as the API server's ServiceAccount admission applies it: no token in an
+    # engine pod (the projected kube-api-access volume), the router's (it discovers pods) kept.
+    routers = [p for p in pods if p["metadata"]["labels"].get(L.ROLE) == "router"]
+    assert routers and all(_token_mounted(p) for p in routers)
+    assert not any(_token_mounted(p) for p in engines)
     # The real Deployment controller made the ReplicaSets, each owned by its Deployment.
     sets = items(admin, f"/apis/apps/v1/namespaces/{ns}/replicasets")
     owners = {o["kind"] for rs in sets for o in rs["metadata"].get("ownerReferences") or []}
     assert sets and owners == {"Deployment"}
+
+
+def _token_mounted(pod: dict[str, Any]) -> bool:
+    volumes = pod["spec"].get("volumes") or []
+    return any(v["name"].startswith("kube-api-access-") for v in volumes)
 
 
 def test_not_enough_gpus_shows_the_schedulers_own_words(

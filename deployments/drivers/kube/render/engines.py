@@ -176,7 +176,14 @@ def _pod_spec(
     if cluster.runtime_class_name:
         spec["runtimeClassName"] = cluster.runtime_class_name
     if cluster.service_account_name:
+        # The operator's account for engine pods (a cloud workload identity, say): whether its
+        # token is mounted is that account's own setting.
         spec["serviceAccountName"] = cluster.service_account_name
+    else:
+        # Least privilege: nothing in an engine pod (engine, weights init, warm agent, the
+        # nodes of a multi-node group) calls the Kubernetes API, so the namespace's default
+        # ServiceAccount's token is not mounted.
+        spec["automountServiceAccountToken"] = False
     init = engine_init_containers(ref, revision, role, cluster)
     if init:
         spec["initContainers"] = init

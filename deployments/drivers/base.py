@@ -407,15 +407,20 @@ class QuantizationJob:
 
 @dataclass(frozen=True)
 class QuantizationProgress:
-    """What a quantization attempt has said so far: every line of its standard output (the
-    tool's JSON-lines events, the oldest first), its state, and on failure the last lines of
+    """What a quantization attempt has said: lines of its standard output (the tool's
+    JSON-lines events, the oldest first), ``lines[0]`` being its line ``first_line`` (0: every
+    line; more: a read that resumed at ``cursor``), its state, and on failure the last lines of
     its log. ``output_dir``: where the attempt's ``output_dir`` is as the tool saw it, so its
-    ``checkpoint`` paths can be told back under the model cache."""
+    ``checkpoint`` paths can be told back under the model cache. ``cursor``: where this read
+    stopped, for the next to resume at (``Driver.read_quantization``); the driver's own words,
+    "" for a driver that reads every line each time."""
 
     state: str
     lines: tuple[str, ...] = ()
     message: str = ""
     output_dir: str = ""
+    first_line: int = 0
+    cursor: str = ""
 
 
 class Driver(Protocol):
@@ -455,8 +460,10 @@ class Driver(Protocol):
     def start_quantization(self, job: QuantizationJob) -> None:
         """Start ``job``'s attempt unless it already runs or ran (safe to call again)."""
 
-    def read_quantization(self, job: QuantizationJob) -> QuantizationProgress:
-        """What ``job``'s attempt has printed so far, and whether it still runs."""
+    def read_quantization(self, job: QuantizationJob, after: str = "") -> QuantizationProgress:
+        """What ``job``'s attempt has printed so far, and whether it still runs: from its first
+        line, or only what came after ``after`` (a ``cursor`` an earlier read of this attempt
+        returned, kept by the caller)."""
 
     def remove_quantization(self, job: QuantizationJob) -> bool:
         """Stop ``job``'s attempt and remove what it ran in (never its checkpoints); True once

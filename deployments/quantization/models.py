@@ -97,6 +97,8 @@ class QuantizationRun(models.Model):
     sensitivity = models.JSONField(default=list, blank=True)  # [{"name", "kl"}] per layer
     attempt = models.PositiveSmallIntegerField(default=0)
     lines_read = models.PositiveIntegerField(default=0)  # of this attempt's output
+    # Where the driver's last read of that output stopped (``QuantizationProgress.cursor``).
+    log_cursor = models.CharField(max_length=100, blank=True)
     driven_until = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
     gpu_seconds = models.FloatField(default=0.0)

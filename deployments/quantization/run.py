@@ -7,7 +7,8 @@ and then hands over (the task sends itself again), so no worker holds a run for 
 ``deployments.resume_quantizations`` sends the task for every run whose lease lapsed (its
 worker died, or its message was lost), and the next pass re-attaches to the same attempt: the
 driver's record of it (a folder of files on this machine, a Job on the cluster) is read again
-from its first line, and the lines already applied are skipped.
+from where the run's saved cursor says the last read stopped (the local driver reads its file
+from the first line), and the lines already applied are skipped.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def _drive(
         return DONE
     driver.start_quantization(job)
     while True:
-        progress = driver.read_quantization(job)
+        progress = driver.read_quantization(job, after=run.log_cursor)
         services.record_progress(run, progress)
         run.refresh_from_db(fields=["status"])
         if run.finished:

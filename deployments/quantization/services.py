@@ -10,7 +10,8 @@ one is refused where it would take the organization past them.
 The task's writers keep a run consistent whatever dies when: ``claim`` is a conditional UPDATE
 on a lease (``driven_until``), so one task drives a run at a time and a lapsed lease (a dead
 worker) lets the next take over; ``record_progress`` applies only lines it has not read
-(``lines_read``), and its rows are keyed by (run, attempt, line) and (run, candidate name), so
+(``lines_read``; the driver resumes its read at ``log_cursor``, saved with it), and its rows are
+keyed by (run, attempt, line) and (run, candidate name), so
 reading the same output twice changes nothing; a run whose process died without a word is
 started again as its next attempt, up to ``MAX_ATTEMPTS``.
 
@@ -324,30 +325,37 @@ def begin_attempt(run: QuantizationRun) -> bool:
         return False
     now = timezone.now()
     run.attempt += 1
-    run.lines_read = 0
+    run.lines_read, run.log_cursor = 0, ""
     run.status = RunStatus.RUNNING
     run.started_at = run.started_at or now
     run.phase, run.phase_candidate = "starting", ""
     run.save(
-        update_fields=["attempt", "lines_read", "status", "started_at", "phase", "phase_candidate"]
-    )
+        update_fields=[
+            "attempt", "lines_read", "log_cursor", "status", "started_at", "phase",
+            "phase_candidate",
+        ]
+    )  # fmt: skip
     return True
 
 
 def record_progress(
     run: QuantizationRun, progress: QuantizationProgress, *, lease_s: float = LEASE_S
 ) -> None:
-    """Apply the lines of ``progress`` not yet read; extend the lease; count GPU time."""
+    """Apply the lines of ``progress`` not yet read; keep where the read stopped with the count
+    (one transaction: a worker that dies resumes the next read there); extend the lease; count
+    GPU time."""
     now = timezone.now()
     with transaction.atomic():
-        for number, line in enumerate(progress.lines[run.lines_read :], start=run.lines_read):
-            _apply_line(run, number, line, progress.output_dir)
-        run.lines_read = max(run.lines_read, len(progress.lines))
+        for number, line in enumerate(progress.lines, start=progress.first_line):
+            if number >= run.lines_read:
+                _apply_line(run, number, line, progress.output_dir)
+        run.lines_read = max(run.lines_read, progress.first_line + len(progress.lines))
+        run.log_cursor = progress.cursor or run.log_cursor
         run.gpu_seconds = _gpu_seconds(run, now)
         run.driven_until = now + timedelta(seconds=lease_s)
         run.save(
             update_fields=[
-                "lines_read", "phase", "phase_candidate", "sensitivity", "error",
+                "lines_read", "log_cursor", "phase", "phase_candidate", "sensitivity", "error",
                 "gpu_seconds", "driven_until",
             ]
         )  # fmt: skip

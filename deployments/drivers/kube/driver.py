@@ -107,8 +107,10 @@ class KubeDriver:
         """The attempt as a Job on a node of its GPU type (``kube.quantize``)."""
         quantize.start(self.client, self.options, job)
 
-    def read_quantization(self, job: base.QuantizationJob) -> base.QuantizationProgress:
-        return quantize.read(self.client, job)
+    def read_quantization(
+        self, job: base.QuantizationJob, after: str = ""
+    ) -> base.QuantizationProgress:
+        return quantize.read(self.client, job, after)
 
     def remove_quantization(self, job: base.QuantizationJob) -> bool:
         return quantize.remove(self.client, job)

@@ -113,7 +113,10 @@ class LocalDriver:
             job, run_dir=self.options.run_dir, model_cache_dir=self._model_cache(), python=python
         )
 
-    def read_quantization(self, job: base.QuantizationJob) -> base.QuantizationProgress:
+    def read_quantization(
+        self, job: base.QuantizationJob, after: str = ""
+    ) -> base.QuantizationProgress:
+        """Every line each time (``after`` unused): a local file, read where it lies."""
         return quantize.read(job, run_dir=self.options.run_dir, model_cache_dir=self._model_cache())
 
     def remove_quantization(self, job: base.QuantizationJob) -> bool:

@@ -177,6 +177,11 @@ def test_a_lost_api_server_moves_its_replicas_to_the_other_cluster_and_back(
 
     east_plane.plane.stop_api_server()
     try:
+        # Within the grace period, a pass still reconciles west and sets east aside.
+        assert reconcile.reconcile(str(endpoint.pk))
+        unanswered = placements(endpoint)["east"]
+        assert unanswered.unanswered_since is not None and unanswered.ready_replicas == 1
+        assert endpoint.events.filter(reason="ClusterUnanswered").exists()
         t0 = timezone.now()
         assert not health.check_cluster(east, now=t0), "lost at the first failure"
         assert Cluster.objects.get(pk=east.pk).available, "within the grace period"

@@ -78,6 +78,12 @@ PASSWORD = "correct-horse-battery-staple"
 
 @pytest.fixture
 def cast(db: None) -> Cast:
+    return make_cast()
+
+
+def make_cast() -> Cast:
+    """The cast's people and organizations (the ``cast`` fixture's, for fixtures of a wider
+    scope that build in a transaction of their own)."""
     users = get_user_model()
     alice = users.objects.create_user("alice", password=PASSWORD)
     bob = users.objects.create_user("bob", password=PASSWORD)

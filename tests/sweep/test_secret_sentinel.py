@@ -55,6 +55,13 @@ class Answers:
         self.seen.append((where, response.status_code, text))
 
 
+@pytest.fixture
+def world(cast: Cast, run_dir: Path) -> World:
+    """A world of each test's own: a test here builds one beside the cast under captured logs,
+    which the module-wide world (``tests.sweep.conftest``) would already hold."""
+    return build_world(cast, run_dir)
+
+
 def _write_secrets_through_the_api(world: World, answers: Answers, sentinel: str) -> None:
     """Secrets as a careless or hostile admin sends them: accepted, refused, misplaced."""
     admin = world.api("admin-key")

@@ -342,7 +342,9 @@ class Gateway:
         if canary is not None:
             payload = prepared.payload if prepared is not None else None
             session = session_of(steer.session, payload) if canary.sticky else b""
-            url, revision, to_canary = self.splitter.pick(endpoint, session, steer.pin)
+            url, revision, to_canary = self.splitter.pick(
+                endpoint, session, steer.pin, record.adapter
+            )
             if revision is not None:
                 record.split = (endpoint.id, revision)
             if to_canary:

@@ -157,20 +157,28 @@ def _models(revision: str) -> dict[str, Any]:
 def _served(served_name: object, source: object, adapters: object) -> dict[str, Any]:
     """The base model's served name (``RuntimeSpec.served_model_name``: the setting, else the
     source) and the adapters' names, from stored settings."""
+    return {"served_name": str(served_name or source or ""), "adapters": _adapter_names(adapters)}
+
+
+def _adapter_names(adapters: object) -> frozenset[str]:
+    """The names of a revision's stored ``lora.adapters``."""
     listed = adapters if isinstance(adapters, list) else []
-    names = frozenset(str(a["name"]) for a in listed if isinstance(a, dict) and a.get("name"))
-    return {"served_name": str(served_name or source or ""), "adapters": names}
+    return frozenset(str(a["name"]) for a in listed if isinstance(a, dict) and a.get("name"))
 
 
 def load_canaries(ids: Collection[str] | None = None) -> dict[str, CanaryRoute]:
     """The running canaries by endpoint id, of every endpoint or of ``ids`` (one query)."""
-    rows = Canary.objects.filter(status=CanaryStatus.RUNNING).annotate(**_placement("revision"))
+    rows = (
+        Canary.objects.filter(status=CanaryStatus.RUNNING)
+        .annotate(**_placement("revision"))
+        .annotate(canary_adapters=F("revision__spec__lora__adapters"))
+    )
     if ids is not None:
         rows = rows.filter(deployment_id__in=list(ids))
     fields = ("deployment_id", "revision__number", "router_url", "weight", "sticky")
     routes: dict[str, CanaryRoute] = {}
-    for deployment_id, number, url, weight, sticky, ready, *route in rows.values_list(
-        *fields, "ready_replicas", *_PLACEMENT
+    for deployment_id, number, url, weight, sticky, ready, adapters, *route in rows.values_list(
+        *fields, "ready_replicas", "canary_adapters", *_PLACEMENT
     ):
         routes[str(deployment_id)] = CanaryRoute(
             revision=number,
@@ -179,6 +187,7 @@ def load_canaries(ids: Collection[str] | None = None) -> dict[str, CanaryRoute]:
             sticky=sticky,
             ready_replicas=ready,
             placed=_places(*route),
+            adapters=_adapter_names(adapters),
         )
     return routes
 

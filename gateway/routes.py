@@ -31,10 +31,16 @@ class CanaryRoute:
     sticky: bool  # one conversation's requests go to one revision
     ready_replicas: int
     placed: bool = False  # the gateway names each request's replica (``gateway.placement``)
+    # The LoRA adapters the canary's revision serves (``gateway.adapters``' names).
+    adapters: frozenset[str] = frozenset()
 
     @property
     def serving(self) -> bool:
         return self.ready_replicas > 0 and bool(self.router_url)
+
+    def serves(self, adapter: str) -> bool:
+        """Whether the canary can answer a request for ``adapter`` ("" the base model)."""
+        return not adapter or adapter in self.adapters
 
 
 # A cluster's share of an endpoint (``deployments.fleet``'s Placement.state): an active one takes

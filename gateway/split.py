@@ -13,12 +13,16 @@ Two ways, both without I/O or randomness:
   field; the first message (chat) or the prompt's first 256 characters (completions), which a
   conversation repeats on every turn. A request with none of these is split by weight.
 
-A canary whose pool is not ready takes nothing; all goes to the serving revision.
+A canary whose pool is not ready takes nothing; all goes to the serving revision. Nor does a
+canary take a request for a LoRA adapter its revision does not serve (one the serving revision
+serves, ``gateway.adapters`` having refused the others): that goes to the serving revision,
+which can answer it, rather than to the canary's engines, which would refuse it; the canary's
+share is then of the requests it can answer.
 
 A caller may **pin** a request to one of the two revisions with ``X-Plinth-Revision: N`` (the
 playground's side-by-side mode does, to compare them on one prompt). A pin naming neither revision,
-or a canary that is not serving, is ignored and the request is split as usual; the answer's own
-``X-Plinth-Revision`` always says which revision served it.
+or a canary that is not serving (or not the request's adapter), is ignored and the request is
+split as usual; the answer's own ``X-Plinth-Revision`` always says which revision served it.
 """
 
 from __future__ import annotations
@@ -88,11 +92,12 @@ class Splitter:
         return (n + 1) * canary.weight // 100 > n * canary.weight // 100
 
     def pick(
-        self, endpoint: Endpoint, session: bytes = b"", pin: int | None = None
+        self, endpoint: Endpoint, session: bytes = b"", pin: int | None = None, adapter: str = ""
     ) -> tuple[str, int | None, bool]:
-        """(router URL, revision number, whether it is the canary) for one request."""
+        """(router URL, revision number, whether it is the canary) for one request calling
+        ``adapter`` ("" the base model)."""
         canary = endpoint.canary
-        if canary is not None and canary.serving:
+        if canary is not None and canary.serving and canary.serves(adapter):
             if pin is not None and pin in (canary.revision, endpoint.revision):
                 if pin == canary.revision:
                     return canary.router_url, canary.revision, True

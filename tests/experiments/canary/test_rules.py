@@ -100,3 +100,21 @@ def test_a_pin_chooses_either_revision_and_a_stray_pin_is_split_as_usual() -> No
     assert stray.count(2) == 1
     assert {Splitter().pick(_endpoint(50, ready=0), pin=2)[1] for _ in range(5)} == {1}
     assert (pin_of(b"2"), pin_of(b"-1"), pin_of(b"x"), pin_of(None)) == (2, None, None, None)
+
+
+def test_a_request_for_an_adapter_the_canary_lacks_goes_to_the_serving_revision() -> None:
+    """The serving revision serves legal and sql, the canary legal only: a request for sql is
+    one the canary's engines would refuse, so the serving revision answers it, pinned or not;
+    the canary's share is of the requests it can answer."""
+    canary = CanaryRoute(revision=2, router_url="http://canary", weight=50, sticky=False,
+                         ready_replicas=1, adapters=frozenset({"legal"}))  # fmt: skip
+    endpoint = Endpoint(id="e1", slug="chat", organization_id="o", status="active",
+                        desired_state="running", ready_replicas=1, router_url="http://main",
+                        revision=1, canary=canary, served_name="chat",
+                        adapters=frozenset({"legal", "sql"}))  # fmt: skip
+    splitter = Splitter()
+    assert {splitter.pick(endpoint, adapter="sql")[1] for _ in range(20)} == {1}
+    assert splitter.pick(endpoint, pin=2, adapter="sql")[1] == 1
+    for adapter in ("legal", ""):  # the base model too
+        assert [splitter.pick(endpoint, adapter=adapter)[1] for _ in range(4)].count(2) == 2
+    assert splitter.pick(endpoint, pin=2, adapter="legal")[1] == 2

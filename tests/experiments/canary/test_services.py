@@ -14,6 +14,8 @@ from deployments.experiments.canary.rules import Thresholds
 from deployments.experiments.models import Canary, CanaryStatus
 from deployments.quotas import services as quotas
 from deployments.quotas.models import Quota
+from gateway.loader import load_endpoints
+from gateway.split import Splitter
 from tests.conftest import Cast
 from tests.experiments.canary.helpers import BF16, fp8, mark_serving
 
@@ -191,3 +193,24 @@ def test_an_endpoint_with_canaries_is_deleted_whole(cast: Cast, serving: Deploym
     assert reconcile.finalize_deletion(serving.pk)
     assert not Deployment.objects.filter(pk=serving.pk).exists()
     assert not Canary.objects.exists()
+
+
+def test_the_route_table_knows_the_adapters_of_the_canarys_revision(
+    cast: Cast, serving: Deployment
+) -> None:
+    """What the gateway splits by (``gateway.split``): the canary's own adapters, not the serving
+    revision's."""
+    actor = cast.actor(cast.dave, cast.acme)
+    adapters = [{"name": "legal", "source": "acme/legal-lora", "rank": 8},
+                {"name": "sql", "source": "acme/sql-lora", "rank": 8}]  # fmt: skip
+    lora = {"max_lora_rank": 16, "target_modules": ["q_proj", "v_proj"]}
+    tuned = {**BF16, "lora": {**lora, "adapters": adapters}}
+    services.update_settings(actor, serving.pk, spec=tuned, base_revision=1)
+    mark_serving(Deployment.objects.get(pk=serving.pk))  # revision 2 serves
+    canary_spec = {**fp8(BF16), "lora": {**lora, "adapters": adapters[:1]}}
+    canary_services.start_canary(actor, serving.pk, spec=canary_spec, weight=50)
+    Canary.objects.filter(deployment=serving).update(router_url="http://canary", ready_replicas=1)
+    endpoint = load_endpoints([str(serving.pk)])["chat"]
+    assert endpoint.adapters == {"legal", "sql"}
+    assert endpoint.canary is not None and endpoint.canary.adapters == {"legal"}
+    assert Splitter().pick(endpoint, pin=endpoint.canary.revision, adapter="sql")[2] is False

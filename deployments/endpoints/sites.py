@@ -24,7 +24,7 @@ from deployments.drivers.base import DeploymentRef, Driver, Observation, Replica
 from deployments.drivers.errors import TemporaryDriverError
 from deployments.endpoints.models import Deployment
 from deployments.fleet import placing
-from deployments.fleet.models import Placement
+from deployments.fleet.models import Placement, PlacementState
 
 
 @dataclass
@@ -182,7 +182,8 @@ def store_sites(
 
 def unanswered_lines(sites: Sequence[Site]) -> list[tuple[str, str, str, dict[str, str]]]:
     """(level, reason, message, data) of the timeline's lines for clusters that stopped
-    answering this pass, or answer again after not answering (a lost one's are ``moves``')."""
+    answering this pass, or answer again after not answering (one that was lost meanwhile
+    returns by ``moves``' line)."""
     lines = []
     for site in sites:
         was = site.placement.unanswered_since
@@ -193,8 +194,12 @@ def unanswered_lines(sites: Sequence[Site]) -> list[tuple[str, str, str, dict[st
                 "go on without it"
             )
             lines.append(("warning", "ClusterUnanswered", message, {"cluster": site.name}))
-        elif not site.unanswered and was is not None:
+        elif not site.unanswered and was is not None and not _was_lost(site):
             since = was.strftime("%H:%M:%S")
             message = f"cluster {site.name} answers again (it did not since {since})"
             lines.append(("info", "ClusterAnswers", message, {"cluster": site.name}))
     return lines
+
+
+def _was_lost(site: Site) -> bool:
+    return site.placement.state == PlacementState.LOST

@@ -3,7 +3,10 @@
 applied and observed as usual, what was last seen on it stands, and it is asked again soon.
 
 Its API server is an address nothing listens at (a real refused connection through the real
-Kubernetes client); the other cluster is the local one, running simulated engines.
+Kubernetes client); the other cluster is the local one, running simulated engines. Where the
+silent cluster must answer again, its API server is the emulator (a stand-in, see
+tests/drivers/kube_emulator.py), because a real one cannot be made to answer 503 on demand and
+then recover within one test.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from deployments.fleet import services as fleet
 from deployments.fleet.models import Placement, PlacementState
 from runtime.sim.launcher import free_port
 from tests.conftest import Cast
-from tests.fixtures.endpoints import converge, kubeconfig
+from tests.drivers.kube_emulator import RunningEmulator
+from tests.fixtures.endpoints import NS, converge, kubeconfig
 
 SPEC = {
     "model": {"source": "meta-llama/Llama-3.1-8B-Instruct"},
@@ -39,14 +43,14 @@ EAST_REPLICA = ReplicaFacts("chat-engine-0", revision=1, role="engine", phase="r
 EAST_SEEN = [EAST_REPLICA.as_dict()]
 
 
-def _silent_cluster(cast: Cast, settings: Any) -> Cluster:
+def _silent_cluster(cast: Cast, settings: Any, url: str = "") -> Cluster:
     settings.PLINTH_KUBE_ALLOW_HTTP = True
     settings.PLINTH_KUBE_ALLOW_HOSTS = ["127.0.0.1"]
     actor = cast.actor(cast.alice, cast.acme)
-    silent = kubeconfig(f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    silent = kubeconfig(url or f"http://127.0.0.1:{free_port()}")  # nothing listens there
     secret = platform.set_secret(actor, name="east-kubeconfig", value=silent)
     return cluster_services.create_cluster(
-        actor, name="gpu-east", namespace="team-a", kubeconfig_secret_id=secret.pk
+        actor, name="gpu-east", namespace=NS, kubeconfig_secret_id=secret.pk
     )
 
 
@@ -103,3 +107,27 @@ def test_a_pass_whose_only_clusters_do_not_answer_is_retried(
         reconcile.reconcile(str(endpoint.pk))
     assert not Deployment.objects.get(pk=endpoint.pk).failure_reason
     assert not endpoint.events.filter(reason="ClusterUnanswered").exists()
+
+
+def test_a_cluster_that_answers_again_is_asked_again_and_said_so_once(
+    cast: Cast, fast_local: Path, db: None, settings: Any, emulator: RunningEmulator
+) -> None:
+    east = _silent_cluster(cast, settings, emulator.url)
+    emulator.inject("GET", "/", 503, times=10_000)  # every read fails, as a busy server's
+    actor = cast.actor(cast.alice, cast.acme)
+    endpoint = services.create_deployment(actor, slug="chat", name="Chat", spec=SPEC, replicas=2)
+    both = [{"cluster": "local"}, {"cluster": "gpu-east"}]
+    fleet.set_placement(actor, endpoint.pk, policy="spread", clusters=both)
+    for _ in range(2):
+        reconcile.reconcile(str(endpoint.pk))
+    assert Placement.objects.get(deployment=endpoint, cluster=east).unanswered_since is not None
+    assert endpoint.events.filter(reason="ClusterUnanswered").count() == 1
+    assert emulator.writes() == [], "nothing was asked of it past its first failure"
+
+    emulator.call(emulator.emulator.faults.clear)
+    reconcile.reconcile(str(endpoint.pk))
+    back = Placement.objects.get(deployment=endpoint, cluster=east)
+    assert back.unanswered_since is None and back.desired_replicas == 1
+    [line] = endpoint.events.filter(reason="ClusterAnswers")
+    assert "cluster gpu-east answers again" in line.message
+    assert emulator.writes(), "its share is applied there now"

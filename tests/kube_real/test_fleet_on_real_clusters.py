@@ -207,6 +207,8 @@ def test_a_lost_api_server_moves_its_replicas_to_the_other_cluster_and_back(
     assert health.check_cluster(Cluster.objects.get(pk=east.pk), now=t1 + timedelta(seconds=120))
     step_until(endpoint, ready({"east": 1, "west": 1}), "one replica on each cluster again")
     assert endpoint.events.filter(reason="ClusterReturned").exists()
+    assert not endpoint.events.filter(reason="ClusterAnswers").exists(), "said once, by moves"
+    assert placements(endpoint)["east"].unanswered_since is None
     assert west_plane.engine_replicas() == 1 and east_plane.engine_replicas() == 1
 
 

@@ -69,6 +69,28 @@ def _observed(run_id: str, lines: tuple[str, ...] = LINES) -> QuantizationRun:
     return run
 
 
+def test_a_read_resumed_at_the_saved_cursor_is_numbered_after_the_lines_read(
+    api: Clients,
+) -> None:
+    """The driver's cursor is kept with the count of lines read, in the run's row: a worker that
+    takes the run over resumes the read there, and its lines are numbered on from the count."""
+    run_id = _start(api).json()["id"]
+    _observed(run_id, LINES[:2])
+    taken_over = QuantizationRun.objects.get(pk=run_id)
+    assert (taken_over.lines_read, taken_over.log_cursor) == (2, "")
+    resumed = QuantizationProgress(
+        QUANTIZE_RUNNING, LINES[2:4], "", SEEN, first_line=2, cursor="1765000000000000001 1 4"
+    )
+    services.record_progress(taken_over, resumed)
+    services.record_progress(taken_over, resumed)  # read again: nothing twice
+    run = QuantizationRun.objects.get(pk=run_id)
+    assert (run.lines_read, run.log_cursor) == (4, "1765000000000000001 1 4")
+    lines = RunEvent.objects.filter(run_id=run_id).values_list("line", "kind")
+    assert list(lines) == [(0, "phase"), (1, "sensitivity"), (2, "phase"), (3, "candidate")]
+    services.begin_attempt(run)  # the next attempt's output is read from its start
+    assert (run.lines_read, run.log_cursor) == (0, "")
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [

@@ -228,6 +228,9 @@ class Engine:
                 continue
             # An injected slowdown (--sim-slowdown) stands for a degraded GPU: every step longer.
             seconds = self._step_seconds(step) * self.args.sim.slowdown
+            for req, _ in step.prefill:
+                if req.forward_entry_at is None:
+                    req.forward_entry_at = self.scheduler.now
             await self.clock.run_step(seconds)
             self._commit(step, seconds)
 

@@ -74,3 +74,12 @@ def test_export_metrics_to_file_needs_its_directory() -> None:
     args = parse_engine_args(["--model-path", "sim/x", "--export-metrics-to-file"])
     with pytest.raises(StartupError, match="--export-metrics-to-file-dir is required"):
         check_engine_args(args)
+
+
+def test_the_queue_time_metric_counts_the_wait_not_the_prefill() -> None:
+    """``sglang:queue_time_seconds`` ends where the prefill starts, as meta_info's queue_time."""
+    first, second = run_async(_two_at_once(ctx := _context()))
+    labels = ctx.engine.metrics.scheduler_labels
+    total = ctx.engine.metrics.registry.get_sample_value("sglang:queue_time_seconds_sum", labels)
+    waited = meta_timing(first)["queue_time"] + meta_timing(second)["queue_time"]
+    assert total == pytest.approx(waited, abs=1e-6)

@@ -351,7 +351,7 @@ def print_split(setups: list[Setup], engine: dict[str, EngineTiming]) -> None:
         " recorded. engine: TTFT inside the engine in simulated time (eng queue: arrival to its"
         " first forward batch, waiting for the step in progress and for requests ahead of it;"
         " eng prefill: that batch); rest: client TTFT minus the engine's part (smg, the gateway,"
-        " the client and the host's shared cores, in wall time)."
+        " the client, the engines' HTTP handling and the host's shared cores, in wall time)."
     )
 
 

@@ -16,27 +16,42 @@ gateway (``python -m gateway``) on a throw-away database, four ways side by side
   before any queue or engine: what the flood's client and the gateway's refusals cost the normal
   key on this machine's shared cores, with nothing shared on the engines.
 
+The engines simulate what a user would run: Llama-3.1-8B-Instruct on one H100 SXM each (the
+simulator's catalogue physics, in real time), and every request has its own ~1,000-token prompt,
+so an unloaded TTFT is mostly the engine's ~24 ms prefill. (Until 2026-12-05 every request sent
+the same prompt: a prefix-cache hit, a one-token prefill of ~6 ms, and a TTFT that was half the
+Python processes' time on this machine's 2 shared cores; ``--same-prompt`` runs it that way.)
+The engines run at the lowest CPU priority (``--engine-nice``), as in ``bench/gateway.py``:
+they stand in for GPU servers on other machines.
+
 Per setup, first the normal key alone (its unloaded TTFT), then the same normal traffic while
 the flood key sends open-loop at ``--flood-factor`` x the endpoint's capacity (capacity: the
 requests per second the engines complete at the limit, measured first by closed-loop clients).
 Printed per setup: the normal key's TTFT p50/p90 unloaded and under the flood, its lost
 requests (anything but 200), and the flood's answers: served, 429, other errors, timeouts
 (no answer within ``--client-timeout``). Streamed completions; TTFT is the first token event.
+Then each normal TTFT's split, matched by request id to the engines' per-request records
+(SGLang's ``--export-metrics-to-file``): the engine's part in simulated time (``queue_time``:
+waiting for the step in progress or requests ahead; ``prefill_launch_latency``: its prefill)
+and the rest in wall time (smg, the gateway, the client, the shared cores). The engine's part
+does not depend on how loaded the host is; the rest does.
 
-Run: ``python bench/fairness.py`` (about four minutes; PostgreSQL and Redis from DATABASE_URL /
-REDIS_URL).
+Run: ``python bench/fairness.py`` (about four and a half minutes; PostgreSQL and Redis from
+DATABASE_URL / REDIS_URL; ``--setups fair control`` for two of the four, about two minutes).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,18 +65,29 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Reconcile tasks queued by creating endpoints go nowhere: the bench stands in for reconcile.
 os.environ["CELERY_QUEUE"] = "bench-fairness-unconsumed"
 
+from load import Answer, closed_loop, open_loop, send  # noqa: E402  (beside this script)
+
 from runtime.sim.launcher import SimCluster, free_port, http_get, start_router  # noqa: E402
 
-MODEL = "sim/llama-test"
-# About 1,000 prompt tokens: a TTFT long enough to read against this machine's noise.
-PROMPT = "Summarise the quarterly report of the northern region in one line. " * 80
+# What the engines simulate and the requests name: a model a user would serve, on the simulated
+# engines' default GPU (an H100 SXM), so a TTFT is mostly the engine's prefill of the prompt.
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+# About 1,000 prompt tokens (a ~24 ms prefill on one H100), each request's its own (see prompt()).
+PROMPT = "Summarise the quarterly report of the northern region in one line. " * 71
+
+
+def prompt(same: bool = False) -> str:
+    """A prompt no other request shares: a user's requests differ, and a prompt every request
+    repeated would be a prefix-cache hit, leaving the engine a one-token prefill and the bench
+    measuring the processes in front of it instead (``same``: that prompt, for comparison)."""
+    return PROMPT if same else f"Request {uuid.uuid4().hex}. {PROMPT}"
 
 
 @dataclass
 class Traffic:
     """What one key's requests got in one phase."""
 
-    ttft: list[float] = field(default_factory=list)  # seconds, answered requests
+    ttft: dict[str, float] = field(default_factory=dict)  # seconds, by response id
     served: int = 0
     refused: int = 0  # 429
     errors: int = 0  # any other status, or a broken connection
@@ -71,9 +97,23 @@ class Traffic:
     def lost(self) -> int:
         return self.refused + self.errors + self.timeouts
 
-    def pct(self, q: float) -> float:
-        ordered = sorted(self.ttft)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if ordered else 0.0
+    def count(self, answer: Answer) -> None:
+        if answer.timed_out:
+            self.timeouts += 1
+        elif answer.status == 429:
+            self.refused += 1
+        elif answer.status != 200:
+            self.errors += 1
+        else:
+            self.served += 1
+            if answer.ttft is not None:
+                self.ttft[answer.response_id or f"unnamed-{len(self.ttft)}"] = answer.ttft
+
+
+def pct(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` in ms (0 when empty)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if ordered else 0.0
 
 
 @dataclass
@@ -189,52 +229,14 @@ async def one_request(
 ) -> None:
     body = {
         "model": MODEL,
-        "prompt": PROMPT,
+        "prompt": prompt(args.same_prompt),
         "max_tokens": args.max_tokens,
         "ignore_eos": True,
         "stream": True,
     }
-    started = time.perf_counter()
-    try:
-        async with asyncio.timeout(args.client_timeout):
-            async with session.post(
-                f"{url}/completions", json=body, headers={"Authorization": f"Bearer {key}"}
-            ) as response:
-                if response.status != 200:
-                    await response.read()
-                    if response.status == 429:
-                        traffic.refused += 1
-                    else:
-                        traffic.errors += 1
-                    return
-                first = None
-                async for line in response.content:
-                    if first is None and line.startswith(b"data: {"):
-                        first = time.perf_counter() - started
-                if first is not None:
-                    traffic.ttft.append(first)
-                traffic.served += 1
-    except TimeoutError:
-        traffic.timeouts += 1
-    except aiohttp.ClientError:
-        traffic.errors += 1
-
-
-async def open_loop(
-    session: aiohttp.ClientSession,
-    url: str,
-    key: str,
-    rate: float,
-    traffic: Traffic,
-    args: argparse.Namespace,
-) -> None:
-    """Poisson arrivals at ``rate`` per second for ``args.seconds``; waits for every answer."""
-    tasks = []
-    deadline = time.perf_counter() + args.seconds
-    while time.perf_counter() < deadline:
-        tasks.append(asyncio.create_task(one_request(session, url, key, traffic, args)))
-        await asyncio.sleep(random.expovariate(rate))
-    await asyncio.gather(*tasks)
+    headers = {"Authorization": f"Bearer {key}"}
+    answer = await send(session, f"{url}/completions", body, headers, args.client_timeout)
+    traffic.count(answer)
 
 
 async def capacity(
@@ -242,15 +244,22 @@ async def capacity(
 ) -> float:
     """Requests per second the engines complete with ``limit`` in flight (closed loop)."""
     traffic = Traffic()
-    deadline = time.perf_counter() + args.seconds / 2
+    wall = await closed_loop(
+        limit, args.seconds / 2, lambda: one_request(session, url, key, traffic, args)
+    )
+    return traffic.served / wall
 
-    async def client() -> None:
-        while time.perf_counter() < deadline:
-            await one_request(session, url, key, traffic, args)
 
-    started = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(limit)))
-    return traffic.served / (time.perf_counter() - started)
+def keep_sending(
+    session: aiohttp.ClientSession,
+    url: str,
+    key: str,
+    rate: float,
+    traffic: Traffic,
+    args: argparse.Namespace,
+) -> Awaitable[None]:
+    """One key's open-loop traffic for one phase."""
+    return open_loop(rate, args.seconds, lambda: one_request(session, url, key, traffic, args))
 
 
 async def measure(setups: list[Setup], keys: dict[str, str], args: argparse.Namespace) -> float:
@@ -260,20 +269,12 @@ async def measure(setups: list[Setup], keys: dict[str, str], args: argparse.Name
         rate = await capacity(session, setups[0].base_url, keys["normal"], limit, args)
         print(f"capacity: {rate:.1f} requests/s at {limit} in flight", flush=True)
         for setup in setups:
-            await open_loop(
-                session, setup.base_url, keys["normal"], args.normal_rps, setup.unloaded, args
-            )
+            url, normal = setup.base_url, keys["normal"]
+            await keep_sending(session, url, normal, args.normal_rps, setup.unloaded, args)
             await asyncio.gather(
-                open_loop(
-                    session, setup.base_url, keys["normal"], args.normal_rps, setup.normal, args
-                ),
-                open_loop(
-                    session,
-                    setup.base_url,
-                    keys[setup.flood_key],
-                    rate * args.flood_factor,
-                    setup.flood,
-                    args,
+                keep_sending(session, url, normal, args.normal_rps, setup.normal, args),
+                keep_sending(
+                    session, url, keys[setup.flood_key], rate * args.flood_factor, setup.flood, args
                 ),
             )
             print(f"  {setup.name} done", flush=True)
@@ -283,28 +284,93 @@ async def measure(setups: list[Setup], keys: dict[str, str], args: argparse.Name
 # ---- report -------------------------------------------------------------------------------
 
 
-def print_table(setups: list[Setup]) -> None:
+@dataclass(frozen=True)
+class EngineTiming:
+    """What the engine's per-request record says of one request (simulated seconds)."""
+
+    queue: float  # from arrival in the engine to its first forward batch (SGLang's queue_time)
+    prefill: float  # that batch's prefill, to the first token (prefill_launch_latency)
+
+    @property
+    def ttft(self) -> float:
+        return self.queue + self.prefill
+
+
+def engine_timings(directory: Path) -> dict[str, EngineTiming]:
+    """The engines' ``--export-metrics-to-file`` records by request id."""
+    found: dict[str, EngineTiming] = {}
+    for path in directory.glob("sglang-request-metrics-*.log"):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if "prefill_launch_latency" in record:
+                found[record["id"]] = EngineTiming(
+                    record["queue_time"], record["prefill_launch_latency"]
+                )
+    return found
+
+
+def print_tables(setups: list[Setup], engine: dict[str, EngineTiming]) -> None:
     header = (
-        f"{'setup':<7}{'p50 alone':>10}{'p50 flood':>10}{'p90 alone':>11}{'p90 flood':>11}"
-        f"{'p90 +%':>10}"
-        f"{'normal lost':>13}{'flood ok':>10}{'flood 429':>11}{'flood err':>11}"
-        f"{'flood timeout':>15}"
+        f"{'setup':<8}{'p50 alone':>10}{'p50 flood':>10}{'p90 alone':>10}{'p90 flood':>10}"
+        f"{'p90 +%':>8}{'normal lost':>13}{'flood ok':>9}{'429':>7}{'other':>7}{'timeout':>8}"
     )
     print(header)
     print("-" * len(header))
     for s in setups:
-        alone, flooded = s.unloaded.pct(0.9), s.normal.pct(0.9)
-        change = (flooded / alone - 1) * 100 if alone else float("nan")
+        alone, flooded = list(s.unloaded.ttft.values()), list(s.normal.ttft.values())
+        p90_alone, p90_flood = pct(alone, 0.9), pct(flooded, 0.9)
+        change = (p90_flood / p90_alone - 1) * 100 if p90_alone else float("nan")
         print(
-            f"{s.name:<7}{s.unloaded.pct(0.5):10.1f}{s.normal.pct(0.5):10.1f}"
-            f"{alone:11.1f}{flooded:11.1f}{change:10.1f}"
-            f"{s.normal.lost:>7}/{s.normal.served + s.normal.lost:<5}{s.flood.served:>10}"
-            f"{s.flood.refused:>11}{s.flood.errors:>11}{s.flood.timeouts:>15}"
+            f"{s.name:<8}{pct(alone, 0.5):10.1f}{pct(flooded, 0.5):10.1f}"
+            f"{p90_alone:10.1f}{p90_flood:10.1f}{change:8.1f}"
+            f"{s.normal.lost:>7}/{s.normal.served + s.normal.lost:<5}{s.flood.served:>9}"
+            f"{s.flood.refused:>7}{s.flood.errors:>7}{s.flood.timeouts:>8}"
         )
     print(
-        "TTFT in ms, of the normal key alone and beside the flood. normal lost: its requests"
-        " not answered 200, of all it sent beside the flood."
+        "TTFT in ms of the normal key alone and beside the flood, as its client saw it. normal"
+        " lost: its requests not answered 200, of all it sent beside the flood.\n"
     )
+    print_split(setups, engine)
+
+
+def print_split(setups: list[Setup], engine: dict[str, EngineTiming]) -> None:
+    """The normal key's TTFT p90 split: the engine's part and the rest, alone -> flood."""
+    header = (
+        f"{'setup':<8}{'client':>16}{'engine':>16}{'eng queue':>16}{'eng prefill':>16}"
+        f"{'rest':>16}{'eng queue max':>16}"
+    )
+    print(header)
+    print("-" * len(header))
+    for s in setups:
+        phases = [_split(s.unloaded, engine), _split(s.normal, engine)]
+        cells = [_change(_p90(phases[0][part]), _p90(phases[1][part])) for part in range(5)]
+        worst = [max(values[2], default=0.0) * 1000 for values in phases]
+        print(f"{s.name:<8}" + "".join(cells) + _change(*worst))
+    print(
+        "p90 in ms, alone -> beside the flood, of the normal key's requests that the engines"
+        " recorded. engine: TTFT inside the engine in simulated time (eng queue: arrival to its"
+        " first forward batch, waiting for the step in progress and for requests ahead of it;"
+        " eng prefill: that batch); rest: client TTFT minus the engine's part (smg, the gateway,"
+        " the client, the engines' HTTP handling and the host's shared cores, in wall time)."
+    )
+
+
+def _split(traffic: Traffic, engine: dict[str, EngineTiming]) -> list[list[float]]:
+    """[client, engine, engine queue, engine prefill, rest] TTFTs of the recorded requests."""
+    known = [rid for rid in traffic.ttft if rid in engine]
+    client = [traffic.ttft[rid] for rid in known]
+    timing = [engine[rid] for rid in known]
+    inside = [t.ttft for t in timing]
+    rest = [c - e for c, e in zip(client, inside, strict=True)]
+    return [client, inside, [t.queue for t in timing], [t.prefill for t in timing], rest]
+
+
+def _change(alone: float, flooded: float) -> str:
+    return f"{f'{alone:.1f} -> {flooded:.1f}':>16}"
+
+
+def _p90(values: list[float]) -> float:
+    return pct(values, 0.9)
 
 
 def parse_args() -> argparse.Namespace:
@@ -318,6 +384,22 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--flood-factor", type=float, default=5.0)
     parser.add_argument("--time-scale", type=float, default=1.0)
     parser.add_argument("--client-timeout", type=float, default=60.0)
+    parser.add_argument(
+        "--setups",
+        nargs="+",
+        default=["fair", "plain", "smg", "control"],
+        choices=["fair", "plain", "smg", "control"],
+        help="which setups to run, in this order",
+    )
+    parser.add_argument(
+        "--same-prompt",
+        action="store_true",
+        help="every request the same prompt (prefix-cache hits: a one-token prefill), as the"
+        " bench ran before 2026-12-05, for comparison",
+    )
+    # As in bench/gateway.py: the engines stand in for GPU servers on other machines; at the
+    # lowest CPU priority they do not take the cores smg, the gateway and the clients need.
+    parser.add_argument("--engine-nice", type=int, default=19, help="the engines' nice value")
     parser.add_argument("--smg-queue-size", type=int, default=64)
     parser.add_argument("--smg-queue-timeout", type=int, default=30)
     return parser.parse_args()
@@ -329,15 +411,20 @@ def main() -> None:
     db_name, keys = create_database(args)
     fair = plain = None
     limit = args.target * args.replicas
+    records = log_dir / "engine-requests"
     engine_args = ["--max-running-requests", str(args.per_replica)]
+    engine_args += ["--export-metrics-to-file", "--export-metrics-to-file-dir", str(records)]
     try:
         with SimCluster(
             engines=args.replicas,
+            model=MODEL,
             policy="round_robin",
             engine_args=engine_args,
             time_scale=args.time_scale,
             log_dir=log_dir,
         ) as cluster:
+            for engine in cluster.engines:
+                os.setpriority(os.PRIO_PROCESS, engine.popen.pid, args.engine_nice)
             smg_args = ["--max-concurrent-requests", str(limit)]
             smg_args += ["--queue-size", str(args.smg_queue_size)]
             smg_args += ["--queue-timeout-secs", str(args.smg_queue_timeout)]
@@ -356,6 +443,7 @@ def main() -> None:
                     Setup("smg", f"{plain_url}/endpoints/smg/v1"),
                     Setup("control", f"{fair_url}/endpoints/fair/v1", flood_key="unknown"),
                 ]
+                setups = [s for s in setups if s.name in args.setups]
                 keys["unknown"] = "pli_000000000000_" + "x" * 40  # well formed, no one's
                 print(f"logs in {log_dir}; {os.cpu_count()} CPUs", flush=True)
                 rate = asyncio.run(measure(setups, keys, args))
@@ -365,7 +453,7 @@ def main() -> None:
                     f"{args.normal_rps}/s, flood {args.flood_factor}x capacity = "
                     f"{rate * args.flood_factor:.0f}/s, {args.seconds:g} s per phase\n"
                 )
-                print_table(setups)
+                print_tables(setups, engine_timings(records))
             finally:
                 admitting.stop()
     finally:

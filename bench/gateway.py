@@ -44,7 +44,8 @@ import aiohttp
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from process_cpu import cpu_seconds  # noqa: E402  (beside this script)
+from load import closed_loop, send  # noqa: E402  (beside this script)
+from process_cpu import cpu_seconds  # noqa: E402
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 os.environ.setdefault("PLINTH_ENV", "test")
@@ -277,22 +278,12 @@ async def one_request(
 ) -> None:
     # The pause is not timed: it keeps clients from falling into step with the engine's steps.
     await asyncio.sleep(random.uniform(0.0, jitter))
-    started = time.perf_counter()
-    try:
-        async with session.post(
-            f"{target.base_url}/chat/completions",
-            json=body,
-            headers={"Authorization": f"Bearer {target.api_key}"},
-        ) as response:
-            async for _chunk in response.content.iter_any():
-                pass
-            if response.status != 200:
-                cell.errors += 1
-                return
-    except aiohttp.ClientError:
+    headers = {"Authorization": f"Bearer {target.api_key}"}
+    answer = await send(session, f"{target.base_url}/chat/completions", body, headers)
+    if answer.status != 200:
         cell.errors += 1
         return
-    cell.latencies.append(time.perf_counter() - started)
+    cell.latencies.append(answer.latency)
 
 
 async def run_round(
@@ -306,19 +297,15 @@ async def run_round(
     timeout = aiohttp.ClientTimeout(total=300)
     jitter = args.jitter_ms / 1000
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        deadline = time.perf_counter() + args.seconds
 
         async def client() -> None:
             # Every target once per cycle, in a fresh random order: a fixed order would give
             # each target a fixed place after the others, and a bias of its own.
-            while time.perf_counter() < deadline:
-                for turn in random.sample(range(len(targets)), len(targets)):
-                    await one_request(session, targets[turn], body, cells[turn], jitter)
+            for turn in random.sample(range(len(targets)), len(targets)):
+                await one_request(session, targets[turn], body, cells[turn], jitter)
 
         cpu_before = [cpu_seconds(target.pid) for target in targets]
-        started = time.perf_counter()
-        await asyncio.gather(*(client() for _ in range(concurrency)))
-        wall = time.perf_counter() - started
+        wall = await closed_loop(concurrency, args.seconds, client)
         for cell, target, before in zip(cells, targets, cpu_before, strict=True):
             cell.wall = wall
             cell.cpu = cpu_seconds(target.pid) - before

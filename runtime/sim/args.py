@@ -115,6 +115,8 @@ class EngineArgs:
     api_key: str | None = None
     admin_api_key: str | None = None
     enable_metrics: bool = False
+    export_metrics_to_file: bool = False
+    export_metrics_to_file_dir: str | None = None
     extra_metric_labels: dict[str, str] = field(default_factory=dict)
     enable_cache_report: bool = False
     stream_response_default_include_usage: bool = False
@@ -184,6 +186,8 @@ MODELLED_FLAGS: tuple[str, ...] = (
     "--api-key",
     "--admin-api-key",
     "--enable-metrics",
+    "--export-metrics-to-file",
+    "--export-metrics-to-file-dir",
     "--extra-metric-labels",
     "--enable-cache-report",
     "--stream-response-default-include-usage",
@@ -493,6 +497,10 @@ def check_engine_args(args: EngineArgs) -> None:
         raise StartupError("--enable-hierarchical-cache needs the radix cache")
     if args.disaggregation_mode == "prefill" and args.disaggregation_transfer_backend == "fake":
         raise StartupError("the fake transfer backend is for decode-only benchmarking, not prefill")
+    if args.export_metrics_to_file and not args.export_metrics_to_file_dir:
+        raise StartupError(
+            "--export-metrics-to-file-dir is required when --export-metrics-to-file is enabled"
+        )
     _check_speculative(args)
     _check_lora(args)
 

@@ -190,13 +190,20 @@ class Engine:
                 cached_tokens=req.cached_tokens or 0,
                 cached_host=req.cached_host,
                 cached_storage=req.cached_storage,
-                queue_time=(req.admitted_at or req.arrival) - req.arrival,
+                queue_time=self._queue_time(req),
                 ttft=first - req.arrival,
                 e2e=end - req.arrival,
                 aborted=aborted,
             )
         )
         self.metrics.add_spec_verify_calls(req.spec_verify_ct)
+
+    @staticmethod
+    def _queue_time(req: SimRequest) -> float:
+        """SGLang's queue time: arrival to the first forward batch (a P/D decode engine's
+        request, which has none, to joining the running batch)."""
+        entered = req.forward_entry_at or req.admitted_at or req.arrival
+        return entered - req.arrival
 
     # ---- the step loop -----------------------------------------------------------------------
     async def run(self) -> None:
@@ -228,6 +235,9 @@ class Engine:
                 continue
             # An injected slowdown (--sim-slowdown) stands for a degraded GPU: every step longer.
             seconds = self._step_seconds(step) * self.args.sim.slowdown
+            for req, _ in step.prefill:
+                if req.forward_entry_at is None:
+                    req.forward_entry_at = self.scheduler.now
             await self.clock.run_step(seconds)
             self._commit(step, seconds)
 
@@ -277,7 +287,7 @@ class Engine:
             if last is not None:
                 self.metrics.observe_token_gap((now - last) / tokens)
         for req in newly_admitted:
-            self.metrics.observe_queue_time((req.admitted_at or now) - req.arrival)
+            self.metrics.observe_queue_time(self._queue_time(req))
         decoded = sum(tokens for _, tokens in step.decode)
         for req, _ in step.decode:
             if self.scheduler.config.spec_steps:

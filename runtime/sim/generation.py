@@ -1,14 +1,14 @@
 """What the HTTP routes share: the serving context, and one request's run through the engine.
 
 A ``RequestRun`` submits a request, yields its updates (applying an injected stall), and on close
-aborts it if the caller went away, records its request-level metrics once, and counts it towards an
-injected crash.
+aborts it if the caller went away, records its request-level metrics once (and its line in the
+``--export-metrics-to-file`` file), and counts it towards an injected crash.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.sim.args import EngineArgs
@@ -17,6 +17,7 @@ from runtime.sim.errors import RequestError
 from runtime.sim.faults import FaultInjector
 from runtime.sim.lora import LORA_DISABLED, LoraError
 from runtime.sim.request import SimRequest, Update
+from runtime.sim.request_export import RequestMetricsFile
 from runtime.sim.sampling import TokenSource, teacher_forced_logprobs
 
 
@@ -27,6 +28,11 @@ class ServingContext:
     faults: FaultInjector
     accepting: bool = False  # False while loading and while draining
     active_runs: int = 0
+    metrics_file: RequestMetricsFile | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.args.export_metrics_to_file and self.args.export_metrics_to_file_dir:
+            self.metrics_file = RequestMetricsFile(self.args.export_metrics_to_file_dir)
 
     def admit(self, native: bool) -> None:
         """Gate a generation request: not while starting or draining, and maybe a fault."""
@@ -141,8 +147,44 @@ class RequestRun:
         if self.req.finished is None:
             self.ctx.engine.abort(self.req)
         self.ctx.engine.record_finished(self.req)
+        if self.ctx.metrics_file is not None:
+            self.ctx.metrics_file.write(self.req.rid, _parameters(self.req), self._meta_info())
         if self.req.finished is not None and self.req.finished.kind != "abort":
             self.ctx.faults.on_finished()
+
+    def _meta_info(self) -> dict[str, Any]:
+        req, engine = self.req, self.ctx.engine
+        end = req.last_token_at or engine.now()
+        return {
+            "id": req.rid,
+            "finish_reason": req.finished.to_json() if req.finished else None,
+            "prompt_tokens": req.prompt_tokens,
+            "completion_tokens": req.completion_tokens,
+            "cached_tokens": req.cached_tokens or 0,
+            "e2e_latency": round(end - req.arrival, 6),
+            **meta_timing(req),
+            **meta_spec(req),
+        }
+
+
+def _parameters(req: SimRequest) -> dict[str, Any]:
+    """The part of SGLang's ``GenerateReqInput`` a record names (prompts are left out)."""
+    sampling = {"max_new_tokens": req.params.max_new_tokens, "ignore_eos": req.params.ignore_eos}
+    chosen = {"rid": req.rid, "stream": req.stream, "sampling_params": sampling}
+    return chosen | ({"lora_path": req.adapter} if req.adapter else {})
+
+
+def meta_timing(req: SimRequest) -> dict[str, Any]:
+    """SGLang's per-request timing stats in ``meta_info`` (metrics on), in simulated seconds:
+    ``queue_time`` from arrival to the first forward batch, ``prefill_launch_latency`` from
+    there to the end of the prefill (the first token). Their sum is the engine's part of TTFT."""
+    entered, first = req.forward_entry_at, req.first_token_at
+    if entered is None:
+        return {}
+    timing = {"queue_time": round(entered - req.arrival, 6)}
+    if first is not None:
+        timing["prefill_launch_latency"] = round(first - entered, 6)
+    return timing
 
 
 def logprob_entries(

@@ -26,6 +26,7 @@ from runtime.sim.generation import (
     input_logprob_entries,
     logprob_entries,
     meta_spec,
+    meta_timing,
 )
 from runtime.sim.request import GenerationParams, SimRequest
 
@@ -265,6 +266,8 @@ def _result(
     if final:
         end = req.last_token_at or ctx.engine.now()
         meta["e2e_latency"] = round(end - req.arrival, 6)
+        if ctx.args.enable_metrics:
+            meta.update(meta_timing(req))
     meta.update(meta_spec(req))
     if parsed.return_logprob:
         meta.update(_logprobs(req, start, ids, parsed))

@@ -88,7 +88,9 @@ class SimRequest:
     prefetched_storage: int = 0
     retractions: int = 0
     pending_stream_tokens: list[int] = field(default_factory=list)
-    # Timings (monotonic seconds) and speculative counts, for meta_info and metrics.
+    # Timings (simulated seconds) and speculative counts, for meta_info and metrics.
+    # forward_entry_at: when its first forward batch (prefill) started, SGLang's forward entry.
+    forward_entry_at: float | None = None
     admitted_at: float | None = None
     first_token_at: float | None = None
     last_token_at: float | None = None

@@ -164,6 +164,7 @@ def pd_held(shape: Shape) -> tuple[object, ...]:
         shape.kv_dtype,
         shape.attn_dp,
         shape.ep > 1,
+        shape.moe_a2a,
         shape.hicache_ratio,
     )
 
@@ -316,6 +317,11 @@ def reasons(request: OptimizeRequest, config: PricedLayout) -> tuple[str, ...]:
             f"attention DP{d.attn_dp} x EP{d.tp}: each of {d.attn_dp} attention ranks keeps "
             "its own sequences' KV cache (no KV-head replication); the experts batch every "
             "rank's tokens"
+        )
+    if d.moe_a2a == "deepep":
+        out.append(
+            "DeepEP: each token goes only to the GPUs holding its experts, and the experts run "
+            "DeepGEMM's grouped GEMMs, several times faster than the fused MoE on prompts"
         )
     if config.prefill is not None:
         out.append("prefill/decode split: prompts no longer stall the decode steps")

@@ -1,11 +1,11 @@
 """Engine shapes: the formats and parallelism one engine of a candidate can take, built and pruned.
 
-A shape is a GPU x TP x weight quantization x KV-cache dtype x speculator (x attention DP and expert
-layout for MoE models), and, where the traffic's prefix working set (or its multi-turn histories)
-can outgrow the GPU's KV pool, the same with a HiCache host tier. ``engine_shapes`` enumerates them
-for a request; ``build_shape`` turns one set of knobs into a shape with its step-time model, or None
-when it does not fit in GPU memory or its spec fails validation. A TP that breaks SGLang's head rule
-is never built.
+A shape is a GPU x TP x weight quantization x KV-cache dtype x speculator (x attention DP, expert
+layout and, where priced, DeepEP for MoE models), and, where the traffic's prefix working set (or
+its multi-turn histories) can outgrow the GPU's KV pool, the same with a HiCache host tier.
+``engine_shapes`` enumerates them for a request; ``build_shape`` turns one set of knobs into a shape
+with its step-time model, or None when it does not fit in GPU memory or its spec fails validation.
+A TP that breaks SGLang's head rule is never built.
 """
 
 from __future__ import annotations
@@ -16,12 +16,14 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from runtime.catalog import GpuType, ModelArch, kv_native_on, list_models, native_on
+from runtime.catalog.perf import perf_catalog
 from runtime.lora import resolved_target_modules
 from runtime.memory import kv_bytes_per_value, memory_fit, model_weight_bytes
 from runtime.optimize.types import Feature, OptimizeRequest
 from runtime.perf.hardware import GpuShape, ModelShape, gpu_shape, lookup_model, model_shape
 from runtime.perf.kv_tiers import tier_links
 from runtime.perf.lora import LoraCost, lora_cost
+from runtime.perf.quant import gemm_dtype
 from runtime.perf.spec import SpecConfig, resolve_spec
 from runtime.perf.step import EngineShape, StepModel
 from runtime.rules.parallel import working_tps
@@ -42,6 +44,7 @@ class ShapeKnobs:
     speculator: str = "none"  # "none", "NGRAM", "EAGLE", "EAGLE3", "MTP"
     draft: str | None = None
     attn_dp: int = 1  # attention data-parallel ranks in the TP group (MoE models only; else 1)
+    moe_a2a: str = "none"  # how tokens reach whole experts: "none" or "deepep" (DeepEP)
     hicache_ratio: float | None = None  # HiCache's host tier, a multiple of the GPU KV pool
     # A mixed-precision checkpoint's bytes per body weight (what ``runtime.quantize`` prices a
     # recipe at: ``runtime.memory.mixed_bytes_per_param``); None: the quantization method's own.
@@ -109,6 +112,20 @@ def ep_choices(arch: ModelArch, tp: int) -> list[int]:
     return [tp, 1] if arch.is_moe and tp > 1 else [1]
 
 
+def a2a_choices(
+    gpu: GpuType, arch: ModelArch, tp: int, dp: int, ep: int, quant: str | None
+) -> list[str]:
+    """DeepEP beside the default gather/scatter where it is priced: whole experts over the TP
+    group (EP = TP) with every GPU its own attention rank (AIConfigurator's DeepEP data, what
+    ``perf.yaml``'s ``deepep`` rows are fitted on), for an expert format with a DeepEP row."""
+    if not arch.is_moe or tp < 2 or ep != tp or dp != tp:
+        return ["none"]
+    shape = gpu_shape(gpu)
+    dtype = gemm_dtype(shape, quant or arch.checkpoint_quantization)
+    row = perf_catalog().moe_row(shape.sm, "deepep", dtype)
+    return ["none", "deepep"] if row is not None and row.sharding == "deepep" else ["none"]
+
+
 def quant_choices(gpu: GpuType, arch: ModelArch, allowed: bool) -> list[str | None]:
     """As shipped, plus online FP8 where the GPU computes FP8 natively and the weights are BF16."""
     choices: list[str | None] = [None]
@@ -160,6 +177,8 @@ def spec_data(
         data["parallelism"]["ep"] = shape.ep  # whole experts spread over the TP group
     if shape.attn_dp > 1:
         data["parallelism"]["attn_dp"] = shape.attn_dp
+    if shape.moe_a2a != "none":
+        data["parallelism"]["moe_a2a"] = shape.moe_a2a
     data["quantization"] = {"method": shape.quantization, "kv_cache_dtype": shape.kv_dtype}
     if shape.speculator != "none":
         data["speculator"] = {"algorithm": shape.speculator, "draft_model": shape.draft}
@@ -203,12 +222,14 @@ def engine_shapes(
                     speculator=algorithm,
                     draft=draft,
                     attn_dp=dp,
+                    moe_a2a=a2a,
                 )
                 for quant in quant_choices(gpu, arch, "quantization" in allow)
                 for kv in kv_choices(gpu, "quantization" in allow)
                 for algorithm, draft in spec_choices(arch, "speculator" in allow)
                 for dp in attn_dp_choices(arch, tp)
                 for ep in ep_choices(arch, tp)
+                for a2a in a2a_choices(gpu, arch, tp, dp, ep, quant)
             )
             for each in knobs:
                 shape = build_shape(request, context, each)
@@ -255,6 +276,7 @@ def build_shape(request: OptimizeRequest, context: ShapeContext, knobs: ShapeKno
         spec=spec_config,
         attn_dp=knobs.attn_dp,
         ep=knobs.ep,
+        moe_a2a=knobs.moe_a2a,
         lora=shape_lora(spec, context, knobs.tp),
     )
     return Shape(

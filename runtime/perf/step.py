@@ -16,7 +16,9 @@ A step is a sum of separate kernels, each bounded by the slower of its bytes and
   experts a step's tokens touch, through the fused-MoE kernels' own (much lower) shares;
 - attention data parallelism (SGLang ``--enable-dp-attention --dp-size N``): the TP group's
   attention runs as N replicas of TP/N GPUs, each with its own sequences and KV cache, while
-  the experts see every rank's tokens (gathered before and scattered after each MoE layer);
+  the experts see every rank's tokens (gathered before and scattered after each MoE layer, or
+  with DeepEP, ``--moe-a2a-backend deepep``, each token sent only to the GPUs holding its
+  experts and its result sent back, the experts run by DeepGEMM's grouped kernels);
 - under speculation, the draft passes and the tree-verification bookkeeping;
 - with LoRA adapters, their segmented GEMMs (``runtime.perf.lora``).
 Every efficiency and overhead comes from ``runtime/catalog/perf.yaml``.
@@ -67,6 +69,7 @@ class EngineShape:
     spec: SpecConfig | None = None
     attn_dp: int = 1  # attention data-parallel ranks inside the TP group
     ep: int = 1  # expert parallelism: >1 whole experts per GPU; 1 every expert sliced (MoE TP)
+    moe_a2a: str = "none"  # SGLang's --moe-a2a-backend: "none" (gather/scatter) or "deepep"
     lora: LoraCost | None = None  # LoRA adapters served (runtime.perf.lora); None: LoRA off
 
 
@@ -156,6 +159,9 @@ class StepModel:
         self.attn_tp = tp // self.attn_dp
         self.mla_flops_per_kv_token = self._mla_flops_per_kv_token()
         sharding = "ep" if engine.ep > 1 else "tp"
+        self.deepep = engine.moe_a2a == "deepep" and engine.ep > 1
+        if self.deepep:
+            sharding = "deepep"  # DeepEP's dispatch and DeepGEMM's grouped GEMMs, not fused MoE
         moe = cat.moe_row(gpu.sm, sharding, dtype) if model.expert_params_b > 0 else None
         self.moe = moe
         if self.moe is not None:
@@ -252,6 +258,8 @@ class StepModel:
         )
         layers = self.model.num_layers
         fixed = layers * (self.layer_overhead + self.moe.fixed_us * 1e-6) + self.step_overhead
+        if work.prefill_tokens:
+            fixed += layers * self.moe.prefill_fixed_us * 1e-6
         seconds = dense + experts + attention + fixed + self._moe_comm_seconds(tokens)
         spec = self.engine.spec
         if spec is not None and work.decode_seqs:
@@ -262,17 +270,31 @@ class StepModel:
     def _moe_comm_seconds(self, tokens: float) -> float:
         """Without attention DP: the TP all-reduces. With it: per layer, the gather of every
         rank's tokens before the experts and the scatter after (a ring all-reduce's bytes over
-        the whole group), plus the attention rank's own all-reduce when it spans GPUs."""
-        if self.attn_dp == 1:
+        the whole group), or DeepEP's dispatch and combine (``_deepep_seconds``), plus the
+        attention rank's own all-reduce when it spans GPUs."""
+        if self.attn_dp == 1 and not self.deepep:
             return self.allreduce_seconds(int(tokens))
         layers = self.model.num_layers
         size = tokens * self.model.hidden_size * BF16
-        group = 2 * (self.tp - 1) / self.tp * size / self.link_bandwidth + 2 * self.link_latency
+        if self.deepep:
+            group = self._deepep_seconds(tokens)
+        else:
+            group = 2 * (self.tp - 1) / self.tp * size / self.link_bandwidth
+            group += 2 * self.link_latency
         inner = 0.0
         if self.attn_tp > 1:
             share = 2 * (self.attn_tp - 1) / self.attn_tp * size / self.attn_dp
             inner = share / self.link_bandwidth + self.link_latency
         return layers * (group + inner)
+
+    def _deepep_seconds(self, tokens: float) -> float:
+        """One MoE layer's DeepEP dispatch and combine: each GPU sends its share of the tokens
+        once to every other GPU holding one of their top-k experts (FP8 out, one byte a value)
+        and takes their outputs back (BF16), instead of gathering every token everywhere."""
+        topk = self.model.experts_per_token or 1
+        remote = (self.tp - 1) * (1 - (1 - 1 / self.tp) ** topk)  # other GPUs a token visits
+        sent = tokens / self.tp * remote * self.model.hidden_size * (1 + BF16)
+        return sent / self.link_bandwidth + 2 * self.link_latency
 
     def decode_step_seconds(self, batch: int, context: int) -> float:
         """One plain decode step of `batch` sequences holding `context` tokens each."""

@@ -293,3 +293,24 @@ def test_cuda_graphs_trimmed_to_the_endpoints_concurrency(spec_data: SpecData) -
     assert graph_bs(cuda_graph_trim=True) == "16"
     assert graph_bs(cuda_graph_trim=True, max_running_requests=12) == "12"
     assert graph_bs(cuda_graph_trim=True, cuda_graph_max_bs_decode=64) == "64"
+
+
+def test_deepep_reaches_the_engine_as_its_moe_a2a_backend(spec_data: SpecData) -> None:
+    data = spec_data(
+        model={"source": "deepseek-ai/DeepSeek-V3"},
+        hardware={"gpu": "H200"},
+        parallelism={"tp": 8, "attn_dp": 8, "ep": 8, "moe_a2a": "deepep"},
+    )
+    args = plan(_spec(data)).roles[0].args
+    assert args[args.index("--moe-a2a-backend") + 1] == "deepep"
+    assert sglang_flags().check(args) == []
+    plain = plan(
+        _spec(
+            spec_data(
+                model={"source": "deepseek-ai/DeepSeek-V3"},
+                hardware={"gpu": "H200"},
+                parallelism={"tp": 8, "ep": 8},
+            )
+        )
+    )
+    assert "--moe-a2a-backend" not in plain.roles[0].args

@@ -26,7 +26,9 @@ def shape(model_id: str) -> ModelShape:
 DSV3 = shape("deepseek-v3")
 
 
-def dsv3(gpu: str, kv: str = "auto", attn_dp: int = 8, ep: int = 8) -> StepModel:
+def dsv3(
+    gpu: str, kv: str = "auto", attn_dp: int = 8, ep: int = 8, moe_a2a: str = "none"
+) -> StepModel:
     """DeepSeek-V3 as shipped (block FP8) on one 8-GPU node."""
     weights = DSV3.quantized_weight_bytes(bytes_per_param("fp8", "auto"))
     engine = EngineShape(
@@ -36,6 +38,7 @@ def dsv3(gpu: str, kv: str = "auto", attn_dp: int = 8, ep: int = 8) -> StepModel
         kv_bytes_per_value=kv_dtype_bytes(kv, "auto"),
         attn_dp=attn_dp,
         ep=ep,
+        moe_a2a=moe_a2a,
     )
     return StepModel(resolve_gpu(gpu), DSV3, engine)
 
@@ -102,3 +105,37 @@ def test_deepseek_v3_expert_layouts_rank_as_the_references_rank_them() -> None:
     sliced = dsv3("H200", attn_dp=8, ep=1).decode_step_seconds(1024, 1024)
     whole = dsv3("H200", attn_dp=8, ep=8).decode_step_seconds(1024, 1024)
     assert sliced < whole
+
+
+# AIConfigurator 0.12's DeepEP path, the one its own search prices attention DP8 x EP8 with
+# (deepep_ht prefill, deepep_ll decode, its WideEP MLA and MoE tables; ``cli_estimate`` keeps
+# intra-node EP on the fused path, so these come from its estimator with the DeepEP coverage its
+# search resolves): DeepSeek-V3, H200, FP8 KV, ms per step, prefill per rank / decode per rank.
+DEEPEP_PREFILL = [(1024, 176.4), (2048, 299.3), (4096, 527.0)]
+DEEPEP_DECODE = [(40, 36.6), (128, 46.7)]
+
+
+@pytest.mark.parametrize(("tokens", "aic_ms"), DEEPEP_PREFILL)
+def test_deepep_prefill_of_every_rank_within_calibration(tokens: int, aic_ms: float) -> None:
+    model = dsv3("H200", "fp8_e4m3", moe_a2a="deepep")
+    assert model.prefill_seconds(tokens, batch=8) * 1e3 == pytest.approx(aic_ms, rel=0.15)
+
+
+@pytest.mark.parametrize(("batch", "aic_ms"), DEEPEP_DECODE)
+def test_deepep_decode_within_calibration(batch: int, aic_ms: float) -> None:
+    model = dsv3("H200", "fp8_e4m3", moe_a2a="deepep")
+    assert model.decode_step_seconds(batch * 8, 1024) * 1e3 == pytest.approx(aic_ms, rel=0.15)
+
+
+def test_deepep_prefills_every_rank_at_least_twice_as_fast_as_the_fused_moe() -> None:
+    """AIC: 4096 tokens a rank take 1260 ms through the fused MoE and 527 ms through DeepEP;
+    the grouped GEMMs, not the routing, make the difference."""
+    fused, deepep = (dsv3("H200", "fp8_e4m3", moe_a2a=a2a) for a2a in ("none", "deepep"))
+    assert fused.prefill_seconds(4096, batch=8) > 2 * deepep.prefill_seconds(4096, batch=8)
+
+
+def test_deepep_sends_each_token_only_where_its_experts_are() -> None:
+    """Gathering every rank's tokens on every GPU moves more than sending each token to the
+    (at most top-k) GPUs holding its experts."""
+    fused, deepep = (dsv3("H200", "fp8_e4m3", moe_a2a=a2a) for a2a in ("none", "deepep"))
+    assert deepep._moe_comm_seconds(8192) < fused._moe_comm_seconds(8192)

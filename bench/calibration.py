@@ -123,6 +123,12 @@ MOE_CONFIGS = [
     ("deepseek-v3", "B200", 8, 8, (8, 64, 256), True, False),
     ("deepseek-v3", "B200", 8, 1, (8, 64, 256), True, False),
 ]
+# DeepSeek-V3 through DeepEP (--moe-a2a-backend deepep): every GPU its own attention rank, whole
+# experts (the path the references' searches price attention DP8 x EP8 with; runtime/catalog/
+# perf.yaml's `deepep` row): (model, gpu, GPUs, decode batches per rank, prefills per rank, fit).
+DEEPEP_CONFIGS = [
+    ("deepseek-v3", "H200", 8, (1, 8, 40, 128, 256), (256, 512, 1024, 2048, 4096), True),
+]
 MLA_MODELS = ("deepseek-v3",)
 MOE_TARGET = 0.25
 MLA_KV = ("auto", "fp8_e4m3")  # an MLA model's latent cache: BF16, and FP8 (SGLang's common choice)
@@ -194,6 +200,7 @@ class Point:
     moe: bool = False
     ep: int = 1  # MoE rows: expert parallelism (TP, or 1: experts sliced over the TP GPUs)
     fit: bool = True  # the catalogue's constants were fitted on this configuration
+    a2a: str = "none"  # MoE rows: how tokens reach whole experts ("deepep": DeepEP)
 
 
 def step_model(
@@ -205,6 +212,7 @@ def step_model(
     spec: SpecConfig | None = None,
     attn_dp: int = 1,
     ep: int = 1,
+    a2a: str = "none",
 ) -> StepModel:
     shape = _shape(model)
     weights = shape.quantized_weight_bytes(bytes_per_param(quant, "auto"))
@@ -217,6 +225,7 @@ def step_model(
         spec=spec,
         attn_dp=attn_dp,
         ep=ep,
+        moe_a2a=a2a,
     )
     return StepModel(resolve_gpu(gpu), shape, engine)
 
@@ -230,7 +239,7 @@ def _shape(model: str) -> ModelShape:
 
 def model_ms(point: Point) -> float:
     physics = step_model(point.model, point.gpu, point.tp, point.quant, point.kv,
-                         attn_dp=point.attn_dp, ep=point.ep)  # fmt: skip
+                         attn_dp=point.attn_dp, ep=point.ep, a2a=point.a2a)  # fmt: skip
     if point.mode == "decode":
         return physics.decode_step_seconds(point.batch * point.attn_dp, point.tokens) * 1e3
     return physics.prefill_seconds(point.tokens, point.batch * point.attn_dp) * 1e3
@@ -277,6 +286,13 @@ def _moe_grid(quick: bool) -> list[Point]:
             for tokens in (1024, 4096):
                 points.append(Point(model, gpu, tp, quant, "auto", "prefill", 1, tokens, dp, True,
                                     ep, fit))  # fmt: skip
+    for model, gpu, tp, batches, prompts, fit in DEEPEP_CONFIGS:
+        # The references' DeepEP data is labelled FP8 block attention and FP8 KV only.
+        deepep = {"attn_dp": tp, "moe": True, "ep": tp, "fit": fit, "a2a": "deepep"}
+        for batch in batches[:2] if quick else batches:
+            points.append(Point(model, gpu, tp, "fp8", "fp8_e4m3", "decode", batch, 1024, **deepep))
+        for tokens in prompts[:1] if quick else prompts:
+            points.append(Point(model, gpu, tp, "fp8", "fp8_e4m3", "prefill", 1, tokens, **deepep))
     return points
 
 
@@ -312,6 +328,8 @@ def _aic_requests(points: list[Point]) -> list[dict[str, object]]:
             request.update(dp=p.attn_dp, moe_ep=p.ep)
             if p.ep == 1:
                 request["moe_tp"] = p.tp
+            if p.a2a != "none":
+                request["a2a"] = p.a2a
         out.append(request)
     return out
 
@@ -337,7 +355,7 @@ def _label(p: Point) -> str:
     model = p.model
     if p.moe:
         short = "dsv3" if p.model in MLA_MODELS else "qwen3-235b"
-        model = f"{short} {'EP' if p.ep > 1 else 'TP'}"
+        model = f"{short} {'DeepEP' if p.a2a != 'none' else 'EP' if p.ep > 1 else 'TP'}"
     return f"{model:<14}{p.gpu:<9}{tp:>4} {dtype:<10}{p.mode:<8}{p.batch:>6}{p.tokens:>7}"
 
 

@@ -19,7 +19,11 @@ parallelism crosses both ways: AIConfigurator's ``tp`` x ``dp`` is Plinth's TP g
 GPUs with ``attn_dp`` = ``dp``, and a Plinth pick with attention DP is pinned in AIConfigurator
 as ``tp`` = TP / DP, ``dp`` = DP. A MoE pick's experts cross as they were picked: whole
 experts per GPU (Plinth ``ep`` = TP, AIConfigurator ``moe_ep`` = TP) or each expert sliced over
-the TP GPUs (Plinth ``ep`` 1, AIConfigurator ``moe_tp`` = TP).
+the TP GPUs (Plinth ``ep`` 1, AIConfigurator ``moe_tp`` = TP). DeepEP crosses too: where
+AIConfigurator's large-EP data covers a row (DeepSeek-V3, pure EP, every GPU its own attention
+rank) its search prices DeepEP, so that row is Plinth's ``moe_a2a`` "deepep"; a Plinth DeepEP
+pick is pinned with the labels AIConfigurator's DeepEP data carries (FP8 block attention, FP8
+KV), marked ``*`` when its KV cache is another format.
 
 The SLOs are given to Plinth in AIConfigurator's terms: the TTFT target as Plinth's TTFT p90
 and the TPOT target as a mean (``Slo.tpot_mean_s``, no p90 ITL bound), since AIConfigurator's

@@ -175,7 +175,7 @@ def price_under(tool: Tool, case: Case, pick: Pick) -> Priced:
             continue  # a KV format the references do not name at all (NVFP4)
         notes = [f"{kv} KV priced as shipped (no SGLang data for it)"] if kv_as_shipped else []
         mark = "*" if kv_as_shipped else ""
-        if pick.layout.moe_a2a == "deepep" and kv != "fp8_e4m3":
+        if pick.layout.moe_a2a == "deepep" and case.model in MLA_MODELS and kv != "fp8_e4m3":
             notes.append(f"DeepEP with {kv} KV priced on AIC's DeepEP data (FP8 KV only)")
             mark = "*"
         # Its own sweep pinned to the pick first; a P/D pick its sweep finds nothing for (some

@@ -168,7 +168,7 @@ def pinned_config(case: Case, pick: Pick, kv_as_shipped: bool) -> dict[str, Any]
             out[f"{prefix}gemm_quant_mode"] = AIC_GEMM[lay.quantization]
         if lay.kv_dtype != "auto" and not kv_as_shipped:
             out[f"{prefix}kvcache_quant_mode"] = AIC_KV[lay.kv_dtype]
-        if lay.moe_a2a == "deepep":
+        if lay.moe_a2a == "deepep" and case.model in MLA_MODELS:
             out.update({f"{prefix}{k}": v for k, v in DEEPEP_LABELS.items()})
         return out
 

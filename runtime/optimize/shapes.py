@@ -115,10 +115,12 @@ def ep_choices(arch: ModelArch, tp: int) -> list[int]:
 def a2a_choices(
     gpu: GpuType, arch: ModelArch, tp: int, dp: int, ep: int, quant: str | None
 ) -> list[str]:
-    """DeepEP beside the default gather/scatter where it is priced: whole experts over the TP
-    group (EP = TP) with every GPU its own attention rank (AIConfigurator's DeepEP data, what
-    ``perf.yaml``'s ``deepep`` rows are fitted on), for an expert format with a DeepEP row."""
-    if not arch.is_moe or tp < 2 or ep != tp or dp != tp:
+    """DeepEP beside the default gather/scatter where it is priced: an MLA MoE model (DeepSeek
+    class) with whole experts over the TP group (EP = TP) and every GPU its own attention rank,
+    for an expert format with a DeepEP row. That is what ``perf.yaml``'s ``deepep`` rows are
+    fitted on (AIConfigurator's DeepEP data); it has none for a GQA MoE such as Qwen3-235B, so
+    the search does not offer DeepEP there (a spec may still set it, priced with the same row)."""
+    if not (arch.is_moe and arch.is_mla) or tp < 2 or ep != tp or dp != tp:
         return ["none"]
     shape = gpu_shape(gpu)
     dtype = gemm_dtype(shape, quant or arch.checkpoint_quantization)

@@ -4,6 +4,7 @@ the KV pool, speculative gaps at p90, and the command line's objective and mean-
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -160,3 +161,11 @@ def test_deepseek_v3_on_a_node_of_h200_picks_deepep_with_every_gpu_its_own_atten
     par = best.spec.parallelism
     assert (par.tp, par.attn_dp, par.ep, par.moe_a2a) == (8, 8, 8, "deepep")
     assert not has_errors(validate(best.spec))
+
+
+def test_deepep_is_offered_only_where_it_is_calibrated() -> None:
+    """The DeepEP rows are fitted on DeepSeek-V3 (MLA); neither reference has DeepEP data for a
+    GQA MoE, so a Qwen3-235B search never picks it, even with FP8 experts."""
+    result = optimize(replace(MOE, features=frozenset({"quantization", "disaggregation"})))
+    assert result.ranked
+    assert {c.spec.parallelism.moe_a2a for c in result.ranked} == {"none"}

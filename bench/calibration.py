@@ -123,12 +123,9 @@ MOE_CONFIGS = [
     ("deepseek-v3", "B200", 8, 8, (8, 64, 256), True, False),
     ("deepseek-v3", "B200", 8, 1, (8, 64, 256), True, False),
 ]
-# DeepSeek-V3 through DeepEP (--moe-a2a-backend deepep): every GPU its own attention rank, whole
-# experts (the path the references' searches price attention DP8 x EP8 with; runtime/catalog/
-# perf.yaml's `deepep` row): (model, gpu, GPUs, decode batches per rank, prefills per rank, fit).
-DEEPEP_CONFIGS = [
-    ("deepseek-v3", "H200", 8, (1, 8, 40, 128, 256), (256, 512, 1024, 2048, 4096), True),
-]
+# DeepSeek-V3 through DeepEP (perf.yaml's `deepep` row; the references' DeepEP data is FP8 KV
+# only), fit: (model, gpu, GPUs = attention ranks = EP, decode batches, prefills, per rank).
+DEEPEP_CONFIGS = [("deepseek-v3", "H200", 8, (1, 8, 40, 128, 256), (256, 512, 1024, 2048, 4096))]
 MLA_MODELS = ("deepseek-v3",)
 MOE_TARGET = 0.25
 MLA_KV = ("auto", "fp8_e4m3")  # an MLA model's latent cache: BF16, and FP8 (SGLang's common choice)
@@ -286,13 +283,10 @@ def _moe_grid(quick: bool) -> list[Point]:
             for tokens in (1024, 4096):
                 points.append(Point(model, gpu, tp, quant, "auto", "prefill", 1, tokens, dp, True,
                                     ep, fit))  # fmt: skip
-    for model, gpu, tp, batches, prompts, fit in DEEPEP_CONFIGS:
-        # The references' DeepEP data is labelled FP8 block attention and FP8 KV only.
-        deepep = {"attn_dp": tp, "moe": True, "ep": tp, "fit": fit, "a2a": "deepep"}
-        for batch in batches[:2] if quick else batches:
-            points.append(Point(model, gpu, tp, "fp8", "fp8_e4m3", "decode", batch, 1024, **deepep))
-        for tokens in prompts[:1] if quick else prompts:
-            points.append(Point(model, gpu, tp, "fp8", "fp8_e4m3", "prefill", 1, tokens, **deepep))
+    for model, gpu, tp, batches, prompts in DEEPEP_CONFIGS:
+        deep = {"attn_dp": tp, "moe": True, "ep": tp, "a2a": "deepep"}
+        runs = [("decode", b, 1024) for b in batches] + [("prefill", 1, n) for n in prompts]
+        points += [Point(model, gpu, tp, "fp8", "fp8_e4m3", *run, **deep) for run in runs]
     return points
 
 
@@ -328,8 +322,7 @@ def _aic_requests(points: list[Point]) -> list[dict[str, object]]:
             request.update(dp=p.attn_dp, moe_ep=p.ep)
             if p.ep == 1:
                 request["moe_tp"] = p.tp
-            if p.a2a != "none":
-                request["a2a"] = p.a2a
+            request.update({"a2a": p.a2a} if p.a2a != "none" else {})
         out.append(request)
     return out
 

@@ -123,9 +123,11 @@ MOE_CONFIGS = [
     ("deepseek-v3", "B200", 8, 8, (8, 64, 256), True, False),
     ("deepseek-v3", "B200", 8, 1, (8, 64, 256), True, False),
 ]
-# DeepSeek-V3 through DeepEP (perf.yaml's `deepep` row; the references' DeepEP data is FP8 KV
-# only), fit: (model, gpu, GPUs = attention ranks = EP, decode batches, prefills, per rank).
-DEEPEP_CONFIGS = [("deepseek-v3", "H200", 8, (1, 8, 40, 128, 256), (256, 512, 1024, 2048, 4096))]
+# DeepSeek-V3 via DeepEP, FP8 KV (model, gpu, ranks = EP, decodes, prefills, fit); 16: two nodes
+DEEPEP_CONFIGS = [
+    ("deepseek-v3", "H200", 8, (1, 8, 40, 128, 256), (256, 512, 1024, 2048, 4096), True),
+    ("deepseek-v3", "H200", 16, (1, 8, 40, 128, 256), (256, 1024, 4096), False),
+]
 MLA_MODELS = ("deepseek-v3",)
 MOE_TARGET = 0.25
 MLA_KV = ("auto", "fp8_e4m3")  # an MLA model's latent cache: BF16, and FP8 (SGLang's common choice)
@@ -283,8 +285,8 @@ def _moe_grid(quick: bool) -> list[Point]:
             for tokens in (1024, 4096):
                 points.append(Point(model, gpu, tp, quant, "auto", "prefill", 1, tokens, dp, True,
                                     ep, fit))  # fmt: skip
-    for model, gpu, tp, batches, prompts in DEEPEP_CONFIGS:
-        deep = {"attn_dp": tp, "moe": True, "ep": tp, "a2a": "deepep"}
+    for model, gpu, tp, batches, prompts, fit in DEEPEP_CONFIGS:
+        deep = {"attn_dp": tp, "moe": True, "ep": tp, "a2a": "deepep", "fit": fit}
         runs = [("decode", b, 1024) for b in batches] + [("prefill", 1, n) for n in prompts]
         points += [Point(model, gpu, tp, "fp8", "fp8_e4m3", *run, **deep) for run in runs]
     return points
@@ -579,8 +581,7 @@ def main() -> None:
     args = parser.parse_args()
     for name in {c.model for c in CONFIGS}:
         assert get_model(name) is not None, name
-    for gpu in AIC_SYSTEMS:
-        get_gpu(gpu)
+    _ = [get_gpu(gpu) for gpu in AIC_SYSTEMS]  # every reference system is a catalogue GPU
     ok = True
     if not args.no_aic:
         points = grid(args.quick, args.only)

@@ -83,6 +83,9 @@ class MoeEfficiency(_Row):
     # first exchanges the per-GPU token counts through the host: a fixed cost per MoE layer
     # that decode steps (its low-latency mode) do not pay. 0 for the other backends.
     prefill_fixed_us: float = Field(default=0.0, ge=0)
+    # DeepEP across nodes: the share of the GPU's NIC line rate (``kv_transfer.nics``) its RDMA
+    # dispatch and combine reach. 1 for the backends that never leave a node.
+    nic_share: float = Field(default=1.0, gt=0, le=1)
     # The share rises with the tokens each expert gets: compute x M / (M + half), M per expert.
     compute_half_tokens: float = Field(default=0.0, ge=0)
     source: str

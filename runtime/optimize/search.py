@@ -17,7 +17,7 @@ from runtime.catalog import GpuType, ModelArch, get_gpu
 from runtime.issues import Issue
 from runtime.memory import memory_fit
 from runtime.optimize.queueing import EngineLoad, max_running, prefill_capacity
-from runtime.optimize.shapes import Shape, base_spec, spec_data
+from runtime.optimize.shapes import Shape, base_spec, gpu_budget, spec_data
 from runtime.optimize.types import (
     MAX_POOL_REPLICAS,
     Candidate,
@@ -57,12 +57,6 @@ class PricedLayout:
         if self.cache_aware and self.routing_matters:
             used.add("cache_aware")
         return frozenset(used)
-
-
-def gpu_budget(request: OptimizeRequest, gpu: GpuType) -> int | None:
-    counts = [request.limits.max_gpus, request.gpu_counts.get(gpu.id)]
-    known = [c for c in counts if c is not None]
-    return min(known) if known else None
 
 
 def predict_figures(

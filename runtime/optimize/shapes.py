@@ -93,6 +93,34 @@ def tp_choices(gpu: GpuType, arch: ModelArch) -> list[int]:
     return working_tps(arch.num_attention_heads, arch.num_kv_heads, widths)
 
 
+def gpu_budget(request: OptimizeRequest, gpu: GpuType) -> int | None:
+    """The most GPUs of `gpu` the request may use: its limit or the free count, else None."""
+    counts = [request.limits.max_gpus, request.gpu_counts.get(gpu.id)]
+    known = [c for c in counts if c is not None]
+    return min(known) if known else None
+
+
+def node_tps(gpu: GpuType, arch: ModelArch, budget: int | None) -> list[int]:
+    """Engines over 2, 4, ... whole nodes within a GPU budget, for an MLA MoE model only: the
+    shape SGLang runs DeepSeek-class models across nodes with (every GPU its own attention rank,
+    whole experts reached through DeepEP: ``spans_nodes``), where only the tokens bound for
+    another node's experts cross the NIC. Without a budget the search stays within a node."""
+    if budget is None or not (arch.is_moe and arch.is_mla):
+        return []
+    per_node, nodes, widths = gpu.gpus_per_node, 2, []
+    while per_node * nodes <= budget:
+        widths.append(per_node * nodes)
+        nodes *= 2
+    return working_tps(arch.num_attention_heads, arch.num_kv_heads, widths)
+
+
+def spans_nodes(gpu: GpuType, tp: int, dp: int, a2a: str) -> bool:
+    """Whether knobs at `tp` may span nodes: within a node anything goes; across nodes only
+    attention DP over every GPU with DeepEP (the all-gathers and all-reduces of the other
+    layouts would run over the NIC at a fraction of NVLink's bandwidth)."""
+    return tp <= gpu.gpus_per_node or (dp == tp and a2a == "deepep")
+
+
 def attn_dp_choices(arch: ModelArch, tp: int) -> list[int]:
     """Attention DP sizes for a MoE model at `tp`: the powers of two dividing TP (attention runs
     as that many ranks of TP/DP GPUs; the experts stay spread over all TP GPUs). Dense: 1."""
@@ -211,7 +239,7 @@ def engine_shapes(
     allow = request.features
     for gpu in gpus:
         context = shape_context(request, arch, gpu)
-        for tp in tp_choices(gpu, arch):
+        for tp in tp_choices(gpu, arch) + node_tps(gpu, arch, gpu_budget(request, gpu)):
             if request.limits.max_gpus is not None and tp > request.limits.max_gpus:
                 continue
             knobs = (
@@ -232,6 +260,7 @@ def engine_shapes(
                 for dp in attn_dp_choices(arch, tp)
                 for ep in ep_choices(arch, tp)
                 for a2a in a2a_choices(gpu, arch, tp, dp, ep, quant)
+                if spans_nodes(gpu, tp, dp, a2a)
             )
             for each in knobs:
                 shape = build_shape(request, context, each)

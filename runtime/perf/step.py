@@ -133,6 +133,9 @@ class StepModel:
         link = cat.link(gpu.id)
         self.link_bandwidth = link.bus_gbs * 1e9
         self.link_latency = link.latency_us * 1e-6
+        # A TP group wider than a node spans nodes; their GPUs meet over the scale-out NIC.
+        self.nodes = -(-tp // max(1, gpu.gpus_per_node))
+        self.nic_bandwidth = cat.kv_transfer.nic_gbs(gpu.sm) * 1e9
 
         total = engine.weight_bytes if engine.weight_bytes is not None else model.weight_bytes(BF16)
         embedding = model.vocab_size * model.hidden_size * BF16  # gathered, never streamed
@@ -290,11 +293,22 @@ class StepModel:
     def _deepep_seconds(self, tokens: float) -> float:
         """One MoE layer's DeepEP dispatch and combine: each GPU sends its share of the tokens
         once to every other GPU holding one of their top-k experts (FP8 out, one byte a value)
-        and takes their outputs back (BF16), instead of gathering every token everywhere."""
+        and takes their outputs back (BF16), instead of gathering every token everywhere.
+
+        Across nodes DeepEP sends a token once over RDMA to each other node holding one of its
+        experts, where a GPU forwards it over NVLink; the NIC and NVLink carry their parts at
+        once, so the slower of the two bounds the layer (the share of the NIC's line rate
+        DeepEP reaches is the ``deepep`` row's ``nic_share``)."""
         topk = self.model.experts_per_token or 1
         remote = (self.tp - 1) * (1 - (1 - 1 / self.tp) ** topk)  # other GPUs a token visits
-        sent = tokens / self.tp * remote * self.model.hidden_size * (1 + BF16)
-        return sent / self.link_bandwidth + 2 * self.link_latency
+        per_visit = tokens / self.tp * self.model.hidden_size * (1 + BF16)
+        seconds = per_visit * remote / self.link_bandwidth
+        if self.nodes > 1:
+            node_share = 1 / self.nodes  # of the experts, on any one node
+            other_nodes = (self.nodes - 1) * (1 - (1 - node_share) ** topk)
+            nic = self.nic_bandwidth * (self.moe.nic_share if self.moe is not None else 1.0)
+            seconds = max(seconds, per_visit * other_nodes / nic)
+        return seconds + 2 * self.link_latency
 
     def decode_step_seconds(self, batch: int, context: int) -> float:
         """One plain decode step of `batch` sequences holding `context` tokens each."""

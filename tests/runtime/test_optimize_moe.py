@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from runtime.__main__ import main
+from runtime.launch import plan
 from runtime.optimize import (
     Layout,
     Limits,
@@ -23,6 +24,7 @@ from runtime.optimize.predict import layout_context, layout_knobs
 from runtime.optimize.queueing import EngineLoad
 from runtime.optimize.shapes import build_shape
 from runtime.perf.step import StepWork
+from runtime.topology import engine_groups
 from runtime.validate import has_errors, validate
 
 MOE = OptimizeRequest(
@@ -169,3 +171,43 @@ def test_deepep_is_offered_only_where_it_is_calibrated() -> None:
     result = optimize(replace(MOE, features=frozenset({"quantization", "disaggregation"})))
     assert result.ranked
     assert {c.spec.parallelism.moe_a2a for c in result.ranked} == {"none"}
+
+
+def test_deepseek_v3_on_two_h200_nodes_is_offered_one_engine_over_both() -> None:
+    """Both references pick one attention-DP16 engine with DeepEP over 16 H200 for RAG prompts
+    (bench/optimizer.py case 13); Plinth built engines of one node at most (0.84x / 0.78x). The
+    two-node engine is SGLang's DeepSeek shape: TP16, attention DP16, EP16, DeepEP, --nnodes 2."""
+    request = OptimizeRequest(
+        model="deepseek-v3",
+        gpus=("H200",),
+        traffic=Traffic(4000, 500, rate_rps=1.0),
+        slo=Slo(3.0, float("inf"), tpot_mean_s=0.04),
+        limits=Limits(max_gpus=16),
+        features=frozenset({"disaggregation", "quantization"}),
+        objective="throughput",
+    )
+    result = optimize(request)
+    best = result.best
+    assert best is not None
+    par = best.spec.parallelism
+    assert (par.tp, par.attn_dp, par.ep, par.moe_a2a) == (16, 16, 16, "deepep")
+    assert not has_errors(validate(best.spec))
+    assert engine_groups(best.spec)[0].nodes == 2
+    args = plan(best.spec).roles[0].args
+    assert args[args.index("--nnodes") + 1] == "2"
+    # Across nodes only that shape is offered: any other layout's collectives would cross the NIC.
+    wide = [c.spec.parallelism for c in result.ranked if c.spec.parallelism.tp > 8]
+    assert wide and all((p.attn_dp, p.ep, p.moe_a2a) == (p.tp, p.tp, "deepep") for p in wide)
+
+
+def test_the_search_stays_within_a_node_without_a_gpu_budget() -> None:
+    """Without a GPU limit or free count the search sizes to one node, as before."""
+    request = OptimizeRequest(
+        model="deepseek-v3",
+        gpus=("H200",),
+        traffic=Traffic(1024, 256, rate_rps=1.0),
+        slo=Slo(2.0, float("inf"), tpot_mean_s=0.05),
+        features=frozenset({"quantization"}),
+        objective="throughput",
+    )
+    assert {c.spec.parallelism.tp for c in optimize(request).ranked} <= {1, 2, 4, 8}

@@ -263,14 +263,15 @@ class StepModel:
         fixed = layers * (self.layer_overhead + self.moe.fixed_us * 1e-6) + self.step_overhead
         if work.prefill_tokens:
             fixed += layers * self.moe.prefill_fixed_us * 1e-6
-        seconds = dense + experts + attention + fixed + self._moe_comm_seconds(tokens)
+        comm = self._moe_comm_seconds(tokens, decode_only=not work.prefill_tokens)
+        seconds = dense + experts + attention + fixed + comm
         spec = self.engine.spec
         if spec is not None and work.decode_seqs:
             seconds += self.draft_seconds(work.decode_seqs, work.decode_context // dp)
             seconds += spec.verify_overhead_s * work.decode_tokens / dp + spec.step_overhead_s
         return seconds
 
-    def _moe_comm_seconds(self, tokens: float) -> float:
+    def _moe_comm_seconds(self, tokens: float, decode_only: bool = False) -> float:
         """Without attention DP: the TP all-reduces. With it: per layer, the gather of every
         rank's tokens before the experts and the scatter after (a ring all-reduce's bytes over
         the whole group), or DeepEP's dispatch and combine (``_deepep_seconds``), plus the
@@ -280,7 +281,7 @@ class StepModel:
         layers = self.model.num_layers
         size = tokens * self.model.hidden_size * BF16
         if self.deepep:
-            group = self._deepep_seconds(tokens)
+            group = self._deepep_seconds(tokens, decode_only)
         else:
             group = 2 * (self.tp - 1) / self.tp * size / self.link_bandwidth
             group += 2 * self.link_latency
@@ -290,24 +291,27 @@ class StepModel:
             inner = share / self.link_bandwidth + self.link_latency
         return layers * (group + inner)
 
-    def _deepep_seconds(self, tokens: float) -> float:
+    def _deepep_seconds(self, tokens: float, low_latency: bool = False) -> float:
         """One MoE layer's DeepEP dispatch and combine: each GPU sends its share of the tokens
         once to every other GPU holding one of their top-k experts (FP8 out, one byte a value)
         and takes their outputs back (BF16), instead of gathering every token everywhere.
 
-        Across nodes DeepEP sends a token once over RDMA to each other node holding one of its
-        experts, where a GPU forwards it over NVLink; the NIC and NVLink carry their parts at
-        once, so the slower of the two bounds the layer (the share of the NIC's line rate
-        DeepEP reaches is the ``deepep`` row's ``nic_share``)."""
+        Across nodes the NIC and NVLink carry their parts at once, so the slower of the two
+        bounds the layer (at the ``deepep`` row's ``nic_share`` of the NIC's line rate). A step
+        with prompt tokens runs DeepEP's normal mode, which sends a token once over RDMA to each
+        other node holding one of its experts and forwards it there over NVLink; a decode step
+        its low-latency mode, which sends one copy per expert straight to the expert's GPU."""
         topk = self.model.experts_per_token or 1
         remote = (self.tp - 1) * (1 - (1 - 1 / self.tp) ** topk)  # other GPUs a token visits
         per_visit = tokens / self.tp * self.model.hidden_size * (1 + BF16)
         seconds = per_visit * remote / self.link_bandwidth
         if self.nodes > 1:
             node_share = 1 / self.nodes  # of the experts, on any one node
-            other_nodes = (self.nodes - 1) * (1 - (1 - node_share) ** topk)
+            copies = (self.nodes - 1) * (1 - (1 - node_share) ** topk)  # other nodes visited
+            if low_latency:
+                copies = topk * (1 - node_share)  # experts on other nodes, one copy each
             nic = self.nic_bandwidth * (self.moe.nic_share if self.moe is not None else 1.0)
-            seconds = max(seconds, per_visit * other_nodes / nic)
+            seconds = max(seconds, per_visit * copies / nic)
         return seconds + 2 * self.link_latency
 
     def decode_step_seconds(self, batch: int, context: int) -> float:

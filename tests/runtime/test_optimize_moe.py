@@ -175,8 +175,9 @@ def test_deepep_is_offered_only_where_it_is_calibrated() -> None:
 
 def test_deepseek_v3_on_two_h200_nodes_is_offered_one_engine_over_both() -> None:
     """Both references pick one attention-DP16 engine with DeepEP over 16 H200 for RAG prompts
-    (bench/optimizer.py case 13); Plinth built engines of one node at most (0.84x / 0.78x). The
-    two-node engine is SGLang's DeepSeek shape: TP16, attention DP16, EP16, DeepEP, --nnodes 2."""
+    (bench/optimizer.py case 13); Plinth built engines of one node at most. The two-node engine
+    is SGLang's DeepSeek shape (TP16, attention DP16, EP16, DeepEP, --nnodes 2), ranked by its
+    price beside the one-node layouts (which wins is the physics' call, not this test's)."""
     request = OptimizeRequest(
         model="deepseek-v3",
         gpus=("H200",),
@@ -186,18 +187,20 @@ def test_deepseek_v3_on_two_h200_nodes_is_offered_one_engine_over_both() -> None
         features=frozenset({"disaggregation", "quantization"}),
         objective="throughput",
     )
-    result = optimize(request)
-    best = result.best
-    assert best is not None
-    par = best.spec.parallelism
+    ranked = optimize(request).ranked
+    wide = [c for c in ranked if c.spec.parallelism.tp > 8]
+    assert wide and wide[0].prediction.meets_slo
+    spec = wide[0].spec
+    par = spec.parallelism
     assert (par.tp, par.attn_dp, par.ep, par.moe_a2a) == (16, 16, 16, "deepep")
-    assert not has_errors(validate(best.spec))
-    assert engine_groups(best.spec)[0].nodes == 2
-    args = plan(best.spec).roles[0].args
+    assert not has_errors(validate(spec))
+    assert engine_groups(spec)[0].nodes == 2
+    args = plan(spec).roles[0].args
     assert args[args.index("--nnodes") + 1] == "2"
     # Across nodes only that shape is offered: any other layout's collectives would cross the NIC.
-    wide = [c.spec.parallelism for c in result.ranked if c.spec.parallelism.tp > 8]
-    assert wide and all((p.attn_dp, p.ep, p.moe_a2a) == (p.tp, p.tp, "deepep") for p in wide)
+    shapes = {(c.spec.parallelism.attn_dp, c.spec.parallelism.ep, c.spec.parallelism.moe_a2a)
+              for c in wide}  # fmt: skip
+    assert shapes == {(16, 16, "deepep")}
 
 
 def test_the_search_stays_within_a_node_without_a_gpu_budget() -> None:

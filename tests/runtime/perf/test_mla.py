@@ -158,7 +158,9 @@ def _slower_nic(factor: float) -> PerfCatalog:
 def test_deepep_across_two_nodes_is_priced_by_the_nic() -> None:
     """DP16 x EP16 over two 8-GPU nodes: the tokens bound for the other node's experts cross
     the scale-out NIC (50 GB/s a GPU on H200, at the share DeepEP's RDMA reaches), far slower
-    than NVLink, so a slower NIC slows the two-node engine and not the one-node one."""
+    than NVLink, so a slower NIC slows the two-node engine and not the one-node one. A prompt
+    step (DeepEP's normal mode) sends a token once to the other node; a decode step (its
+    low-latency mode) once per expert there."""
     two_node = {"attn_dp": 16, "ep": 16, "moe_a2a": "deepep", "tp": 16}
     one_node = {"attn_dp": 8, "ep": 8, "moe_a2a": "deepep"}
     tokens = 16 * 4096  # every rank prefills a 4096-token chunk
@@ -168,6 +170,11 @@ def test_deepep_across_two_nodes_is_priced_by_the_nic() -> None:
     nic = perf_catalog().kv_transfer.nic_gbs(90) * 1e9 * wide.moe.nic_share
     per_layer = crossing / nic + 2 * wide.link_latency
     assert wide._moe_comm_seconds(tokens) == pytest.approx(DSV3.num_layers * per_layer)
+    # A decode step runs DeepEP's low-latency mode: one copy per expert on the other node (4 of 8).
+    decode = 16 * 256 / 16 * DSV3.hidden_size * 3 * 4 / nic + 2 * wide.link_latency
+    assert wide._moe_comm_seconds(16 * 256, decode_only=True) == pytest.approx(
+        DSV3.num_layers * decode
+    )
     slow = dsv3("H200", "fp8_e4m3", **two_node, catalog=_slower_nic(2))
     assert slow._moe_comm_seconds(tokens) > 1.5 * wide._moe_comm_seconds(tokens)
     narrow = dsv3("H200", "fp8_e4m3", **one_node)

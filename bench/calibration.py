@@ -123,6 +123,11 @@ MOE_CONFIGS = [
     ("deepseek-v3", "B200", 8, 8, (8, 64, 256), True, False),
     ("deepseek-v3", "B200", 8, 1, (8, 64, 256), True, False),
 ]
+# DeepSeek-V3 via DeepEP, FP8 KV (model, gpu, ranks = EP, decodes, prefills, fit); 16: two nodes
+DEEPEP_CONFIGS = [
+    ("deepseek-v3", "H200", 8, (1, 8, 40, 128, 256), (256, 512, 1024, 2048, 4096), True),
+    ("deepseek-v3", "H200", 16, (1, 8, 40, 128, 256), (256, 1024, 4096), False),
+]
 MLA_MODELS = ("deepseek-v3",)
 MOE_TARGET = 0.25
 MLA_KV = ("auto", "fp8_e4m3")  # an MLA model's latent cache: BF16, and FP8 (SGLang's common choice)
@@ -194,6 +199,7 @@ class Point:
     moe: bool = False
     ep: int = 1  # MoE rows: expert parallelism (TP, or 1: experts sliced over the TP GPUs)
     fit: bool = True  # the catalogue's constants were fitted on this configuration
+    a2a: str = "none"  # MoE rows: how tokens reach whole experts ("deepep": DeepEP)
 
 
 def step_model(
@@ -205,6 +211,7 @@ def step_model(
     spec: SpecConfig | None = None,
     attn_dp: int = 1,
     ep: int = 1,
+    a2a: str = "none",
 ) -> StepModel:
     shape = _shape(model)
     weights = shape.quantized_weight_bytes(bytes_per_param(quant, "auto"))
@@ -217,6 +224,7 @@ def step_model(
         spec=spec,
         attn_dp=attn_dp,
         ep=ep,
+        moe_a2a=a2a,
     )
     return StepModel(resolve_gpu(gpu), shape, engine)
 
@@ -230,7 +238,7 @@ def _shape(model: str) -> ModelShape:
 
 def model_ms(point: Point) -> float:
     physics = step_model(point.model, point.gpu, point.tp, point.quant, point.kv,
-                         attn_dp=point.attn_dp, ep=point.ep)  # fmt: skip
+                         attn_dp=point.attn_dp, ep=point.ep, a2a=point.a2a)  # fmt: skip
     if point.mode == "decode":
         return physics.decode_step_seconds(point.batch * point.attn_dp, point.tokens) * 1e3
     return physics.prefill_seconds(point.tokens, point.batch * point.attn_dp) * 1e3
@@ -277,6 +285,10 @@ def _moe_grid(quick: bool) -> list[Point]:
             for tokens in (1024, 4096):
                 points.append(Point(model, gpu, tp, quant, "auto", "prefill", 1, tokens, dp, True,
                                     ep, fit))  # fmt: skip
+    for model, gpu, tp, batches, prompts, fit in DEEPEP_CONFIGS:
+        deep = {"attn_dp": tp, "moe": True, "ep": tp, "a2a": "deepep", "fit": fit}
+        runs = [("decode", b, 1024) for b in batches] + [("prefill", 1, n) for n in prompts]
+        points += [Point(model, gpu, tp, "fp8", "fp8_e4m3", *run, **deep) for run in runs]
     return points
 
 
@@ -312,6 +324,7 @@ def _aic_requests(points: list[Point]) -> list[dict[str, object]]:
             request.update(dp=p.attn_dp, moe_ep=p.ep)
             if p.ep == 1:
                 request["moe_tp"] = p.tp
+            request.update({"a2a": p.a2a} if p.a2a != "none" else {})
         out.append(request)
     return out
 
@@ -337,7 +350,7 @@ def _label(p: Point) -> str:
     model = p.model
     if p.moe:
         short = "dsv3" if p.model in MLA_MODELS else "qwen3-235b"
-        model = f"{short} {'EP' if p.ep > 1 else 'TP'}"
+        model = f"{short} {'DeepEP' if p.a2a != 'none' else 'EP' if p.ep > 1 else 'TP'}"
     return f"{model:<14}{p.gpu:<9}{tp:>4} {dtype:<10}{p.mode:<8}{p.batch:>6}{p.tokens:>7}"
 
 
@@ -568,8 +581,7 @@ def main() -> None:
     args = parser.parse_args()
     for name in {c.model for c in CONFIGS}:
         assert get_model(name) is not None, name
-    for gpu in AIC_SYSTEMS:
-        get_gpu(gpu)
+    _ = [get_gpu(gpu) for gpu in AIC_SYSTEMS]  # every reference system is a catalogue GPU
     ok = True
     if not args.no_aic:
         points = grid(args.quick, args.only)

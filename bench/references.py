@@ -122,14 +122,21 @@ _ESTIMATE_WORKER = r"""
 import json, logging, sys, warnings
 logging.disable(logging.CRITICAL)
 warnings.filterwarnings("ignore")
-from MODULE import cli_estimate
+import MODULE as api
+resolve = api.resolve_model_config_moe_comm
+def deepep(ep):
+    # The DeepEP path the reference's own search prices pure EP on one node with (cli_estimate
+    # keeps intra-node EP on the fused MoE): its resolver, given the coverage its search finds.
+    covered = {"context": {"deepep_ht": {ep}}, "generation": {"deepep_ll": {ep}}}
+    return lambda config, **kw: resolve(config, **{**kw, "coverage_snapshot": covered})
 for p in json.load(sys.stdin):
+    api.resolve_model_config_moe_comm = deepep(p["moe_ep"]) if p.get("a2a") else resolve
     try:
         moe = {}  # dense points name no expert layout
         if "moe_ep" in p:
             moe = {"attention_dp_size": p["dp"], "moe_tp_size": p.get("moe_tp", 1),
                    "moe_ep_size": p["moe_ep"]}
-        r = cli_estimate(p["model"], p["system"], mode=p["mode"], backend_name="sglang",
+        r = api.cli_estimate(p["model"], p["system"], mode=p["mode"], backend_name="sglang",
                          isl=p["isl"], osl=2, batch_size=p["batch"], tp_size=p["tp"],
                          gemm_quant_mode=p["gemm"], kvcache_quant_mode=p["kv"], stride=1, **moe)
         out = {"ms": r.ttft if p["mode"] == "static_ctx" else r.tpot,

@@ -206,6 +206,7 @@ def _parallel_args(group: EngineGroup) -> list[str]:
             args += [flag, str(size)]
     if group.ep > 1:
         args += ["--ep-size", str(group.ep)]
+    args += ["--moe-a2a-backend", group.moe_a2a] if group.moe_a2a != "none" else []
     if group.nodes > 1:
         args += ["--nnodes", str(group.nodes)]
     return args

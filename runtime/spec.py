@@ -188,6 +188,11 @@ class ParallelismSettings(_Group):
     pp: PositiveInt = 1
     attn_dp: PositiveInt = 1
     ep: PositiveInt = 1
+    moe_a2a: Literal["none", "deepep"] = Field(
+        default="none",
+        description="how tokens reach whole experts (SGLang --moe-a2a-backend): 'deepep' sends "
+        "each token only to the GPUs holding its experts (DeepEP, DeepGEMM experts); needs ep = tp",
+    )
 
 
 class BatchingSettings(_Group):

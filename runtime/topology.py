@@ -30,6 +30,7 @@ class EngineGroup:
     replicas_min: int
     replicas_max: int
     tp_field: str  # the spec field a person edits to change `tp`
+    moe_a2a: str = "none"  # SGLang's --moe-a2a-backend (parallelism.moe_a2a)
 
     @property
     def gpus_per_node(self) -> int:
@@ -58,7 +59,7 @@ def engine_groups(spec: RuntimeSpec) -> list[EngineGroup]:
                 role="engine", tp=par.tp, pp=par.pp, attn_dp=par.attn_dp, ep=par.ep, gpus=gpus,
                 nodes=_nodes_for(gpus, gpu, spec.hardware.nodes_per_replica),
                 replicas_min=scale.min_replicas, replicas_max=scale.max_replicas,
-                tp_field="parallelism.tp",
+                tp_field="parallelism.tp", moe_a2a=par.moe_a2a,
             )
         ]  # fmt: skip
     groups = []
@@ -75,6 +76,7 @@ def engine_groups(spec: RuntimeSpec) -> list[EngineGroup]:
                 nodes=_nodes_for(gpus, gpu, None),
                 replicas_min=pool.replicas, replicas_max=pool.replicas,
                 tp_field=f"disaggregation.{role}.tp" if pool.tp else "parallelism.tp",
+                moe_a2a=par.moe_a2a,
             )
         )  # fmt: skip
     return groups

@@ -69,14 +69,23 @@ class MoeEfficiency(_Row):
     """
 
     generation: int
-    # ep: whole experts per GPU (--ep-size = TP); tp: every expert sliced over the TP GPUs.
-    sharding: Literal["ep", "tp"] = "ep"
+    # ep: whole experts per GPU (--ep-size = TP); tp: every expert sliced over the TP GPUs;
+    # deepep: whole experts per GPU reached through DeepEP (--moe-a2a-backend deepep), whose
+    # experts run DeepGEMM's grouped GEMMs instead of the fused-MoE kernel.
+    sharding: Literal["ep", "tp", "deepep"] = "ep"
     # The experts' GEMM data type: a block-scaled FP8 fused MoE (DeepSeek-V3's checkpoint) reaches
     # a different share of its peak than a BF16 one; a dtype without rows takes BF16's.
     dtype: str = "bf16"
     bandwidth: float = Field(gt=0, le=1)  # share of HBM bandwidth streaming expert weights
     compute: float = Field(gt=0, le=1)  # share of the GEMM dtype's peak the expert GEMMs reach
     fixed_us: float = Field(ge=0)  # per MoE layer and step
+    # DeepEP runs a step with prompt tokens in its normal (high-throughput) mode, whose dispatch
+    # first exchanges the per-GPU token counts through the host: a fixed cost per MoE layer
+    # that decode steps (its low-latency mode) do not pay. 0 for the other backends.
+    prefill_fixed_us: float = Field(default=0.0, ge=0)
+    # DeepEP across nodes: the share of the GPU's NIC line rate (``kv_transfer.nics``) its RDMA
+    # dispatch and combine reach. 1 for the backends that never leave a node.
+    nic_share: float = Field(default=1.0, gt=0, le=1)
     # The share rises with the tokens each expert gets: compute x M / (M + half), M per expert.
     compute_half_tokens: float = Field(default=0.0, ge=0)
     source: str
@@ -246,11 +255,16 @@ class PerfCatalog(_Row):
     def moe_row(self, sm: int, sharding: str = "ep", dtype: str = "bf16") -> MoeEfficiency | None:
         """The newest generation's MoE row for `sharding` and `dtype` at or below `sm`, else the
         oldest; BF16's rows stand in for a dtype without rows and the EP rows for a sharding
-        without rows; None: no rows at all."""
+        without rows (DeepEP's included); None: no rows at all."""
         typed = [r for r in self.moe if r.dtype == dtype] or [
             r for r in self.moe if r.dtype == "bf16"
         ]
-        table = [r for r in typed if r.sharding == sharding] or typed or list(self.moe)
+        table = (
+            [r for r in typed if r.sharding == sharding]
+            or [r for r in typed if r.sharding == "ep"]
+            or typed
+            or list(self.moe)
+        )
         if not table:
             return None
         rows = [r for r in table if r.generation <= sm]

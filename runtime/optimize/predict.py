@@ -67,6 +67,7 @@ def layout_knobs(layout: Layout, gpu: GpuType, arch: ModelArch, tp: int, dp: int
         kv_dtype=layout.kv_dtype,
         ep=layout_ep(layout, arch, tp),
         attn_dp=dp,
+        moe_a2a=layout.moe_a2a,
     )
 
 

@@ -322,6 +322,7 @@ def spec_knobs(spec: RuntimeSpec, gpu: GpuType, arch: ModelArch, tp: int) -> Sha
         speculator=algorithm,
         draft=spec_s.draft_model if algorithm != "none" else None,
         attn_dp=par.attn_dp if tp % par.attn_dp == 0 else 1,
+        moe_a2a=par.moe_a2a if par.ep == tp else "none",
     )
 
 

@@ -17,7 +17,7 @@ from runtime.catalog import GpuType, ModelArch, get_gpu
 from runtime.issues import Issue
 from runtime.memory import memory_fit
 from runtime.optimize.queueing import EngineLoad, max_running, prefill_capacity
-from runtime.optimize.shapes import Shape, base_spec, spec_data
+from runtime.optimize.shapes import Shape, base_spec, gpu_budget, spec_data
 from runtime.optimize.types import (
     MAX_POOL_REPLICAS,
     Candidate,
@@ -57,12 +57,6 @@ class PricedLayout:
         if self.cache_aware and self.routing_matters:
             used.add("cache_aware")
         return frozenset(used)
-
-
-def gpu_budget(request: OptimizeRequest, gpu: GpuType) -> int | None:
-    counts = [request.limits.max_gpus, request.gpu_counts.get(gpu.id)]
-    known = [c for c in counts if c is not None]
-    return min(known) if known else None
 
 
 def predict_figures(
@@ -164,6 +158,7 @@ def pd_held(shape: Shape) -> tuple[object, ...]:
         shape.kv_dtype,
         shape.attn_dp,
         shape.ep > 1,
+        shape.moe_a2a,
         shape.hicache_ratio,
     )
 
@@ -316,6 +311,11 @@ def reasons(request: OptimizeRequest, config: PricedLayout) -> tuple[str, ...]:
             f"attention DP{d.attn_dp} x EP{d.tp}: each of {d.attn_dp} attention ranks keeps "
             "its own sequences' KV cache (no KV-head replication); the experts batch every "
             "rank's tokens"
+        )
+    if d.moe_a2a == "deepep":
+        out.append(
+            "DeepEP: each token goes only to the GPUs holding its experts, and the experts run "
+            "DeepGEMM's grouped GEMMs, several times faster than the fused MoE on prompts"
         )
     if config.prefill is not None:
         out.append("prefill/decode split: prompts no longer stall the decode steps")

@@ -1,11 +1,11 @@
 """Engine shapes: the formats and parallelism one engine of a candidate can take, built and pruned.
 
-A shape is a GPU x TP x weight quantization x KV-cache dtype x speculator (x attention DP and expert
-layout for MoE models), and, where the traffic's prefix working set (or its multi-turn histories)
-can outgrow the GPU's KV pool, the same with a HiCache host tier. ``engine_shapes`` enumerates them
-for a request; ``build_shape`` turns one set of knobs into a shape with its step-time model, or None
-when it does not fit in GPU memory or its spec fails validation. A TP that breaks SGLang's head rule
-is never built.
+A shape is a GPU x TP x weight quantization x KV-cache dtype x speculator (x attention DP, expert
+layout and, where priced, DeepEP for MoE models), and, where the traffic's prefix working set (or
+its multi-turn histories) can outgrow the GPU's KV pool, the same with a HiCache host tier.
+``engine_shapes`` enumerates them for a request; ``build_shape`` turns one set of knobs into a shape
+with its step-time model, or None when it does not fit in GPU memory or its spec fails validation.
+A TP that breaks SGLang's head rule is never built.
 """
 
 from __future__ import annotations
@@ -16,12 +16,14 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from runtime.catalog import GpuType, ModelArch, kv_native_on, list_models, native_on
+from runtime.catalog.perf import perf_catalog
 from runtime.lora import resolved_target_modules
 from runtime.memory import kv_bytes_per_value, memory_fit, model_weight_bytes
 from runtime.optimize.types import Feature, OptimizeRequest
 from runtime.perf.hardware import GpuShape, ModelShape, gpu_shape, lookup_model, model_shape
 from runtime.perf.kv_tiers import tier_links
 from runtime.perf.lora import LoraCost, lora_cost
+from runtime.perf.quant import gemm_dtype
 from runtime.perf.spec import SpecConfig, resolve_spec
 from runtime.perf.step import EngineShape, StepModel
 from runtime.rules.parallel import working_tps
@@ -42,6 +44,7 @@ class ShapeKnobs:
     speculator: str = "none"  # "none", "NGRAM", "EAGLE", "EAGLE3", "MTP"
     draft: str | None = None
     attn_dp: int = 1  # attention data-parallel ranks in the TP group (MoE models only; else 1)
+    moe_a2a: str = "none"  # how tokens reach whole experts: "none" or "deepep" (DeepEP)
     hicache_ratio: float | None = None  # HiCache's host tier, a multiple of the GPU KV pool
     # A mixed-precision checkpoint's bytes per body weight (what ``runtime.quantize`` prices a
     # recipe at: ``runtime.memory.mixed_bytes_per_param``); None: the quantization method's own.
@@ -90,6 +93,34 @@ def tp_choices(gpu: GpuType, arch: ModelArch) -> list[int]:
     return working_tps(arch.num_attention_heads, arch.num_kv_heads, widths)
 
 
+def gpu_budget(request: OptimizeRequest, gpu: GpuType) -> int | None:
+    """The most GPUs of `gpu` the request may use: its limit or the free count, else None."""
+    counts = [request.limits.max_gpus, request.gpu_counts.get(gpu.id)]
+    known = [c for c in counts if c is not None]
+    return min(known) if known else None
+
+
+def node_tps(gpu: GpuType, arch: ModelArch, budget: int | None) -> list[int]:
+    """Engines over 2, 4, ... whole nodes within a GPU budget, for an MLA MoE model only: the
+    shape SGLang runs DeepSeek-class models across nodes with (every GPU its own attention rank,
+    whole experts reached through DeepEP: ``spans_nodes``), where only the tokens bound for
+    another node's experts cross the NIC. Without a budget the search stays within a node."""
+    if budget is None or not (arch.is_moe and arch.is_mla):
+        return []
+    per_node, nodes, widths = gpu.gpus_per_node, 2, []
+    while per_node * nodes <= budget:
+        widths.append(per_node * nodes)
+        nodes *= 2
+    return working_tps(arch.num_attention_heads, arch.num_kv_heads, widths)
+
+
+def spans_nodes(gpu: GpuType, tp: int, dp: int, a2a: str) -> bool:
+    """Whether knobs at `tp` may span nodes: within a node anything goes; across nodes only
+    attention DP over every GPU with DeepEP (the all-gathers and all-reduces of the other
+    layouts would run over the NIC at a fraction of NVLink's bandwidth)."""
+    return tp <= gpu.gpus_per_node or (dp == tp and a2a == "deepep")
+
+
 def attn_dp_choices(arch: ModelArch, tp: int) -> list[int]:
     """Attention DP sizes for a MoE model at `tp`: the powers of two dividing TP (attention runs
     as that many ranks of TP/DP GPUs; the experts stay spread over all TP GPUs). Dense: 1."""
@@ -107,6 +138,22 @@ def ep_choices(arch: ModelArch, tp: int) -> list[int]:
     """A MoE model's experts over TP GPUs: whole experts per GPU (EP = TP) or each expert
     sliced over them (SGLang's MoE TP, no --ep-size). Dense, or one GPU: 1."""
     return [tp, 1] if arch.is_moe and tp > 1 else [1]
+
+
+def a2a_choices(
+    gpu: GpuType, arch: ModelArch, tp: int, dp: int, ep: int, quant: str | None
+) -> list[str]:
+    """DeepEP beside the default gather/scatter where it is priced: an MLA MoE model (DeepSeek
+    class) with whole experts over the TP group (EP = TP) and every GPU its own attention rank,
+    for an expert format with a DeepEP row. That is what ``perf.yaml``'s ``deepep`` rows are
+    fitted on (AIConfigurator's DeepEP data); it has none for a GQA MoE such as Qwen3-235B, so
+    the search does not offer DeepEP there (a spec may still set it, priced with the same row)."""
+    if not (arch.is_moe and arch.is_mla) or tp < 2 or ep != tp or dp != tp:
+        return ["none"]
+    shape = gpu_shape(gpu)
+    dtype = gemm_dtype(shape, quant or arch.checkpoint_quantization)
+    row = perf_catalog().moe_row(shape.sm, "deepep", dtype)
+    return ["none", "deepep"] if row is not None and row.sharding == "deepep" else ["none"]
 
 
 def quant_choices(gpu: GpuType, arch: ModelArch, allowed: bool) -> list[str | None]:
@@ -160,6 +207,8 @@ def spec_data(
         data["parallelism"]["ep"] = shape.ep  # whole experts spread over the TP group
     if shape.attn_dp > 1:
         data["parallelism"]["attn_dp"] = shape.attn_dp
+    if shape.moe_a2a != "none":
+        data["parallelism"]["moe_a2a"] = shape.moe_a2a
     data["quantization"] = {"method": shape.quantization, "kv_cache_dtype": shape.kv_dtype}
     if shape.speculator != "none":
         data["speculator"] = {"algorithm": shape.speculator, "draft_model": shape.draft}
@@ -190,7 +239,7 @@ def engine_shapes(
     allow = request.features
     for gpu in gpus:
         context = shape_context(request, arch, gpu)
-        for tp in tp_choices(gpu, arch):
+        for tp in tp_choices(gpu, arch) + node_tps(gpu, arch, gpu_budget(request, gpu)):
             if request.limits.max_gpus is not None and tp > request.limits.max_gpus:
                 continue
             knobs = (
@@ -203,12 +252,15 @@ def engine_shapes(
                     speculator=algorithm,
                     draft=draft,
                     attn_dp=dp,
+                    moe_a2a=a2a,
                 )
                 for quant in quant_choices(gpu, arch, "quantization" in allow)
                 for kv in kv_choices(gpu, "quantization" in allow)
                 for algorithm, draft in spec_choices(arch, "speculator" in allow)
                 for dp in attn_dp_choices(arch, tp)
                 for ep in ep_choices(arch, tp)
+                for a2a in a2a_choices(gpu, arch, tp, dp, ep, quant)
+                if spans_nodes(gpu, tp, dp, a2a)
             )
             for each in knobs:
                 shape = build_shape(request, context, each)
@@ -255,6 +307,7 @@ def build_shape(request: OptimizeRequest, context: ShapeContext, knobs: ShapeKno
         spec=spec_config,
         attn_dp=knobs.attn_dp,
         ep=knobs.ep,
+        moe_a2a=knobs.moe_a2a,
         lora=shape_lora(spec, context, knobs.tp),
     )
     return Shape(

@@ -243,6 +243,7 @@ class Layout:
     prefill_replicas: int = 0
     attn_dp: int = 1  # attention data parallelism inside each engine's TP group (MoE)
     ep: int | None = None  # MoE expert parallelism; None: EP = TP; 1: experts sliced (MoE TP)
+    moe_a2a: str = "none"  # MoE: how tokens reach whole experts ("deepep": DeepEP)
 
 
 def resolve_model(request: OptimizeRequest) -> ModelArch:

@@ -30,6 +30,7 @@ class GpuShape:
     fp8_tflops: float | None
     fp4_tflops: float | None
     host_link_gbs: float = 64.0  # one direction, to host memory (HiCache's load-back)
+    gpus_per_node: int = 8  # NVLink domain: a TP group wider than this spans nodes
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,7 @@ def gpu_shape(gpu: GpuType) -> GpuShape:
         fp8_tflops=_optional_float(gpu.fp8_tflops),
         fp4_tflops=_optional_float(gpu.fp4_tflops),
         host_link_gbs=float(gpu.host_link_gbs),
+        gpus_per_node=int(gpu.gpus_per_node),
     )
 
 

@@ -16,7 +16,9 @@ A step is a sum of separate kernels, each bounded by the slower of its bytes and
   experts a step's tokens touch, through the fused-MoE kernels' own (much lower) shares;
 - attention data parallelism (SGLang ``--enable-dp-attention --dp-size N``): the TP group's
   attention runs as N replicas of TP/N GPUs, each with its own sequences and KV cache, while
-  the experts see every rank's tokens (gathered before and scattered after each MoE layer);
+  the experts see every rank's tokens (gathered before and scattered after each MoE layer, or
+  with DeepEP, ``--moe-a2a-backend deepep``, each token sent only to the GPUs holding its
+  experts and its result sent back, the experts run by DeepGEMM's grouped kernels);
 - under speculation, the draft passes and the tree-verification bookkeeping;
 - with LoRA adapters, their segmented GEMMs (``runtime.perf.lora``).
 Every efficiency and overhead comes from ``runtime/catalog/perf.yaml``.
@@ -67,6 +69,7 @@ class EngineShape:
     spec: SpecConfig | None = None
     attn_dp: int = 1  # attention data-parallel ranks inside the TP group
     ep: int = 1  # expert parallelism: >1 whole experts per GPU; 1 every expert sliced (MoE TP)
+    moe_a2a: str = "none"  # SGLang's --moe-a2a-backend: "none" (gather/scatter) or "deepep"
     lora: LoraCost | None = None  # LoRA adapters served (runtime.perf.lora); None: LoRA off
 
 
@@ -130,6 +133,9 @@ class StepModel:
         link = cat.link(gpu.id)
         self.link_bandwidth = link.bus_gbs * 1e9
         self.link_latency = link.latency_us * 1e-6
+        # A TP group wider than a node spans nodes; their GPUs meet over the scale-out NIC.
+        self.nodes = -(-tp // max(1, gpu.gpus_per_node))
+        self.nic_bandwidth = cat.kv_transfer.nic_gbs(gpu.sm) * 1e9
 
         total = engine.weight_bytes if engine.weight_bytes is not None else model.weight_bytes(BF16)
         embedding = model.vocab_size * model.hidden_size * BF16  # gathered, never streamed
@@ -156,6 +162,9 @@ class StepModel:
         self.attn_tp = tp // self.attn_dp
         self.mla_flops_per_kv_token = self._mla_flops_per_kv_token()
         sharding = "ep" if engine.ep > 1 else "tp"
+        self.deepep = engine.moe_a2a == "deepep" and engine.ep > 1
+        if self.deepep:
+            sharding = "deepep"  # DeepEP's dispatch and DeepGEMM's grouped GEMMs, not fused MoE
         moe = cat.moe_row(gpu.sm, sharding, dtype) if model.expert_params_b > 0 else None
         self.moe = moe
         if self.moe is not None:
@@ -252,27 +261,58 @@ class StepModel:
         )
         layers = self.model.num_layers
         fixed = layers * (self.layer_overhead + self.moe.fixed_us * 1e-6) + self.step_overhead
-        seconds = dense + experts + attention + fixed + self._moe_comm_seconds(tokens)
+        if work.prefill_tokens:
+            fixed += layers * self.moe.prefill_fixed_us * 1e-6
+        comm = self._moe_comm_seconds(tokens, decode_only=not work.prefill_tokens)
+        seconds = dense + experts + attention + fixed + comm
         spec = self.engine.spec
         if spec is not None and work.decode_seqs:
             seconds += self.draft_seconds(work.decode_seqs, work.decode_context // dp)
             seconds += spec.verify_overhead_s * work.decode_tokens / dp + spec.step_overhead_s
         return seconds
 
-    def _moe_comm_seconds(self, tokens: float) -> float:
+    def _moe_comm_seconds(self, tokens: float, decode_only: bool = False) -> float:
         """Without attention DP: the TP all-reduces. With it: per layer, the gather of every
         rank's tokens before the experts and the scatter after (a ring all-reduce's bytes over
-        the whole group), plus the attention rank's own all-reduce when it spans GPUs."""
-        if self.attn_dp == 1:
+        the whole group), or DeepEP's dispatch and combine (``_deepep_seconds``), plus the
+        attention rank's own all-reduce when it spans GPUs."""
+        if self.attn_dp == 1 and not self.deepep:
             return self.allreduce_seconds(int(tokens))
         layers = self.model.num_layers
         size = tokens * self.model.hidden_size * BF16
-        group = 2 * (self.tp - 1) / self.tp * size / self.link_bandwidth + 2 * self.link_latency
+        if self.deepep:
+            group = self._deepep_seconds(tokens, decode_only)
+        else:
+            group = 2 * (self.tp - 1) / self.tp * size / self.link_bandwidth
+            group += 2 * self.link_latency
         inner = 0.0
         if self.attn_tp > 1:
             share = 2 * (self.attn_tp - 1) / self.attn_tp * size / self.attn_dp
             inner = share / self.link_bandwidth + self.link_latency
         return layers * (group + inner)
+
+    def _deepep_seconds(self, tokens: float, low_latency: bool = False) -> float:
+        """One MoE layer's DeepEP dispatch and combine: each GPU sends its share of the tokens
+        once to every other GPU holding one of their top-k experts (FP8 out, one byte a value)
+        and takes their outputs back (BF16), instead of gathering every token everywhere.
+
+        Across nodes the NIC and NVLink carry their parts at once, so the slower of the two
+        bounds the layer (at the ``deepep`` row's ``nic_share`` of the NIC's line rate). A step
+        with prompt tokens runs DeepEP's normal mode, which sends a token once over RDMA to each
+        other node holding one of its experts and forwards it there over NVLink; a decode step
+        its low-latency mode, which sends one copy per expert straight to the expert's GPU."""
+        topk = self.model.experts_per_token or 1
+        remote = (self.tp - 1) * (1 - (1 - 1 / self.tp) ** topk)  # other GPUs a token visits
+        per_visit = tokens / self.tp * self.model.hidden_size * (1 + BF16)
+        seconds = per_visit * remote / self.link_bandwidth
+        if self.nodes > 1:
+            node_share = 1 / self.nodes  # of the experts, on any one node
+            copies = (self.nodes - 1) * (1 - (1 - node_share) ** topk)  # other nodes visited
+            if low_latency:
+                copies = topk * (1 - node_share)  # experts on other nodes, one copy each
+            nic = self.nic_bandwidth * (self.moe.nic_share if self.moe is not None else 1.0)
+            seconds = max(seconds, per_visit * copies / nic)
+        return seconds + 2 * self.link_latency
 
     def decode_step_seconds(self, batch: int, context: int) -> float:
         """One plain decode step of `batch` sequences holding `context` tokens each."""

@@ -155,6 +155,15 @@ def attention_dp(ctx: RuleContext) -> Iterator[Issue]:
 
 def expert_parallel(ctx: RuleContext) -> Iterator[Issue]:
     par = ctx.spec.parallelism
+    if par.moe_a2a == "deepep" and (par.ep == 1 or par.ep != par.tp):
+        # SGLang's DeepEP holds whole experts on every GPU of the TP group (it resets EP to TP).
+        yield error(
+            "parallelism.moe_a2a",
+            "deepep_needs_ep_equal_tp",
+            f"DeepEP sends each token to the GPUs that hold its experts whole: it needs EP = TP "
+            f"({par.tp}), not EP {par.ep}",
+            f"set parallelism.ep to {par.tp}, or parallelism.moe_a2a to 'none'",
+        )
     if par.ep == 1:
         return
     if par.tp % par.ep != 0:

@@ -84,6 +84,7 @@ class EngineArgs:
     dp_size: int = 1
     attn_dp_size: int = 1
     ep_size: int = 1
+    moe_a2a_backend: str = "none"
     context_length: int | None = None
     dtype: str = "auto"
     quantization: str | None = None
@@ -155,6 +156,7 @@ MODELLED_FLAGS: tuple[str, ...] = (
     "--dp-size",
     "--attn-dp-size",
     "--ep-size",
+    "--moe-a2a-backend",
     "--context-length",
     "--dtype",
     "--quantization",

@@ -55,6 +55,7 @@ class Roofline(StepModel):
             spec=engine_spec(args, model),
             attn_dp=max(1, args.attn_dp_size),  # --enable-dp-attention --dp-size N
             ep=max(1, args.ep_size),
+            moe_a2a=args.moe_a2a_backend,
             lora=engine_lora(args, model),
         )
         super().__init__(gpu, model, engine)

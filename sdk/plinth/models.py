@@ -1215,6 +1215,7 @@ class ParallelismSettings(ApiModel):
     pp: int = 1
     attn_dp: int = 1
     ep: int = 1
+    moe_a2a: Literal['none', 'deepep'] = 'none'
 
 
 class PhaseOut(ApiModel):
@@ -1606,7 +1607,7 @@ class RuntimeSpec(ApiModel):
 
     model: ModelSettings
     hardware: HardwareSettings
-    parallelism: ParallelismSettings = Field(default_factory=lambda: ParallelismSettings.model_validate({'tp': 1, 'pp': 1, 'attn_dp': 1, 'ep': 1}))
+    parallelism: ParallelismSettings = Field(default_factory=lambda: ParallelismSettings.model_validate({'tp': 1, 'pp': 1, 'attn_dp': 1, 'ep': 1, 'moe_a2a': 'none'}))
     batching: BatchingSettings = Field(default_factory=lambda: BatchingSettings.model_validate({'max_running_requests': None, 'max_prefill_tokens': None, 'chunked_prefill_size': None, 'schedule_policy': None, 'schedule_conservativeness': None, 'mem_fraction_static': None, 'cuda_graph_max_bs_decode': None, 'cuda_graph_trim': False, 'page_size': None, 'radix_cache': True, 'mixed_chunk': False, 'stream_interval': None}))
     quantization: QuantizationSettings = Field(default_factory=lambda: QuantizationSettings.model_validate({'method': None, 'kv_cache_dtype': 'auto'}))
     speculator: SpeculatorSettings = Field(default_factory=lambda: SpeculatorSettings.model_validate({'algorithm': 'none', 'draft_model': None, 'draft_model_revision': None, 'num_steps': None, 'eagle_topk': None, 'num_draft_tokens': None, 'ngram': {'capacity': None, 'match_type': None, 'max_bfs_breadth': None, 'max_trie_depth': None, 'min_bfs_breadth': None}}))

@@ -293,3 +293,44 @@ def test_cuda_graphs_trimmed_to_the_endpoints_concurrency(spec_data: SpecData) -
     assert graph_bs(cuda_graph_trim=True) == "16"
     assert graph_bs(cuda_graph_trim=True, max_running_requests=12) == "12"
     assert graph_bs(cuda_graph_trim=True, cuda_graph_max_bs_decode=64) == "64"
+
+
+def test_deepep_reaches_the_engine_as_its_moe_a2a_backend(spec_data: SpecData) -> None:
+    data = spec_data(
+        model={"source": "deepseek-ai/DeepSeek-V3"},
+        hardware={"gpu": "H200"},
+        parallelism={"tp": 8, "attn_dp": 8, "ep": 8, "moe_a2a": "deepep"},
+    )
+    args = plan(_spec(data)).roles[0].args
+    assert args[args.index("--moe-a2a-backend") + 1] == "deepep"
+    assert sglang_flags().check(args) == []
+    plain = plan(
+        _spec(
+            spec_data(
+                model={"source": "deepseek-ai/DeepSeek-V3"},
+                hardware={"gpu": "H200"},
+                parallelism={"tp": 8, "ep": 8},
+            )
+        )
+    )
+    assert "--moe-a2a-backend" not in plain.roles[0].args
+
+
+def test_two_node_deepep_engine_runs_attention_dp_over_every_gpu(spec_data: SpecData) -> None:
+    """The engine the optimizer offers DeepSeek-V3 on 16 H200: one replica over two nodes, every
+    GPU its own attention rank (SGLang 0.5.23's --attn-dp-size, which replaces the deprecated
+    --enable-dp-attention --dp-size), whole experts through DeepEP."""
+    data = spec_data(
+        model={"source": "deepseek-ai/DeepSeek-V3"},
+        hardware={"gpu": "H200"},
+        parallelism={"tp": 16, "attn_dp": 16, "ep": 16, "moe_a2a": "deepep"},
+    )
+    spec, issues = check(data)
+    assert spec is not None and not [i for i in issues if i.severity == "error"], issues
+    role = plan(spec).roles[0]
+    args = role.args
+    for flag, value in (("--tp-size", "16"), ("--attn-dp-size", "16"), ("--ep-size", "16"),
+                        ("--moe-a2a-backend", "deepep"), ("--nnodes", "2")):  # fmt: skip
+        assert args[args.index(flag) + 1] == value
+    assert (role.nodes_per_replica, role.gpus_per_node) == (2, 8)
+    assert sglang_flags().check(args) == []

@@ -4,10 +4,12 @@ the KV pool, speculative gaps at p90, and the command line's objective and mean-
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from runtime.__main__ import main
+from runtime.launch import plan
 from runtime.optimize import (
     Layout,
     Limits,
@@ -22,6 +24,7 @@ from runtime.optimize.predict import layout_context, layout_knobs
 from runtime.optimize.queueing import EngineLoad
 from runtime.optimize.shapes import build_shape
 from runtime.perf.step import StepWork
+from runtime.topology import engine_groups
 from runtime.validate import has_errors, validate
 
 MOE = OptimizeRequest(
@@ -141,3 +144,73 @@ def test_attention_dp_ranks_prefill_in_chunks_of_their_share() -> None:
     step = StepWork(prefill_tokens=8 * chunk, prefill_pairs=8 * chunk * chunk / 2)
     assert engine.chunk_s == pytest.approx(shape.step.step_seconds(step))
     assert engine.chunk_s < engine.prefill_latency
+
+
+def test_deepseek_v3_on_a_node_of_h200_picks_deepep_with_every_gpu_its_own_attention_rank() -> None:
+    """Both references pick attention DP8 with DeepEP (EP8) for this chat on one H200 node
+    (bench/optimizer.py case 12); without DeepEP in the search the pick was 0.45x theirs."""
+    request = OptimizeRequest(
+        model="deepseek-v3",
+        gpus=("H200",),
+        traffic=Traffic(1024, 256, rate_rps=1.0),
+        slo=Slo(2.0, float("inf"), tpot_mean_s=0.05),
+        limits=Limits(max_gpus=8),
+        features=frozenset({"disaggregation", "quantization"}),
+        objective="throughput",
+    )
+    best = optimize(request).best
+    assert best is not None
+    par = best.spec.parallelism
+    assert (par.tp, par.attn_dp, par.ep, par.moe_a2a) == (8, 8, 8, "deepep")
+    assert not has_errors(validate(best.spec))
+
+
+def test_deepep_is_offered_only_where_it_is_calibrated() -> None:
+    """The DeepEP rows are fitted on DeepSeek-V3 (MLA); neither reference has DeepEP data for a
+    GQA MoE, so a Qwen3-235B search never picks it, even with FP8 experts."""
+    result = optimize(replace(MOE, features=frozenset({"quantization", "disaggregation"})))
+    assert result.ranked
+    assert {c.spec.parallelism.moe_a2a for c in result.ranked} == {"none"}
+
+
+def test_deepseek_v3_on_two_h200_nodes_is_offered_one_engine_over_both() -> None:
+    """Both references pick one attention-DP16 engine with DeepEP over 16 H200 for RAG prompts
+    (bench/optimizer.py case 13); Plinth built engines of one node at most. The two-node engine
+    is SGLang's DeepSeek shape (TP16, attention DP16, EP16, DeepEP, --nnodes 2), ranked by its
+    price beside the one-node layouts (which wins is the physics' call, not this test's)."""
+    request = OptimizeRequest(
+        model="deepseek-v3",
+        gpus=("H200",),
+        traffic=Traffic(4000, 500, rate_rps=1.0),
+        slo=Slo(3.0, float("inf"), tpot_mean_s=0.04),
+        limits=Limits(max_gpus=16),
+        features=frozenset({"disaggregation", "quantization"}),
+        objective="throughput",
+    )
+    ranked = optimize(request).ranked
+    wide = [c for c in ranked if c.spec.parallelism.tp > 8]
+    assert wide and wide[0].prediction.meets_slo
+    spec = wide[0].spec
+    par = spec.parallelism
+    assert (par.tp, par.attn_dp, par.ep, par.moe_a2a) == (16, 16, 16, "deepep")
+    assert not has_errors(validate(spec))
+    assert engine_groups(spec)[0].nodes == 2
+    args = plan(spec).roles[0].args
+    assert args[args.index("--nnodes") + 1] == "2"
+    # Across nodes only that shape is offered: any other layout's collectives would cross the NIC.
+    shapes = {(c.spec.parallelism.attn_dp, c.spec.parallelism.ep, c.spec.parallelism.moe_a2a)
+              for c in wide}  # fmt: skip
+    assert shapes == {(16, 16, "deepep")}
+
+
+def test_the_search_stays_within_a_node_without_a_gpu_budget() -> None:
+    """Without a GPU limit or free count the search sizes to one node, as before."""
+    request = OptimizeRequest(
+        model="deepseek-v3",
+        gpus=("H200",),
+        traffic=Traffic(1024, 256, rate_rps=1.0),
+        slo=Slo(2.0, float("inf"), tpot_mean_s=0.05),
+        features=frozenset({"quantization"}),
+        objective="throughput",
+    )
+    assert {c.spec.parallelism.tp for c in optimize(request).ranked} <= {1, 2, 4, 8}

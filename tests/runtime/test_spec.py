@@ -50,7 +50,7 @@ def test_field_names_are_stable() -> None:
         "enabled", "adapters", "max_loras_per_batch", "max_loaded_loras", "max_lora_rank",
         "target_modules", "backend", "eviction_policy",
     }  # fmt: skip
-    assert set(dumped["parallelism"]) == {"tp", "pp", "attn_dp", "ep"}
+    assert set(dumped["parallelism"]) == {"tp", "pp", "attn_dp", "ep", "moe_a2a"}
     assert set(dumped["autoscaling"]) >= {"min_replicas", "max_replicas", "concurrency_target"}
 
 

@@ -51,6 +51,8 @@ CASES = [
     Case("attn_dp 3 in tp 8", {"model": DSV3, "hardware": {"gpu": "H200"}, "parallelism": {"tp": 8, "attn_dp": 3}}, ("error", "attn_dp_indivisible", "parallelism.attn_dp")),
     Case("ep 3 in tp 8", {"model": QWEN_MOE, "parallelism": {"tp": 8, "ep": 3}, "quantization": {"method": "fp8"}}, ("error", "ep_indivisible", "parallelism.ep")),
     Case("ep on a dense model", {"parallelism": {"tp": 2, "ep": 2}}, ("error", "ep_dense_model", "parallelism.ep")),
+    Case("DeepEP with sliced experts", {"model": QWEN_MOE, "parallelism": {"tp": 8, "moe_a2a": "deepep"}, "quantization": {"method": "fp8"}}, ("error", "deepep_needs_ep_equal_tp", "parallelism.moe_a2a")),
+    Case("DeepEP with EP 4 in TP 8", {"model": QWEN_MOE, "parallelism": {"tp": 8, "ep": 4, "moe_a2a": "deepep"}, "quantization": {"method": "fp8"}}, ("error", "deepep_needs_ep_equal_tp", "parallelism.moe_a2a")),
     Case("pp beyond layers", {"parallelism": {"pp": 40}}, ("error", "pp_exceeds_layers", "parallelism.pp")),
     # --- memory ---
     Case("70B BF16 on one H100", {"model": L70}, ("error", "memory_weights_exceed", "parallelism.tp")),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from runtime.catalog.perf import PerfCatalog, perf_catalog
 from runtime.perf.hardware import ModelShape, lookup_model, resolve_gpu
 from runtime.perf.quant import bytes_per_param, kv_dtype_bytes
 from runtime.perf.step import EngineShape, StepModel
@@ -26,18 +27,27 @@ def shape(model_id: str) -> ModelShape:
 DSV3 = shape("deepseek-v3")
 
 
-def dsv3(gpu: str, kv: str = "auto", attn_dp: int = 8, ep: int = 8) -> StepModel:
-    """DeepSeek-V3 as shipped (block FP8) on one 8-GPU node."""
+def dsv3(
+    gpu: str,
+    kv: str = "auto",
+    attn_dp: int = 8,
+    ep: int = 8,
+    moe_a2a: str = "none",
+    tp: int = 8,
+    catalog: PerfCatalog | None = None,
+) -> StepModel:
+    """DeepSeek-V3 as shipped (block FP8) on one 8-GPU node (or `tp` GPUs over nodes of 8)."""
     weights = DSV3.quantized_weight_bytes(bytes_per_param("fp8", "auto"))
     engine = EngineShape(
-        tp=8,
+        tp=tp,
         quantization="fp8",
         weight_bytes=weights,
         kv_bytes_per_value=kv_dtype_bytes(kv, "auto"),
         attn_dp=attn_dp,
         ep=ep,
+        moe_a2a=moe_a2a,
     )
-    return StepModel(resolve_gpu(gpu), DSV3, engine)
+    return StepModel(resolve_gpu(gpu), DSV3, engine, catalog)
 
 
 def attention_ms(model: StepModel, batch_per_rank: int, context: int) -> float:
@@ -102,3 +112,71 @@ def test_deepseek_v3_expert_layouts_rank_as_the_references_rank_them() -> None:
     sliced = dsv3("H200", attn_dp=8, ep=1).decode_step_seconds(1024, 1024)
     whole = dsv3("H200", attn_dp=8, ep=8).decode_step_seconds(1024, 1024)
     assert sliced < whole
+
+
+# AIConfigurator 0.12's DeepEP path, the one its own search prices attention DP8 x EP8 with
+# (deepep_ht prefill, deepep_ll decode, its WideEP MLA and MoE tables; ``cli_estimate`` keeps
+# intra-node EP on the fused path, so these come from its estimator with the DeepEP coverage its
+# search resolves): DeepSeek-V3, H200, FP8 KV, ms per step, prefill per rank / decode per rank.
+DEEPEP_PREFILL = [(1024, 176.4), (2048, 299.3), (4096, 527.0)]
+DEEPEP_DECODE = [(40, 36.6), (128, 46.7)]
+
+
+@pytest.mark.parametrize(("tokens", "aic_ms"), DEEPEP_PREFILL)
+def test_deepep_prefill_of_every_rank_within_calibration(tokens: int, aic_ms: float) -> None:
+    model = dsv3("H200", "fp8_e4m3", moe_a2a="deepep")
+    assert model.prefill_seconds(tokens, batch=8) * 1e3 == pytest.approx(aic_ms, rel=0.15)
+
+
+@pytest.mark.parametrize(("batch", "aic_ms"), DEEPEP_DECODE)
+def test_deepep_decode_within_calibration(batch: int, aic_ms: float) -> None:
+    model = dsv3("H200", "fp8_e4m3", moe_a2a="deepep")
+    assert model.decode_step_seconds(batch * 8, 1024) * 1e3 == pytest.approx(aic_ms, rel=0.15)
+
+
+def test_deepep_prefills_every_rank_at_least_twice_as_fast_as_the_fused_moe() -> None:
+    """AIC: 4096 tokens a rank take 1260 ms through the fused MoE and 527 ms through DeepEP;
+    the grouped GEMMs, not the routing, make the difference."""
+    fused, deepep = (dsv3("H200", "fp8_e4m3", moe_a2a=a2a) for a2a in ("none", "deepep"))
+    assert fused.prefill_seconds(4096, batch=8) > 2 * deepep.prefill_seconds(4096, batch=8)
+
+
+def test_deepep_sends_each_token_only_where_its_experts_are() -> None:
+    """Gathering every rank's tokens on every GPU moves more than sending each token to the
+    (at most top-k) GPUs holding its experts."""
+    fused, deepep = (dsv3("H200", "fp8_e4m3", moe_a2a=a2a) for a2a in ("none", "deepep"))
+    assert deepep._moe_comm_seconds(8192) < fused._moe_comm_seconds(8192)
+
+
+def _slower_nic(factor: float) -> PerfCatalog:
+    """The shipped catalogue with every NIC `factor` times slower."""
+    cat = perf_catalog()
+    nics = tuple(n.model_copy(update={"gbs": n.gbs / factor}) for n in cat.kv_transfer.nics)
+    return cat.model_copy(update={"kv_transfer": cat.kv_transfer.model_copy(update={"nics": nics})})
+
+
+def test_deepep_across_two_nodes_is_priced_by_the_nic() -> None:
+    """DP16 x EP16 over two 8-GPU nodes: the tokens bound for the other node's experts cross
+    the scale-out NIC (50 GB/s a GPU on H200, at the share DeepEP's RDMA reaches), far slower
+    than NVLink, so a slower NIC slows the two-node engine and not the one-node one. A prompt
+    step (DeepEP's normal mode) sends a token once to the other node; a decode step (its
+    low-latency mode) once per expert there."""
+    two_node = {"attn_dp": 16, "ep": 16, "moe_a2a": "deepep", "tp": 16}
+    one_node = {"attn_dp": 8, "ep": 8, "moe_a2a": "deepep"}
+    tokens = 16 * 4096  # every rank prefills a 4096-token chunk
+    wide = dsv3("H200", "fp8_e4m3", **two_node)
+    crossing = tokens / 16 * DSV3.hidden_size * 3 * (1 - 0.5**8)  # FP8 out, BF16 back, per GPU
+    assert wide.moe is not None
+    nic = perf_catalog().kv_transfer.nic_gbs(90) * 1e9 * wide.moe.nic_share
+    per_layer = crossing / nic + 2 * wide.link_latency
+    assert wide._moe_comm_seconds(tokens) == pytest.approx(DSV3.num_layers * per_layer)
+    # A decode step runs DeepEP's low-latency mode: one copy per expert on the other node (4 of 8).
+    decode = 16 * 256 / 16 * DSV3.hidden_size * 3 * 4 / nic + 2 * wide.link_latency
+    assert wide._moe_comm_seconds(16 * 256, decode_only=True) == pytest.approx(
+        DSV3.num_layers * decode
+    )
+    slow = dsv3("H200", "fp8_e4m3", **two_node, catalog=_slower_nic(2))
+    assert slow._moe_comm_seconds(tokens) > 1.5 * wide._moe_comm_seconds(tokens)
+    narrow = dsv3("H200", "fp8_e4m3", **one_node)
+    narrow_slow = dsv3("H200", "fp8_e4m3", **one_node, catalog=_slower_nic(2))
+    assert narrow_slow._moe_comm_seconds(tokens / 2) == narrow._moe_comm_seconds(tokens / 2)

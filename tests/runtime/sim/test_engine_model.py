@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from runtime.perf.hardware import DEFAULT_MODEL, H100_SXM, ModelShape
+from runtime.perf.hardware import DEFAULT_MODEL, H100_SXM, ModelShape, lookup_model, resolve_gpu
 from runtime.sim.args import StartupError, check_engine_args, parse_engine_args
 from runtime.sim.engine import Engine
 from runtime.sim.kvpool import KvPool
@@ -324,3 +324,14 @@ def test_metrics_report_the_accept_length_of_each_interval() -> None:
     assert scraped() == 1.0
     assert scraped() == 1.0  # no verify step in between: the last interval's value stays
     assert engine.spec_accept_length() == 2.5  # /v1/loads keeps the running mean
+
+
+def test_an_engine_launched_with_deepep_prices_its_experts_through_deepep() -> None:
+    """The simulator reads --moe-a2a-backend as the optimizer prices parallelism.moe_a2a."""
+    dsv3, h200 = lookup_model("deepseek-v3"), resolve_gpu("H200")
+    assert dsv3 is not None
+    flags = ("--tp-size", "8", "--attn-dp-size", "8", "--ep-size", "8", "--quantization", "fp8")
+    fused = Roofline(args_for(*flags), h200, dsv3)
+    deepep = Roofline(args_for(*flags, "--moe-a2a-backend", "deepep"), h200, dsv3)
+    work = StepWork(prefill_tokens=8 * 4096, prefill_pairs=8 * 4096 * 4096 / 2)
+    assert deepep.step_seconds(work) < fused.step_seconds(work) / 2

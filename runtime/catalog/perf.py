@@ -53,10 +53,12 @@ class AttentionEfficiency(_Row):
 
 
 class AttentionCompute(_Row):
-    """Share of BF16 peak that prefill (flash) attention reaches on one GPU generation."""
+    """Share of BF16 peak that prefill (flash) attention reaches on one GPU generation, and
+    the kernel's floor per layer of a step that prefills (paid whatever the prompt's length)."""
 
     generation: int
     compute: float = Field(gt=0, le=1)
+    fixed_us: float = Field(default=0.0, ge=0)
     source: str
 
 
@@ -243,6 +245,9 @@ class PerfCatalog(_Row):
     # (4096 / width) ** this. 1 made a narrow GEMM's small-batch floor as slow as a wide one's.
     compute_width_exponent: float = Field(default=1.0, ge=0, le=1)
     step_overhead_us: float = Field(ge=0)
+    # Share of HBM bandwidth the per-token elementwise kernels (residual add + RMSNorm, the
+    # gated activation) reach; their bytes grow with the step's tokens.
+    elementwise_bandwidth: float = Field(default=0.8, gt=0, le=1)
     attention: tuple[AttentionEfficiency, ...] = Field(min_length=1)
     attention_compute: tuple[AttentionCompute, ...] = Field(min_length=1)
     interconnect: tuple[Interconnect, ...]
@@ -306,12 +311,16 @@ class PerfCatalog(_Row):
         """Share of HBM bandwidth decode attention reaches reading a KV cache of this width."""
         return self.attention_row(kv_bytes, sm).bandwidth
 
-    def attention_compute_share(self, sm: int) -> float:
-        """The newest generation's prefill-attention share at or below `sm` (else the oldest)."""
+    def attention_compute_row(self, sm: int) -> AttentionCompute:
+        """The newest generation's prefill-attention row at or below `sm` (else the oldest)."""
         rows = [r for r in self.attention_compute if r.generation <= sm]
         if not rows:
-            return min(self.attention_compute, key=lambda r: r.generation).compute
-        return max(rows, key=lambda r: r.generation).compute
+            return min(self.attention_compute, key=lambda r: r.generation)
+        return max(rows, key=lambda r: r.generation)
+
+    def attention_compute_share(self, sm: int) -> float:
+        """The newest generation's prefill-attention share at or below `sm` (else the oldest)."""
+        return self.attention_compute_row(sm).compute
 
     def link(self, gpu_id: str) -> Interconnect:
         for row in self.interconnect:

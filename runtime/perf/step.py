@@ -9,7 +9,9 @@ A step is a sum of separate kernels, each bounded by the slower of its bytes and
   (prefill) at the attention kernels' shares for the GPU generation and KV format;
 - a fixed cost per layer (norms, rotary, launches; each GEMM's fixed part, larger for FP8's
   activation quantization; an FP8 KV cache's quantize-on-write) and per step (scheduler,
-  sampling);
+  sampling); a prefill attention kernel's floor per layer;
+- the per-token elementwise kernels' bytes (residual add + RMSNorm twice a layer over the whole
+  hidden state, which every TP rank holds; the gated activation over its FFN slice);
 - tensor-parallel all-reduces, two per layer, over the GPU's interconnect;
 - a mixture-of-experts model's routed experts apart from the rest: their weights spread over
   the whole TP group (EP or TP sharding hold the same bytes per GPU), streamed only for the
@@ -73,6 +75,30 @@ class EngineShape:
     lora: LoraCost | None = None  # LoRA adapters served (runtime.perf.lora); None: LoRA off
 
 
+def ffn_width(model: ModelShape) -> float:
+    """A dense layer's FFN width: its parameters less attention's, over the three FFN matrices."""
+    hidden, heads = model.hidden_size, model.num_attention_heads * model.head_dim
+    body = model.active_params_b * 1e9 - 2 * model.vocab_size * hidden
+    attention = hidden * (heads + 2 * model.num_kv_heads * model.head_dim) + heads * hidden
+    return max(0.0, (body / model.num_layers - attention) / (3 * hidden))
+
+
+def elementwise_bytes_per_token(model: ModelShape, tp: int, moe: bool = False) -> float:
+    """HBM bytes per token of one step's elementwise kernels over all layers.
+
+    Each layer runs two fused residual-add + RMSNorms over the whole hidden state (read the
+    input and the residual, write both back: 4 vectors), which tensor parallelism does not
+    split: every rank holds the full hidden state after the all-reduce. The gated activation
+    reads the gate and up halves and writes one (3 vectors of the FFN's per-GPU slice); a MoE
+    model's runs inside the fused-MoE kernels (``moe``: norms only). AIC 0.12's per-op SGLang
+    tables (add_norm, act_gate) show both growing with tokens at ~0.8 of HBM bandwidth: at
+    8,192 tokens they are 5% of a Llama-3.1-8B TP1 prefill and 11% at TP8.
+    """
+    norms = 2 * 4 * model.hidden_size
+    act = 0.0 if moe else 3 * ffn_width(model) / max(1, tp)
+    return model.num_layers * (norms + act) * BF16
+
+
 def gemm_depth_share(model: ModelShape, tp: int) -> float:
     """A layer's GEMM depth (K) per GPU at `tp` over its depth at TP1.
 
@@ -81,12 +107,10 @@ def gemm_depth_share(model: ModelShape, tp: int) -> float:
     loop, not the bytes (AIC's h200_sxm fp8_block table at M=1, Llama-3.1-8B TP 1-8: about
     3 us plus 1 us per 1024 of K). QKV and gate-up are column-parallel (K = hidden size at any
     TP); the output and down projections are row-parallel, their K split over TP. The FFN
-    width is the layer's parameters less attention's, over the three FFN matrices.
+    width is ``ffn_width``.
     """
     hidden, heads = model.hidden_size, model.num_attention_heads * model.head_dim
-    body = model.active_params_b * 1e9 - 2 * model.vocab_size * hidden
-    attention = hidden * (heads + 2 * model.num_kv_heads * model.head_dim) + heads * hidden
-    ffn = max(0.0, (body / model.num_layers - attention) / (3 * hidden))
+    ffn = ffn_width(model)
     return (2 * hidden + (heads + ffn) / max(1, tp)) / (2 * hidden + heads + ffn)
 
 
@@ -114,7 +138,12 @@ class StepModel:
         # MLA's absorbed decode attention is bound by its FLOPs where many heads share a GPU.
         share = attention.compute if mla and attention.compute else 0.0
         self.mla_flops = gpu.bf16_tflops * 1e12 * share
-        self.attn_flops = gpu.bf16_tflops * 1e12 * cat.attention_compute_share(gpu.sm)
+        prefill_attention = cat.attention_compute_row(gpu.sm)
+        self.attn_flops = gpu.bf16_tflops * 1e12 * prefill_attention.compute
+        self.prefill_attn_fixed = model.num_layers * prefill_attention.fixed_us * 1e-6
+        self.elementwise_bandwidth = gpu.hbm_bandwidth_gbs * 1e9 * cat.elementwise_bandwidth
+        moe_model = model.expert_params_b > 0
+        self.elementwise_bytes = elementwise_bytes_per_token(model, tp, moe=moe_model)
         # Per layer: the fixed kernels (norms, rotary, launches), the fixed part of each of its
         # GEMMs, which an FP8/FP4 path pays more of (activation quantization, scale handling), and
         # the KV format's (an FP8 cache quantizes K and V on write).
@@ -221,11 +250,11 @@ class StepModel:
                 self.flops_per_token * tokens + self.head_flops * work.decode_tokens, tokens
             ),
         )
-        attention = (
-            self.kv_read_seconds(work.decode_context)
-            + self.attn_flops_per_pair * work.prefill_pairs / self.attn_flops
+        attention = self.kv_read_seconds(work.decode_context) + self.prefill_attention_seconds(
+            work.prefill_tokens, work.prefill_pairs
         )
         fixed = self.model.num_layers * self.layer_overhead + self.step_overhead
+        fixed += self.elementwise_seconds(tokens)
         seconds = gemm + attention + fixed + self.allreduce_seconds(tokens)
         spec = self.engine.spec
         if spec is not None and work.decode_seqs:
@@ -255,14 +284,14 @@ class StepModel:
             self.expert_bytes * touched / self.expert_bandwidth,
             self.expert_flops_per_token * tokens * ramp / self.expert_flops,
         )
-        attention = (
-            self.kv_read_seconds(work.decode_context / dp)
-            + self.attn_flops_per_pair * work.prefill_pairs / dp / self.attn_flops
+        attention = self.kv_read_seconds(work.decode_context / dp) + self.prefill_attention_seconds(
+            work.prefill_tokens, work.prefill_pairs / dp
         )
         layers = self.model.num_layers
         fixed = layers * (self.layer_overhead + self.moe.fixed_us * 1e-6) + self.step_overhead
         if work.prefill_tokens:
             fixed += layers * self.moe.prefill_fixed_us * 1e-6
+        fixed += self.elementwise_seconds(rank)
         comm = self._moe_comm_seconds(tokens, decode_only=not work.prefill_tokens)
         seconds = dense + experts + attention + fixed + comm
         spec = self.engine.spec
@@ -342,6 +371,18 @@ class StepModel:
         if self.mla_flops:
             return max(read, self.mla_flops_per_kv_token * context / self.mla_flops)
         return read
+
+    def prefill_attention_seconds(self, tokens: int, pairs: float) -> float:
+        """Prefill attention over `pairs` query-key pairs: their FLOPs at the kernel's share of
+        peak, and its floor per layer once a step prefills at all (AIC 0.12's per-op SGLang
+        context attention takes ~30 us a layer on Hopper at 512 tokens whatever the heads)."""
+        if tokens <= 0:
+            return 0.0
+        return self.prefill_attn_fixed + self.attn_flops_per_pair * pairs / self.attn_flops
+
+    def elementwise_seconds(self, tokens: float) -> float:
+        """The elementwise kernels' bytes for `tokens` (``elementwise_bytes_per_token``)."""
+        return self.elementwise_bytes * tokens / self.elementwise_bandwidth
 
     def _weights_read(self, tokens: float) -> float:
         # MoE: a small batch touches only a few experts; a large one touches all of them.

@@ -143,6 +143,11 @@ PREFILLS = (512, 2048, 8192)
 AIC_ANOMALIES: dict[tuple[str, str | None, str, int], str] = {
     ("H100-SXM", "fp8", "prefill", 512): "h100_sxm fp8_block GEMMs at M=512 no faster than M=2048",
 }
+# Decode points likewise, by (model, gpu, TP, GEMM quantization, batch = the GEMMs' M): the
+# 70B TP4 gate-up (table 16384 x 8192) takes 0.054 / 0.184 / 0.107 ms at M = 128 / 256 / 512.
+AIC_DECODE_ANOMALIES: dict[tuple[str, str, int, str | None, int], str] = {
+    ("llama-3.1-70b", "H100-SXM", 4, "fp8", 256): "h100_sxm fp8_block gate-up slower at M=256",
+}
 
 # Runs inside the AIConfigurator venv: AIC's own measured SGLang GEMM latencies (its silicon
 # table, which its estimates are built from) at the rows M of the asked shapes (the nearest shape
@@ -200,6 +205,13 @@ class Point:
     ep: int = 1  # MoE rows: expert parallelism (TP, or 1: experts sliced over the TP GPUs)
     fit: bool = True  # the catalogue's constants were fitted on this configuration
     a2a: str = "none"  # MoE rows: how tokens reach whole experts ("deepep": DeepEP)
+
+
+def aic_anomaly(p: Point) -> str | None:
+    """Why AIC's own data at `p` is out of line (no M-monotone physics can meet it), if it is."""
+    if p.mode == "decode":  # a step of `batch` sequences: GEMMs of M = batch rows
+        return AIC_DECODE_ANOMALIES.get((p.model, p.gpu, p.tp, p.quant, p.batch))
+    return AIC_ANOMALIES.get((p.gpu, p.quant, p.mode, p.tokens))
 
 
 def step_model(
@@ -378,7 +390,7 @@ def print_reference_table(points: list[Point], answers: dict[str, list[dict[str,
         rel = "".join(
             f"{ours / theirs[n] - 1:>+8.1%}" if n in theirs else f"{'':>8}" for n in names
         )
-        why = AIC_ANOMALIES.get((p.gpu, p.quant, p.mode, p.tokens))
+        why = aic_anomaly(p)
         marks = [f"* {why}"] if why else []
         if len(theirs) == 2:
             first, second = theirs.values()
@@ -433,7 +445,7 @@ def print_gemm_evidence(python: Path, points: list[Point]) -> None:
     each marked model, per M, beside BF16's. Where the table's GEMM takes longer at fewer rows,
     no physics whose time grows with M can meet AIC on both sides."""
     marked = {(p.model, p.gpu, p.tp, p.quant) for p in points
-              if AIC_ANOMALIES.get((p.gpu, p.quant, p.mode, p.tokens))}  # fmt: skip
+              if aic_anomaly(p)}  # fmt: skip
     shapes = []
     for model, gpu, tp, quant in sorted(marked, key=str):
         m = _shape(model)
@@ -479,7 +491,7 @@ def print_prefill_by_length(python: Path, points: list[Point]) -> None:
     FP8 beside BF16, with the model's. Marks where AIC's prefill takes less time for a longer
     prompt, or longer in FP8 than in BF16 at the same length: item 8 requires the model never
     to do either, so it cannot follow AIC there."""
-    flagged = [p for p in points if AIC_ANOMALIES.get((p.gpu, p.quant, p.mode, p.tokens))]
+    flagged = [p for p in points if p.mode == "prefill" and aic_anomaly(p)]
     marked = sorted({(p.model, p.gpu, p.tp, p.quant, p.kv) for p in flagged}, key=str)
     if not marked:
         return

@@ -137,16 +137,13 @@ AIC_KV = {"auto": "bfloat16", "fp8_e4m3": "fp8"}
 BATCHES = (1, 32, 128)
 CONTEXTS = (1024, 4096)
 PREFILLS = (512, 2048, 8192)
-# Points where AIConfigurator's own measured data is not monotone in the tokens, so no physics
-# that is can match it: printed with a mark and counted apart (runtime/catalog/perf.yaml says
-# which GEMMs). (gpu, GEMM quantization, phase, tokens) -> why.
+# Points where AIConfigurator's own data is not monotone in the GEMMs' rows M (a prompt's tokens,
+# a decode step's batch), so no physics that is can match it: marked and counted apart (its wide
+# FP8 gate-ups take 3-4x M=128 at M=256; perf.yaml says which GEMMs). (gpu, quant, phase, M).
 AIC_ANOMALIES: dict[tuple[str, str | None, str, int], str] = {
     ("H100-SXM", "fp8", "prefill", 512): "h100_sxm fp8_block GEMMs at M=512 no faster than M=2048",
+    ("H100-SXM", "fp8", "decode", 256): "h100_sxm fp8_block gate-ups at M=256 slower than M=512",
 }
-# Decode points likewise, by (model, gpu, TP, GEMM quantization, batch = the GEMMs' M): wide
-# fp8_block gate-ups (n 12288-16384) take 3-4x M=128 and ~2x M=512 at M=256 (70B TP4: 0.184 ms).
-_M256, _WHY = (("llama-3.1-70b", 4), ("qwen3-8b", 1), ("qwen3-32b", 4)), "h100_sxm fp8_block"
-AIC_DECODE_ANOMALIES = {(m, "H100-SXM", tp, "fp8", 256): f"{_WHY} M=256 > M=512" for m, tp in _M256}
 
 # Runs inside the AIConfigurator venv: AIC's own measured SGLang GEMM latencies (its silicon
 # table, which its estimates are built from) at the rows M of the asked shapes (the nearest shape
@@ -206,11 +203,8 @@ class Point:
     a2a: str = "none"  # MoE rows: how tokens reach whole experts ("deepep": DeepEP)
 
 
-def aic_anomaly(p: Point) -> str | None:
-    """Why AIC's own data at `p` is out of line (no M-monotone physics can meet it), if it is."""
-    if p.mode == "decode":  # a step of `batch` sequences: GEMMs of M = batch rows
-        return AIC_DECODE_ANOMALIES.get((p.model, p.gpu, p.tp, p.quant, p.batch))
-    return AIC_ANOMALIES.get((p.gpu, p.quant, p.mode, p.tokens))
+def aic_anomaly(p: Point) -> str | None:  # why AIC's own data at `p` is out of line, if it is
+    return AIC_ANOMALIES.get((p.gpu, p.quant, p.mode, p.batch if p.mode == "decode" else p.tokens))
 
 
 def step_model(
@@ -443,8 +437,7 @@ def print_gemm_evidence(python: Path, points: list[Point]) -> None:
     """AIConfigurator's own GEMM table at the marked points: the QKV and output projections of
     each marked model, per M, beside BF16's. Where the table's GEMM takes longer at fewer rows,
     no physics whose time grows with M can meet AIC on both sides."""
-    marked = {(p.model, p.gpu, p.tp, p.quant) for p in points
-              if aic_anomaly(p)}  # fmt: skip
+    marked = {(p.model, p.gpu, p.tp, p.quant) for p in points if aic_anomaly(p)}
     shapes = []
     for model, gpu, tp, quant in sorted(marked, key=str):
         m = _shape(model)
@@ -494,12 +487,8 @@ def print_prefill_by_length(python: Path, points: list[Point]) -> None:
     marked = sorted({(p.model, p.gpu, p.tp, p.quant, p.kv) for p in flagged}, key=str)
     if not marked:
         return
-    asked = [
-        Point(model, gpu, tp, quant, kv, "prefill", 1, n)
-        for model, gpu, tp, low, kv in marked
-        for quant in (low, None)
-        for n in PROMPT_LENGTHS
-    ]
+    asked = [Point(model, gpu, tp, quant, kv, "prefill", 1, n) for model, gpu, tp, low, kv in marked
+             for quant in (low, None) for n in PROMPT_LENGTHS]  # fmt: skip
     aic = {p: float(str(a["ms"])) for p, a in zip(asked, query_aic(python, asked), strict=True)}
     print("\n== AIConfigurator's own prefill at the marked configurations, ms by prompt length ==")
     print(f"{'configuration':<28}{'tokens':>7}{'AIC fp8':>9}{'AIC bf16':>10}{'model':>8}  marks")

@@ -290,6 +290,7 @@ class EngineTiming:
 
     queue: float  # from arrival in the engine to its first forward batch (SGLang's queue_time)
     prefill: float  # that batch's prefill, to the first token (prefill_launch_latency)
+    decode_step: float = 0.0  # its mean step after the first token: (e2e - TTFT) / (tokens - 1)
 
     @property
     def ttft(self) -> float:
@@ -303,13 +304,16 @@ def engine_timings(directory: Path) -> dict[str, EngineTiming]:
         for line in path.read_text().splitlines():
             record = json.loads(line)
             if "prefill_launch_latency" in record:
-                found[record["id"]] = EngineTiming(
-                    record["queue_time"], record["prefill_launch_latency"]
-                )
+                queue, prefill = record["queue_time"], record["prefill_launch_latency"]
+                steps = max(1, record.get("completion_tokens", 1) - 1)
+                decode = (record.get("e2e_latency", queue + prefill) - queue - prefill) / steps
+                found[record["id"]] = EngineTiming(queue, prefill, decode)
     return found
 
 
-def print_tables(setups: list[Setup], engine: dict[str, EngineTiming]) -> None:
+def print_tables(
+    setups: list[Setup], engine: dict[str, EngineTiming], seconds: float, replicas: int
+) -> None:
     header = (
         f"{'setup':<8}{'p50 alone':>10}{'p50 flood':>10}{'p90 alone':>10}{'p90 flood':>10}"
         f"{'p90 +%':>8}{'normal lost':>13}{'flood ok':>9}{'429':>7}{'other':>7}{'timeout':>8}"
@@ -331,6 +335,56 @@ def print_tables(setups: list[Setup], engine: dict[str, EngineTiming]) -> None:
         " lost: its requests not answered 200, of all it sent beside the flood.\n"
     )
     print_split(setups, engine)
+    print_floor(setups, engine, seconds, replicas)
+
+
+def print_floor(
+    setups: list[Setup], engine: dict[str, EngineTiming], seconds: float, replicas: int
+) -> None:
+    """What the pass in progress alone costs a request arriving at an engine the flood keeps busy.
+
+    An engine runs whole forward passes: a request that arrives mid-pass waits for its end
+    (SGLang schedules the next batch only then; priority scheduling reorders the waiting queue,
+    it does not cut a pass short). Under the flood an engine is never idle: a share ``f`` of its
+    time goes to the flood's prefills (``P`` each, the median of the flood's records), the rest
+    to decode steps (``D``: a flood request's time from first token to last over its tokens,
+    the prefills it sat through included, so D errs long and the floor errs high only where D
+    decides it). A request arriving at a random moment waits out what is left of the pass it
+    lands in: P(wait > x) = f (1 - x/P)+ + (1 - f) (1 - x/D)+. Beside the measured ``eng queue``
+    p90 it says whether the rise is that pass, which no admission in front of the engines can
+    remove while the flood has the engines' capacity. The engines keep simulated time in step
+    with real time; one that falls behind on a loaded host stamps an arrival at the end of the
+    step it came in during, so its measured queue then reads low.
+    """
+    for s in setups:
+        flood = [engine[rid] for rid in s.flood.ttft if rid in engine]
+        alone = [t.ttft for rid, t in engine.items() if rid in s.unloaded.ttft]
+        if not flood or not alone:
+            continue
+        prefill = sorted(t.prefill for t in flood)[len(flood) // 2]
+        decode = sorted(t.decode_step for t in flood)[len(flood) // 2]
+        share = min(1.0, len(flood) / seconds / max(1, replicas) * prefill)
+        wait = _residual_p90(share, prefill, decode)
+        base = _p90(alone)
+        print(
+            f"{s.name}: the flood's passes: prefill {prefill * 1000:.1f} ms, decode step"
+            f" {decode * 1000:.1f} ms, {share:.0%} of each engine's time in the flood's prefills;"
+            f" the pass in progress alone makes a newcomer wait {wait * 1000:.1f} ms at p90,"
+            f" {wait / base:.0%} of the engine's unloaded TTFT p90 ({base * 1000:.1f} ms)"
+        )
+
+
+def _residual_p90(share: float, prefill: float, decode: float) -> float:
+    """x with P(wait > x) = 0.1 for the wait described in ``print_floor`` (bisection)."""
+
+    def over(x: float) -> float:
+        return share * max(0.0, 1 - x / prefill) + (1 - share) * max(0.0, 1 - x / decode)
+
+    low, high = 0.0, max(prefill, decode)
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if over(mid) > 0.1 else (low, mid)
+    return (low + high) / 2
 
 
 def print_split(setups: list[Setup], engine: dict[str, EngineTiming]) -> None:
@@ -453,7 +507,7 @@ def main() -> None:
                     f"{args.normal_rps}/s, flood {args.flood_factor}x capacity = "
                     f"{rate * args.flood_factor:.0f}/s, {args.seconds:g} s per phase\n"
                 )
-                print_tables(setups, engine_timings(records))
+                print_tables(setups, engine_timings(records), args.seconds, args.replicas)
             finally:
                 admitting.stop()
     finally:

@@ -194,10 +194,11 @@ class SpecFit(_Row):
     engines: dict[str, SpecEngineCost]
     families: dict[str, AcceptanceCurve]
     curves: tuple[SpecCurve, ...] = ()
-    # SpecBundle's H200 runs do not publish TP or backend: per target, a fixed cost per
-    # speculative step as a share of the decode step, fitted on that target's fit rows. Only
-    # the bench uses it (it describes those unpublished deployments, not the target).
-    deployment_share: dict[str, float] = {}
+    # SpecBundle divides every shape of a (target, workload) by one baseline run, timed over the
+    # whole run (prefill included) on a deployment it does not publish (TP, backend): per run,
+    # its measured rate over the physics' decode rate, fitted on the run's own fit rows. Only
+    # the bench uses it (it describes those runs, not the target).
+    baseline_runs: dict[str, float] = {}
 
 
 class Speculative(_Row):

@@ -18,7 +18,9 @@ least squares, no randomness):
   highly the draft scores runner-ups) and draft_confidence (the draft's score of its top
   candidate over its greedy acceptance: below 1, a small budget goes to siblings before depth);
 - per engine (SGLang, vLLM): a fixed cost per draft pass, per speculative step, and per
-  verified token;
+  verified token; for SGLang also a tree's masked verify (``tree_verify_ns``, per tree token,
+  target layer and query head on a GPU, once a step), fitted last with the acceptance side held
+  (only tree rows' speeds against their runs' chains see it);
 - per SpecBundle baseline run (target, workload, batch): the run's measured rate over the
   physics' decode rate. SpecBundle divides all five shapes of a run by one baseline run, timed
   over the whole run (prefill included) on a deployment it does not publish, so the run's rate

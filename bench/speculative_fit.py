@@ -202,7 +202,24 @@ def fit(points: list[Point], rounds: int = 3) -> Params:
             _set(params, name, _golden(loss, low, high, iters=14 if inner else 18))
             _fit_levels(rows, params)
         print(f"round {round_ + 1}: loss {_loss(rows, params):.3f}", file=sys.stderr)
+    _fit_tree_verify(rows, params)
     return params
+
+
+def _fit_tree_verify(rows: list[Point], params: Params) -> None:
+    """SGLang's cost of verifying a tree over a chain (``tree_verify_ns``), fitted last with the
+    acceptance side held: it is seen only in the speed of tree rows against chain rows of the
+    same runs, which the tree's acceptance constants would otherwise absorb (a dearer tree
+    bought back by a tree that accepts more, neither checked by a published accept length)."""
+    subset = _affected("sglang:tree_verify_ns", [p for p in rows if p.shape.topk > 1])
+
+    def loss(x: float) -> float:
+        _set(params, "sglang:tree_verify_ns", x)
+        return _loss(subset, params)
+
+    _set(params, "sglang:tree_verify_ns", _golden(loss, 0.0, 500.0, iters=18))
+    _fit_levels(rows, params)
+    print(f"tree verify: loss {_loss(rows, params):.3f}", file=sys.stderr)
 
 
 # ---- catalogue in and out ------------------------------------------------------------------------

@@ -28,9 +28,9 @@ class Params:
     engines: dict[str, dict[str, float]] = field(
         default_factory=lambda: {
             "sglang": {"draft_pass_us": 150.0, "step_us": 400.0, "verify_token_us": 10.0,
-                       "ngram_us": 100.0},
+                       "ngram_us": 100.0, "tree_verify_ns": 0.0},
             "vllm": {"draft_pass_us": 150.0, "step_us": 400.0, "verify_token_us": 10.0,
-                     "ngram_us": 100.0},
+                     "ngram_us": 100.0, "tree_verify_ns": 0.0},
         }
     )  # fmt: skip
     levels: dict[tuple[str, str, str], tuple[float, float]] = field(default_factory=dict)
@@ -163,6 +163,10 @@ def speedup(point: Point, params: Params, shape: SpecShape | None = None) -> flo
         )
     per_rank = running / max(1, point.attn_dp)
     extra = cost["verify_token_us"] * 1e-6 * per_rank * tokens + cost["step_us"] * 1e-6
+    if shape.topk > 1:  # SpecConfig.tree_verify_seconds: a tree's custom-mask verify attention
+        model = target_shape(point.target)
+        heads = model.num_attention_heads / max(1, point.tp // max(1, point.attn_dp))
+        extra += cost["tree_verify_ns"] * 1e-9 * model.num_layers * heads * (shape.draft_tokens - 1)
     spec_rate = al * running / (draft + verify + extra)
     run = baseline_run(point)
     measured = params.baseline_runs.get(run, 1.0) if run else 1.0

@@ -171,6 +171,10 @@ class SpecEngineCost(_Row):
     step_us: float = Field(ge=0)  # fixed cost per speculative step (tree build, draft extend)
     verify_token_us: float = Field(ge=0)  # bookkeeping per verified draft token and sequence
     ngram_us: float = Field(default=0.0, ge=0)  # NGRAM's CPU trie lookup per step
+    # A tree's verify (topk > 1), once a step, per tree draft token, target layer and query
+    # head on a GPU: SGLang verifies a tree through a custom-mask attention, a chain as plain
+    # decode tokens (runtime/perf/spec.py, SpecConfig.tree_verify_seconds).
+    tree_verify_ns: float = Field(default=0.0, ge=0)
 
 
 class SpecTree(_Row):

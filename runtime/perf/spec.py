@@ -78,6 +78,7 @@ class SpecConfig:
     step_overhead_s: float  # per speculative step (tree build, draft extend, bookkeeping)
     draft: ModelShape | None  # the draft network (None for NGRAM; NEXTN uses a target layer)
     draft_confidence: float = 1.0  # the draft's score of its top candidate over its acceptance
+    tree_verify_s: float = 0.0  # per tree token, layer and GPU query head (topk > 1)
 
     @property
     def acceptance(self) -> float:
@@ -89,6 +90,22 @@ class SpecConfig:
         return expected_accept_length(
             self.shape, self.curve, self.sibling_catch, self.sibling_score, self.draft_confidence
         )
+
+    def tree_verify_seconds(self, layers: int, heads: float) -> float:
+        """What verifying a tree costs beyond verifying a chain of its tokens, once a step.
+
+        SGLang verifies a chain (topk 1) as ordinary decode tokens, but a tree through an
+        attention with a custom mask (each draft token sees the prefix and its own branch:
+        ``EagleVerifyInput.custom_mask`` from ``build_tree_kernel_efficient``). At a small batch
+        that kernel runs on a few thread blocks whose work grows with the tree's query rows and
+        the query `heads` on the GPU, in every one of the `layers`, not with the batch: it weighs
+        at batch 1 (SGLang's docs: EAGLE-2 (3,4,16) 1.54x, EAGLE-3 (5,8,32) 2.36x; SDB's
+        depth-3 21-token tree 1.85x against the chain's 1.65x) and vanishes beside the
+        compute-bound verify of a large batch.
+        """
+        if self.shape.topk <= 1:
+            return 0.0
+        return self.tree_verify_s * layers * heads * max(0, self.shape.draft_tokens - 1)
 
     def with_shape(self, shape: SpecShape) -> SpecConfig:
         return replace(self, shape=shape)
@@ -281,6 +298,7 @@ def resolve_spec(
         sibling_catch=fit.tree.sibling_catch,
         sibling_score=fit.tree.sibling_score,
         draft_confidence=fit.tree.draft_confidence,
+        tree_verify_s=cost.tree_verify_ns * 1e-9,
         draft_overhead_s=per_pass * 1e-6,
         verify_overhead_s=cost.verify_token_us * 1e-6,
         step_overhead_s=cost.step_us * 1e-6,

@@ -18,7 +18,18 @@ least squares, no randomness):
   highly the draft scores runner-ups) and draft_confidence (the draft's score of its top
   candidate over its greedy acceptance: below 1, a small budget goes to siblings before depth);
 - per engine (SGLang, vLLM): a fixed cost per draft pass, per speculative step, and per
-  verified token.
+  verified token; for SGLang also a tree's masked verify (``tree_verify_ns``, per tree token,
+  target layer and query head on a GPU, once a step), fitted last with the acceptance side held
+  (only tree rows' speeds against their runs' chains see it);
+- per SpecBundle baseline run (target, workload, batch): the run's measured rate over the
+  physics' decode rate. SpecBundle divides all five shapes of a run by one baseline run, timed
+  over the whole run (prefill included) on a deployment it does not publish, so the run's rate
+  is one unknown its fit rows ((3,1,4), (5,1,6), (7,4,8)) set and its held-out shapes share;
+  acceptance is left to the published accept lengths and the shapes' differences.
+
+Each source's rows weigh one over their count in the loss: a source is one independent
+measurement (its rows share a harness, a deployment and a baseline), so SpecBundle's hundred
+rows do not outvote SDB's trees on the tree constants.
 
 With ``--write`` the fitted constants go to ``runtime/catalog/speculative/fitted.yaml`` with the
 date and the fit's row ids. Then it prints every held-out row, published vs model, the median and

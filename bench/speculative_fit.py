@@ -9,11 +9,18 @@ import datetime
 import math
 import statistics
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import yaml
 
-from bench.speculative_model import Params, accept_length, block_curve, curve_of, speedup
+from bench.speculative_model import (
+    Params,
+    accept_length,
+    baseline_run,
+    block_curve,
+    curve_of,
+    speedup,
+)
 from bench.speculative_points import REPO, Key, Point
 from runtime.catalog.perf import perf_catalog
 from runtime.perf.spec import Curve
@@ -22,21 +29,26 @@ FITTED = REPO / "runtime" / "catalog" / "speculative" / "fitted.yaml"
 FAMILIES = ("EAGLE", "EAGLE3", "NEXTN", "NGRAM")
 
 
-def _residuals(points: Iterable[Point], params: Params) -> list[float]:
+def _residuals(point: Point, params: Params) -> list[float]:
     out = []
-    for p in points:
-        if p.accept_length is not None:
-            out.append(math.log(accept_length(p, params) / p.accept_length))
-        if p.speedup is not None:
-            out.append(math.log(speedup(p, params) / p.speedup))
-        curve = block_curve(p, params)
-        for depth, value in enumerate(p.conditional, start=1):
-            out.append(math.log(curve.at(depth) / value))
+    if point.accept_length is not None:
+        out.append(math.log(accept_length(point, params) / point.accept_length))
+    if point.speedup is not None:
+        out.append(math.log(speedup(point, params) / point.speedup))
+    curve = block_curve(point, params)
+    for depth, value in enumerate(point.conditional, start=1):
+        out.append(math.log(curve.at(depth) / value))
     return out
 
 
-def _loss(points: Iterable[Point], params: Params) -> float:
-    return sum(r * r for r in _residuals(points, params))
+def _loss(points: list[Point], params: Params) -> float:
+    """The squared log errors, each source's rows weighted by one over their count: the sources
+    are the independent measurements (a source's rows share its harness, deployment and
+    baseline), so SpecBundle's 100-odd rows count as one group beside SDB's or AMD's few."""
+    count: dict[str, int] = {}
+    for p in points:
+        count[p.source] = count.get(p.source, 0) + 1
+    return sum(sum(r * r for r in _residuals(p, params)) / count[p.source] for p in points)
 
 
 def _golden(f: Callable[[float], float], low: float, high: float, iters: int = 28) -> float:
@@ -57,8 +69,26 @@ def _golden(f: Callable[[float], float], low: float, high: float, iters: int = 2
     return (a + b) / 2
 
 
+def _fit_baselines(fit: list[Point], params: Params) -> None:
+    """Each unpublished baseline run's rate (``baseline_run``) from its fit rows' speedups, the
+    rest held: the geometric mean of model over published with the run's rate at 1 (the least
+    squares of the log error, in closed form), bounded to [0.5, 2]."""
+    runs: dict[str, list[Point]] = {}
+    for p in fit:
+        run = baseline_run(p)
+        if run is not None and p.speedup is not None and p.block in params.levels:
+            runs.setdefault(run, []).append(p)
+    for run, rows in sorted(runs.items()):
+        params.baseline_runs[run] = 1.0
+        logs = [math.log(speedup(p, params) / p.speedup) for p in rows if p.speedup]
+        params.baseline_runs[run] = min(2.0, max(0.5, math.exp(statistics.fmean(logs))))
+
+
 def _fit_levels(fit: list[Point], params: Params) -> None:
-    """Each block's level from its own fit rows, the globals held."""
+    """Each block's level from its own fit rows, the globals held; then the baseline runs'
+    rates (which move every speedup of a run alike, so acceptance is left to the shapes'
+    differences and the published accept lengths)."""
+    _fit_baselines(fit, params)
     blocks: dict[Key, list[Point]] = {}
     for p in fit:
         blocks.setdefault(p.block, []).append(p)
@@ -86,6 +116,7 @@ def _fit_levels(fit: list[Point], params: Params) -> None:
             params.levels[block] = (first, rest)
             first = _golden(with_first, 0.05, 0.97, iters=20)
             params.levels[block] = (first, rest)
+    _fit_baselines(fit, params)
     _family_defaults(params)
 
 
@@ -124,9 +155,7 @@ GLOBALS: list[tuple[str, float, float]] = [
 
 
 def _set(params: Params, name: str, value: float) -> None:
-    if name.startswith("share:"):
-        params.target_share[name.split(":", 1)[1]] = value
-    elif name.startswith("decay:"):
+    if name.startswith("decay:"):
         params.decay[name.split(":")[1]] = value
     elif ":" in name:
         engine, key = name.split(":")
@@ -138,9 +167,7 @@ def _set(params: Params, name: str, value: float) -> None:
 
 def _affected(name: str, rows: list[Point]) -> list[Point]:
     """The fit rows a global moves (whole blocks, so their levels can be refitted)."""
-    if name.startswith("share:"):
-        chosen = [p for p in rows if p.target == name.split(":", 1)[1]]
-    elif name.startswith("decay:"):
+    if name.startswith("decay:"):
         chosen = [p for p in rows if p.algorithm == name.split(":")[1]]
     elif ":" in name:
         chosen = [p for p in rows if p.engine == name.split(":")[0]]
@@ -159,9 +186,8 @@ def fit(points: list[Point], rounds: int = 3) -> Params:
         FAMILY_OF_DRAFT[p.block[1]] = p.algorithm
     params = Params()
     _fit_levels(rows, params)
-    shares = sorted({p.target for p in rows if p.source == "SB"})
     for round_ in range(rounds):
-        for name, low, high in [*GLOBALS, *((f"share:{t}", 0.0, 2.0) for t in shares)]:
+        for name, low, high in GLOBALS:
             subset = _affected(name, rows)
             inner = name.startswith(("decay:", "sibling"))
 
@@ -176,7 +202,24 @@ def fit(points: list[Point], rounds: int = 3) -> Params:
             _set(params, name, _golden(loss, low, high, iters=14 if inner else 18))
             _fit_levels(rows, params)
         print(f"round {round_ + 1}: loss {_loss(rows, params):.3f}", file=sys.stderr)
+    _fit_tree_verify(rows, params)
     return params
+
+
+def _fit_tree_verify(rows: list[Point], params: Params) -> None:
+    """SGLang's cost of verifying a tree over a chain (``tree_verify_ns``), fitted last with the
+    acceptance side held: it is seen only in the speed of tree rows against chain rows of the
+    same runs, which the tree's acceptance constants would otherwise absorb (a dearer tree
+    bought back by a tree that accepts more, neither checked by a published accept length)."""
+    subset = _affected("sglang:tree_verify_ns", [p for p in rows if p.shape.topk > 1])
+
+    def loss(x: float) -> float:
+        _set(params, "sglang:tree_verify_ns", x)
+        return _loss(subset, params)
+
+    _set(params, "sglang:tree_verify_ns", _golden(loss, 0.0, 500.0, iters=18))
+    _fit_levels(rows, params)
+    print(f"tree verify: loss {_loss(rows, params):.3f}", file=sys.stderr)
 
 
 # ---- catalogue in and out ------------------------------------------------------------------------
@@ -192,7 +235,7 @@ def params_from_catalogue(points: list[Point]) -> Params:
         params.families[name] = Curve.of(row)
         if row.decay < 1:
             params.decay[name] = row.decay
-    params.target_share = dict(fitted.deployment_share)
+    params.baseline_runs = dict(fitted.baseline_runs)
     for row in fitted.curves:
         level = (row.first, row.rest)
         params.levels[(row.target, row.draft or "", row.workload)] = level
@@ -228,7 +271,7 @@ def write_catalogue(points: list[Point], params: Params) -> None:
             for f, c in sorted(params.families.items())
         },
         "curves": curves,
-        "deployment_share": {t: round(v, 4) for t, v in sorted(params.target_share.items())},
+        "baseline_runs": {r: round(v, 4) for r, v in sorted(params.baseline_runs.items())},
     }  # fmt: skip
     header = (
         "# Written by bench/speculative.py --write: the speculative model's constants fitted\n"

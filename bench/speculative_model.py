@@ -28,16 +28,30 @@ class Params:
     engines: dict[str, dict[str, float]] = field(
         default_factory=lambda: {
             "sglang": {"draft_pass_us": 150.0, "step_us": 400.0, "verify_token_us": 10.0,
-                       "ngram_us": 100.0},
+                       "ngram_us": 100.0, "tree_verify_ns": 0.0},
             "vllm": {"draft_pass_us": 150.0, "step_us": 400.0, "verify_token_us": 10.0,
-                     "ngram_us": 100.0},
+                     "ngram_us": 100.0, "tree_verify_ns": 0.0},
         }
     )  # fmt: skip
     levels: dict[tuple[str, str, str], tuple[float, float]] = field(default_factory=dict)
-    # SpecBundle's deployments (TP, attention backend) are not published: per target, a fixed
-    # cost per speculative step as a share of its decode step, fitted on its own fit rows.
-    target_share: dict[str, float] = field(default_factory=dict)
+    # SpecBundle divides every shape of a (target, workload) by ONE baseline run, timed over the
+    # whole run (prefill included) on an unpublished deployment: per run, its measured rate over
+    # the physics' plain decode rate, fitted on the run's own fit rows (1 for a run without).
+    baseline_runs: dict[str, float] = field(default_factory=dict)
     families: dict[str, Curve] = field(default_factory=dict)
+
+
+# Sources whose speedups share one measured baseline run per (target, workload) with a
+# deployment and a timing window the source does not publish (SB: whole-run wall time).
+RUN_SOURCES = ("SB",)
+
+
+def baseline_run(point: Point) -> str | None:
+    """The baseline run a point's speedup divides by, where its deployment is unpublished."""
+    if point.source not in RUN_SOURCES:
+        return None
+    target, _draft, workload = point.block
+    return f"{target} / {workload} / bs{point.batch}"
 
 
 def curve_of(algorithm: str, level: tuple[float, float], params: Params) -> Curve:
@@ -149,6 +163,11 @@ def speedup(point: Point, params: Params, shape: SpecShape | None = None) -> flo
         )
     per_rank = running / max(1, point.attn_dp)
     extra = cost["verify_token_us"] * 1e-6 * per_rank * tokens + cost["step_us"] * 1e-6
-    extra += params.target_share.get(point.target, 0.0) * _step(point, running, 1)
+    if shape.topk > 1:  # SpecConfig.tree_verify_seconds: a tree's custom-mask verify attention
+        model = target_shape(point.target)
+        heads = model.num_attention_heads / max(1, point.tp // max(1, point.attn_dp))
+        extra += cost["tree_verify_ns"] * 1e-9 * model.num_layers * heads * (shape.draft_tokens - 1)
     spec_rate = al * running / (draft + verify + extra)
-    return spec_rate / (b / _step(point, b, 1))
+    run = baseline_run(point)
+    measured = params.baseline_runs.get(run, 1.0) if run else 1.0
+    return spec_rate / (measured * b / _step(point, b, 1))

@@ -182,6 +182,10 @@ class SpecEngineCost(_Row):
     step_us: float = Field(ge=0)  # fixed cost per speculative step (tree build, draft extend)
     verify_token_us: float = Field(ge=0)  # bookkeeping per verified draft token and sequence
     ngram_us: float = Field(default=0.0, ge=0)  # NGRAM's CPU trie lookup per step
+    # A tree's verify (topk > 1), once a step, per tree draft token, target layer and query
+    # head on a GPU: SGLang verifies a tree through a custom-mask attention, a chain as plain
+    # decode tokens (runtime/perf/spec.py, SpecConfig.tree_verify_seconds).
+    tree_verify_ns: float = Field(default=0.0, ge=0)
 
 
 class SpecTree(_Row):
@@ -205,10 +209,11 @@ class SpecFit(_Row):
     engines: dict[str, SpecEngineCost]
     families: dict[str, AcceptanceCurve]
     curves: tuple[SpecCurve, ...] = ()
-    # SpecBundle's H200 runs do not publish TP or backend: per target, a fixed cost per
-    # speculative step as a share of the decode step, fitted on that target's fit rows. Only
-    # the bench uses it (it describes those unpublished deployments, not the target).
-    deployment_share: dict[str, float] = {}
+    # SpecBundle divides every shape of a (target, workload) by one baseline run, timed over the
+    # whole run (prefill included) on a deployment it does not publish (TP, backend): per run,
+    # its measured rate over the physics' decode rate, fitted on the run's own fit rows. Only
+    # the bench uses it (it describes those runs, not the target).
+    baseline_runs: dict[str, float] = {}
 
 
 class Speculative(_Row):

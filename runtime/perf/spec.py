@@ -13,13 +13,19 @@ draft's own scores are verified. Two things decide what a tree gains, and they p
   verification accepts it (``draft_confidence`` < 1) and generous to runner-ups
   (``sibling_score``), so SGLang's score-ranked pick spends a small budget on siblings before
   depth: at a fixed token budget a wider tree reaches less depth (SpecBundle: (7,4,8) accepts
-  about what a (3,1,4) chain does). The fitted numbers live in
+  about what a (3,1,4) chain does).
+A better draft must never accept less. Two things broke that: the draft's top score fell below
+its runner-up's at a low acceptance, so a better draft re-ranked the tree towards deep nodes of
+small true chance (the top score now has its runner-up's as a floor, ``_top_score``); and the
+pick was a hard cut on mean scores, so the accept length jumped where two nodes swapped at the
+cut (it is now the mean over requests whose scores stray by ``SCORE_NOISE``, a smooth top-k).
+The fitted numbers live in
 ``runtime/catalog/speculative/fitted.yaml`` (``bench/speculative.py``).
 """
 
 from __future__ import annotations
 
-import heapq
+import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -29,6 +35,11 @@ from runtime.perf.hardware import ModelShape
 EAGLE_HEADS = frozenset({"EAGLE", "EAGLE3"})
 # SGLang's speculative path; the fit also holds vLLM's costs for its own rows.
 DEFAULT_ENGINE = "sglang"
+# How far one request's draft scores stray from the curve's, in log score (a logistic's scale):
+# SGLang's pick of the best-scored nodes is a hard cut in each request and a smooth one over
+# requests (``_verify_chances``). Small, so the fitted trees keep what a hard cut gave them
+# while the accept length no longer jumps at a cut.
+SCORE_NOISE = 0.05
 
 
 @dataclass(frozen=True)
@@ -78,6 +89,7 @@ class SpecConfig:
     step_overhead_s: float  # per speculative step (tree build, draft extend, bookkeeping)
     draft: ModelShape | None  # the draft network (None for NGRAM; NEXTN uses a target layer)
     draft_confidence: float = 1.0  # the draft's score of its top candidate over its acceptance
+    tree_verify_s: float = 0.0  # per tree token, layer and GPU query head (topk > 1)
 
     @property
     def acceptance(self) -> float:
@@ -89,6 +101,22 @@ class SpecConfig:
         return expected_accept_length(
             self.shape, self.curve, self.sibling_catch, self.sibling_score, self.draft_confidence
         )
+
+    def tree_verify_seconds(self, layers: int, heads: float) -> float:
+        """What verifying a tree costs beyond verifying a chain of its tokens, once a step.
+
+        SGLang verifies a chain (topk 1) as ordinary decode tokens, but a tree through an
+        attention with a custom mask (each draft token sees the prefix and its own branch:
+        ``EagleVerifyInput.custom_mask`` from ``build_tree_kernel_efficient``). At a small batch
+        that kernel runs on a few thread blocks whose work grows with the tree's query rows and
+        the query `heads` on the GPU, in every one of the `layers`, not with the batch: it weighs
+        at batch 1 (SGLang's docs: EAGLE-2 (3,4,16) 1.54x, EAGLE-3 (5,8,32) 2.36x; SDB's
+        depth-3 21-token tree 1.85x against the chain's 1.65x) and vanishes beside the
+        compute-bound verify of a large batch.
+        """
+        if self.shape.topk <= 1:
+            return 0.0
+        return self.tree_verify_s * layers * heads * max(0, self.shape.draft_tokens - 1)
 
     def with_shape(self, shape: SpecShape) -> SpecConfig:
         return replace(self, shape=shape)
@@ -190,7 +218,7 @@ def expected_accept_length(
     made: list[tuple[float, float]] = []
     for level in range(1, depth + 1):
         p = curve.at(level)
-        q = min(1.0, draft_confidence * p)
+        q = _top_score(p, draft_confidence, sibling_score)
         children = [
             (score * _score_share(q, r, sibling_score), prob * _rank_share(p, r, sibling_catch))
             for score, prob in beam
@@ -199,8 +227,51 @@ def expected_accept_length(
         children.sort(key=lambda node: -node[0])
         beam = children[:k]
         made.extend(children)
-    chosen = heapq.nlargest(budget, made, key=lambda node: node[0])
-    return 1.0 + sum(prob for _, prob in chosen)
+    weights = _verify_chances([math.log(score) for score, _ in made], budget, SCORE_NOISE)
+    return 1.0 + sum(w * prob for w, (_, prob) in zip(weights, made, strict=True))
+
+
+def _top_score(p: float, draft_confidence: float, sibling_score: float) -> float:
+    """The draft's score of its top candidate at a level whose top is accepted with `p`.
+
+    ``draft_confidence * p``, but never below its runner-up's ``(1 - q) * sibling_score``: the
+    top candidate is the draft's best-scored one by definition, so a draft that is rarely right
+    still puts ``sibling_score / (1 + sibling_score)`` on it. Below that floor a better draft
+    changes what its tree is worth, not how it ranks the tree's nodes.
+    """
+    return min(1.0, max(draft_confidence * p, sibling_score / (1.0 + sibling_score)))
+
+
+def _verify_chances(log_scores: list[float], budget: int, noise: float) -> list[float]:
+    """Each made node's chance to be among the `budget` that SGLang verifies.
+
+    SGLang verifies the ``budget`` best-scored nodes, but one request's draft scores stray from
+    the curve's (by about `noise`, in log score), so a node near the cut is verified in some
+    requests and not in others: its chance is a logistic of its log score less a threshold set
+    so the chances add up to the budget (a smooth top-k). On mean scores a hard cut makes the
+    accept length jump where a better draft lifts a deep node just above a likelier sibling;
+    the mean over requests moves continuously.
+    """
+    if budget >= len(log_scores):
+        return [1.0] * len(log_scores)
+    ranked = sorted(log_scores, reverse=True)
+    low, high = ranked[-1] - 30 * noise, ranked[0] + 30 * noise
+    for _ in range(40):  # bisection: the chances' sum falls as the threshold rises
+        mid = (low + high) / 2
+        if sum(_logistic((x - mid) / noise) for x in ranked) > budget:
+            low = mid
+        else:
+            high = mid
+    threshold = (low + high) / 2
+    return [_logistic((x - threshold) / noise) for x in log_scores]
+
+
+def _logistic(x: float) -> float:
+    if x > 30:
+        return 1.0
+    if x < -30:
+        return 0.0
+    return 1.0 / (1.0 + math.exp(-x))
 
 
 @lru_cache(maxsize=4096)
@@ -281,6 +352,7 @@ def resolve_spec(
         sibling_catch=fit.tree.sibling_catch,
         sibling_score=fit.tree.sibling_score,
         draft_confidence=fit.tree.draft_confidence,
+        tree_verify_s=cost.tree_verify_ns * 1e-9,
         draft_overhead_s=per_pass * 1e-6,
         verify_overhead_s=cost.verify_token_us * 1e-6,
         step_overhead_s=cost.step_us * 1e-6,

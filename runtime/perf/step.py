@@ -189,6 +189,7 @@ class StepModel:
         self.kv_bytes_per_token = kv / (1 if model.kv_lora_rank else min(tp, model.num_kv_heads))
         self.attn_dp = engine.attn_dp if engine.attn_dp > 1 and tp % engine.attn_dp == 0 else 1
         self.attn_tp = tp // self.attn_dp
+        self.query_heads = model.num_attention_heads / self.attn_tp  # on one GPU
         self.mla_flops_per_kv_token = self._mla_flops_per_kv_token()
         sharding = "ep" if engine.ep > 1 else "tp"
         self.deepep = engine.moe_a2a == "deepep" and engine.ep > 1
@@ -260,6 +261,7 @@ class StepModel:
         if spec is not None and work.decode_seqs:
             seconds += self.draft_seconds(work.decode_seqs, work.decode_context)
             seconds += spec.verify_overhead_s * work.decode_tokens + spec.step_overhead_s
+            seconds += spec.tree_verify_seconds(self.model.num_layers, self.query_heads)
         return seconds
 
     def _moe_step_seconds(self, work: StepWork) -> float:
@@ -298,6 +300,7 @@ class StepModel:
         if spec is not None and work.decode_seqs:
             seconds += self.draft_seconds(work.decode_seqs, work.decode_context // dp)
             seconds += spec.verify_overhead_s * work.decode_tokens / dp + spec.step_overhead_s
+            seconds += spec.tree_verify_seconds(self.model.num_layers, self.query_heads)
         return seconds
 
     def _moe_comm_seconds(self, tokens: float, decode_only: bool = False) -> float:

@@ -195,6 +195,32 @@ def test_a_longer_accepted_draft_never_lowers_speed(
     assert sum(rate**i for i in range(steps + 1)) == pytest.approx(low, rel=1e-6)
 
 
+# (acceptance, more, num_steps, topk, draft tokens, decay): draws the property above found, where
+# a hard cut at the budget let a better draft lift a deep node of small true chance over a
+# likelier sibling and accept less (e.g. 1.874 -> 1.822; the first, from the issue, on main).
+FLIPS = [
+    (0.4229820669551948, 0.0007923749777629663, 6, 8, 8, 0.9022847422570177),
+    (0.30035203981967185, 0.0034222692635534346, 7, 8, 11, 0.8741689988491781),
+    (0.07165152913038476, 0.07656576340442034, 2, 7, 8, 0.8972630039060341),
+]
+
+
+@pytest.mark.parametrize("case", FLIPS)
+def test_a_better_draft_accepts_at_least_as_much_with_no_jump(
+    case: tuple[float, float, int, int, int, float],
+) -> None:
+    """SGLang verifies the best-scored nodes of each request's tree; over requests whose draft
+    scores vary, a node near the cut is verified some of the time, so the mean accept length
+    rises with the curve and moves by little for a little better draft."""
+    acceptance, more, steps, topk, tokens, decay = case
+    tree = perf_catalog().speculative.fit.tree.model_dump()
+    better = acceptance + more
+    shape_ = SpecShape(steps, topk, tokens)
+    low = expected_accept_length(shape_, Curve(acceptance, acceptance * decay, decay), **tree)
+    high = expected_accept_length(shape_, Curve(better, better * decay, decay), **tree)
+    assert low <= high <= low + 10 * more * steps, (low, high)
+
+
 # ---- batching, quantization, parallelism ---------------------------------------------------
 @examples
 @given(

@@ -7,6 +7,8 @@ from dataclasses import replace
 import pytest
 
 from runtime.perf.hardware import DEFAULT_MODEL, H100_SXM, ModelShape, lookup_model, resolve_gpu
+from runtime.perf.spec import chain_rate
+from runtime.perf.step import EngineShape, StepModel
 from runtime.sim.args import StartupError, check_engine_args, parse_engine_args
 from runtime.sim.engine import Engine
 from runtime.sim.kvpool import KvPool
@@ -306,6 +308,30 @@ def test_speculation_without_a_shape_uses_sglangs_per_architecture_default() -> 
     assert (llama.spec_steps, llama.spec_draft_tokens) == (5, 8)
     assert (other.spec_steps, other.spec_draft_tokens) == (3, 4)
     assert ngram.spec_draft_tokens == 12
+
+
+def test_the_docs_eagle3_launch_decodes_as_runtime_perf_says() -> None:
+    """SGLang's docs launch EAGLE-3 on Llama-3.1-8B-Instruct (one H100) with (5, 8, 32) and
+    table 2.36x over no speculation (MT-bench). The simulator launched with those flags runs
+    runtime/perf's step (its roofline) and draws accept lengths at the chain rate of
+    runtime/perf's tree: its batch-1 speedup is runtime/perf's, within 15% of the docs'."""
+    flags = ["--speculative-algorithm", "EAGLE3"]
+    flags += ["--speculative-draft-model-path", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"]
+    flags += ["--speculative-num-steps", "5", "--speculative-eagle-topk", "8"]
+    flags += ["--speculative-num-draft-tokens", "32"]
+    llama = lookup_model("llama-3.1-8b")
+    assert llama is not None
+    engine = _engine(*flags, model=llama)
+    config, spec = engine.scheduler.config, engine.roofline.engine.spec
+    assert spec is not None and spec.draft is not None and spec.draft.id == "eagle3-llama-3.1-8b"
+    assert (config.spec_steps, config.spec_draft_tokens) == (5, 32)
+    assert config.spec_accept_rate == chain_rate(spec.accept_length, 5)
+    verify = StepWork(decode_seqs=1, decode_tokens=32, decode_context=1024, draft_passes=5)
+    perf = StepModel(H100_SXM, llama, EngineShape(tp=1, spec=spec))
+    assert engine.roofline.step_seconds(verify) == pytest.approx(perf.step_seconds(verify))
+    plain = _engine(model=llama).roofline.decode_step_seconds(1, 1024)
+    speedup = spec.accept_length / engine.roofline.step_seconds(verify) * plain
+    assert speedup == pytest.approx(2.36, rel=0.15)
 
 
 def test_metrics_report_the_accept_length_of_each_interval() -> None:

@@ -341,20 +341,20 @@ def print_tables(
 def print_floor(
     setups: list[Setup], engine: dict[str, EngineTiming], seconds: float, replicas: int
 ) -> None:
-    """What the pass in progress alone costs a request arriving at an engine the flood keeps busy.
+    """An estimate of what the pass in progress alone costs a request arriving at an engine the
+    flood keeps busy, to read beside the measured ``eng queue``.
 
     An engine runs whole forward passes: a request that arrives mid-pass waits for its end
     (SGLang schedules the next batch only then; priority scheduling reorders the waiting queue,
     it does not cut a pass short). Under the flood an engine is never idle: a share ``f`` of its
     time goes to the flood's prefills (``P`` each, the median of the flood's records), the rest
     to decode steps (``D``: a flood request's time from first token to last over its tokens,
-    the prefills it sat through included, so D errs long and the floor errs high only where D
-    decides it). A request arriving at a random moment waits out what is left of the pass it
-    lands in: P(wait > x) = f (1 - x/P)+ + (1 - f) (1 - x/D)+. Beside the measured ``eng queue``
-    p90 it says whether the rise is that pass, which no admission in front of the engines can
-    remove while the flood has the engines' capacity. The engines keep simulated time in step
-    with real time; one that falls behind on a loaded host stamps an arrival at the end of the
-    step it came in during, so its measured queue then reads low.
+    the prefills it sat through included). A request arriving at a random moment waits out what
+    is left of the pass it lands in: P(wait > x) = f (1 - x/P)+ + (1 - f) (1 - x/D)+. No
+    admission in front of the engines removes that wait while the flood has their capacity.
+    The estimate assumes one prefill per pass and uniform arrivals; the measured queue can read
+    lower, also because an engine that falls behind real time on this loaded host stamps an
+    arrival later inside the step it came in during (``runtime.sim.clock``).
     """
     for s in setups:
         flood = [engine[rid] for rid in s.flood.ttft if rid in engine]
@@ -364,13 +364,13 @@ def print_floor(
         prefill = sorted(t.prefill for t in flood)[len(flood) // 2]
         decode = sorted(t.decode_step for t in flood)[len(flood) // 2]
         share = min(1.0, len(flood) / seconds / max(1, replicas) * prefill)
-        wait = _residual_p90(share, prefill, decode)
-        base = _p90(alone)
+        wait_ms = _residual_p90(share, prefill, decode) * 1000
+        base_ms = _p90(alone)  # pct() answers in ms
         print(
             f"{s.name}: the flood's passes: prefill {prefill * 1000:.1f} ms, decode step"
             f" {decode * 1000:.1f} ms, {share:.0%} of each engine's time in the flood's prefills;"
-            f" the pass in progress alone makes a newcomer wait {wait * 1000:.1f} ms at p90,"
-            f" {wait / base:.0%} of the engine's unloaded TTFT p90 ({base * 1000:.1f} ms)"
+            f" estimated wait for the pass in progress {wait_ms:.1f} ms at p90,"
+            f" {wait_ms / base_ms:.0%} of the engine's unloaded TTFT p90 ({base_ms:.1f} ms)"
         )
 
 

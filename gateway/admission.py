@@ -21,10 +21,20 @@ is admitted.
 
 Waiting for even one admission would still put a flood's service time into a light key's TTFT,
 so a key holding less than its fair share of the limit (``limit * weight / the weights of the
-keys in flight or waiting``) goes in at once while the endpoint is within a small headroom over
-its limit (``headroom``, a share of it) and nobody of a higher class waits. The limit is the
-capacity at the endpoint's target, usually below what its engines can run at once, so the
-headroom runs beside the flood rather than queueing in the engine.
+keys in flight or waiting``) goes in at once, up to its share, while nobody of a higher class
+waits: it borrows a slot beyond the limit, which a key over its share left it no room for. A
+borrower takes at most its share, so what is in flight beyond the limit is at most what the keys
+under their share are owed; and a key over its share is admitted only while fewer than ``limit``
+are in flight, so its next requests wait until enough of its requests in flight have finished
+to bring the endpoint back under its limit: the borrowed slots come back by themselves.
+
+Many light keys could still together borrow as much as a flood holds. A hard ceiling bounds the
+borrowing: the engines' own capacity when the spec states it (``batching.max_running_requests``
+times the ready replicas, this process's share of it), or the limit plus ``headroom`` (a share of
+the limit, ``GATEWAY_ADMISSION_HEADROOM``), whichever is larger. The limit is the capacity at the
+endpoint's target, usually below what its engines can run at once, so borrowed slots run beside
+the flood rather than queueing in the engine. ``headroom`` 0 turns borrowing off: every request
+beyond the limit waits its turn in the queue.
 
 When more requests wait than the queue's bound (``queue_factor`` times the limit), one of the
 lowest waiting class is refused: the newest request of the key furthest ahead of its share
@@ -68,7 +78,8 @@ class AdmissionSettings:
     enabled: bool = True
     queue_factor: float = 4.0  # waiting requests allowed per in-flight slot
     wait_seconds: float = 30.0  # the longest a request waits before 429
-    # Share of the limit that keys under their fair share may take beyond it (see try_enter).
+    # Share of the limit that keys under their fair share may borrow beyond it, at least (the
+    # engines' capacity when larger); 0: no borrowing (see Admission.ceiling_of).
     headroom: float = 0.1
     per_replica: int = 0  # operator override of Endpoint.per_replica; 0: the endpoint's own
     gateway_replicas: int = 1  # gateway processes sharing each endpoint's limit
@@ -148,7 +159,7 @@ class EndpointGate:
     def __init__(self, slug: str) -> None:
         self.slug = slug
         self.limit = 0
-        self.headroom = 0
+        self.ceiling = 0  # in flight at most, borrowed slots included (Admission.ceiling_of)
         self.in_flight = 0
         self.classes = [_Class() for _ in PRIORITIES]
         self.hold_seconds = _FIRST_HOLD_SECONDS  # smoothed time a slot is held
@@ -161,24 +172,31 @@ class EndpointGate:
         return sum(len(c.live) for c in self.classes)
 
     def try_enter(self, key: InferenceKey) -> bool:
-        """Take a slot now if one is free and nobody waits, or, within the headroom, if ``key``
-        holds less than its fair share of the limit and nobody of a higher class waits.
+        """Take a slot now if one is free and nobody waits, or borrow one if ``key`` holds less
+        than its fair share of the limit, nobody of a higher class waits and the endpoint is
+        below its ceiling.
 
-        The headroom is why a key sending at its normal rate beside a flood is not delayed:
-        without it, each of its requests would wait for a flood request to finish, however
-        few it sends. It is small, and a key within its share cannot use more than its share."""
+        Borrowing is why a key sending at its normal rate beside a flood is not delayed: without
+        it, each of its requests would wait for a flood request to finish, however few it sends.
+        The flood gives the slots back: it is admitted again only below the limit."""
         if self.in_flight < self.limit and not self.waiting:
             return self._take(key)
+        return self._may_borrow(key) and self._take(key)
+
+    def _may_borrow(self, key: InferenceKey) -> bool:
+        if self.in_flight >= self.ceiling:
+            return False
         rank = _RANK.get(key.priority, _RANK["standard"])
-        higher_waits = any(c.live for c in self.classes[:rank])
-        within = self.in_flight < self.limit + self.headroom and not higher_waits
-        return within and self._under_share(key) and self._take(key)
+        if any(c.live for c in self.classes[:rank]):
+            return False  # a higher class's waiting request goes first, always
+        return self._under_share(key)
 
     def _under_share(self, key: InferenceKey) -> bool:
         load = self._keys.get(key.id)
         held = load.held if load is not None else 0
-        active = self._active_weight + (0 if load is not None else key.weight)
-        return held < self.limit * key.weight / max(1, active)
+        weight = max(1, key.weight)
+        active = self._active_weight + (0 if load is not None else weight)
+        return held < self.limit * weight / active
 
     def _take(self, key: InferenceKey) -> bool:
         self._load(key).held += 1
@@ -256,12 +274,24 @@ class Admission:
     def limit_of(self, endpoint: Endpoint) -> int:
         """This process's share of the endpoint's capacity; 0 when it has none to bound by."""
         per_replica = self.settings.per_replica or endpoint.per_replica
-        replicas = endpoint.ready_replicas + (
-            endpoint.canary.ready_replicas if endpoint.canary is not None else 0
-        )
+        replicas = _replicas(endpoint)
         if per_replica < 1 or replicas < 1:
             return 0
         return max(1, math.ceil(per_replica * replicas / max(1, self.settings.gateway_replicas)))
+
+    def ceiling_of(self, endpoint: Endpoint, limit: int) -> int:
+        """The most requests this process lets be in flight, slots borrowed beyond ``limit`` by
+        keys under their fair share included: the engines' capacity (this process's share of
+        it) when known, or ``headroom`` of the limit beyond it, whichever is larger.
+
+        Either way many light keys cannot pile onto a flood without end: the engines run their
+        ``max_running_requests`` at once anyway, and past them a borrowed slot would only queue
+        in the engine, behind the flood, first come first served."""
+        if self.settings.headroom <= 0:
+            return limit
+        above = limit + math.ceil(limit * self.settings.headroom)
+        engines = endpoint.engine_slots * _replicas(endpoint)
+        return max(above, math.ceil(engines / max(1, self.settings.gateway_replicas)))
 
     @asynccontextmanager
     async def slot(
@@ -274,6 +304,7 @@ class Admission:
             yield
             return
         gate = self._gate(endpoint, limit)
+        gate.ceiling = self.ceiling_of(endpoint, limit)
         if not gate.try_enter(key):
             await self._wait(gate, key)
         started = time.monotonic()
@@ -289,7 +320,6 @@ class Admission:
             gate = self._gates[endpoint.id] = EndpointGate(endpoint.slug)
         if gate.limit != limit:
             gate.limit = limit  # replicas came or went: more room admits waiting requests now
-            gate.headroom = math.ceil(limit * self.settings.headroom)
             gate.dispatch()
         return gate
 
@@ -330,6 +360,12 @@ class Admission:
     @staticmethod
     def _publish(gate: EndpointGate) -> None:
         obs.admission_gauges(gate.slug, gate.waiting, gate.in_flight)
+
+
+def _replicas(endpoint: Endpoint) -> int:
+    """Ready replicas serving the endpoint, a canary's counted too."""
+    canary = endpoint.canary.ready_replicas if endpoint.canary is not None else 0
+    return endpoint.ready_replicas + canary
 
 
 def _admitted(waiter: Waiter) -> bool:

@@ -65,6 +65,7 @@ def load_endpoints(ids: Collection[str] | None = None) -> dict[str, Endpoint]:
             start_phase=_start_phase(row.replica_facts),
             clusters=clusters.get(str(row.id), ()),
             per_replica=_per_replica(*(getattr(row, name, None) for name in _CAPACITY)),
+            engine_slots=_engine_slots(getattr(row, "max_running", None)),
             **_served(*(getattr(row, name, None) for name in _MODELS)),
         )
     return endpoints
@@ -140,6 +141,11 @@ def _per_replica(concurrency_target: object, max_running: object) -> int:
     if isinstance(max_running, int) and max_running > 0:
         per_replica = min(per_replica, max_running)
     return int(per_replica)
+
+
+def _engine_slots(max_running: object) -> int:
+    """Requests one replica's engine runs at once, when its spec says; 0 when SGLang sizes it."""
+    return max_running if isinstance(max_running, int) and max_running > 0 else 0
 
 
 # Annotation name -> the setting of a revision's spec that names what its engines serve.

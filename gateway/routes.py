@@ -92,6 +92,9 @@ class Endpoint:
 
     # In-flight requests one replica is sized for (``gateway.admission``); 0: no bound.
     per_replica: int = 0
+    # Requests one replica's engine runs at once (``batching.max_running_requests``); 0: unknown.
+    # Bounds what keys under their fair share may take beyond the limit (``gateway.admission``).
+    engine_slots: int = 0
     # The base model's name as its engines serve it, and the LoRA adapters its serving revision
     # serves (``gateway.adapters`` routes requests by them).
     served_name: str = ""

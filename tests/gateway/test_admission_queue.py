@@ -10,10 +10,12 @@ from dataclasses import replace
 
 import pytest
 
+from deployments.endpoints import services as deployment_services
+from gateway import loader
 from gateway.admission import Admission, AdmissionSettings
 from gateway.errors import GatewayError
 from gateway.routes import Endpoint, InferenceKey
-from tests.gateway.conftest import run_async
+from tests.gateway.conftest import SPEC, mark_serving, run_async
 
 ENDPOINT = Endpoint("e1", "queued", "o1", "active", "running", 1, "http://x", per_replica=1)
 # No headroom: every request beyond the limit waits (borrowing is tested at the end of this file).
@@ -229,3 +231,19 @@ def test_many_light_keys_borrow_no_more_than_the_engines_run_at_once():
     assert run_async(scenario(Admission(replace(settings, headroom=0.5)), SMALL)) == (3, 9)
     # No headroom: no borrowing at all, whatever the engines run.
     assert run_async(scenario(Admission(QUEUED_ONLY), SMALL)) == (0, 6)
+
+
+@pytest.mark.django_db
+def test_the_route_table_carries_what_the_engines_run_at_once(cast):
+    actor = cast.actor(cast.alice, cast.acme)
+    spec = {
+        **SPEC,
+        "batching": {"max_running_requests": 4},
+        "autoscaling": {"concurrency_target": 3},
+    }
+    sized = deployment_services.create_deployment(actor, slug="sized", name="sized", spec=spec)
+    mark_serving(sized, "http://router", replicas=2)
+    endpoint = loader.load_endpoints([str(sized.pk)])["sized"]
+    assert (endpoint.per_replica, endpoint.engine_slots) == (3, 4)
+    admission = Admission(AdmissionSettings())
+    assert (admission.limit_of(endpoint), admission.ceiling_of(endpoint, 6)) == (6, 8)

@@ -23,8 +23,8 @@ Waiting for even one admission would still put a flood's service time into a lig
 so a key holding less than its fair share of the limit (``limit * weight / the weights of the
 keys in flight or waiting``) goes in at once, up to its share, while nobody of a higher class
 waits: it borrows a slot beyond the limit, which a key over its share left it no room for. A
-borrower takes at most its share, so what is in flight beyond the limit is at most what the keys
-under their share are owed; and a key over its share is admitted only while fewer than ``limit``
+borrower takes at most its share (rounded up), so what is in flight beyond the limit is bounded
+by what the keys under their share were owed; and a key over its share is admitted only while fewer than ``limit``
 are in flight, so its next requests wait until enough of its requests in flight have finished
 to bring the endpoint back under its limit: the borrowed slots come back by themselves.
 

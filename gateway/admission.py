@@ -24,9 +24,10 @@ so a key holding less than its fair share of the limit (``limit * weight / the w
 keys in flight or waiting``) goes in at once, up to its share, while nobody of a higher class
 waits: it borrows a slot beyond the limit, which a key over its share left it no room for. A
 borrower takes at most its share (rounded up), so what is in flight beyond the limit is bounded
-by what the keys under their share were owed; and a key over its share is admitted only while fewer than ``limit``
-are in flight, so its next requests wait until enough of its requests in flight have finished
-to bring the endpoint back under its limit: the borrowed slots come back by themselves.
+by what the keys under their share were owed; and a key over its share is admitted only while
+fewer than ``limit`` are in flight, so its next requests wait until enough of its requests in
+flight have finished to bring the endpoint back under its limit: the borrowed slots come back by
+themselves.
 
 Many light keys could still together borrow as much as a flood holds. A hard ceiling bounds the
 borrowing: the engines' own capacity when the spec states it (``batching.max_running_requests``

@@ -299,15 +299,35 @@ def _verify_chances(log_scores: list[float], budget: int, noise: float) -> list[
     if budget >= len(log_scores):
         return [1.0] * len(log_scores)
     ranked = sorted(log_scores, reverse=True)
-    low, high = ranked[-1] - 30 * noise, ranked[0] + 30 * noise
-    for _ in range(40):  # bisection: the chances' sum falls as the threshold rises
-        mid = (low + high) / 2
-        if sum(_logistic((x - mid) / noise) for x in ranked) > budget:
-            low = mid
-        else:
-            high = mid
-    threshold = (low + high) / 2
+    threshold = _smooth_cut(ranked, budget, noise)
     return [_logistic((x - threshold) / noise) for x in log_scores]
+
+
+def _smooth_cut(ranked: list[float], budget: int, noise: float) -> float:
+    """The threshold at which the chances of `ranked` (best first) add up to `budget`.
+
+    Newton's method from the hard cut, kept inside a shrinking bracket (a bisection step where
+    Newton would leave it): the chances' sum falls smoothly as the threshold rises, so it
+    settles in a few steps where plain bisection took 40 (a tree's pick is made for every sure
+    and unsure request, so this runs 8 times a tree).
+    """
+    low, high = ranked[-1] - 30 * noise, ranked[0] + 30 * noise
+    threshold = (ranked[budget - 1] + ranked[budget]) / 2 if budget > 0 else low
+    for _ in range(60):
+        chances = [_logistic((x - threshold) / noise) for x in ranked]
+        excess = sum(chances) - budget
+        if excess > 0:
+            low = threshold
+        else:
+            high = threshold
+        slope = sum(c * (1.0 - c) for c in chances) / noise  # minus the sum's derivative
+        step = threshold + excess / slope if slope > 0 else (low + high) / 2
+        if not low < step < high:
+            step = (low + high) / 2
+        if abs(step - threshold) < 1e-12 or high - low < 1e-12:
+            return step
+        threshold = step
+    return threshold
 
 
 def _logistic(x: float) -> float:

@@ -19,12 +19,20 @@ its runner-up's at a low acceptance, so a better draft re-ranked the tree toward
 small true chance (the top score now has its runner-up's as a floor, ``_top_score``); and the
 pick was a hard cut on mean scores, so the accept length jumped where two nodes swapped at the
 cut (it is now the mean over requests whose scores stray by ``SCORE_NOISE``, a smooth top-k).
+A draft is not equally sure at every level of every request: where it is unsure its top score
+is low, so the pick spends budget on siblings, and that is where its top misses and a
+runner-up is worth verifying; where it is sure, the pick goes deep and the top is right. The
+mean curve alone loses that correlation and credits a 2-wide tree almost nothing over its
+chain (SDB puts the 6-token tree 2-5% ahead at batch 1), so a tree's levels are each sure or
+unsure, half the time each, around the curve (``SURE_SPREAD``); a chain verifies every level
+whatever its state, so its accept length is still the curve's.
 The fitted numbers live in
 ``runtime/catalog/speculative/fitted.yaml`` (``bench/speculative.py``).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -40,6 +48,15 @@ DEFAULT_ENGINE = "sglang"
 # requests (``_verify_chances``). Small, so the fitted trees keep what a hard cut gave them
 # while the accept length no longer jumps at a cut.
 SCORE_NOISE = 0.05
+# How far a level's acceptance in one request strays from the curve's, as a share of the room
+# on its nearer side (``_sure_and_unsure``): at the curve's 0.6 a sure level accepts 0.76 and an
+# unsure one 0.44. Chosen, not fitted (of 0.3, 0.4, 0.5, 0.8): 0.4 puts SDB's 6-token trees
+# level with their chains at batch 1 where 0.3 leaves an EAGLE-2 head's 4% behind, and keeps
+# the SGLang docs launches within 15% where 0.5 does not.
+SURE_SPREAD = 0.4
+# Levels whose sure and unsure states are told apart (2^3 trees a request at most): deeper nodes
+# carry little of the accept length, and each state doubles the work.
+MIXED_LEVELS = 3
 
 
 @dataclass(frozen=True)
@@ -207,17 +224,44 @@ def expected_accept_length(
     The draft scores its top candidate at ``draft_confidence`` times the chance it is accepted
     (its softmax is flatter than greedy verification is strict) and a runner-up from what is
     left of its score, so the ranking that picks the verified nodes is the draft's, while what
-    they are worth is the target's.
+    they are worth is the target's. A tree's mean is over requests whose first levels are each
+    sure or unsure (``_sure_and_unsure``): the pick and the worth move together per request.
     """
     budget = max(0, shape.draft_tokens - 1)  # draft tokens besides the verified root
     depth = min(shape.num_steps, budget)
     if depth == 0:
         return 1.0
     k = max(1, shape.topk)
+    levels = [curve.at(level) for level in range(1, depth + 1)]
+    tree = (k, budget, sibling_catch, sibling_score, draft_confidence)
+    if k == 1:  # a chain verifies every level: its mean over sure and unsure levels is its curve's
+        return _accept_length_given(levels, *tree)
+    shallow, deep = levels[:MIXED_LEVELS], levels[MIXED_LEVELS:]
+    states = itertools.product(*[_sure_and_unsure(p) for p in shallow], *[(p,) for p in deep])
+    lengths = [_accept_length_given(list(ps), *tree) for ps in states]
+    return sum(lengths) / len(lengths)
+
+
+def _sure_and_unsure(p: float) -> tuple[float, float]:
+    """A level's acceptance in a request where the draft is sure and in one where it is unsure,
+    each half the time (their mean is the curve's `p`); both rise with `p`."""
+    spread = SURE_SPREAD * min(p, 1.0 - p)
+    return p + spread, p - spread
+
+
+def _accept_length_given(
+    levels: list[float],
+    k: int,
+    budget: int,
+    sibling_catch: float,
+    sibling_score: float,
+    draft_confidence: float,
+) -> float:
+    """The mean accept length of one request whose levels accept their top candidate with
+    `levels` (see ``expected_accept_length``)."""
     beam: list[tuple[float, float]] = [(1.0, 1.0)]  # (draft score, true probability)
     made: list[tuple[float, float]] = []
-    for level in range(1, depth + 1):
-        p = curve.at(level)
+    for p in levels:
         q = _top_score(p, draft_confidence, sibling_score)
         children = [
             (score * _score_share(q, r, sibling_score), prob * _rank_share(p, r, sibling_catch))
@@ -255,15 +299,35 @@ def _verify_chances(log_scores: list[float], budget: int, noise: float) -> list[
     if budget >= len(log_scores):
         return [1.0] * len(log_scores)
     ranked = sorted(log_scores, reverse=True)
-    low, high = ranked[-1] - 30 * noise, ranked[0] + 30 * noise
-    for _ in range(40):  # bisection: the chances' sum falls as the threshold rises
-        mid = (low + high) / 2
-        if sum(_logistic((x - mid) / noise) for x in ranked) > budget:
-            low = mid
-        else:
-            high = mid
-    threshold = (low + high) / 2
+    threshold = _smooth_cut(ranked, budget, noise)
     return [_logistic((x - threshold) / noise) for x in log_scores]
+
+
+def _smooth_cut(ranked: list[float], budget: int, noise: float) -> float:
+    """The threshold at which the chances of `ranked` (best first) add up to `budget`.
+
+    Newton's method from the hard cut, kept inside a shrinking bracket (a bisection step where
+    Newton would leave it): the chances' sum falls smoothly as the threshold rises, so it
+    settles in a few steps where plain bisection took 40 (a tree's pick is made for every sure
+    and unsure request, so this runs 8 times a tree).
+    """
+    low, high = ranked[-1] - 30 * noise, ranked[0] + 30 * noise
+    threshold = (ranked[budget - 1] + ranked[budget]) / 2 if budget > 0 else low
+    for _ in range(60):
+        chances = [_logistic((x - threshold) / noise) for x in ranked]
+        excess = sum(chances) - budget
+        if excess > 0:
+            low = threshold
+        else:
+            high = threshold
+        slope = sum(c * (1.0 - c) for c in chances) / noise  # minus the sum's derivative
+        step = threshold + excess / slope if slope > 0 else (low + high) / 2
+        if not low < step < high:
+            step = (low + high) / 2
+        if abs(step - threshold) < 1e-12 or high - low < 1e-12:
+            return step
+        threshold = step
+    return threshold
 
 
 def _logistic(x: float) -> float:

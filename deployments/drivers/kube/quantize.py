@@ -134,13 +134,13 @@ class LogCursor:
         return new, LogCursor(stamp, at_stamp, self.lines + len(new))
 
 
-_STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")
+_STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)")
 
 
 def stamp_ns(when: str) -> int | None:
     """An RFC 3339 time stamp, as the kubelet writes it (nine fraction digits), in nanoseconds
     since the epoch; None for anything else. Exact: a float would merge nearby lines."""
-    match = _STAMP.match(when)
+    match = _STAMP.fullmatch(when)
     if match is None:
         return None
     whole, fraction, zone = match.groups()

@@ -11,7 +11,13 @@ from functools import cache
 from bench.speculative_points import Point, eagle3_head, target_shape
 from runtime.perf.hardware import ModelShape, lookup_model, resolve_gpu
 from runtime.perf.quant import bytes_per_param
-from runtime.perf.spec import Curve, SpecConfig, SpecShape, expected_accept_length
+from runtime.perf.spec import (
+    Curve,
+    SpecConfig,
+    SpecShape,
+    expected_accept_length,
+    tree_verify_seconds,
+)
 from runtime.perf.step import EngineShape, StepModel, StepWork
 
 
@@ -163,10 +169,10 @@ def speedup(point: Point, params: Params, shape: SpecShape | None = None) -> flo
         )
     per_rank = running / max(1, point.attn_dp)
     extra = cost["verify_token_us"] * 1e-6 * per_rank * tokens + cost["step_us"] * 1e-6
-    if shape.topk > 1:  # SpecConfig.tree_verify_seconds: a tree's custom-mask verify attention
+    if shape.topk > 1:  # a tree's custom-mask verify attention
         model = target_shape(point.target)
         heads = model.num_attention_heads / max(1, point.tp // max(1, point.attn_dp))
-        extra += cost["tree_verify_ns"] * 1e-9 * model.num_layers * heads * (shape.draft_tokens - 1)
+        extra += tree_verify_seconds(shape, cost["tree_verify_ns"] * 1e-9, model.num_layers, heads)
     spec_rate = al * running / (draft + verify + extra)
     run = baseline_run(point)
     measured = params.baseline_runs.get(run, 1.0) if run else 1.0

@@ -131,9 +131,7 @@ class SpecConfig:
         depth-3 21-token tree 1.85x against the chain's 1.65x) and vanishes beside the
         compute-bound verify of a large batch.
         """
-        if self.shape.topk <= 1:
-            return 0.0
-        return self.tree_verify_s * layers * heads * max(0, self.shape.draft_tokens - 1)
+        return tree_verify_seconds(self.shape, self.tree_verify_s, layers, heads)
 
     def with_shape(self, shape: SpecShape) -> SpecConfig:
         return replace(self, shape=shape)
@@ -154,6 +152,14 @@ class SpecConfig:
             if below >= q:
                 return k
         return steps + 1
+
+
+def tree_verify_seconds(shape: SpecShape, per_token_s: float, layers: int, heads: float) -> float:
+    """A tree's masked verify (``SpecConfig.tree_verify_seconds``) at `per_token_s` a tree token,
+    layer and GPU query head: the one formula the simulator and bench/speculative's fit share."""
+    if shape.topk <= 1:
+        return 0.0
+    return per_token_s * layers * heads * max(0, shape.draft_tokens - 1)
 
 
 def canonical_algorithm(name: str, catalog: PerfCatalog | None = None) -> str:

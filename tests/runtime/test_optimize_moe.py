@@ -146,18 +146,23 @@ def test_attention_dp_ranks_prefill_in_chunks_of_their_share() -> None:
     assert engine.chunk_s < engine.prefill_latency
 
 
-def test_deepseek_v3_on_a_node_of_h200_picks_deepep_with_every_gpu_its_own_attention_rank() -> None:
-    """Both references pick attention DP8 with DeepEP (EP8) for this chat on one H200 node
-    (bench/optimizer.py case 12); without DeepEP in the search the pick was 0.45x theirs."""
-    request = OptimizeRequest(
+def _deepseek_on_h200(traffic: Traffic, ttft_s: float, tpot_s: float, gpus: int) -> OptimizeRequest:
+    """bench/optimizer.py's DeepSeek-V3 cases: throughput within a TTFT p90 and a mean TPOT."""
+    return OptimizeRequest(
         model="deepseek-v3",
         gpus=("H200",),
-        traffic=Traffic(1024, 256, rate_rps=1.0),
-        slo=Slo(2.0, float("inf"), tpot_mean_s=0.05),
-        limits=Limits(max_gpus=8),
+        traffic=traffic,
+        slo=Slo(ttft_s, float("inf"), tpot_mean_s=tpot_s),
+        limits=Limits(max_gpus=gpus),
         features=frozenset({"disaggregation", "quantization"}),
         objective="throughput",
     )
+
+
+def test_deepseek_v3_on_a_node_of_h200_picks_deepep_with_every_gpu_its_own_attention_rank() -> None:
+    """Both references pick attention DP8 with DeepEP (EP8) for this chat on one H200 node
+    (bench/optimizer.py case 12); without DeepEP in the search the pick was 0.45x theirs."""
+    request = _deepseek_on_h200(Traffic(1024, 256, rate_rps=1.0), ttft_s=2.0, tpot_s=0.05, gpus=8)
     best = optimize(request).best
     assert best is not None
     par = best.spec.parallelism
@@ -178,15 +183,7 @@ def test_deepseek_v3_on_two_h200_nodes_is_offered_one_engine_over_both() -> None
     (bench/optimizer.py case 13); Plinth built engines of one node at most. The two-node engine
     is SGLang's DeepSeek shape (TP16, attention DP16, EP16, DeepEP, --nnodes 2), ranked by its
     price beside the one-node layouts (which wins is the physics' call, not this test's)."""
-    request = OptimizeRequest(
-        model="deepseek-v3",
-        gpus=("H200",),
-        traffic=Traffic(4000, 500, rate_rps=1.0),
-        slo=Slo(3.0, float("inf"), tpot_mean_s=0.04),
-        limits=Limits(max_gpus=16),
-        features=frozenset({"disaggregation", "quantization"}),
-        objective="throughput",
-    )
+    request = _deepseek_on_h200(Traffic(4000, 500, rate_rps=1.0), ttft_s=3.0, tpot_s=0.04, gpus=16)
     ranked = optimize(request).ranked
     wide = [c for c in ranked if c.spec.parallelism.tp > 8]
     assert wide and wide[0].prediction.meets_slo

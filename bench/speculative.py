@@ -33,8 +33,15 @@ rows do not outvote SDB's trees on the tree constants.
 
 With ``--write`` the fitted constants go to ``runtime/catalog/speculative/fitted.yaml`` with the
 date and the fit's row ids. Then it prints every held-out row, published vs model, the median and
-max absolute relative error per source and overall, and the model's best draft shape per batch
-over SGLang's usual grid (steps 1-7, topk 1/2/4/8, draft tokens up to 16).
+max absolute relative error per source and overall, the batch-consistency table, and the model's
+best draft shape per batch over SGLang's usual grid (steps 1-7, topk 1/2/4/8, draft tokens up to 16).
+
+The batch-consistency table reads each published speedup back into the accept length it implies
+under the step physics. At temperature 0 acceptance does not depend on the batch, so a block's
+shape published at several batches should imply one accept length; where the implied lengths are
+more than 1.25x apart no acceptance model meets the max target on all of them, and a point that
+implies more than its tree's depth + 1 is beyond any acceptance: only the step costs at its batch
+(or the published run's unpublished setup) could explain it.
 
     .venv/bin/python bench/speculative.py            # report with the catalogue's constants
     .venv/bin/python bench/speculative.py --write    # refit, write the catalogue, report
@@ -63,7 +70,12 @@ from bench.speculative_fit import (  # noqa: E402
     params_from_catalogue,
     write_catalogue,
 )
-from bench.speculative_model import Params, accept_length, speedup  # noqa: E402
+from bench.speculative_model import (  # noqa: E402
+    Params,
+    accept_length,
+    implied_accept_length,
+    speedup,
+)
 from bench.speculative_points import Point, load_points  # noqa: E402
 from runtime.catalog.perf import perf_catalog  # noqa: E402
 from runtime.perf.spec import SpecShape  # noqa: E402
@@ -163,6 +175,42 @@ def print_best_shapes(points: list[Point], params: Params) -> None:
         print(f"{label}\n    " + "\n    ".join(cells))
 
 
+def batch_consistency(points: list[Point], params: Params) -> list[list[tuple[Point, float]]]:
+    """Per (block, shape, engine, GPU, TP) published at more than one batch: each point with the
+    accept length it implies (``implied_accept_length``), by batch."""
+    groups: dict[tuple[object, ...], list[tuple[Point, float]]] = {}
+    for p in points:
+        if p.speedup is None:
+            continue
+        key = (p.block, p.shape, p.engine, p.gpu, p.tp, p.attn_dp)
+        groups.setdefault(key, []).append((p, implied_accept_length(p, params)))
+    return [
+        sorted(rows, key=lambda r: r[0].batch)
+        for rows in groups.values()
+        if len({p.batch for p, _ in rows}) > 1
+    ]
+
+
+def print_batch_consistency(points: list[Point], params: Params) -> None:
+    """The blocks whose points imply accept lengths more than 1.25x apart across batches: no
+    batch-independent acceptance fits them all within the max target. A point that implies more
+    than its tree's depth + 1 (every draft accepted, plus the bonus token) is beyond any
+    acceptance under the step physics: only the step costs at its batch could move it."""
+    print("\n== batch consistency: the accept length each point implies, by batch ==")
+    for rows in batch_consistency(points, params):
+        implied = [a for _, a in rows]
+        if max(implied) <= 1.25 * min(implied):
+            continue
+        p0 = rows[0][0]
+        s = p0.shape
+        spread = max(implied) / min(implied)
+        shape = f"({s.num_steps},{s.topk},{s.draft_tokens})"
+        print(f"{' / '.join(p0.block)} {shape} {p0.gpu} TP{p0.tp}: spread {spread:.2f}x")
+        for p, al in rows:
+            beyond = "  <-- beyond any acceptance" if al > s.num_steps + 1 else ""
+            print(f"    bs{p.batch:<4} {p.id:<14} {p.split:<8} implies {al:.2f}{beyond}")
+
+
 def leave_source_out(points: list[Point], source: str) -> None:
     """Refit without any row of `source` (its pairs fall back to their family's curve, its
     engine costs to what the other sources fit) and judge the fit on its rows of the algorithms
@@ -217,6 +265,7 @@ def main() -> None:
         )
     print_rows(points, params, "holdout")
     print_summary(params)
+    print_batch_consistency(points, params)
     print_best_shapes(points, params)
 
 

@@ -177,3 +177,13 @@ def speedup(point: Point, params: Params, shape: SpecShape | None = None) -> flo
     run = baseline_run(point)
     measured = params.baseline_runs.get(run, 1.0) if run else 1.0
     return spec_rate / (measured * b / _step(point, b, 1))
+
+
+def implied_accept_length(point: Point, params: Params) -> float:
+    """The accept length at which the model's speedup equals the published one: the speedup is
+    linear in it (the step costs do not depend on it), so it is the model's accept length scaled
+    by published / model. At temperature 0 acceptance does not depend on the batch, so one
+    block's shape should imply one accept length at every batch; what differs is the step
+    physics (or the published run's unpublished setup) at that batch, not acceptance."""
+    assert point.speedup is not None
+    return accept_length(point, params) * point.speedup / speedup(point, params)

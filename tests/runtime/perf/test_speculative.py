@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -320,3 +321,31 @@ def test_held_out_specbundle_points_are_within_the_max_target() -> None:
         _median, worst, count = table[key]
         assert count >= 60
         assert worst <= bench.MAX_TARGET, (key, worst)
+
+
+def test_a_point_at_the_models_own_speedup_implies_the_models_accept_length() -> None:
+    """bench/speculative's batch-consistency table reads each point's speedup back into an
+    accept length; at the model's own speedup that must be the model's accept length, and a
+    point published twice as fast must imply twice as much (the step costs do not depend on it)."""
+    bench = _bench()
+    points = [p for p in bench.load_points() if p.speedup is not None and p.split == "holdout"]
+    params = bench.params_from_catalogue(bench.load_points())
+    for point in points[::7]:
+        model = bench.speedup(point, params)
+        own = bench.implied_accept_length(replace(point, speedup=model), params)
+        assert own == pytest.approx(bench.accept_length(point, params), rel=1e-9)
+        doubled = bench.implied_accept_length(replace(point, speedup=2 * model), params)
+        assert doubled == pytest.approx(2 * own, rel=1e-9)
+
+
+def test_batch_consistency_groups_one_shape_across_batches() -> None:
+    bench = _bench()
+    points = bench.load_points()
+    groups = bench.batch_consistency(points, bench.params_from_catalogue(points))
+    assert groups
+    for rows in groups:
+        first = rows[0][0]
+        assert len({p.batch for p, _ in rows}) > 1
+        assert all((p.block, p.shape, p.gpu, p.tp) == (first.block, first.shape, first.gpu,
+                   first.tp) for p, _ in rows)  # fmt: skip
+        assert [p.batch for p, _ in rows] == sorted(p.batch for p, _ in rows)

@@ -549,8 +549,14 @@ class RuntimeSpec(_Group):
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 
     def content_hash(self) -> str:
-        """sha256 of `canonical_json()`; equal settings give equal hashes."""
-        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+        """sha256 of the settings that differ from their defaults (sorted, compact JSON): equal
+        settings give equal hashes, and a field a later version adds at its default leaves
+        every stored revision's hash as it was. Hashing the defaults too (until 2026-12-05)
+        made re-applying an endpoint's unchanged settings after such an upgrade a new revision
+        and a rollout, and refused them at the quality gate its revision had passed."""
+        changed = self.model_dump(mode="json", exclude_defaults=True)
+        text = json.dumps(changed, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
 
     @property
     def served_model_name(self) -> str:

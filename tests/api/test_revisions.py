@@ -142,3 +142,30 @@ def test_listing_revisions_takes_a_bounded_number_of_queries(
     with django_assert_max_num_queries(4):
         body = api.carol.get("deployments/chat/revisions?limit=200").json()
     assert body["count"] == edits + 1
+
+
+def test_revisions_hashed_before_the_upgrade_are_rehashed_and_an_unchanged_apply_makes_none(
+    cast: Cast, endpoint: Deployment
+) -> None:
+    """A revision stored with the old hash (every field, defaults included) is rehashed by the
+    migration; re-applying its settings afterwards makes no new revision."""
+    import hashlib
+    import importlib
+
+    from django.apps import apps
+
+    from runtime.spec import RuntimeSpec
+
+    revision = endpoint.target_revision
+    assert revision is not None
+    old = hashlib.sha256(RuntimeSpec.model_validate(revision.spec).canonical_json().encode())
+    type(revision).objects.filter(pk=revision.pk).update(spec_hash=old.hexdigest())
+    rehash = importlib.import_module("deployments.migrations.0025_spec_hash_without_defaults")
+    rehash.rehash(apps, None)
+    revision.refresh_from_db()
+    assert revision.spec_hash == RuntimeSpec.model_validate(revision.spec).content_hash()
+    again = services.update_settings(
+        cast.actor(cast.dave, cast.acme), endpoint.pk, spec=revision.spec, base_revision=1
+    )
+    assert again.number == 1
+    assert endpoint.revisions.count() == 1

@@ -39,6 +39,21 @@ def test_content_hash_is_stable_and_sensitive(spec_data: SpecData) -> None:
     assert len(one.content_hash()) == 64
 
 
+def test_a_field_added_at_its_default_leaves_the_hash_as_it_was(spec_data: SpecData) -> None:
+    """A later version's new setting, at its default, must not change a stored revision's hash:
+    re-applying unchanged settings after an upgrade is no new revision (and no rollout), and the
+    quality gate that revision passed still counts. A field set away from its default does."""
+
+    class Later(RuntimeSpec):
+        new_setting: int = 7
+
+    data = spec_data(parallelism={"tp": 2})
+    now = RuntimeSpec.model_validate(data)
+    assert Later.model_validate(data).content_hash() == now.content_hash()
+    assert Later.model_validate({**data, "new_setting": 8}).content_hash() != now.content_hash()
+    assert Later.model_validate({**data, "new_setting": 7}).content_hash() == now.content_hash()
+
+
 def test_field_names_are_stable() -> None:
     """Stored revisions depend on these names; renaming one is a migration, not a refactor."""
     dumped = RuntimeSpec.model_validate(MINIMAL).model_dump(mode="json")

@@ -4,6 +4,7 @@ per cluster, the cluster's state), and the endpoints placed on a cluster."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from controlplane.access import Actor
 from deployments.clusters.models import Cluster
@@ -26,6 +27,9 @@ class PlacedOn:
     ready_replicas: int
     total_replicas: int
     retiring: bool
+    # Since when the cluster has not answered while within its grace period (the replicas are
+    # what was last seen there); None while it answers.
+    unanswered_since: datetime | None = None
 
 
 def placed_on(deployment: Deployment) -> list[PlacedOn]:
@@ -57,6 +61,7 @@ def placed_on(deployment: Deployment) -> list[PlacedOn]:
             ready_replicas=0 if p.state == PlacementState.LOST else p.ready_replicas,
             total_replicas=p.total_replicas,
             retiring=p.retiring,
+            unanswered_since=p.unanswered_since,
         )
         for p in ordered
     ]

@@ -1238,6 +1238,7 @@ class PlacedOn(ApiModel):
     ready_replicas: int
     total_replicas: int
     retiring: bool
+    unanswered_since: datetime | None = None
 
 
 class PlacementClusterIn(ApiModel):

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings as django_settings
+from django.test import Client
 
 from controlplane import services as platform
 from deployments.clusters import services as cluster_services
@@ -86,6 +87,16 @@ def test_the_other_cluster_is_reconciled_while_one_does_not_answer(
         "local",
         "gpu-east",
     }
+    # The API and the endpoint's page say since when east has not answered.
+    key = platform.create_api_key(actor, name="ops", kind="management", role="viewer").plaintext
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {key}")
+    clusters = api.get(f"/api/v1/deployments/{endpoint.pk}/placement").json()["clusters"]
+    shown = {c["cluster"]: c["unanswered_since"] for c in clusters}
+    assert shown["local"] is None and shown["gpu-east"] is not None
+    console = Client()
+    console.force_login(cast.alice)
+    page = console.get("/endpoints/chat/").content.decode()
+    assert f"not answering since {kept.unanswered_since:%H:%M:%S} UTC" in page
     [line] = endpoint.events.filter(reason="ClusterUnanswered")  # once, over several passes
     assert "cluster gpu-east does not answer" in line.message and line.data["cluster"] == "gpu-east"
     assert not row.failure_reason

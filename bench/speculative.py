@@ -33,8 +33,9 @@ rows do not outvote SDB's trees on the tree constants.
 
 With ``--write`` the fitted constants go to ``runtime/catalog/speculative/fitted.yaml`` with the
 date and the fit's row ids. Then it prints every held-out row, published vs model, the median and
-max absolute relative error per source and overall, the batch-consistency table, and the model's
-best draft shape per batch over SGLang's usual grid (steps 1-7, topk 1/2/4/8, draft tokens up to 16).
+max absolute relative error per source and overall, the batch-consistency table, and the
+model's best draft shape per batch over SGLang's usual grid (steps 1-7, topk 1/2/4/8, draft
+tokens up to 16).
 
 The batch-consistency table reads each published speedup back into the accept length it implies
 under the step physics. At temperature 0 acceptance does not depend on the batch, so a block's

@@ -95,6 +95,9 @@ class Pool:
     replicas: int  # ready, by the control plane's count
     placed: bool  # the gateway names the replica (``gateway.placement``)
     cluster: str = ""  # the cluster it runs on, for an endpoint on several (``gateway.fleet``)
+    # The slots its request may be placed on (None: any): a shard under contention
+    # (``gateway.admission``'s isolation).
+    within: frozenset[int] | None = None
 
 
 @dataclass(slots=True)
@@ -317,8 +320,8 @@ class Gateway:
         try:
             await self._admit(key)
             endpoint = await self._serving(endpoint)
-            async with self.admission.slot(endpoint, key, route.metered):
-                pools = self._pick(endpoint, prepared, steer or Steer(), record)
+            async with self.admission.slot(endpoint, key, route.metered) as within:
+                pools = self._pick(endpoint, prepared, steer or Steer(), record, within)
                 await self._relay(route, prepared, endpoint, pools, send, record, relay, watcher)
         except asyncio.CancelledError:
             if not relay.client_gone or handler is None:
@@ -334,10 +337,16 @@ class Gateway:
             record.metered = (key, endpoint, relay)
 
     def _pick(
-        self, endpoint: Endpoint, prepared: Prepared | None, steer: Steer, record: Exchange
+        self,
+        endpoint: Endpoint,
+        prepared: Prepared | None,
+        steer: Steer,
+        record: Exchange,
+        within: frozenset[int] | None = None,
     ) -> list[Pool]:
         """The pools (router, revision) this request tries, in order: a canary's share goes to
-        its own; the serving revision's, to its clusters in ``gateway.fleet``'s order."""
+        its own; the serving revision's, to its clusters in ``gateway.fleet``'s order, placed
+        ``within`` those slots (admission gives slots only for an endpoint on one router)."""
         canary = endpoint.canary
         if canary is not None:
             payload = prepared.payload if prepared is not None else None
@@ -350,8 +359,9 @@ class Gateway:
             if to_canary:
                 return [Pool(url, revision, canary.ready_replicas, canary.placed)]
         key = routing_key(prepared.payload) if prepared is not None else None
+        revision, placed = endpoint.revision, endpoint.placed
         return [
-            Pool(r.router_url, endpoint.revision, r.ready_replicas, endpoint.placed, r.cluster)
+            Pool(r.router_url, revision, r.ready_replicas, placed, r.cluster, within)
             for r in self.clusters.order(endpoint, key)
         ] or [Pool(endpoint.router_url, endpoint.revision, 0, False)]
 
@@ -451,8 +461,12 @@ class Gateway:
         if pool.placed:
             if key is None:
                 # No prompt to keep a cache for: spread by the request id's hash, placing
-                # nothing (else smg's fallback, the Authorization header, picks one replica).
+                # nothing (else smg's fallback, the Authorization header, picks one replica);
+                # a confined key's, or one kept off the shards, on one of its slots.
                 key = request_id
+                if pool.within is not None and pool.replicas > 0:
+                    pool_name = pool_id(pool.router_url)
+                    slot = self.placements.pick(pool_name, pool.replicas, pool.within)
             else:
                 tokens = context_tokens(prepared.payload) if prepared is not None else 0
                 slot = await self._slot(pool, key, tokens=tokens)
@@ -490,7 +504,7 @@ class Gateway:
             return None
         try:
             return await self.placements.slot(
-                pool_id(pool.router_url), key, pool.replicas, time.time(), down, tokens
+                pool_id(pool.router_url), key, pool.replicas, time.time(), down, tokens, pool.within
             )
         except aioredis.RedisError:
             logger.warning("placement skipped: Redis unavailable")
@@ -507,7 +521,7 @@ class Gateway:
             return None
         try:
             return await self.placements.spare(
-                pool_id(pool.router_url), pool.replicas, time.time(), down
+                pool_id(pool.router_url), pool.replicas, time.time(), down, pool.within
             )
         except aioredis.RedisError:
             logger.warning("placement skipped: Redis unavailable")

@@ -67,7 +67,9 @@ os.environ["CELERY_QUEUE"] = "bench-fairness-unconsumed"
 
 from load import Answer, closed_loop, open_loop, send  # noqa: E402  (beside this script)
 
+from runtime.launch import cache_aware_args, smg_policy  # noqa: E402
 from runtime.sim.launcher import SimCluster, free_port, http_get, start_router  # noqa: E402
+from runtime.spec import PLINTH_ROUTING  # noqa: E402
 
 # What the engines simulate and the requests name: a model a user would serve, on the simulated
 # engines' default GPU (an H100 SXM), so a TTFT is mostly the engine's prefill of the prompt.
@@ -155,7 +157,9 @@ def create_database(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
         "hardware": {"gpu": "H100-SXM"},
         "batching": {"max_running_requests": args.per_replica},
         "autoscaling": {"concurrency_target": args.target},
-        "routing": {"policy": "round_robin"},
+        # The default routing: the gateway places each request on a replica (gateway.placement),
+        # which is what lets it keep a flood off the normal key's replicas (isolation).
+        "routing": {"policy": "cache_aware"},
     }
     for slug in ("fair", "plain", "smg"):
         deployment_services.create_deployment(actor, slug=slug, name=slug, spec=spec)
@@ -472,7 +476,9 @@ def main() -> None:
         with SimCluster(
             engines=args.replicas,
             model=MODEL,
-            policy="round_robin",
+            # The router a placed revision gets (runtime.launch.router_args).
+            policy=smg_policy("cache_aware", PLINTH_ROUTING),
+            router_args=cache_aware_args(PLINTH_ROUTING),
             engine_args=engine_args,
             time_scale=args.time_scale,
             log_dir=log_dir,

@@ -19,7 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -95,9 +95,7 @@ class Pool:
     replicas: int  # ready, by the control plane's count
     placed: bool  # the gateway names the replica (``gateway.placement``)
     cluster: str = ""  # the cluster it runs on, for an endpoint on several (``gateway.fleet``)
-    # The slots its request may be placed on (None: any): a shard under contention
-    # (``gateway.admission``'s isolation).
-    within: frozenset[int] | None = None
+    within: frozenset[int] | None = None  # slots it may be placed on (``gateway.admission``)
 
 
 @dataclass(slots=True)
@@ -321,7 +319,8 @@ class Gateway:
             await self._admit(key)
             endpoint = await self._serving(endpoint)
             async with self.admission.slot(endpoint, key, route.metered) as within:
-                pools = self._pick(endpoint, prepared, steer or Steer(), record, within)
+                pools = self._pick(endpoint, prepared, steer or Steer(), record)
+                pools = [replace(pool, within=within) for pool in pools]
                 await self._relay(route, prepared, endpoint, pools, send, record, relay, watcher)
         except asyncio.CancelledError:
             if not relay.client_gone or handler is None:
@@ -337,16 +336,10 @@ class Gateway:
             record.metered = (key, endpoint, relay)
 
     def _pick(
-        self,
-        endpoint: Endpoint,
-        prepared: Prepared | None,
-        steer: Steer,
-        record: Exchange,
-        within: frozenset[int] | None = None,
+        self, endpoint: Endpoint, prepared: Prepared | None, steer: Steer, record: Exchange
     ) -> list[Pool]:
         """The pools (router, revision) this request tries, in order: a canary's share goes to
-        its own; the serving revision's, to its clusters in ``gateway.fleet``'s order, placed
-        ``within`` those slots (admission gives slots only for an endpoint on one router)."""
+        its own; the serving revision's, to its clusters in ``gateway.fleet``'s order."""
         canary = endpoint.canary
         if canary is not None:
             payload = prepared.payload if prepared is not None else None
@@ -359,9 +352,8 @@ class Gateway:
             if to_canary:
                 return [Pool(url, revision, canary.ready_replicas, canary.placed)]
         key = routing_key(prepared.payload) if prepared is not None else None
-        revision, placed = endpoint.revision, endpoint.placed
         return [
-            Pool(r.router_url, revision, r.ready_replicas, placed, r.cluster, within)
+            Pool(r.router_url, endpoint.revision, r.ready_replicas, endpoint.placed, r.cluster)
             for r in self.clusters.order(endpoint, key)
         ] or [Pool(endpoint.router_url, endpoint.revision, 0, False)]
 
@@ -457,16 +449,12 @@ class Gateway:
         url = pool.router_url + route.path
         key = routing_key(prepared.payload) if prepared is not None else None
         placed_key = key if pool.placed else None
-        slot = None
+        slot = self.placements.pick(pool_id(pool.router_url), pool.replicas, pool.within)
         if pool.placed:
             if key is None:
-                # No prompt to keep a cache for: spread by the request id's hash, placing
-                # nothing (else smg's fallback, the Authorization header, picks one replica);
-                # a confined key's, or one kept off the shards, on one of its slots.
+                # No prompt to keep a cache for: spread by the request id's hash (else smg's
+                # fallback, the Authorization header, picks one replica) or among ``within``.
                 key = request_id
-                if pool.within is not None and pool.replicas > 0:
-                    pool_name = pool_id(pool.router_url)
-                    slot = self.placements.pick(pool_name, pool.replicas, pool.within)
             else:
                 tokens = context_tokens(prepared.payload) if prepared is not None else 0
                 slot = await self._slot(pool, key, tokens=tokens)
@@ -511,10 +499,8 @@ class Gateway:
             return None
 
     async def _moved(self, pool: Pool, key: str | None, down: int | None) -> int | None:
-        """Where a request goes after its try at slot ``down`` (None: by its key's hash) reached
-        no engine: its placed routing ``key``'s new slot, or for a request the gateway does not
-        place (``key`` None: it has no prompt), any slot not down. None when no slot is left or
-        Redis cannot say."""
+        """The slot for a request whose try at ``down`` (None: by hash) reached no engine: its
+        ``key``'s new one or, with no key, any slot up (of ``within``); None: none, or no Redis."""
         if key is not None:
             return await self._slot(pool, key, down)
         if pool.replicas < 1:

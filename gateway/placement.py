@@ -278,20 +278,23 @@ class Placements:
     ) -> int | None:
         """A slot for a request that holds none (it has no routing key), after its try at
         ``down`` (None: by its hash) reached no engine: ``down`` is marked as ``slot`` marks it,
-        and ``pick`` picks another; None when every slot is down. Raises ``redis.RedisError``
-        when Redis cannot answer."""
+        and one of the slots not down is picked at random (of ``within`` while one of them is
+        up), placing nothing; None when every slot is down. Raises ``redis.RedisError`` when
+        Redis cannot answer."""
         if down is not None:
             self._mark_down(pool, down)
         await self._place(pool, "", slots, now, down)
-        return self.pick(pool, slots, within)
-
-    def pick(self, pool: str, slots: int, within: frozenset[int] | None = None) -> int | None:
-        """One of the slots not down, at random, placing nothing: of ``within`` while one of
-        them is up (None: of all); None when every slot is down."""
         up = [s for s in range(slots) if s not in self._left_out(pool)]
         inside = [s for s in up if within is None or s in within]
         chosen = inside or up
         return random.choice(chosen) if chosen else None
+
+    def pick(self, pool: str, slots: int, within: frozenset[int] | None) -> int | None:
+        """A first slot for a request with no routing key under isolation: one of ``within``
+        not known to be down, at random, placing nothing; None (the router hashes its request
+        id) without isolation or when all of them are down."""
+        up = [s for s in sorted(within or ()) if s < slots and s not in self._left_out(pool)]
+        return random.choice(up) if up else None
 
     def _mark_down(self, pool: str, slot: int) -> None:
         # Here at once, whatever Redis answers: a failed call must not send there again.

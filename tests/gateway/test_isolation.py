@@ -236,5 +236,6 @@ def test_when_every_allowed_slot_is_down_a_key_goes_to_any_slot_up(pool: str) ->
         return placed, picked, inside
 
     placed, picked, inside = with_placements(body)
-    assert placed in (0, 2) and picked in (0, 2)
+    assert placed in (0, 2)
+    assert picked is None  # a request with no routing key: the router hashes its request id
     assert inside == 2

@@ -43,26 +43,17 @@ lowest waiting class is refused: the newest request of the key furthest ahead of
 is refused too. Both answer 429 with Retry-After and an OpenAI-style error naming the reason,
 never a timeout.
 
-Fair admission bounds what a flood holds in the gateway, but not what it does in the engines it
-shares with everyone: SGLang cannot preempt a forward pass, so a light key's request that
-arrives while a pass holds the flood's prefills waits for that pass, whatever the gateway's
-order. So under contention the gateway stops sharing the engines (``isolation``, on unless
-``GATEWAY_ISOLATION`` is off). An endpoint is contended while requests wait here or its limit is
-all in flight; with two replica slots or more (its serving revision placed by the gateway, one
-router, no canary) and two keys *active* or more (in flight, waiting, or seen within
-``GATEWAY_ISOLATION_WINDOW_SECONDS``, so a key sending a request a second stays active between
-them), each key whose requests in flight and waiting exceed its fair share (``limit * weight /
-the active keys' weights``) is *heavy*: it is confined to a shard of ``max(1, floor(slots *
-weight / the active weights))`` replica slots and to ``limit * shard / slots`` requests in flight
-(no borrowing), its overflow waiting or shed as above. Its shard is chosen from a hash of the
-key's id, heavy keys taking disjoint slots while some are free, so every gateway process picks
-the same ones; every other key is placed on the slots outside all shards while any remain
-(``gateway.placement`` places a request within the slots ``slot`` yields). A key found heavy
-stays confined for the window after it last was (a flood between two bursts does not spill over
-the light keys' replicas), and is free again, the whole endpoint its own, as soon as no other key
-is active. A confined key's waiting requests do not hold back other keys': a higher class still
-goes first, among the requests that may go in. Confined keys are on the gauge
-``plinth_gateway_confined_slots`` and in a log line when they are confined and freed.
+Fair admission bounds what a flood holds in the gateway, not what it does in the engines it
+shares with everyone: an engine cannot pause a forward pass for another key's request. So under
+contention (requests waiting here, or the limit all in flight) the gateway stops sharing them
+(``gateway.isolation``; on unless ``GATEWAY_ISOLATION`` is off; an endpoint placed by the gateway
+on one router with two replica slots or more, no canary): a key over its fair share, among the
+keys active within ``GATEWAY_ISOLATION_WINDOW_SECONDS``, is confined to a shard of the replica
+slots and to ``limit * shard / slots`` in flight, never borrowing; its overflow waits or is shed
+as above. ``slot`` yields the slots a request may be placed on (``gateway.placement``): the
+confined key's shard, or for every other key the slots outside all shards. A confined key's
+waiting requests do not hold back other keys': a higher class still goes first, among those
+that may go in. Alone, a key has the whole endpoint.
 
 Why per process and not shared through Redis: admission is on every request's path, and a Redis
 round trip per request (and a notification to wake a waiter in another process) would cost more
@@ -74,10 +65,8 @@ bounds the endpoint as a whole; a flood spread over replicas meets the same fair
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import heapq
 import itertools
-import logging
 import math
 import time
 from collections.abc import AsyncIterator, Callable
@@ -86,6 +75,7 @@ from dataclasses import dataclass, field
 
 from gateway import observability as obs
 from gateway.errors import GatewayError
+from gateway.isolation import WINDOW_SECONDS, Isolation
 from gateway.routes import Endpoint, InferenceKey
 
 # Classes in admission order; the last is shed first. Unknown names rank as standard.
@@ -95,11 +85,6 @@ _RANK = {name: rank for rank, name in enumerate(PRIORITIES)}
 _FIRST_HOLD_SECONDS = 1.0
 _HOLD_SMOOTHING = 0.1
 _MAX_RETRY_AFTER = 60.0
-# How long a key stays active after its last request, for isolation (the default of
-# GATEWAY_ISOLATION_WINDOW_SECONDS).
-ISOLATION_WINDOW_SECONDS = 10.0
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -114,7 +99,7 @@ class AdmissionSettings:
     gateway_replicas: int = 1  # gateway processes sharing each endpoint's limit
     # Under contention, keys over their fair share run on a shard of the replicas (see above).
     isolation: bool = True
-    isolation_window: float = ISOLATION_WINDOW_SECONDS
+    isolation_window: float = WINDOW_SECONDS
 
 
 @dataclass(eq=False, slots=True)
@@ -187,28 +172,6 @@ class _Class:
             self.virtual = 0.0
 
 
-def _shards(heavy: dict[str, int], total: int, slots: int) -> dict[str, frozenset[int]]:
-    """Each heavy key's slots: ``max(1, floor(slots * weight / total))`` of them, from the
-    point its id hashes to on the ring of slots, keys in the order of those points taking free
-    slots while any are left (then slots from their point, shared). The same in every process."""
-    shards: dict[str, frozenset[int]] = {}
-    taken: set[int] = set()
-    for key_id in sorted(heavy, key=lambda k: (_ring_point(k), k)):
-        size = max(1, slots * heavy[key_id] // total)
-        start = _ring_point(key_id) % slots
-        ring = [(start + i) % slots for i in range(slots)]
-        free = [s for s in ring if s not in taken][:size]
-        shard = frozenset(free or ring[:size])
-        taken |= shard
-        shards[key_id] = shard
-    return shards
-
-
-def _ring_point(key_id: str) -> int:
-    digest = hashlib.blake2b(key_id.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big")
-
-
 def _first_live(heap: list[tuple[float, int, Waiter]], live: dict[int, Waiter]) -> Waiter:
     while heap[0][2].seq not in live:
         heapq.heappop(heap)
@@ -221,15 +184,6 @@ class _KeyLoad:
     held: int = 0  # slots in flight
     queued: int = 0
     rank: int = 1  # its priority class
-
-
-@dataclass(frozen=True, slots=True)
-class _Seen:
-    """A key's last request on an endpoint, for isolation's active keys."""
-
-    at: float  # monotonic
-    weight: int
-    prefix: str  # the key's public prefix, for the gauge and the log (never its secret)
 
 
 class EndpointGate:
@@ -245,12 +199,7 @@ class EndpointGate:
         self._seq = itertools.count()
         self._keys: dict[str, _KeyLoad] = {}  # keys with requests in flight or waiting
         self._active_weight = 0
-        # Isolation (see the module's docstring): the replica slots it may split (0: none).
-        self.slots = 0
-        self.window = ISOLATION_WINDOW_SECONDS
-        self._seen: dict[str, _Seen] = {}  # by key id, their last request within the window
-        self._heavy_until: dict[str, float] = {}  # by key id: confined until then (monotonic)
-        self.shards: dict[str, frozenset[int]] = {}  # by key id: the confined keys' slots
+        self.isolation = Isolation(slug)
 
     @property
     def waiting(self) -> int:
@@ -264,8 +213,7 @@ class EndpointGate:
         Borrowing is why a key sending at its normal rate beside a flood is not delayed: without
         it, each of its requests would wait for a flood request to finish, however few it sends.
         The flood gives the slots back: it is admitted again only below the limit."""
-        self._seen[key.id] = _Seen(now, max(1, key.weight), key.prefix)
-        self.confine(now)
+        self.confine(now, again=self.isolation.arrive(key, now))
         if self._barred(key.id):
             return False
         if self.in_flight < self.limit and not self._waiting_to_go(len(PRIORITIES)):
@@ -273,7 +221,7 @@ class EndpointGate:
         return self._may_borrow(key) and self._take(key)
 
     def _may_borrow(self, key: InferenceKey) -> bool:
-        if self.in_flight >= self.ceiling or key.id in self.shards:
+        if self.in_flight >= self.ceiling or key.id in self.isolation.shards:
             return False  # a confined key never borrows: the light keys' replicas stay theirs
         rank = _RANK.get(key.priority, _RANK["standard"])
         if self._waiting_to_go(rank):
@@ -283,81 +231,23 @@ class EndpointGate:
     def _waiting_to_go(self, rank: int) -> bool:
         """Whether a request of a class above ``rank`` waits that may go in (its key not
         confined at its bound)."""
+        if not self.isolation.shards:
+            return any(c.live for c in self.classes[:rank])
         return any(
             load.queued > 0 and load.rank < rank and not self._barred(key_id)
             for key_id, load in self._keys.items()
         )
 
-    # ---- isolation ---------------------------------------------------------------------------
-    def allowed(self, key_id: str) -> frozenset[int] | None:
-        """The replica slots a request of ``key_id`` may be placed on now; None: any."""
-        shard = self.shards.get(key_id)
-        if shard is not None or not self.shards:
-            return shard
-        rest = frozenset(range(self.slots)).difference(*self.shards.values())
-        return rest or None
-
-    def bound(self, key_id: str) -> int | None:
-        """A confined key's most requests in flight (its shard's part of the limit); None for a
-        key not confined."""
-        shard = self.shards.get(key_id)
-        if shard is None:
-            return None
-        return max(1, self.limit * len(shard) // max(1, self.slots))
-
     def _barred(self, key_id: str) -> bool:
-        bound = self.bound(key_id)
+        """A confined key holding its shard's part of the limit: its next request waits."""
+        bound = self.isolation.bound(key_id, self.limit)
         load = self._keys.get(key_id)
         return bound is not None and load is not None and load.held >= bound
 
-    def confine(self, now: float) -> None:
-        """Decide which keys are heavy now and the slots each is confined to."""
-        heavy: dict[str, int] = {}
-        weights = self._active(now)
-        if self.slots >= 2 and len(weights) >= 2:
-            total = sum(weights.values())
-            contended = self.in_flight >= self.limit or self.waiting > 0
-            for key_id, weight in weights.items():
-                load = self._keys.get(key_id)
-                demand = load.held + load.queued if load is not None else 0
-                if contended and demand > self.limit * weight / total:
-                    self._heavy_until[key_id] = now + self.window
-                if self._heavy_until.get(key_id, 0.0) > now:
-                    heavy[key_id] = weight
-            shards = _shards(heavy, total, self.slots)
-        else:
-            shards = {}
-        self._heavy_until = {k: t for k, t in self._heavy_until.items() if t > now}
-        if shards != self.shards:
-            before, self.shards = self.shards, shards
-            self._report(before)
-
-    def _active(self, now: float) -> dict[str, int]:
-        """The weights of the keys active now: in flight, waiting, or seen within the window."""
-        since = now - self.window
-        self._seen = {k: seen for k, seen in self._seen.items() if seen.at > since}
-        weights = {k: seen.weight for k, seen in self._seen.items()}
-        weights.update((k, load.weight) for k, load in self._keys.items())
-        return weights
-
-    def _report(self, before: dict[str, frozenset[int]]) -> None:
-        """The gauge and a log line for each key confined, moved or freed since ``before``."""
-        for key_id in before.keys() - self.shards.keys():
-            prefix = self._prefix(key_id)
-            obs.confined_slots(self.slug, prefix, before[key_id], None)
-            logger.info("endpoint %s: key %s no longer confined", self.slug, prefix)
-        for key_id, shard in self.shards.items():
-            if before.get(key_id) == shard:
-                continue
-            prefix = self._prefix(key_id)
-            obs.confined_slots(self.slug, prefix, before.get(key_id), shard)
-            where = f"replica slots {sorted(shard)} of {self.slots}"
-            bound = f"at most {self.bound(key_id)} of {self.limit} in flight"
-            logger.info("endpoint %s: key %s confined to %s (%s)", self.slug, prefix, where, bound)
-
-    def _prefix(self, key_id: str) -> str:
-        seen = self._seen.get(key_id)
-        return seen.prefix if seen is not None else key_id
+    def confine(self, now: float, again: bool = False) -> None:
+        """Decide again which keys are confined (``gateway.isolation``)."""
+        contended = self.in_flight >= self.limit or self.waiting > 0
+        self.isolation.decide(now, self.limit, contended, self._keys, again)
 
     def _under_share(self, key: InferenceKey) -> bool:
         load = self._keys.get(key.id)
@@ -498,7 +388,7 @@ class Admission:
             await self._wait(gate, key)
         started = time.monotonic()
         try:
-            yield gate.allowed(key.id)
+            yield gate.isolation.allowed(key.id)
         finally:
             gate.release(key.id, time.monotonic() - started)
             self._publish(gate)
@@ -507,8 +397,8 @@ class Admission:
         gate = self._gates.get(endpoint.id)
         if gate is None:
             gate = self._gates[endpoint.id] = EndpointGate(endpoint.slug)
-            gate.window = self.settings.isolation_window
-        gate.slots = self.slots_of(endpoint)
+            gate.isolation.window = self.settings.isolation_window
+        gate.isolation.slots = self.slots_of(endpoint)
         if gate.limit != limit:
             gate.limit = limit  # replicas came or went: more room admits waiting requests now
             gate.dispatch()

@@ -38,7 +38,7 @@ the slot is placed on again (it holds the fewest keys by then); if its replica i
 the next request there is sent again too and marks it once more.
 
 Under contention a tenant over its fair share is confined to a shard of the replicas and the
-others kept off it (``gateway.admission``'s isolation): ``slot`` then takes the slots the
+others kept off it (``gateway.isolation``): ``slot`` then takes the slots the
 request may go to (``within``). A key whose slot is outside them is placed afresh inside, for
 good (prefix-cache affinity yields to isolation only then), among those not down; when every
 one of them is down, among all the slots not down, as without isolation. A request with no

@@ -1,5 +1,5 @@
-"""Tenant isolation under contention (``gateway.admission``'s isolation, ``gateway.placement``'s
-``within``): a key over its fair share of a contended endpoint is confined to a shard of the
+"""Tenant isolation under contention (``gateway.isolation``, bounded by ``gateway.admission``,
+placed by ``gateway.placement`` ``within`` the allowed slots): a key over its fair share of a contended endpoint is confined to a shard of the
 replica slots and to its shard's part of the limit, the other keys are placed off the shard, and
 nothing changes with one replica, with the key alone, or with ``GATEWAY_ISOLATION=off``.
 
@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 
 from gateway.admission import Admission, AdmissionSettings
 from gateway.config import GatewayConfig
+from gateway.isolation import shards_of
 from gateway.placement import Placements
 from gateway.routes import Endpoint, InferenceKey
 from tests.aio import run_async
@@ -186,6 +187,17 @@ def test_the_operator_switch_and_window_are_read_from_the_environment(
     monkeypatch.setenv("GATEWAY_ISOLATION_WINDOW_SECONDS", "2.5")
     admission = GatewayConfig.from_environment().admission
     assert (admission.isolation, admission.isolation_window) == (False, 2.5)
+
+
+def test_heavy_keys_take_disjoint_shards_while_slots_remain_the_same_in_every_process():
+    heavy = {"a": 1, "b": 1, "c": 1}  # three heavy keys of five active (weight 5), 4 slots
+    shards = shards_of(heavy, 5, 4)
+    assert [len(shards[k]) for k in "abc"] == [1, 1, 1]  # max(1, floor(4 x 1/5))
+    assert len(set().union(*shards.values())) == 3  # disjoint: one slot left for light keys
+    assert shards_of(dict(reversed(heavy.items())), 5, 4) == shards  # any order, any process
+    crowded = shards_of({"a": 1, "b": 1, "c": 1}, 3, 2)  # more heavy keys than slots
+    assert all(len(s) == 1 for s in crowded.values())
+    assert set().union(*crowded.values()) == {0, 1}
 
 
 # ---- placement within the allowed slots (real Redis) ----------------------------------------

@@ -1,7 +1,8 @@
 """Tenant isolation under contention (``gateway.isolation``, bounded by ``gateway.admission``,
-placed by ``gateway.placement`` ``within`` the allowed slots): a key over its fair share of a contended endpoint is confined to a shard of the
-replica slots and to its shard's part of the limit, the other keys are placed off the shard, and
-nothing changes with one replica, with the key alone, or with ``GATEWAY_ISOLATION=off``.
+placed by ``gateway.placement`` within the allowed slots): a key over its fair share of a
+contended endpoint is confined to a shard of the replica slots and to its shard's part of the
+limit, the other keys are placed off the shard, and nothing changes with one replica, with the
+key alone, or with ``GATEWAY_ISOLATION=off``.
 
 Admission runs in one event loop with requests held until let go (as in
 test_admission_queue.py); placement against the real Redis (as in test_placement.py)."""

@@ -7,7 +7,11 @@ gateway (``python -m gateway``) on a throw-away database, four ways side by side
 - ``fair``: the gateway with fair admission (``gateway.admission``, the default): the endpoint's
   limit is replicas x its ``autoscaling.concurrency_target`` (``--target``, below the engines'
   ``--per-replica`` running requests, as a target usually is), waiting requests are admitted
-  fairly across keys and the overflow is refused with 429;
+  fairly across keys and the overflow is refused with 429; and, the endpoint contended, the
+  flood (over its fair share) is confined to its share of the engines (one of two) and of the
+  limit, the normal key placed on the other engine (``gateway.isolation``; every endpoint here
+  is routed ``cache_aware`` placed ``by_count``, the default, so the gateway names each
+  request's engine);
 - ``plain``: the same gateway with ``GATEWAY_FAIR_ADMISSION=off``: everything goes to the engines;
 - ``smg``: ``plain`` in front of a second smg router over the same engines with smg's own
   admission (``--max-concurrent-requests`` = the same limit, ``--queue-size``,

@@ -35,9 +35,9 @@ PLACED = Endpoint(
 ALL = frozenset({0, 1})
 
 
-def key(name: str, weight: int = 1) -> InferenceKey:
+def key(name: str, weight: int = 1, priority: str = "standard") -> InferenceKey:
     return InferenceKey(
-        name, f"pli_{name}", "", "o1", frozenset(), None, None, None, "standard", weight
+        name, f"pli_{name}", "", "o1", frozenset(), None, None, None, priority, weight
     )
 
 
@@ -129,6 +129,29 @@ def test_a_key_over_twice_the_weight_gets_its_weights_part_of_the_slots():
     (shard,) = flood
     assert shard is not None and len(shard) == 3  # floor(4 slots x 3/4)
     assert light == {frozenset(range(4)) - shard}
+
+
+def test_a_confined_critical_flood_at_its_bound_does_not_hold_back_a_standard_key():
+    async def scenario() -> tuple[int, int, list[frozenset[int] | None]]:
+        load = Slots(Admission(AdmissionSettings()))
+        load.send(key("boss", priority="critical"), 30)  # 12 in flight, 18 waiting
+        await settle()
+        load.send(key("light"), 2)
+        await settle()
+        admitted = load.admitted.count("light")
+        for _ in range(7):  # down to 5: the critical flood's next request goes in, confined
+            load.finish_one("boss")
+            await settle()
+        held, within = load.held("boss"), load.within["boss"][12:]
+        await load.close()
+        return admitted, held, within
+
+    admitted, held, within = run_async(scenario())
+    # Before, a critical request waiting kept every standard one out. Its waiting requests can
+    # go nowhere now (its shard's part of the limit is full), so they do not; a critical
+    # request that may go in still goes first.
+    assert admitted == 2
+    assert held == 6 and len(within) == 1 and within[0] is not None and len(within[0]) == 1
 
 
 def test_a_flood_alone_again_gets_the_whole_endpoint():

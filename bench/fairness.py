@@ -7,7 +7,11 @@ gateway (``python -m gateway``) on a throw-away database, four ways side by side
 - ``fair``: the gateway with fair admission (``gateway.admission``, the default): the endpoint's
   limit is replicas x its ``autoscaling.concurrency_target`` (``--target``, below the engines'
   ``--per-replica`` running requests, as a target usually is), waiting requests are admitted
-  fairly across keys and the overflow is refused with 429;
+  fairly across keys and the overflow is refused with 429; and, the endpoint contended, the
+  flood (over its fair share) is confined to its share of the engines (one of two) and of the
+  limit, the normal key placed on the other engine (``gateway.isolation``; every endpoint here
+  is routed ``cache_aware`` placed ``by_count``, the default, so the gateway names each
+  request's engine);
 - ``plain``: the same gateway with ``GATEWAY_FAIR_ADMISSION=off``: everything goes to the engines;
 - ``smg``: ``plain`` in front of a second smg router over the same engines with smg's own
   admission (``--max-concurrent-requests`` = the same limit, ``--queue-size``,
@@ -67,7 +71,9 @@ os.environ["CELERY_QUEUE"] = "bench-fairness-unconsumed"
 
 from load import Answer, closed_loop, open_loop, send  # noqa: E402  (beside this script)
 
+from runtime.launch import cache_aware_args, smg_policy  # noqa: E402
 from runtime.sim.launcher import SimCluster, free_port, http_get, start_router  # noqa: E402
+from runtime.spec import PLINTH_ROUTING  # noqa: E402
 
 # What the engines simulate and the requests name: a model a user would serve, on the simulated
 # engines' default GPU (an H100 SXM), so a TTFT is mostly the engine's prefill of the prompt.
@@ -155,7 +161,9 @@ def create_database(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
         "hardware": {"gpu": "H100-SXM"},
         "batching": {"max_running_requests": args.per_replica},
         "autoscaling": {"concurrency_target": args.target},
-        "routing": {"policy": "round_robin"},
+        # The default routing: the gateway places each request on a replica (gateway.placement),
+        # which is what lets it keep a flood off the normal key's replicas (isolation).
+        "routing": {"policy": "cache_aware"},
     }
     for slug in ("fair", "plain", "smg"):
         deployment_services.create_deployment(actor, slug=slug, name=slug, spec=spec)
@@ -472,7 +480,9 @@ def main() -> None:
         with SimCluster(
             engines=args.replicas,
             model=MODEL,
-            policy="round_robin",
+            # The router a placed revision gets (runtime.launch.router_args).
+            policy=smg_policy("cache_aware", PLINTH_ROUTING),
+            router_args=cache_aware_args(PLINTH_ROUTING),
             engine_args=engine_args,
             time_scale=args.time_scale,
             log_dir=log_dir,

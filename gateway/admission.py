@@ -43,6 +43,18 @@ lowest waiting class is refused: the newest request of the key furthest ahead of
 is refused too. Both answer 429 with Retry-After and an OpenAI-style error naming the reason,
 never a timeout.
 
+Fair admission bounds what a flood holds in the gateway, not what it does in the engines it
+shares with everyone: an engine cannot pause a forward pass for another key's request. So under
+contention (requests waiting here, or the limit all in flight) the gateway stops sharing them
+(``gateway.isolation``; on unless ``GATEWAY_ISOLATION`` is off; an endpoint placed by the gateway
+on one router with two replica slots or more, no canary): a key over its fair share, among the
+keys active within ``GATEWAY_ISOLATION_WINDOW_SECONDS``, is confined to a shard of the replica
+slots and to ``limit * shard / slots`` in flight, never borrowing; its overflow waits or is shed
+as above. ``slot`` yields the slots a request may be placed on (``gateway.placement``): the
+confined key's shard, or for every other key the slots outside all shards. A confined key's
+waiting requests do not hold back other keys': a higher class still goes first, among those
+that may go in. Alone, a key has the whole endpoint.
+
 Why per process and not shared through Redis: admission is on every request's path, and a Redis
 round trip per request (and a notification to wake a waiter in another process) would cost more
 than the rest of the gateway's work (``gateway.limits`` leases for the same reason). A load
@@ -57,12 +69,13 @@ import heapq
 import itertools
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from gateway import observability as obs
 from gateway.errors import GatewayError
+from gateway.isolation import WINDOW_SECONDS, Isolation
 from gateway.routes import Endpoint, InferenceKey
 
 # Classes in admission order; the last is shed first. Unknown names rank as standard.
@@ -84,6 +97,9 @@ class AdmissionSettings:
     headroom: float = 0.1
     per_replica: int = 0  # operator override of Endpoint.per_replica; 0: the endpoint's own
     gateway_replicas: int = 1  # gateway processes sharing each endpoint's limit
+    # Under contention, keys over their fair share run on a shard of the replicas (see above).
+    isolation: bool = True
+    isolation_window: float = WINDOW_SECONDS
 
 
 @dataclass(eq=False, slots=True)
@@ -111,11 +127,26 @@ class _Class:
         heapq.heappush(self.furthest, (-waiter.finish, -waiter.seq, waiter))
         self.live[waiter.seq] = waiter
 
-    def pop_fairest(self) -> Waiter:
-        waiter = _first_live(self.fairest, self.live)
-        self.virtual = waiter.start
-        self._drop(waiter)
-        return waiter
+    def pop_fairest(self, barred: Callable[[str], bool]) -> Waiter | None:
+        """The waiter with the smallest start tag whose key is not ``barred`` (a confined key
+        holding its whole bound), taken out; None when every waiter's key is barred."""
+        passed = []
+        found = None
+        while self.fairest:
+            waiter = self.fairest[0][2]
+            if waiter.seq not in self.live:
+                heapq.heappop(self.fairest)
+            elif barred(waiter.key_id):
+                passed.append(heapq.heappop(self.fairest))
+            else:
+                found = waiter
+                break
+        for entry in passed:
+            heapq.heappush(self.fairest, entry)
+        if found is not None:
+            self.virtual = found.start
+            self._drop(found)
+        return found
 
     def furthest_ahead(self) -> Waiter:
         """The newest request of the key furthest ahead of its share: the one to shed."""
@@ -152,6 +183,7 @@ class _KeyLoad:
     weight: int
     held: int = 0  # slots in flight
     queued: int = 0
+    rank: int = 1  # its priority class
 
 
 class EndpointGate:
@@ -167,30 +199,55 @@ class EndpointGate:
         self._seq = itertools.count()
         self._keys: dict[str, _KeyLoad] = {}  # keys with requests in flight or waiting
         self._active_weight = 0
+        self.isolation = Isolation(slug)
 
     @property
     def waiting(self) -> int:
         return sum(len(c.live) for c in self.classes)
 
-    def try_enter(self, key: InferenceKey) -> bool:
-        """Take a slot now if one is free and nobody waits, or borrow one if ``key`` holds less
-        than its fair share of the limit, nobody of a higher class waits and the endpoint is
-        below its ceiling.
+    def try_enter(self, key: InferenceKey, now: float) -> bool:
+        """Take a slot now if one is free and nobody who may go in waits, or borrow one if
+        ``key`` holds less than its fair share of the limit, nobody of a higher class waits and
+        the endpoint is below its ceiling; a confined key holding its bound waits.
 
         Borrowing is why a key sending at its normal rate beside a flood is not delayed: without
         it, each of its requests would wait for a flood request to finish, however few it sends.
         The flood gives the slots back: it is admitted again only below the limit."""
-        if self.in_flight < self.limit and not self.waiting:
+        self.confine(now, again=self.isolation.arrive(key, now))
+        if self._barred(key.id):
+            return False
+        if self.in_flight < self.limit and not self._waiting_to_go(len(PRIORITIES)):
             return self._take(key)
         return self._may_borrow(key) and self._take(key)
 
     def _may_borrow(self, key: InferenceKey) -> bool:
-        if self.in_flight >= self.ceiling:
-            return False
+        if self.in_flight >= self.ceiling or key.id in self.isolation.shards:
+            return False  # a confined key never borrows: the light keys' replicas stay theirs
         rank = _RANK.get(key.priority, _RANK["standard"])
-        if any(c.live for c in self.classes[:rank]):
+        if self._waiting_to_go(rank):
             return False  # a higher class's waiting request goes first, always
         return self._under_share(key)
+
+    def _waiting_to_go(self, rank: int) -> bool:
+        """Whether a request of a class above ``rank`` waits that may go in (its key not
+        confined at its bound)."""
+        if not self.isolation.shards:
+            return any(c.live for c in self.classes[:rank])
+        return any(
+            load.queued > 0 and load.rank < rank and not self._barred(key_id)
+            for key_id, load in self._keys.items()
+        )
+
+    def _barred(self, key_id: str) -> bool:
+        """A confined key holding its shard's part of the limit: its next request waits."""
+        bound = self.isolation.bound(key_id, self.limit)
+        load = self._keys.get(key_id)
+        return bound is not None and load is not None and load.held >= bound
+
+    def confine(self, now: float, again: bool = False) -> None:
+        """Decide again which keys are confined (``gateway.isolation``)."""
+        contended = self.in_flight >= self.limit or self.waiting > 0
+        self.isolation.decide(now, self.limit, contended, self._keys, again)
 
     def _under_share(self, key: InferenceKey) -> bool:
         load = self._keys.get(key.id)
@@ -207,7 +264,8 @@ class EndpointGate:
     def _load(self, key: InferenceKey) -> _KeyLoad:
         load = self._keys.get(key.id)
         if load is None:
-            load = self._keys[key.id] = _KeyLoad(max(1, key.weight))
+            rank = _RANK.get(key.priority, _RANK["standard"])
+            load = self._keys[key.id] = _KeyLoad(max(1, key.weight), rank=rank)
             self._active_weight += load.weight
         return load
 
@@ -248,15 +306,25 @@ class EndpointGate:
         self.dispatch()
 
     def dispatch(self) -> None:
-        """Admit waiting requests while slots are free: highest class first, fairest first."""
+        """Admit waiting requests while slots are free: highest class first, fairest first,
+        passing over confined keys at their bound."""
+        self.confine(time.monotonic())
         while self.in_flight < self.limit:
-            queue = next((c for c in self.classes if c.live), None)
-            if queue is None:
+            waiter = self._next_waiter()
+            if waiter is None:
                 return
-            waiter = queue.pop_fairest()
             self._settle(waiter.key_id, held=1, queued=-1)
             self.in_flight += 1
             waiter.admitted.set_result(None)
+
+    def _next_waiter(self) -> Waiter | None:
+        if not self._waiting_to_go(len(PRIORITIES)):
+            return None  # nobody waits, or only confined keys at their bound: no scan
+        for queue in self.classes:
+            waiter = queue.pop_fairest(self._barred) if queue.live else None
+            if waiter is not None:
+                return waiter
+        return None
 
     def retry_after(self) -> float:
         """About when a slot frees for a request queued now: the wait ahead of it, at least 1 s."""
@@ -294,23 +362,33 @@ class Admission:
         engines = endpoint.engine_slots * _replicas(endpoint)
         return max(above, math.ceil(engines / max(1, self.settings.gateway_replicas)))
 
+    def slots_of(self, endpoint: Endpoint) -> int:
+        """The replica slots isolation may split: the serving revision's, when the gateway
+        places its requests (``gateway.placement``) on one router and no canary takes a share;
+        else 0 (no isolation)."""
+        if not self.settings.isolation or not endpoint.placed or endpoint.canary is not None:
+            return 0
+        return endpoint.ready_replicas if len(endpoint.routes) == 1 else 0
+
     @asynccontextmanager
     async def slot(
         self, endpoint: Endpoint, key: InferenceKey, bounded: bool = True
-    ) -> AsyncIterator[None]:
+    ) -> AsyncIterator[frozenset[int] | None]:
         """Hold one of the endpoint's in-flight slots for the body of the ``with``; a request
-        that runs no model (``bounded`` False: listing models) passes at once."""
+        that runs no model (``bounded`` False: listing models) passes at once. Yields the replica
+        slots the request may be placed on (None: any; a confined key's shard, or the slots
+        outside every shard)."""
         limit = self.limit_of(endpoint) if self.settings.enabled and bounded else 0
         if limit < 1:
-            yield
+            yield None
             return
         gate = self._gate(endpoint, limit)
         gate.ceiling = self.ceiling_of(endpoint, limit)
-        if not gate.try_enter(key):
+        if not gate.try_enter(key, time.monotonic()):
             await self._wait(gate, key)
         started = time.monotonic()
         try:
-            yield
+            yield gate.isolation.allowed(key.id)
         finally:
             gate.release(key.id, time.monotonic() - started)
             self._publish(gate)
@@ -319,6 +397,8 @@ class Admission:
         gate = self._gates.get(endpoint.id)
         if gate is None:
             gate = self._gates[endpoint.id] = EndpointGate(endpoint.slug)
+            gate.isolation.window = self.settings.isolation_window
+        gate.isolation.slots = self.slots_of(endpoint)
         if gate.limit != limit:
             gate.limit = limit  # replicas came or went: more room admits waiting requests now
             gate.dispatch()

@@ -19,7 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -95,6 +95,7 @@ class Pool:
     replicas: int  # ready, by the control plane's count
     placed: bool  # the gateway names the replica (``gateway.placement``)
     cluster: str = ""  # the cluster it runs on, for an endpoint on several (``gateway.fleet``)
+    within: frozenset[int] | None = None  # slots it may be placed on (``gateway.admission``)
 
 
 @dataclass(slots=True)
@@ -317,8 +318,9 @@ class Gateway:
         try:
             await self._admit(key)
             endpoint = await self._serving(endpoint)
-            async with self.admission.slot(endpoint, key, route.metered):
+            async with self.admission.slot(endpoint, key, route.metered) as within:
                 pools = self._pick(endpoint, prepared, steer or Steer(), record)
+                pools = [replace(pool, within=within) for pool in pools]
                 await self._relay(route, prepared, endpoint, pools, send, record, relay, watcher)
         except asyncio.CancelledError:
             if not relay.client_gone or handler is None:
@@ -447,11 +449,11 @@ class Gateway:
         url = pool.router_url + route.path
         key = routing_key(prepared.payload) if prepared is not None else None
         placed_key = key if pool.placed else None
-        slot = None
+        slot = self.placements.pick(pool_id(pool.router_url), pool.replicas, pool.within)
         if pool.placed:
             if key is None:
-                # No prompt to keep a cache for: spread by the request id's hash, placing
-                # nothing (else smg's fallback, the Authorization header, picks one replica).
+                # No prompt to keep a cache for: spread by the request id's hash (else smg's
+                # fallback, the Authorization header, picks one replica) or among ``within``.
                 key = request_id
             else:
                 tokens = context_tokens(prepared.payload) if prepared is not None else 0
@@ -490,24 +492,22 @@ class Gateway:
             return None
         try:
             return await self.placements.slot(
-                pool_id(pool.router_url), key, pool.replicas, time.time(), down, tokens
+                pool_id(pool.router_url), key, pool.replicas, time.time(), down, tokens, pool.within
             )
         except aioredis.RedisError:
             logger.warning("placement skipped: Redis unavailable")
             return None
 
     async def _moved(self, pool: Pool, key: str | None, down: int | None) -> int | None:
-        """Where a request goes after its try at slot ``down`` (None: by its key's hash) reached
-        no engine: its placed routing ``key``'s new slot, or for a request the gateway does not
-        place (``key`` None: it has no prompt), any slot not down. None when no slot is left or
-        Redis cannot say."""
+        """The slot for a request whose try at ``down`` (None: by hash) reached no engine: its
+        ``key``'s new one or, with no key, any slot up (of ``within``); None: none, or no Redis."""
         if key is not None:
             return await self._slot(pool, key, down)
         if pool.replicas < 1:
             return None
         try:
             return await self.placements.spare(
-                pool_id(pool.router_url), pool.replicas, time.time(), down
+                pool_id(pool.router_url), pool.replicas, time.time(), down, pool.within
             )
         except aioredis.RedisError:
             logger.warning("placement skipped: Redis unavailable")

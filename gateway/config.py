@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from controlplane.env import env_bool, env_int, env_str
 from gateway.admission import AdmissionSettings
 from gateway.health import PROBE_SECONDS
+from gateway.isolation import WINDOW_SECONDS
 from gateway.placement import DOWN_SECONDS
 
 MIB = 1024 * 1024
@@ -52,7 +53,10 @@ class GatewayConfig:
     # The metrics listener names every organization's endpoints: loopback unless an operator
     # opens it on purpose (a Prometheus scraping pod IPs sets 0.0.0.0 in k8s/base/gateway.yaml).
     metrics_host: str = "127.0.0.1"
-    # Fair admission under overload (gateway.admission).
+    # Fair admission under overload (gateway.admission), and isolation under contention
+    # (gateway.isolation): a key over its fair share confined to a shard of the replicas, the
+    # others kept off it (GATEWAY_ISOLATION, default on; off: every key anywhere; a key counts
+    # as active for GATEWAY_ISOLATION_WINDOW_SECONDS after its last request).
     admission: AdmissionSettings = field(default_factory=AdmissionSettings)
 
     @classmethod
@@ -78,5 +82,7 @@ class GatewayConfig:
                 headroom=_env_float("GATEWAY_ADMISSION_HEADROOM", 0.1),
                 per_replica=env_int("GATEWAY_ADMISSION_PER_REPLICA", 0),
                 gateway_replicas=max(1, env_int("GATEWAY_REPLICAS", 1)),
+                isolation=env_bool("GATEWAY_ISOLATION", default=True),
+                isolation_window=_env_float("GATEWAY_ISOLATION_WINDOW_SECONDS", WINDOW_SECONDS),
             ),
         )

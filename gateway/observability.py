@@ -69,6 +69,12 @@ ADMISSION_SHED = Counter(
     "(queue_full: the newest of the lowest class; wait_exceeded: waited the longest allowed).",
     ["endpoint", "priority", "reason"],
 )
+CONFINED_SLOTS = Gauge(
+    "plinth_gateway_confined_slots",
+    "Replica slots a key over its fair share of a contended endpoint is confined to (gateway."
+    "admission isolation), by its key prefix and the slots; absent while it is not confined.",
+    ["endpoint", "key", "slots"],
+)
 
 ROUTE_TABLE_AGE = Gauge(
     "plinth_gateway_route_table_age_seconds",
@@ -122,6 +128,20 @@ def admission_gauges(endpoint: str, waiting: int, in_flight: int) -> None:
     waiting_gauge, in_flight_gauge = _admission_children(endpoint)
     waiting_gauge.set(waiting)
     in_flight_gauge.set(in_flight)
+
+
+def confined_slots(
+    endpoint: str, key_prefix: str, before: frozenset[int] | None, now: frozenset[int] | None
+) -> None:
+    """A key's confinement changed from the slots ``before`` to ``now`` (None: not confined)."""
+    if before is not None:
+        CONFINED_SLOTS.remove(endpoint, key_prefix, _slot_list(before))
+    if now is not None:
+        CONFINED_SLOTS.labels(endpoint, key_prefix, _slot_list(now)).set(len(now))
+
+
+def _slot_list(slots: frozenset[int]) -> str:
+    return ",".join(str(s) for s in sorted(slots))
 
 
 def start_metrics_server(host: str, port: int, registry: CollectorRegistry = REGISTRY) -> Any:

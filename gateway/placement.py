@@ -37,6 +37,13 @@ again at once. When the mark runs out
 the slot is placed on again (it holds the fewest keys by then); if its replica is still gone,
 the next request there is sent again too and marks it once more.
 
+Under contention a tenant over its fair share is confined to a shard of the replicas and the
+others kept off it (``gateway.isolation``): ``slot`` then takes the slots the
+request may go to (``within``). A key whose slot is outside them is placed afresh inside, for
+good (prefix-cache affinity yields to isolation only then), among those not down; when every
+one of them is down, among all the slots not down, as without isolation. A request with no
+routing key goes to one of them at random. ``GATEWAY_ISOLATION=off``: no shards, as before.
+
 The table lives in Redis, one hash of key -> slot, one sorted set of last use, one hash of
 counts and one sorted set of down slots (by the time their mark runs out) per pool, changed by
 one Lua script, so every gateway replica places alike and a restart keeps the placements. Each
@@ -80,18 +87,30 @@ TIE_REQUESTS = 0.5
 # cached working set in tokens (hash).
 # ARGV: routing key ('' for none: only mark and read the down slots), slots, now, idle seconds,
 # expiry of the whole table, seconds a slot stays down, traffic half-life, the request's context
-# tokens (0: unknown), then the slots found down now.
+# tokens (0: unknown), the slots the key may go to ('0,2'; '': any), then the slots found down
+# now.
 # Returns {the key's slot (-1 when every slot is down, or no key), then slot, until, ... of the
 # slots down}.
 PLACE = f"""
 local key, slots = ARGV[1], tonumber(ARGV[2])
 local now, idle, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local down_for, half, tokens = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-for i = 9, #ARGV do redis.call('ZADD', KEYS[4], now + down_for, ARGV[i]) end
+for i = 10, #ARGV do redis.call('ZADD', KEYS[4], now + down_for, ARGV[i]) end
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 local down = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
 local out = {{}}
 for i = 1, #down, 2 do out[tonumber(down[i])] = true end
+-- Slots outside the ones the key may go to count as down for it, unless all those are down.
+local within = {{}}
+for s in string.gmatch(ARGV[9], '%d+') do
+  local i = tonumber(s)
+  if i < slots and not out[i] then within[i] = true end
+end
+if next(within) ~= nil then
+  for i = 0, slots - 1 do
+    if not within[i] then out[i] = true end
+  end
+end
 local function answer(slot)
   for _, name in ipairs(KEYS) do redis.call('EXPIRE', name, ttl) end
   return {{slot, unpack(down)}}
@@ -217,9 +236,11 @@ class Placements:
         now: float,
         down: int | None = None,
         tokens: int = 0,
+        within: frozenset[int] | None = None,
     ) -> int | None:
-        """The slot (0 .. slots-1) of ``key`` in ``pool``, placing it if it has none or if its
-        slot is down; None when every slot is down.
+        """The slot (0 .. slots-1) of ``key`` in ``pool``, placing it if it has none, if its
+        slot is down or if it is not one of ``within`` (None: any; see the module's docstring);
+        None when every slot is down.
 
         ``down``: a slot where this process's request just reached no engine. It is marked down
         for every gateway process for ``down_seconds``, and the key placed again if it was there.
@@ -235,9 +256,11 @@ class Placements:
         remembered = self._local.get((pool, key))
         if remembered is not None and down is None:
             slot, among, until = remembered
-            if among == slots and time.monotonic() < until and slot not in self._left_out(pool):
+            fits = within is None or slot in within
+            fresh = among == slots and time.monotonic() < until
+            if fresh and fits and slot not in self._left_out(pool):
                 return slot
-        placed = await self._place(pool, key, slots, now, down, tokens)
+        placed = await self._place(pool, key, slots, now, down, tokens, within)
         if placed is None:
             return None
         if len(self._local) >= LOCAL_ENTRIES:
@@ -245,15 +268,32 @@ class Placements:
         self._local[(pool, key)] = (placed, slots, time.monotonic() + self.local_seconds)
         return placed
 
-    async def spare(self, pool: str, slots: int, now: float, down: int | None) -> int | None:
+    async def spare(
+        self,
+        pool: str,
+        slots: int,
+        now: float,
+        down: int | None,
+        within: frozenset[int] | None = None,
+    ) -> int | None:
         """A slot for a request that holds none (it has no routing key), after its try at
         ``down`` (None: by its hash) reached no engine: ``down`` is marked as ``slot`` marks it,
-        and one of the slots not down is picked at random, placing nothing; None when every slot
-        is down. Raises ``redis.RedisError`` when Redis cannot answer."""
+        and one of the slots not down is picked at random (of ``within`` while one of them is
+        up), placing nothing; None when every slot is down. Raises ``redis.RedisError`` when
+        Redis cannot answer."""
         if down is not None:
             self._mark_down(pool, down)
         await self._place(pool, "", slots, now, down)
         up = [s for s in range(slots) if s not in self._left_out(pool)]
+        inside = [s for s in up if within is None or s in within]
+        chosen = inside or up
+        return random.choice(chosen) if chosen else None
+
+    def pick(self, pool: str, slots: int, within: frozenset[int] | None) -> int | None:
+        """A first slot for a request with no routing key under isolation: one of ``within``
+        not known to be down, at random, placing nothing; None (the router hashes its request
+        id) without isolation or when all of them are down."""
+        up = [s for s in sorted(within or ()) if s < slots and s not in self._left_out(pool)]
         return random.choice(up) if up else None
 
     def _mark_down(self, pool: str, slot: int) -> None:
@@ -270,12 +310,20 @@ class Placements:
         return frozenset(down)
 
     async def _place(
-        self, pool: str, key: str, slots: int, now: float, down: int | None, tokens: int = 0
+        self,
+        pool: str,
+        key: str,
+        slots: int,
+        now: float,
+        down: int | None,
+        tokens: int = 0,
+        within: frozenset[int] | None = None,
     ) -> int | None:
         # The table outlives its keys' idle time a little, so a deleted pool's table goes too.
         ttl = int(self.idle_seconds * 2) + 60
         args: list[str | int | float] = [key, slots, now, self.idle_seconds, ttl]
-        args += [self.down_seconds, self.half_life, tokens, *([] if down is None else [down])]
+        args += [self.down_seconds, self.half_life, tokens]
+        args += [",".join(map(str, sorted(within or ()))), *([] if down is None else [down])]
         keys = table_keys(pool)
         try:
             reply = await self._client.evalsha(_PLACE_SHA, len(keys), *keys, *args)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from pathlib import Path
 from typing import TypeVar, cast
 
@@ -382,7 +382,9 @@ class Model:
         self.load[slot] = max(0.0, self.load.get(slot, 0.0) - weight)
         self.working_set[slot] -= size
 
-    def place(self, key: str, slots: int, now: float, tokens: int = 0) -> int:
+    def place(
+        self, key: str, slots: int, now: float, tokens: int = 0, within: Collection[int] = ()
+    ) -> int:
         factor = 1.0 if self.load_t is None else self._decay(now, self.load_t)
         self.load = {s: v * factor for s, v in self.load.items()}
         key_weight = {
@@ -396,9 +398,11 @@ class Model:
         slot = self.slot_of.get(key)
         weight = key_weight.get(key, 0.0) if key in self.seen else 0.0
         size = self.size.get(key, 0)
-        if slot is None or slot >= slots:
-            least = min(self.load.get(s, 0.0) for s in range(slots))
-            candidates = [s for s in range(slots) if self.load.get(s, 0.0) <= least + TIE_REQUESTS]
+        # Under isolation, only the slots of ``within`` (those below ``slots``; none: any).
+        allowed = [s for s in range(slots) if s in within] or list(range(slots))
+        if slot is None or slot not in allowed:
+            least = min(self.load.get(s, 0.0) for s in allowed)
+            candidates = [s for s in allowed if self.load.get(s, 0.0) <= least + TIE_REQUESTS]
             best = min(candidates, key=lambda s: (self.working_set[s], s))
             if slot is not None:
                 self._take(slot, weight, size)
@@ -424,6 +428,7 @@ OPERATIONS = st.lists(
         st.integers(min_value=1, max_value=5),  # the pool's slots at that moment
         st.sampled_from([0.0, 0.5, 1.0, 3.0, 9.5, 10.0, 25.0]),  # time since the last call
         st.sampled_from([0, 0, 300, 5000]),  # the request's context tokens (0: unknown)
+        st.sampled_from([(), (), (0,), (1,), (0, 1), (2, 3), (4,)]),  # the slots allowed
     ),
     min_size=1,
     max_size=40,
@@ -433,20 +438,22 @@ OPERATIONS = st.lists(
 @hypothesis_settings(max_examples=50, deadline=None)
 @given(operations=OPERATIONS)
 def test_the_script_places_as_the_model_does(
-    operations: list[tuple[str, int, float, int]],
+    operations: list[tuple[str, int, float, int, tuple[int, ...]]],
 ) -> None:
-    """Random keys, pool sizes and pauses: the script answers what the model answers, and at
-    every step the count hash equals the keys per slot and the table holds the model's keys."""
+    """Random keys, pool sizes, pauses and allowed slots (isolation's ``within``): the script
+    answers what the model answers, and at every step the count hash equals the keys per slot
+    and the table holds the model's keys."""
     pool = f"test-{uuid.uuid4().hex}"
     model = Model(IDLE)
 
     async def body(client: aioredis.Redis) -> None:
         places = Placements(client, idle_seconds=IDLE, local_seconds=0)
         now = 1_000_000.0
-        for key, slots, step, tokens in operations:
+        for key, slots, step, tokens, allowed in operations:
             now += step
-            placed = await places.slot(pool, key, slots, now, tokens=tokens)
-            assert placed == model.place(key, slots, now, tokens)
+            within = frozenset(allowed) or None
+            placed = await places.slot(pool, key, slots, now, tokens=tokens, within=within)
+            assert placed == model.place(key, slots, now, tokens, allowed)
             assert assert_counts_match(pool) == model.slot_of
 
     try:

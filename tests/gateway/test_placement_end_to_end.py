@@ -4,12 +4,14 @@ at a time each get an engine of their own and keep it; a slot the router does no
 control plane counts more replicas than the router lists) is refused with 503 and the request
 sent again by its key alone; an engine killed under steady traffic fails only the requests it
 was running, the others sent at once to the other replica and its slot left out by every gateway
-process; and only a revision routed cache_aware placed by_count without a P/D split is placed by
-the gateway (``gateway.loader``)."""
+process; a flood confined to its shard under contention leaves the other engine to a light
+tenant (``gateway.admission``'s isolation); and only a revision routed cache_aware placed by_count
+without a P/D split is placed by the gateway (``gateway.loader``)."""
 
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +28,8 @@ from deployments.experiments.canary import services as canary_services
 from gateway.loader import load_canaries, load_endpoints
 from gateway.placement import pool_id, table_keys
 from runtime.launch import cache_aware_args, smg_policy
-from runtime.sim.launcher import SimCluster
+from runtime.routing_key import routing_key
+from runtime.sim.launcher import SimCluster, http_get
 from runtime.spec import PLINTH_ROUTING
 from tests.conftest import Cast
 from tests.gateway.conftest import (
@@ -54,7 +57,7 @@ def system_prompt(tenant: str) -> str:
 
 
 def chat(
-    gateway: GatewayProcess, slug: str, key: str, tenant: str, question: str
+    gateway: GatewayProcess, slug: str, key: str, tenant: str, question: str, max_tokens: int = 2
 ) -> httpx.Response:
     messages = [
         {"role": "system", "content": system_prompt(tenant)},
@@ -62,7 +65,7 @@ def chat(
     ]
     return httpx.post(
         f"{gateway.base_url(slug)}/chat/completions",
-        json={"model": "sim/llama-test", "messages": messages, "max_tokens": 2},
+        json={"model": "sim/llama-test", "messages": messages, "max_tokens": max_tokens},
         headers={"Authorization": f"Bearer {key}"},
         timeout=30,
     )
@@ -175,6 +178,96 @@ def test_a_slot_the_router_lacks_is_left_out_and_its_requests_sent_again(
         reason="placement_refused",
     )
     assert refused >= 1, refused
+
+
+# Output tokens of a flood request: enough to hold its engine while others arrive.
+FLOOD_TOKENS = 1000
+
+
+def test_under_contention_a_flood_is_placed_on_its_shard_and_a_light_tenant_off_it(
+    cast: Cast, gateway: GatewayProcess, tmp_path: Any
+) -> None:
+    """2 engines sized for 2 requests in flight each (a limit of 4). A light key sends one
+    tenant's requests one after another throughout. A flood key sends 8 requests at once, each
+    its own prompt (a routing key of its own): past the limit, it is confined to one slot (its
+    half of the active keys' weights: one of two; the gauge says which), and the light tenant is
+    placed on the other (afresh, if it was there). A second wave of 8 flood requests is placed
+    on the flood's slot only; every request is answered. (The first wave's requests admitted
+    before the endpoint was contended went anywhere.)"""
+    actor = cast.actor(cast.alice, cast.acme)
+    spec = {**SPEC, "batching": {"max_running_requests": 2}}
+    endpoint = deployment_services.create_deployment(
+        actor, slug="isolated", name="isolated", spec=spec
+    )
+    with placed_cluster(2, endpoint, tmp_path, ["--max-running-requests", "2"]) as sim:
+        mark_serving(endpoint, sim.url, replicas=2)
+        flood, light = inference_key(cast), inference_key(cast)
+        wait_routable(gateway, "isolated", flood)
+        wait_routable(gateway, "isolated", light)
+        fresh_table(sim.url)  # wait_routable's GET /v1/models calls were placed too
+        answered: list[int] = []
+        done = threading.Event()
+
+        def light_tenant() -> None:
+            while not done.is_set():
+                answered.append(chat(gateway, "isolated", light, "lighthouse", "Q?").status_code)
+
+        def wave(name: str) -> list[threading.Thread]:
+            def one(i: int) -> None:
+                tenant = f"{name} {i}"
+                answer = chat(gateway, "isolated", flood, tenant, "Go on.", FLOOD_TOKENS)
+                answered.append(answer.status_code)
+
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+            for thread in threads:
+                thread.start()
+            return threads
+
+        threads = [threading.Thread(target=light_tenant)]
+        threads[0].start()
+        try:
+            wait_until(lambda: len(answered) >= 1, "the light tenant answered", 10)
+            threads += wave("first")
+            shard = wait_until(lambda: confined_slots(gateway, "isolated"), "flood confined", 10)
+            threads += wave("second")
+            for thread in threads[1:]:
+                thread.join()
+        finally:
+            done.set()
+            for thread in threads:
+                thread.join()
+        placed = redis.Redis.from_url(settings.REDIS_URL, decode_responses=True).hgetall(
+            table_keys(pool_id(sim.url))[0]
+        )
+    assert set(answered) == {200}
+    assert len(shard) == 1
+    assert {int(placed[tenant_key(f"second {i}")]) for i in range(8)} == shard
+    assert int(placed[tenant_key("lighthouse")]) not in shard
+
+
+def waiting(gateway: GatewayProcess, slug: str) -> float:
+    return metric_sum(gateway.metrics_url, "plinth_gateway_admission_waiting", endpoint=slug)
+
+
+def confined_slots(gateway: GatewayProcess, slug: str) -> set[int] | None:
+    """The slots of the one key confined on ``slug``, from the gateway's gauge; None while no
+    key is confined."""
+    _, body = http_get(f"{gateway.metrics_url}/metrics")
+    lines = [
+        line
+        for line in body.decode().splitlines()
+        if line.startswith("plinth_gateway_confined_slots{") and f'endpoint="{slug}"' in line
+    ]
+    assert len(lines) <= 1, lines
+    slots = re.search(r'slots="([^"]*)"', lines[0]) if lines else None
+    return {int(s) for s in slots[1].split(",")} if slots is not None else None
+
+
+def tenant_key(tenant: str) -> str:
+    """The routing key of ``chat``'s requests for ``tenant``."""
+    key = routing_key({"messages": [{"role": "system", "content": system_prompt(tenant)}]})
+    assert key is not None
+    return key
 
 
 def created(cast: Cast, slug: str, **spec: Any) -> Deployment:

@@ -326,10 +326,16 @@ class EndpointGate:
                 return waiter
         return None
 
-    def retry_after(self) -> float:
-        """About when a slot frees for a request queued now: the wait ahead of it, at least 1 s."""
-        slots = max(1, self.limit)
-        ahead = (self.waiting + 1) / slots * self.hold_seconds
+    def retry_after(self, key_id: str | None = None) -> float:
+        """About when a slot frees for a request queued now: the wait ahead of it, at least 1 s.
+        A confined key's request waits behind its own key's requests for its shard's part of
+        the limit, not behind everyone's for the whole limit."""
+        slots, waiting = max(1, self.limit), self.waiting
+        bound = self.isolation.bound(key_id, self.limit) if key_id is not None else None
+        load = self._keys.get(key_id) if key_id is not None else None
+        if bound is not None:
+            slots, waiting = max(1, bound), load.queued if load is not None else 0
+        ahead = (waiting + 1) / slots * self.hold_seconds
         return min(_MAX_RETRY_AFTER, max(1.0, ahead))
 
 
@@ -409,7 +415,7 @@ class Admission:
         if gate.waiting > self._bound(gate):
             victim = gate.to_shed()
             gate.remove(victim)
-            error = _shed(gate, PRIORITIES[victim.rank], "queue_full")
+            error = _shed(gate, PRIORITIES[victim.rank], "queue_full", victim.key_id)
             if victim is waiter:
                 self._publish(gate)
                 raise error
@@ -423,7 +429,7 @@ class Admission:
                 return
             gate.remove(waiter)
             self._publish(gate)
-            raise _shed(gate, key.priority, "wait_exceeded") from None
+            raise _shed(gate, key.priority, "wait_exceeded", key.id) from None
         except asyncio.CancelledError:
             # The client hung up: leave the queue, or give back a slot granted meanwhile.
             if _admitted(waiter):
@@ -454,7 +460,7 @@ def _admitted(waiter: Waiter) -> bool:
     return future.done() and not future.cancelled() and future.exception() is None
 
 
-def _shed(gate: EndpointGate, priority: str, reason: str) -> GatewayError:
+def _shed(gate: EndpointGate, priority: str, reason: str, key_id: str) -> GatewayError:
     obs.ADMISSION_SHED.labels(gate.slug, priority, reason).inc()
     if reason == "queue_full":
         message = (
@@ -473,5 +479,5 @@ def _shed(gate: EndpointGate, priority: str, reason: str) -> GatewayError:
         message,
         code="endpoint_overloaded",
         type="rate_limit_error",
-        retry_after=gate.retry_after(),
+        retry_after=gate.retry_after(key_id),
     )

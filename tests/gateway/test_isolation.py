@@ -275,3 +275,26 @@ def test_when_every_allowed_slot_is_down_a_key_goes_to_any_slot_up(pool: str) ->
     assert placed in (0, 2)
     assert picked is None  # a request with no routing key: the router hashes its request id
     assert inside == 2
+
+
+def test_a_confined_keys_retry_after_counts_its_own_queue_over_its_bound():
+    """A confined key's next request waits behind its own waiting requests for its shard's part
+    of the limit, so its Retry-After is (its waiting + 1) / its bound slot-holds, not the whole
+    endpoint's queue over the whole limit."""
+
+    async def scenario() -> tuple[float, float, float]:
+        load = Slots(Admission(AdmissionSettings()))
+        await flood_beside_a_light_key(load)
+        for _ in range(7):  # confined now: 6 in flight (its bound)
+            load.finish_one("flood")
+            await settle()
+        gate = load.admission._gates[PLACED.id]
+        gate.hold_seconds = 2.0
+        queued = gate._keys["flood"].queued
+        flood, anyone = gate.retry_after("flood"), gate.retry_after()
+        await load.close()
+        return flood, anyone, (queued + 1) / 6 * 2.0
+
+    flood, anyone, expected = run_async(scenario())
+    assert flood == pytest.approx(min(60.0, max(1.0, expected)))
+    assert flood > anyone  # half the slots for its own queue: a longer wait than the average

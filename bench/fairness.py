@@ -349,8 +349,10 @@ def print_tables(
 def print_floor(
     setups: list[Setup], engine: dict[str, EngineTiming], seconds: float, replicas: int
 ) -> None:
-    """An estimate of what the pass in progress alone costs a request arriving at an engine the
-    flood keeps busy, to read beside the measured ``eng queue``.
+    """An estimate of what the pass in progress alone would cost a request arriving at an engine
+    the flood keeps busy: the floor of sharing engines with the flood, which the fair setup's
+    isolation (``gateway.isolation``) avoids by keeping the flood on its shard of the replicas
+    and the normal key off it; to read beside the measured ``eng queue``.
 
     An engine runs whole forward passes: a request that arrives mid-pass waits for its end
     (SGLang schedules the next batch only then; priority scheduling reorders the waiting queue,
@@ -377,8 +379,9 @@ def print_floor(
         print(
             f"{s.name}: the flood's passes: prefill {prefill * 1000:.1f} ms, decode step"
             f" {decode * 1000:.1f} ms, {share:.0%} of each engine's time in the flood's prefills;"
-            f" estimated wait for the pass in progress {wait_ms:.1f} ms at p90,"
-            f" {wait_ms / base_ms:.0%} of the engine's unloaded TTFT p90 ({base_ms:.1f} ms)"
+            f" on an engine shared with the flood (spread over all {replicas}), the wait for the"
+            f" pass in progress would be ~{wait_ms:.1f} ms at p90, {wait_ms / base_ms:.0%} of"
+            f" the engine's unloaded TTFT p90 ({base_ms:.1f} ms)"
         )
 
 

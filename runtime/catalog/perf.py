@@ -90,6 +90,15 @@ class MoeEfficiency(_Row):
     nic_share: float = Field(default=1.0, gt=0, le=1)
     # The share rises with the tokens each expert gets: compute x M / (M + half), M per expert.
     compute_half_tokens: float = Field(default=0.0, ge=0)
+    # True: the kernel streams the touched experts' weights and runs their MMAs one after the
+    # other, so the two times add (SGLang's Triton fused MoE at a few tokens per expert, as
+    # AIC's measured moe table shows); False: overlapped, the slower of the two bounds the layer.
+    serial: bool = False
+    # Expert-parallel load imbalance: a trained router sends more tokens to some experts than
+    # to others, so under EP the busiest GPU computes ep ** imbalance_exponent times the mean
+    # GPU's routed tokens, and the layer waits for it (0: balanced; TP slices every expert over
+    # every GPU, so it does not apply there).
+    imbalance_exponent: float = Field(default=0.0, ge=0)
     source: str
 
 

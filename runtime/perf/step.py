@@ -15,7 +15,9 @@ A step is a sum of separate kernels, each bounded by the slower of its bytes and
 - tensor-parallel all-reduces, two per layer, over the GPU's interconnect;
 - a mixture-of-experts model's routed experts apart from the rest: their weights spread over
   the whole TP group (EP or TP sharding hold the same bytes per GPU), streamed only for the
-  experts a step's tokens touch, through the fused-MoE kernels' own (much lower) shares;
+  experts a step's tokens touch, through the fused-MoE kernels' own (much lower) shares; SGLang's
+  Triton fused MoE streams the weights and runs the MMAs one after the other (a `serial` row:
+  their times add), and under EP the busiest GPU's share of the skewed routing sets the layer;
 - attention data parallelism (SGLang ``--enable-dp-attention --dp-size N``): the TP group's
   attention runs as N replicas of TP/N GPUs, each with its own sequences and KV cache, while
   the experts see every rank's tokens (gathered before and scattered after each MoE layer, or
@@ -211,6 +213,8 @@ class StepModel:
         self.expert_flops = tflops * 1e12 * self.moe.compute
         self.route_share = (model.experts_per_token or 1) / (model.num_experts or 1)
         self.expert_flops_per_token = 2 * model.expert_params_b * 1e9 * self.route_share / self.tp
+        if self.engine.ep > 1:  # the busiest GPU's routed tokens over the mean GPU's
+            self.expert_flops_per_token *= self.engine.ep**self.moe.imbalance_exponent
         self.head_bytes = self.head_bytes * self.tp / attn_tp
         self.head_flops = self.head_flops * self.tp / attn_tp
         dense = max(0.0, total - embedding - experts) / attn_tp - self.head_bytes
@@ -282,10 +286,9 @@ class StepModel:
         touched = 1 - (1 - self.route_share) ** tokens
         per_expert = max(tokens * self.route_share, 1e-9)
         ramp = (per_expert + self.moe.compute_half_tokens) / per_expert
-        experts = max(
-            self.expert_bytes * touched / self.expert_bandwidth,
-            self.expert_flops_per_token * tokens * ramp / self.expert_flops,
-        )
+        stream = self.expert_bytes * touched / self.expert_bandwidth
+        compute = self.expert_flops_per_token * tokens * ramp / self.expert_flops
+        experts = stream + compute if self.moe.serial else max(stream, compute)
         attention = self.kv_read_seconds(work.decode_context / dp) + self.prefill_attention_seconds(
             work.prefill_tokens, work.prefill_pairs / dp
         )

@@ -99,6 +99,10 @@ class MoeEfficiency(_Row):
     # GPU's routed tokens, and the layer waits for it (0: balanced; TP slices every expert over
     # every GPU, so it does not apply there).
     imbalance_exponent: float = Field(default=0.0, ge=0)
+    # The same skew at a few tokens: the router's picks concentrate on the popular experts, so a
+    # step of T tokens touches as many distinct experts (whose weights it streams) as T / skew
+    # uniformly routed tokens would (1: uniform).
+    routing_skew: float = Field(default=1.0, ge=1)
     source: str
 
 

@@ -283,7 +283,7 @@ class StepModel:
             ),
         )
         # A local expert is streamed when any token is routed to it.
-        touched = 1 - (1 - self.route_share) ** tokens
+        touched = 1 - (1 - self.route_share) ** (tokens / self.moe.routing_skew)
         per_expert = max(tokens * self.route_share, 1e-9)
         ramp = (per_expert + self.moe.compute_half_tokens) / per_expert
         stream = self.expert_bytes * touched / self.expert_bandwidth

@@ -214,7 +214,7 @@ class StepModel:
         self.route_share = (model.experts_per_token or 1) / (model.num_experts or 1)
         self.expert_flops_per_token = 2 * model.expert_params_b * 1e9 * self.route_share / self.tp
         if self.engine.ep > 1:  # the busiest GPU's routed tokens over the mean GPU's
-            self.expert_flops_per_token *= self.engine.ep**self.moe.imbalance_exponent
+            self.expert_flops_per_token *= float(self.engine.ep**self.moe.imbalance_exponent)
         self.head_bytes = self.head_bytes * self.tp / attn_tp
         self.head_flops = self.head_flops * self.tp / attn_tp
         dense = max(0.0, total - embedding - experts) / attn_tp - self.head_bytes
@@ -283,7 +283,7 @@ class StepModel:
             ),
         )
         # A local expert is streamed when any token is routed to it.
-        touched = 1 - (1 - self.route_share) ** (tokens / self.moe.routing_skew)
+        touched = 1 - float((1 - self.route_share) ** (tokens / self.moe.routing_skew))
         per_expert = max(tokens * self.route_share, 1e-9)
         ramp = (per_expert + self.moe.compute_half_tokens) / per_expert
         stream = self.expert_bytes * touched / self.expert_bandwidth

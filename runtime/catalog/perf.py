@@ -110,6 +110,17 @@ class Interconnect(_Row):
     gpu: str
     bus_gbs: float = Field(gt=0)
     latency_us: float = Field(ge=0)
+    # NCCL all-gather / reduce-scatter (attention DP's gather and scatter around each MoE layer):
+    # a launch plus one hop per ring step, far above the custom all-reduce's latency_us at a few
+    # tokens. None: latency_us stands in.
+    collective_launch_us: float | None = Field(default=None, ge=0)
+    collective_step_us: float = Field(default=0.0, ge=0)
+
+    def collective_latency_us(self, gpus: int) -> float:
+        """One NCCL all-gather or reduce-scatter of a few bytes over `gpus` GPUs."""
+        if self.collective_launch_us is None:
+            return self.latency_us
+        return self.collective_launch_us + self.collective_step_us * max(0, gpus - 1)
 
 
 class Nic(_Row):

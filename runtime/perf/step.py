@@ -164,6 +164,7 @@ class StepModel:
         link = cat.link(gpu.id)
         self.link_bandwidth = link.bus_gbs * 1e9
         self.link_latency = link.latency_us * 1e-6
+        self.gather_latency = link.collective_latency_us(tp) * 1e-6
         # A TP group wider than a node spans nodes; their GPUs meet over the scale-out NIC.
         self.nodes = -(-tp // max(1, gpu.gpus_per_node))
         self.nic_bandwidth = cat.kv_transfer.nic_gbs(gpu.sm) * 1e9
@@ -319,7 +320,7 @@ class StepModel:
             group = self._deepep_seconds(tokens, decode_only)
         else:
             group = 2 * (self.tp - 1) / self.tp * size / self.link_bandwidth
-            group += 2 * self.link_latency
+            group += 2 * self.gather_latency  # NCCL's all-gather and reduce-scatter
         inner = 0.0
         if self.attn_tp > 1:
             share = 2 * (self.attn_tp - 1) / self.attn_tp * size / self.attn_dp

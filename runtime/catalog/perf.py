@@ -48,7 +48,9 @@ class AttentionEfficiency(_Row):
     # latent vector per token, so the kernel does (2 x (latent + rope) + 2 x latent) FLOPs per
     # head and cached token; with many heads per GPU it is bound by compute, not by the KV read.
     mla: bool = False
-    compute: float | None = Field(default=None, gt=0, le=1)  # MLA rows: share of BF16 peak
+    # Share of BF16 peak the decode kernel's FLOPs reach: MLA rows; and GQA rows where many
+    # query heads to a KV head make the kernel compute-bound (None: bound by the read alone).
+    compute: float | None = Field(default=None, gt=0, le=1)
     source: str
 
 

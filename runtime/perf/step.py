@@ -137,9 +137,9 @@ class StepModel:
         mla = bool(model.kv_lora_rank)
         attention = cat.attention_row(engine.kv_bytes_per_value, gpu.sm, mla=mla)
         self.attn_bandwidth = gpu.hbm_bandwidth_gbs * 1e9 * attention.bandwidth
-        # MLA's absorbed decode attention is bound by its FLOPs where many heads share a GPU.
-        share = attention.compute if mla and attention.compute else 0.0
-        self.mla_flops = gpu.bf16_tflops * 1e12 * share
+        # Decode attention is bound by its FLOPs where many query heads share what a GPU reads:
+        # MLA's absorbed kernel, and GQA's where a row gives its kernel's FLOP rate.
+        self.decode_attn_flops = gpu.bf16_tflops * 1e12 * (attention.compute or 0.0)
         prefill_attention = cat.attention_compute_row(gpu.sm)
         self.attn_flops = gpu.bf16_tflops * 1e12 * prefill_attention.compute
         self.prefill_attn_fixed = model.num_layers * prefill_attention.fixed_us * 1e-6
@@ -193,7 +193,7 @@ class StepModel:
         self.attn_dp = engine.attn_dp if engine.attn_dp > 1 and tp % engine.attn_dp == 0 else 1
         self.attn_tp = tp // self.attn_dp
         self.query_heads = model.num_attention_heads / self.attn_tp  # on one GPU
-        self.mla_flops_per_kv_token = self._mla_flops_per_kv_token()
+        self.attn_flops_per_kv_token = self._attn_flops_per_kv_token()
         sharding = "ep" if engine.ep > 1 else "tp"
         self.deepep = engine.moe_a2a == "deepep" and engine.ep > 1
         if self.deepep:
@@ -361,22 +361,24 @@ class StepModel:
         return self.step_seconds(work)
 
     # ---- parts -------------------------------------------------------------------------------
-    def _mla_flops_per_kv_token(self) -> float:
-        """FLOPs per cached token of one rank's absorbed MLA decode, over all layers: each of the
-        rank's heads scores the token's latent-plus-rope vector and sums its latent (0: GQA)."""
+    def _attn_flops_per_kv_token(self) -> float:
+        """FLOPs per cached token of one rank's decode attention, over all layers: each of the
+        rank's query heads scores the token's key and sums its value (GQA: 2 x head_dim each),
+        or under MLA's absorbed kernel its latent-plus-rope vector and its latent."""
+        heads = self.model.num_attention_heads / self.attn_tp
         latent = self.model.kv_lora_rank
         if not latent:
-            return 0.0
-        heads = self.model.num_attention_heads / self.attn_tp
+            return self.model.num_layers * heads * 4 * self.model.head_dim
         per_head = 2 * (latent + (self.model.qk_rope_head_dim or 0)) + 2 * latent
         return self.model.num_layers * heads * per_head
 
     def kv_read_seconds(self, context: float) -> float:
         """Decode attention over `context` cached tokens of one attention rank: the KV read at
-        the kernel's bandwidth share, or for MLA the absorbed kernel's FLOPs where slower."""
+        the kernel's bandwidth share, or its FLOPs where slower (MLA's absorbed kernel; GQA's
+        with many query heads to a KV head, where the row gives a FLOP rate)."""
         read = self.kv_bytes_per_token * context / self.attn_bandwidth
-        if self.mla_flops:
-            return max(read, self.mla_flops_per_kv_token * context / self.mla_flops)
+        if self.decode_attn_flops:
+            return max(read, self.attn_flops_per_kv_token * context / self.decode_attn_flops)
         return read
 
     def prefill_attention_seconds(self, tokens: int, pairs: float) -> float:

@@ -134,6 +134,18 @@ def test_attention_dp_gathers_and_scatters_through_nccl() -> None:
     assert 2 * 11e-6 < per_layer < 2 * 16e-6
 
 
+def test_decode_attention_with_sixteen_query_heads_to_a_kv_head_is_bound_by_its_flops() -> None:
+    """Qwen3-235B at attention TP1 holds 64 query heads to 4 KV heads: AIC 0.12's h200_sxm
+    sglang 0.5.14 generation attention takes 7.50 ms at batch 128 x 1024 tokens (94 layers),
+    1.28x the KV read at the dense rows' bandwidth share; Llama-3.1-8B's 4 to a KV head stays
+    bound by the read."""
+    dp8 = step(8, attn_dp=8)
+    assert dp8.kv_read_seconds(128 * 1024) * 1e3 == pytest.approx(7.50, rel=0.05)
+    llama = StepModel(H200, shape("llama-3.1-8b"), EngineShape(tp=1))
+    read = llama.kv_bytes_per_token * 128 * 1024 / llama.attn_bandwidth
+    assert llama.kv_read_seconds(128 * 1024) == pytest.approx(read)
+
+
 def test_a_bad_speculative_step_accepts_fewer_tokens_than_the_mean() -> None:
     llama = shape("llama-3.1-8b")
     spec = resolve_spec("NGRAM", llama, None)

@@ -48,9 +48,7 @@ class AttentionEfficiency(_Row):
     # latent vector per token, so the kernel does (2 x (latent + rope) + 2 x latent) FLOPs per
     # head and cached token; with many heads per GPU it is bound by compute, not by the KV read.
     mla: bool = False
-    # Share of BF16 peak the decode kernel's FLOPs reach: MLA rows; and GQA rows where many
-    # query heads to a KV head make the kernel compute-bound (None: bound by the read alone).
-    compute: float | None = Field(default=None, gt=0, le=1)
+    compute: float | None = Field(default=None, gt=0, le=1)  # MLA rows: share of BF16 peak
     source: str
 
 
@@ -92,19 +90,6 @@ class MoeEfficiency(_Row):
     nic_share: float = Field(default=1.0, gt=0, le=1)
     # The share rises with the tokens each expert gets: compute x M / (M + half), M per expert.
     compute_half_tokens: float = Field(default=0.0, ge=0)
-    # True: the kernel streams the touched experts' weights and runs their MMAs one after the
-    # other, so the two times add (SGLang's Triton fused MoE at a few tokens per expert, as
-    # AIC's measured moe table shows); False: overlapped, the slower of the two bounds the layer.
-    serial: bool = False
-    # Expert-parallel load imbalance: a trained router sends more tokens to some experts than
-    # to others, so under EP the busiest GPU computes ep ** imbalance_exponent times the mean
-    # GPU's routed tokens, and the layer waits for it (0: balanced; TP slices every expert over
-    # every GPU, so it does not apply there).
-    imbalance_exponent: float = Field(default=0.0, ge=0)
-    # The same skew at a few tokens: the router's picks concentrate on the popular experts, so a
-    # step of T tokens touches as many distinct experts (whose weights it streams) as T / skew
-    # uniformly routed tokens would (1: uniform).
-    routing_skew: float = Field(default=1.0, ge=1)
     source: str
 
 
@@ -112,17 +97,6 @@ class Interconnect(_Row):
     gpu: str
     bus_gbs: float = Field(gt=0)
     latency_us: float = Field(ge=0)
-    # NCCL all-gather / reduce-scatter (attention DP's gather and scatter around each MoE layer):
-    # a launch plus one hop per ring step, far above the custom all-reduce's latency_us at a few
-    # tokens. None: latency_us stands in.
-    collective_launch_us: float | None = Field(default=None, ge=0)
-    collective_step_us: float = Field(default=0.0, ge=0)
-
-    def collective_latency_us(self, gpus: int) -> float:
-        """One NCCL all-gather or reduce-scatter of a few bytes over `gpus` GPUs."""
-        if self.collective_launch_us is None:
-            return self.latency_us
-        return self.collective_launch_us + self.collective_step_us * max(0, gpus - 1)
 
 
 class Nic(_Row):

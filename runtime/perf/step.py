@@ -15,9 +15,7 @@ A step is a sum of separate kernels, each bounded by the slower of its bytes and
 - tensor-parallel all-reduces, two per layer, over the GPU's interconnect;
 - a mixture-of-experts model's routed experts apart from the rest: their weights spread over
   the whole TP group (EP or TP sharding hold the same bytes per GPU), streamed only for the
-  experts a step's tokens touch, through the fused-MoE kernels' own (much lower) shares; SGLang's
-  Triton fused MoE streams the weights and runs the MMAs one after the other (a `serial` row:
-  their times add), and under EP the busiest GPU's share of the skewed routing sets the layer;
+  experts a step's tokens touch, through the fused-MoE kernels' own (much lower) shares;
 - attention data parallelism (SGLang ``--enable-dp-attention --dp-size N``): the TP group's
   attention runs as N replicas of TP/N GPUs, each with its own sequences and KV cache, while
   the experts see every rank's tokens (gathered before and scattered after each MoE layer, or
@@ -137,9 +135,9 @@ class StepModel:
         mla = bool(model.kv_lora_rank)
         attention = cat.attention_row(engine.kv_bytes_per_value, gpu.sm, mla=mla)
         self.attn_bandwidth = gpu.hbm_bandwidth_gbs * 1e9 * attention.bandwidth
-        # Decode attention is bound by its FLOPs where many query heads share what a GPU reads:
-        # MLA's absorbed kernel, and GQA's where a row gives its kernel's FLOP rate.
-        self.decode_attn_flops = gpu.bf16_tflops * 1e12 * (attention.compute or 0.0)
+        # MLA's absorbed decode attention is bound by its FLOPs where many heads share a GPU.
+        share = attention.compute if mla and attention.compute else 0.0
+        self.mla_flops = gpu.bf16_tflops * 1e12 * share
         prefill_attention = cat.attention_compute_row(gpu.sm)
         self.attn_flops = gpu.bf16_tflops * 1e12 * prefill_attention.compute
         self.prefill_attn_fixed = model.num_layers * prefill_attention.fixed_us * 1e-6
@@ -164,7 +162,6 @@ class StepModel:
         link = cat.link(gpu.id)
         self.link_bandwidth = link.bus_gbs * 1e9
         self.link_latency = link.latency_us * 1e-6
-        self.gather_latency = link.collective_latency_us(tp) * 1e-6
         # A TP group wider than a node spans nodes; their GPUs meet over the scale-out NIC.
         self.nodes = -(-tp // max(1, gpu.gpus_per_node))
         self.nic_bandwidth = cat.kv_transfer.nic_gbs(gpu.sm) * 1e9
@@ -193,7 +190,7 @@ class StepModel:
         self.attn_dp = engine.attn_dp if engine.attn_dp > 1 and tp % engine.attn_dp == 0 else 1
         self.attn_tp = tp // self.attn_dp
         self.query_heads = model.num_attention_heads / self.attn_tp  # on one GPU
-        self.attn_flops_per_kv_token = self._attn_flops_per_kv_token()
+        self.mla_flops_per_kv_token = self._mla_flops_per_kv_token()
         sharding = "ep" if engine.ep > 1 else "tp"
         self.deepep = engine.moe_a2a == "deepep" and engine.ep > 1
         if self.deepep:
@@ -214,8 +211,6 @@ class StepModel:
         self.expert_flops = tflops * 1e12 * self.moe.compute
         self.route_share = (model.experts_per_token or 1) / (model.num_experts or 1)
         self.expert_flops_per_token = 2 * model.expert_params_b * 1e9 * self.route_share / self.tp
-        if self.engine.ep > 1:  # the busiest GPU's routed tokens over the mean GPU's
-            self.expert_flops_per_token *= float(self.engine.ep**self.moe.imbalance_exponent)
         self.head_bytes = self.head_bytes * self.tp / attn_tp
         self.head_flops = self.head_flops * self.tp / attn_tp
         dense = max(0.0, total - embedding - experts) / attn_tp - self.head_bytes
@@ -284,12 +279,13 @@ class StepModel:
             ),
         )
         # A local expert is streamed when any token is routed to it.
-        touched = 1 - float((1 - self.route_share) ** (tokens / self.moe.routing_skew))
+        touched = 1 - (1 - self.route_share) ** tokens
         per_expert = max(tokens * self.route_share, 1e-9)
         ramp = (per_expert + self.moe.compute_half_tokens) / per_expert
-        stream = self.expert_bytes * touched / self.expert_bandwidth
-        compute = self.expert_flops_per_token * tokens * ramp / self.expert_flops
-        experts = stream + compute if self.moe.serial else max(stream, compute)
+        experts = max(
+            self.expert_bytes * touched / self.expert_bandwidth,
+            self.expert_flops_per_token * tokens * ramp / self.expert_flops,
+        )
         attention = self.kv_read_seconds(work.decode_context / dp) + self.prefill_attention_seconds(
             work.prefill_tokens, work.prefill_pairs / dp
         )
@@ -320,7 +316,7 @@ class StepModel:
             group = self._deepep_seconds(tokens, decode_only)
         else:
             group = 2 * (self.tp - 1) / self.tp * size / self.link_bandwidth
-            group += 2 * self.gather_latency  # NCCL's all-gather and reduce-scatter
+            group += 2 * self.link_latency
         inner = 0.0
         if self.attn_tp > 1:
             share = 2 * (self.attn_tp - 1) / self.attn_tp * size / self.attn_dp
@@ -361,24 +357,22 @@ class StepModel:
         return self.step_seconds(work)
 
     # ---- parts -------------------------------------------------------------------------------
-    def _attn_flops_per_kv_token(self) -> float:
-        """FLOPs per cached token of one rank's decode attention, over all layers: each of the
-        rank's query heads scores the token's key and sums its value (GQA: 2 x head_dim each),
-        or under MLA's absorbed kernel its latent-plus-rope vector and its latent."""
-        heads = self.model.num_attention_heads / self.attn_tp
+    def _mla_flops_per_kv_token(self) -> float:
+        """FLOPs per cached token of one rank's absorbed MLA decode, over all layers: each of the
+        rank's heads scores the token's latent-plus-rope vector and sums its latent (0: GQA)."""
         latent = self.model.kv_lora_rank
         if not latent:
-            return self.model.num_layers * heads * 4 * self.model.head_dim
+            return 0.0
+        heads = self.model.num_attention_heads / self.attn_tp
         per_head = 2 * (latent + (self.model.qk_rope_head_dim or 0)) + 2 * latent
         return self.model.num_layers * heads * per_head
 
     def kv_read_seconds(self, context: float) -> float:
         """Decode attention over `context` cached tokens of one attention rank: the KV read at
-        the kernel's bandwidth share, or its FLOPs where slower (MLA's absorbed kernel; GQA's
-        with many query heads to a KV head, where the row gives a FLOP rate)."""
+        the kernel's bandwidth share, or for MLA the absorbed kernel's FLOPs where slower."""
         read = self.kv_bytes_per_token * context / self.attn_bandwidth
-        if self.decode_attn_flops:
-            return max(read, self.attn_flops_per_kv_token * context / self.decode_attn_flops)
+        if self.mla_flops:
+            return max(read, self.mla_flops_per_kv_token * context / self.mla_flops)
         return read
 
     def prefill_attention_seconds(self, tokens: int, pairs: float) -> float:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import threading
 from typing import Any
 
 import pytest
+from django.apps import apps
 from django.db import connection
 
 from controlplane import services as platform
 from controlplane.models import Role
 from deployments.endpoints import services
 from deployments.endpoints.models import Deployment
+from runtime.spec import RuntimeSpec
 from tests.api.conftest import SPEC, Api, Clients, error_of, fields_of, spec_with
 from tests.conftest import Cast
 
@@ -149,13 +153,6 @@ def test_revisions_hashed_before_the_upgrade_are_rehashed_and_an_unchanged_apply
 ) -> None:
     """A revision stored with the old hash (every field, defaults included) is rehashed by the
     migration; re-applying its settings afterwards makes no new revision."""
-    import hashlib
-    import importlib
-
-    from django.apps import apps
-
-    from runtime.spec import RuntimeSpec
-
     revision = endpoint.target_revision
     assert revision is not None
     old = hashlib.sha256(RuntimeSpec.model_validate(revision.spec).canonical_json().encode())

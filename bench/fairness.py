@@ -326,8 +326,7 @@ def print_tables(
         f"{'setup':<8}{'p50 alone':>10}{'p50 flood':>10}{'p90 alone':>10}{'p90 flood':>10}"
         f"{'p90 +%':>8}{'normal lost':>13}{'flood ok':>9}{'429':>7}{'other':>7}{'timeout':>8}"
     )
-    print(header)
-    print("-" * len(header))
+    _print_head(header)
     for s in setups:
         alone, flooded = list(s.unloaded.ttft.values()), list(s.normal.ttft.values())
         p90_alone, p90_flood = pct(alone, 0.9), pct(flooded, 0.9)
@@ -344,6 +343,11 @@ def print_tables(
     )
     print_split(setups, engine)
     print_floor(setups, engine, seconds, replicas)
+
+
+def _print_head(header: str) -> None:
+    print(header)
+    print("-" * len(header))
 
 
 def print_floor(
@@ -404,8 +408,7 @@ def print_split(setups: list[Setup], engine: dict[str, EngineTiming]) -> None:
         f"{'setup':<8}{'client':>16}{'engine':>16}{'eng queue':>16}{'eng prefill':>16}"
         f"{'rest':>16}{'eng queue max':>16}"
     )
-    print(header)
-    print("-" * len(header))
+    _print_head(header)
     for s in setups:
         phases = [_split(s.unloaded, engine), _split(s.normal, engine)]
         cells = [_change(_p90(phases[0][part]), _p90(phases[1][part])) for part in range(5)]

@@ -81,10 +81,16 @@ from gateway.routes import Endpoint, InferenceKey
 # Classes in admission order; the last is shed first. Unknown names rank as standard.
 PRIORITIES = ("critical", "standard", "batch")
 _RANK = {name: rank for rank, name in enumerate(PRIORITIES)}
+
 # A slot's hold time is learned as it goes; until then Retry-After assumes this many seconds.
 _FIRST_HOLD_SECONDS = 1.0
 _HOLD_SMOOTHING = 0.1
 _MAX_RETRY_AFTER = 60.0
+
+
+def _rank(key: InferenceKey) -> int:
+    """The admission rank of ``key``'s priority class (an unknown name ranks as standard)."""
+    return _RANK.get(key.priority, _RANK["standard"])
 
 
 @dataclass(frozen=True)
@@ -223,8 +229,7 @@ class EndpointGate:
     def _may_borrow(self, key: InferenceKey) -> bool:
         if self.in_flight >= self.ceiling or key.id in self.isolation.shards:
             return False  # a confined key never borrows: the light keys' replicas stay theirs
-        rank = _RANK.get(key.priority, _RANK["standard"])
-        if self._waiting_to_go(rank):
+        if self._waiting_to_go(_rank(key)):
             return False  # a higher class's waiting request goes first, always
         return self._under_share(key)
 
@@ -264,8 +269,7 @@ class EndpointGate:
     def _load(self, key: InferenceKey) -> _KeyLoad:
         load = self._keys.get(key.id)
         if load is None:
-            rank = _RANK.get(key.priority, _RANK["standard"])
-            load = self._keys[key.id] = _KeyLoad(max(1, key.weight), rank=rank)
+            load = self._keys[key.id] = _KeyLoad(max(1, key.weight), rank=_rank(key))
             self._active_weight += load.weight
         return load
 
@@ -278,7 +282,7 @@ class EndpointGate:
             self._active_weight -= load.weight
 
     def enqueue(self, key: InferenceKey) -> Waiter:
-        rank = _RANK.get(key.priority, _RANK["standard"])
+        rank = _rank(key)
         queue = self.classes[rank]
         start = max(queue.virtual, queue.last_finish.get(key.id, 0.0))
         finish = start + 1.0 / max(1, key.weight)

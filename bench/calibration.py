@@ -27,6 +27,8 @@ model, so the algorithms can be seen to differ.
     .venv/bin/python bench/calibration.py            # full grid
     .venv/bin/python bench/calibration.py --quick    # a few points per model
     .venv/bin/python bench/calibration.py --only deepseek-v3   # configurations of one model
+
+``bench/calibration_fit.py`` refits the catalogue's GEMM kernel rows on this grid.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from bench.references import (  # noqa: E402
     query_reference,
 )
 from runtime.catalog import get_gpu, get_model  # noqa: E402
-from runtime.catalog.perf import PublishedFigure, perf_catalog  # noqa: E402
+from runtime.catalog.perf import PerfCatalog, PublishedFigure, perf_catalog  # noqa: E402
 from runtime.perf.hardware import ModelShape, lookup_model, resolve_gpu  # noqa: E402
 from runtime.perf.quant import bytes_per_param, kv_dtype_bytes  # noqa: E402
 from runtime.perf.spec import SpecConfig, resolve_spec  # noqa: E402
@@ -207,17 +209,9 @@ def aic_anomaly(p: Point) -> str | None:  # why AIC's own data at `p` is out of 
     return AIC_ANOMALIES.get((p.gpu, p.quant, p.mode, p.batch if p.mode == "decode" else p.tokens))
 
 
-def step_model(
-    model: str,
-    gpu: str,
-    tp: int,
-    quant: str | None,
-    kv: str = "auto",
-    spec: SpecConfig | None = None,
-    attn_dp: int = 1,
-    ep: int = 1,
-    a2a: str = "none",
-) -> StepModel:
+def step_model(model: str, gpu: str, tp: int, quant: str | None, kv: str = "auto",
+               spec: SpecConfig | None = None, attn_dp: int = 1, ep: int = 1, a2a: str = "none",
+               catalog: PerfCatalog | None = None) -> StepModel:  # fmt: skip
     shape = _shape(model)
     weights = shape.quantized_weight_bytes(bytes_per_param(quant, "auto"))
     kv_bytes = kv_dtype_bytes(kv, "auto")
@@ -231,7 +225,7 @@ def step_model(
         ep=ep,
         moe_a2a=a2a,
     )
-    return StepModel(resolve_gpu(gpu), shape, engine)
+    return StepModel(resolve_gpu(gpu), shape, engine, catalog)
 
 
 def _shape(model: str) -> ModelShape:
@@ -241,9 +235,10 @@ def _shape(model: str) -> ModelShape:
     return shape
 
 
-def model_ms(point: Point) -> float:
+def model_ms(point: Point, catalog: PerfCatalog | None = None) -> float:
     physics = step_model(point.model, point.gpu, point.tp, point.quant, point.kv,
-                         attn_dp=point.attn_dp, ep=point.ep, a2a=point.a2a)  # fmt: skip
+                         attn_dp=point.attn_dp, ep=point.ep, a2a=point.a2a,
+                         catalog=catalog)  # fmt: skip
     if point.mode == "decode":
         return physics.decode_step_seconds(point.batch * point.attn_dp, point.tokens) * 1e3
     return physics.prefill_seconds(point.tokens, point.batch * point.attn_dp) * 1e3
@@ -309,10 +304,10 @@ def kv_limit(point: Point) -> int:
 
 
 def query_aic(python: Path, points: list[Point]) -> list[dict[str, object]]:
-    return query_reference(AIC, python, _aic_requests(points))
+    return query_reference(AIC, python, aic_requests(points))
 
 
-def _aic_requests(points: list[Point]) -> list[dict[str, object]]:
+def aic_requests(points: list[Point]) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     for p in points:
         request: dict[str, object] = {
@@ -334,7 +329,7 @@ def _aic_requests(points: list[Point]) -> list[dict[str, object]]:
     return out
 
 
-def _phase(p: Point) -> str:
+def phase_of(p: Point) -> str:
     """The summary's phase: dense decode/prefill, Qwen-style MoE decode, MLA MoE decode."""
     if p.mode == "prefill":
         return "prefill"
@@ -343,7 +338,7 @@ def _phase(p: Point) -> str:
     return "moe" if p.moe else "decode"
 
 
-def _target(phase: str) -> float:
+def target_of(phase: str) -> float:
     return {"decode": DECODE_TARGET, "mla": DECODE_TARGET, "moe": MOE_TARGET}.get(
         phase, PREFILL_TARGET
     )
@@ -372,7 +367,7 @@ def print_reference_table(points: list[Point], answers: dict[str, list[dict[str,
     disagreements: list[str] = []
     versions: dict[str, set[str]] = {n: set() for n in names}
     for i, p in enumerate(points):
-        ours, phase, held = model_ms(p), _phase(p), "fit" if p.fit else "held"
+        ours, phase, held = model_ms(p), phase_of(p), "fit" if p.fit else "held"
         theirs: dict[str, float] = {}
         for name in names:
             answer = answers[name][i]
@@ -388,7 +383,7 @@ def print_reference_table(points: list[Point], answers: dict[str, list[dict[str,
         if len(theirs) == 2:
             first, second = theirs.values()
             gap = first / second - 1
-            if abs(gap) > _target(phase):
+            if abs(gap) > target_of(phase):
                 marks.append(f"references differ {gap:+.0%}")
                 disagreements.append(f"{_label(p)}  {names[0]}/{names[1]} {gap:+.1%}")
         for name, value in theirs.items():
@@ -418,7 +413,7 @@ def print_summary(
           f"{'worst':>9}  target  anomalies")  # fmt: skip
     ok = True
     for (name, held, gpu, phase), values in sorted(diffs.items()):
-        target = _target(phase)
+        target = target_of(phase)
         errors = sorted(abs(d) for d in values)
         within = sum(e <= target for e in errors)
         median = errors[len(errors) // 2]
@@ -508,14 +503,15 @@ def print_prefill_by_length(python: Path, points: list[Point]) -> None:
                   + "; ".join(marks))  # fmt: skip
 
 
-def decode_tok_s(figure: PublishedFigure, quant: str | None, algorithm: str | None) -> float:
+def decode_tok_s(figure: PublishedFigure, quant: str | None, algorithm: str | None,
+                 catalog: PerfCatalog | None = None) -> float:  # fmt: skip
     """Output tokens/s of one request (or `figure.batch` requests, per request) at `context`."""
     target = _shape(figure.model)
     spec = None
     if algorithm:
         draft = lookup_model(figure.draft) if figure.draft else None
         spec = resolve_spec(algorithm, target, draft)
-    physics = step_model(figure.model, figure.gpu, figure.tp, quant, "auto", spec)
+    physics = step_model(figure.model, figure.gpu, figure.tp, quant, "auto", spec, catalog=catalog)
     if spec is None:
         return 1.0 / physics.decode_step_seconds(figure.batch, figure.context)
     # A verify step checks every draft token of each sequence and includes the draft passes.
@@ -586,7 +582,7 @@ def main() -> None:
     if not args.no_aic:
         points = grid(args.quick, args.only)
         pythons = {ref.name: ensure(ref) for ref in REFERENCES}
-        asked = _aic_requests(points)
+        asked = aic_requests(points)
         answers = {ref.name: query_reference(ref, pythons[ref.name], asked) for ref in REFERENCES}
         ok = print_reference_table(points, answers)
         print_gemm_evidence(pythons[AIC.name], points)

@@ -47,6 +47,7 @@ implies more than its tree's depth + 1 is beyond any acceptance: only the step c
     .venv/bin/python bench/speculative.py            # report with the catalogue's constants
     .venv/bin/python bench/speculative.py --write    # refit, write the catalogue, report
     .venv/bin/python bench/speculative.py --leave-out SDB   # refit without one source, judge it
+    .venv/bin/python bench/speculative.py --reference-bound # the misses priced with AIC's steps
 
 This file is the report and the entry point; the parts beside it are the published points
 (``speculative_points.py``), the model that prices a point (``speculative_model.py``), and the
@@ -64,6 +65,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.calibration import AIC_MODELS, aic_requests  # noqa: E402
+from bench.calibration import Point as CalPoint  # noqa: E402
+from bench.references import AIC, ensure, query_reference  # noqa: E402
 from bench.speculative_fit import (  # noqa: E402
     FAMILY_OF_DRAFT,
     FITTED,
@@ -77,7 +81,7 @@ from bench.speculative_model import (  # noqa: E402
     implied_accept_length,
     speedup,
 )
-from bench.speculative_points import Point, load_points  # noqa: E402
+from bench.speculative_points import Point, load_points, target_shape  # noqa: E402
 from runtime.catalog.perf import perf_catalog  # noqa: E402
 from runtime.perf.spec import SpecShape  # noqa: E402
 
@@ -212,6 +216,41 @@ def print_batch_consistency(points: list[Point], params: Params) -> None:
             print(f"    bs{p.batch:<4} {p.id:<14} {p.split:<8} implies {al:.2f}{beyond}")
 
 
+def print_reference_bound(points: list[Point], params: Params) -> None:
+    """The held-out speedups beyond the max target, priced with AIConfigurator's own steps
+    instead of runtime/perf's: the accept length each needs with drafting free and the verify
+    pass no dearer than a prefill of the same tokens (a floor: no KV read, no LM head), and the
+    step that length would mean at the same tree's batch-1 point (AL x AIC's decode step over
+    the published speedup), beside AIC's decode step there. A need near or above the tree's
+    depth + 1, or a batch-1 step far above AIC's, is a point no step physics near AIC's meets
+    with one acceptance per tree."""
+    over = [p for p, metric, pub, model in errors(points, params) if metric == "speedup"
+            and p.split == "holdout" and abs(model / pub - 1) > MAX_TARGET
+            and target_shape(p.target).id in AIC_MODELS]  # fmt: skip
+    firsts = {(p.block, p.shape, p.gpu, p.tp): p for p in points if p.batch == 1 and p.speedup}
+    pairs = [(p, firsts.get((p.block, p.shape, p.gpu, p.tp))) for p in over]
+    asked: list[CalPoint] = []
+    for p in over:
+        model = target_shape(p.target).id
+        tokens = p.batch * p.shape.draft_tokens
+        asked += [CalPoint(model, p.gpu, p.tp, None, "auto", "decode", p.batch, p.context),
+                  CalPoint(model, p.gpu, p.tp, None, "auto", "prefill", 1, tokens),
+                  CalPoint(model, p.gpu, p.tp, None, "auto", "decode", 1, p.context)]  # fmt: skip
+    ms = [float(str(a["ms"])) for a in query_reference(AIC, ensure(AIC), aic_requests(asked))]
+    print("\n== the points over the max target, priced with AIC 0.12's own steps ==")
+    for i, (p, first) in enumerate(pairs):
+        base, verify, single = ms[3 * i : 3 * i + 3]
+        need = p.speedup * verify / base  # type: ignore[operator]
+        line = (f"{p.id:<12} bs{p.batch}: AIC decode {base:.2f} ms, prefill of "
+                f"{p.batch * p.shape.draft_tokens} tokens {verify:.2f} ms: needs AL >= "
+                f"{need:.2f} (depth + 1 = {p.shape.num_steps + 1})")  # fmt: skip
+        if first is not None and first.speedup:
+            step = need * single / first.speedup
+            line += (f"; at that AL its bs1 point ({first.id}, {first.speedup:.2f}x) means a "
+                     f"{step:.1f} ms step, AIC's decode step {single:.2f} ms")  # fmt: skip
+        print(line)
+
+
 def leave_source_out(points: list[Point], source: str) -> None:
     """Refit without any row of `source` (its pairs fall back to their family's curve, its
     engine costs to what the other sources fit) and judge the fit on its rows of the algorithms
@@ -235,6 +274,11 @@ def main() -> None:
     parser.add_argument("--fit-rows", action="store_true", help="also print the fit rows")
     parser.add_argument(
         "--leave-out", metavar="SOURCE", help="refit without SOURCE's rows and judge them (slow)"
+    )
+    parser.add_argument(
+        "--reference-bound",
+        action="store_true",
+        help="price the held-out points over the max target with AIConfigurator's own steps",
     )
     args = parser.parse_args()
     points = load_points()
@@ -268,6 +312,8 @@ def main() -> None:
     print_summary(params)
     print_batch_consistency(points, params)
     print_best_shapes(points, params)
+    if args.reference_bound:
+        print_reference_bound(points, params)
 
 
 if __name__ == "__main__":

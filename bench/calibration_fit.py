@@ -35,10 +35,11 @@ from bench.calibration import (
     Point,
     aic_anomaly,
     aic_requests,
-    decode_tok_s,
     grid,
     model_ms,
     phase_of,
+    print_summary,
+    published_model_value,
     target_of,
 )
 from bench.references import AIC, ensure, query_reference
@@ -79,12 +80,7 @@ def loss(points: Measured, catalog: PerfCatalog) -> float:
         if p.fit and not p.moe and not aic_anomaly(p)
     ]
     for figure in catalog.published:
-        if figure.metric == "ratio":
-            ours = decode_tok_s(figure, figure.quantization, None, catalog) / decode_tok_s(
-                figure, figure.baseline_quantization, None, catalog
-            )
-        else:
-            ours = decode_tok_s(figure, figure.quantization, figure.speculative_algorithm, catalog)
+        ours = published_model_value(figure, catalog)
         ratios.append(abs(ours / figure.value - 1) / PUBLISHED_TARGET)
     return float(sum(r**NORM for r in ratios) ** (1 / NORM))
 
@@ -113,16 +109,18 @@ def fit(
 
 
 def summary(points: Measured, catalog: PerfCatalog, label: str) -> None:
-    """Per set, GPU and phase: points within target and the worst error (the MoE and MLA rows
-    share the dense kernels through their attention and shared parts)."""
-    groups: dict[tuple[str, str, str], list[float]] = {}
+    """bench/calibration.py's summary under `catalog`: per set, GPU and phase, the points within
+    target (the MoE and MLA rows share the dense kernels through their attention and shared
+    parts)."""
+    diffs: dict[tuple[str, str, str, str], list[float]] = {}
+    anomalies: dict[tuple[str, str, str, str], list[float]] = {}
     for p, ms in points:
-        key = ("fit" if p.fit else "held", p.gpu, phase_of(p))
-        groups.setdefault(key, []).append(abs(model_ms(p, catalog) / ms - 1))
-    for (held, gpu, phase), errors in sorted(groups.items()):
-        within = sum(e <= target_of(phase) for e in errors)
-        print(f"{label:<8}{held:<6}{gpu:<10}{phase:<9}{within:>4}/{len(errors):<4}"
-              f"worst {max(errors):.1%}")  # fmt: skip
+        key = (label, "fit" if p.fit else "held", p.gpu, phase_of(p))
+        diff = model_ms(p, catalog) / ms - 1
+        diffs.setdefault(key, []).append(diff)
+        if aic_anomaly(p):
+            anomalies.setdefault(key, []).append(diff)
+    print_summary(diffs, anomalies)
 
 
 def describe(row: KernelEfficiency) -> str:

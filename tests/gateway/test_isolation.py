@@ -59,6 +59,16 @@ class Slots(Load):
         load = gate._keys.get(key_id)
         return load.held if load is not None else 0
 
+    async def let_go(self, key_id: str, times: int) -> list[int]:
+        """Let go of `times` of the key's requests one at a time, each settled before the next:
+        what the key holds after each."""
+        seen = []
+        for _ in range(times):
+            self.finish_one(key_id)
+            await settle()
+            seen.append(self.held(key_id))
+        return seen
+
 
 async def flood_beside_a_light_key(load: Slots) -> None:
     """The flood alone first (the whole endpoint: 12 in flight, 18 waiting), then one request of
@@ -74,9 +84,8 @@ def test_a_flood_is_confined_to_a_shard_and_a_light_key_kept_off_it():
     async def scenario() -> tuple[list[frozenset[int] | None], list[frozenset[int] | None]]:
         load = Slots(Admission(AdmissionSettings()))
         await flood_beside_a_light_key(load)
-        for _ in range(7):  # down to 5 flood requests in flight: the next goes in, confined
-            load.finish_one("flood")
-            await settle()
+        # Down to 5 flood requests in flight: the next goes in, confined.
+        await load.let_go("flood", 7)
         load.send(key("light"))
         await settle()
         flood, light = load.within["flood"][12:], load.within["light"]
@@ -95,11 +104,7 @@ def test_a_confined_flood_holds_at_most_its_shards_part_of_the_limit():
     async def scenario() -> list[int]:
         load = Slots(Admission(AdmissionSettings()))
         await flood_beside_a_light_key(load)
-        seen = []
-        for _ in range(10):
-            load.finish_one("flood")
-            await settle()
-            seen.append(load.held("flood"))
+        seen = await load.let_go("flood", 10)
         await load.close()
         return seen
 
@@ -116,9 +121,7 @@ def test_a_key_over_twice_the_weight_gets_its_weights_part_of_the_slots():
         await settle()
         load.send(key("light"), 2)
         await settle()
-        for _ in range(24):
-            load.finish_one("flood")
-            await settle()
+        await load.let_go("flood", 24)
         flood, light = set(load.within["flood"][24:]), set(load.within["light"])
         held = load.held("flood")
         await load.close()
@@ -139,9 +142,8 @@ def test_a_confined_critical_flood_at_its_bound_does_not_hold_back_a_standard_ke
         load.send(key("light"), 2)
         await settle()
         admitted = load.admitted.count("light")
-        for _ in range(7):  # down to 5: the critical flood's next request goes in, confined
-            load.finish_one("boss")
-            await settle()
+        # Down to 5: the critical flood's next request goes in, confined.
+        await load.let_go("boss", 7)
         held, within = load.held("boss"), load.within["boss"][12:]
         await load.close()
         return admitted, held, within
@@ -159,9 +161,7 @@ def test_a_flood_alone_again_gets_the_whole_endpoint():
         admission = Admission(AdmissionSettings(isolation_window=0.05))
         load = Slots(admission)
         await flood_beside_a_light_key(load)
-        for _ in range(8):
-            load.finish_one("flood")
-            await settle()
+        await load.let_go("flood", 8)
         assert load.held("flood") == 6  # confined while the light key is active
         load.finish_one("light")
         await asyncio.sleep(0.1)  # past the window: the light key is no longer active
@@ -189,11 +189,7 @@ def test_without_isolation_the_flood_takes_back_every_slot_and_any_replica(
     async def scenario() -> tuple[list[int], set[frozenset[int] | None]]:
         load = Slots(Admission(AdmissionSettings(**settings)), endpoint)
         await flood_beside_a_light_key(load)
-        seen = []
-        for _ in range(4):
-            load.finish_one("flood")
-            await settle()
-            seen.append(load.held("flood"))
+        seen = await load.let_go("flood", 4)
         within = set(load.within["flood"]) | set(load.within["light"])
         await load.close()
         return seen, within
@@ -285,9 +281,7 @@ def test_a_confined_keys_retry_after_counts_its_own_queue_over_its_bound():
     async def scenario() -> tuple[float, float, float]:
         load = Slots(Admission(AdmissionSettings()))
         await flood_beside_a_light_key(load)
-        for _ in range(7):  # confined now: 6 in flight (its bound)
-            load.finish_one("flood")
-            await settle()
+        await load.let_go("flood", 7)  # confined now: 6 in flight (its bound)
         gate = load.admission._gates[PLACED.id]
         gate.hold_seconds = 2.0
         queued = gate._keys["flood"].queued
